@@ -1,0 +1,3 @@
+module github.com/kvroute/kvroute
+
+go 1.26
