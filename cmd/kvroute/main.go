@@ -1,0 +1,112 @@
+// Command kvroute is the one kvroute binary: the simulated vLLM engine, the
+// sidecar, the picker, and the bench, demo, inject and verify tools, each a
+// subcommand.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the command ran and failed
+	exitUsage = 2 // bad usage, or a subcommand that does not exist yet
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitCodeError carries an exit code through cobra.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e *exitCodeError) Error() string { return e.err.Error() }
+
+// run executes the command line and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "kvroute: %v\n", err)
+	var ec *exitCodeError
+	if errors.As(err, &ec) {
+		return ec.code
+	}
+	// cobra's own errors are usage errors: unknown command or flag, bad args.
+	return exitUsage
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kvroute",
+		Short: "KV-cache-aware request routing for vLLM fleets",
+		Long: `kvroute routes each request to the vLLM endpoint that already holds the
+longest cached prefix of it, without overloading anyone.
+
+A sidecar beside each vLLM pod turns the engine's KV-cache events into a
+compact summary; pickers receive the summaries, tokenize requests exactly as
+the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
+		Version:       version + " (keys " + blockkey.FormatV1 + ")",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		pending("engine", "Run a simulated vLLM engine that speaks vLLM's wire protocols",
+			`Serves vLLM's OpenAI-compatible HTTP API, render and tokenize endpoints and
+metrics, keeps a paged prefix cache with vLLM's sha256_cbor hashes, and
+publishes KV-cache events over ZeroMQ, so everything runs without GPUs.`),
+		pending("sidecar", "Turn one vLLM pod's KV-cache events into a live summary",
+			`Subscribes to the engine's KV events (ZeroMQ), keeps an exact index of the
+blocks it holds under canonical keys, and serves a compact summary to pickers.`),
+		pending("picker", "Route requests to the endpoint holding the longest cached prefix",
+			`OpenAI-compatible proxy and decision API (/routing/v1/pick): tokenizes each
+request through the engine's render endpoint, computes its block keys, and
+picks by cached prefix under a bounded-load cap.`),
+		pending("bench", "Run a routing benchmark scenario and write a report",
+			`Runs a fleet of simulated engines under a workload with several routing
+policies side by side, and writes a table, JSON results and an HTML report.`),
+		pending("demo", "Run the embedded demo: a small fleet, an agentic workload, a report",
+			`Starts a small local fleet (simulated engines, sidecars, a picker), drives a
+short agentic workload through it, and prints a side-by-side report.`),
+		pending("inject", "Add the kvroute sidecar to a vLLM Deployment manifest",
+			`Reads a Kubernetes Deployment manifest running vLLM and writes it back with
+the sidecar container and the vLLM flags for KV events added.`),
+		pending("verify", "Check a fleet's compatibility and token parity",
+			`Checks that the endpoints of a fleet agree on model, block size, hash
+settings and tokenization, so routing keys match what engines cache.`),
+	)
+	return root
+}
+
+// pending returns a subcommand whose issue has not landed yet: it documents
+// what it will do, and says so and exits 2 when run.
+func pending(name, short, long string) *cobra.Command {
+	return &cobra.Command{
+		Use:   name,
+		Short: short,
+		Long:  long + "\n\nStatus: not implemented yet.",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return &exitCodeError{code: exitUsage, err: fmt.Errorf("%s: not implemented yet", name)}
+		},
+	}
+}

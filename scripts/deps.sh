@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what kvroute's build and tests need on a Debian machine that has
+# only Go: libzmq (cgo, through pkg-config) and protoc from apt, and the Go
+# tools pinned in go.mod. Idempotent: installs only what is missing.
+set -euo pipefail
+
+need_apt=()
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq; then
+  need_apt+=(libzmq3-dev)
+fi
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+# The well-known protobuf types protoc needs next to it.
+[ -e /usr/include/google/protobuf/timestamp.proto ] || need_apt+=(libprotobuf-dev)
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "make deps: missing ${need_apt[*]}; install them with apt-get as root (or your package manager), then run make again" >&2
+    exit 1
+  fi
+  echo "make deps: installing ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/tmp/kvroute-apt.log 2>&1; then
+    apt-get update -q >>/tmp/kvroute-apt.log 2>&1 || true
+    if ! apt-get install -y -q --no-install-recommends "${need_apt[@]}" >>/tmp/kvroute-apt.log 2>&1; then
+      echo "make deps: could not install ${need_apt[*]} with apt-get (log: /tmp/kvroute-apt.log)" >&2
+      exit 1
+    fi
+  fi
+fi
+
+# Go modules and the pinned Go tools (protoc plugins, staticcheck).
+if ! { go mod download && go build tool; } >/tmp/kvroute-go.log 2>&1; then
+  echo "make deps: could not fetch or build the Go modules and tools in go.mod (log: /tmp/kvroute-go.log)" >&2
+  exit 1
+fi
+echo "make deps: ok (libzmq $(pkg-config --modversion libzmq), $(protoc --version))"
