@@ -248,14 +248,19 @@ func TestChainAgreesWithRequest(t *testing.T) {
 }
 
 // TestAppendKeysAllocations: keying into a dst with room allocates nothing
-// for plain and salted prompts.
+// for plain and salted prompts (under the race detector, a constant few:
+// never one per block).
 func TestAppendKeysAllocations(t *testing.T) {
 	tokens := randTokens(rand.New(rand.NewPCG(11, 12)), 32768)
 	dst := make([]Key, 0, 2048)
 	for _, salt := range []string{"", "tenant"} {
 		r := Request{Tokens: tokens, CacheSalt: salt}
 		allocs := testing.AllocsPerRun(20, func() { dst = r.AppendKeys(dst[:0], "model", 16) })
-		if allocs > 0 {
+		limit := 0.0
+		if raceEnabled {
+			limit = 2
+		}
+		if allocs > limit {
 			t.Errorf("salt %q: %.0f allocations", salt, allocs)
 		}
 	}

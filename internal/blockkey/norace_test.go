@@ -1,0 +1,5 @@
+//go:build !race
+
+package blockkey
+
+const raceEnabled = false
