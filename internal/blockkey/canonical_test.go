@@ -154,8 +154,8 @@ func TestIdentityChangesEveryKey(t *testing.T) {
 	tokens := randTokens(rand.New(rand.NewPCG(5, 6)), 256)
 	base := (&Request{Tokens: tokens}).AppendKeys(nil, "m", 16)
 	variants := map[string][]Key{
-		"model": (&Request{Tokens: tokens}).AppendKeys(nil, "m2", 16),
-		"lora":  (&Request{Tokens: tokens, LoRA: "a"}).AppendKeys(nil, "m", 16),
+		"model":     (&Request{Tokens: tokens}).AppendKeys(nil, "m2", 16),
+		"lora":      (&Request{Tokens: tokens, LoRA: "a"}).AppendKeys(nil, "m", 16),
 		"model-nul": (&Request{Tokens: tokens}).AppendKeys(nil, "m\x00", 16),
 	}
 	for name, keys := range variants {
