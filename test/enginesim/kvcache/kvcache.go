@@ -221,19 +221,42 @@ func (c *Cache) lookup(s *Seq) int {
 // tokens asked for; nothing changed.
 var ErrNoSpace = errors.New("kvcache: not enough free blocks")
 
-// Schedule reserves room for numNew more tokens of s. When s holds no
-// blocks (new, or preempted) it first looks up the prefix cache and takes
-// the hit blocks, so its computed tokens start at the hit. It returns
+// ErrAdmitted is returned by Admit for a sequence that already holds blocks.
+var ErrAdmitted = errors.New("kvcache: sequence already holds blocks")
+
+// Admit starts (or, after preemption, restarts) s: it looks up the prefix
+// cache, takes the hit blocks, and reserves room for up to budget of the
+// remaining prompt tokens. It returns how many tokens to compute now, and
 // ErrNoSpace, with nothing changed, when the free blocks cannot hold them.
-func (c *Cache) Schedule(s *Seq, numNew int) error {
-	bs := c.cfg.BlockSize
-	fresh := len(s.blocks) == 0
-	hit := 0
-	if fresh {
-		s.computed, s.numCached = 0, 0
-		hit = c.lookup(s)
+func (c *Cache) Admit(s *Seq, budget int) (int, error) {
+	if len(s.blocks) != 0 {
+		return 0, ErrAdmitted
 	}
-	need := (s.computed+hit*bs+numNew+bs-1)/bs - len(s.blocks) - hit
+	s.computed, s.numCached = 0, 0
+	hit := c.lookup(s)
+	numNew := min(len(s.Tokens)-hit*c.cfg.BlockSize, budget)
+	if err := c.reserve(s, hit, numNew); err != nil {
+		return 0, err
+	}
+	s.computed, s.numCached = hit*c.cfg.BlockSize, hit
+	if !s.admitted {
+		s.admitted, s.hitTokens = true, hit*c.cfg.BlockSize
+	}
+	return numNew, nil
+}
+
+// Schedule reserves room for numNew more tokens of an admitted sequence,
+// returning ErrNoSpace, with nothing changed, when the blocks are not there.
+func (c *Cache) Schedule(s *Seq, numNew int) error {
+	return c.reserve(s, 0, numNew)
+}
+
+// reserve takes hit cached blocks (s holding none) and enough free blocks
+// for numNew tokens past them, or changes nothing.
+func (c *Cache) reserve(s *Seq, hit, numNew int) error {
+	bs := c.cfg.BlockSize
+	computed := s.computed + hit*bs
+	need := (computed+numNew+bs-1)/bs - len(s.blocks) - hit
 	// Hit blocks sitting in the free queue stop being free when taken.
 	free := c.numFree
 	for i := 0; i < hit; i++ {
@@ -248,12 +271,6 @@ func (c *Cache) Schedule(s *Seq, numNew int) error {
 		id := c.cached[s.hashes[i]]
 		c.touch(id)
 		s.blocks = append(s.blocks, id)
-	}
-	if fresh {
-		s.computed, s.numCached = hit*bs, hit
-		if !s.admitted {
-			s.admitted, s.hitTokens = true, hit*bs
-		}
 	}
 	for i := 0; i < need; i++ {
 		s.blocks = append(s.blocks, c.pop())

@@ -28,10 +28,11 @@ func seqOf(n int, base uint32) *Seq {
 // prefill schedules and computes all of s's tokens.
 func prefill(t *testing.T, c *Cache, s *Seq) {
 	t.Helper()
-	if err := c.Schedule(s, len(s.Tokens)-s.Computed()); err != nil {
+	n, err := c.Admit(s, len(s.Tokens))
+	if err != nil {
 		t.Fatal(err)
 	}
-	c.Commit(s, len(s.Tokens)-s.Computed())
+	c.Commit(s, n)
 }
 
 func TestReproducesVLLMCaptures(t *testing.T) {
@@ -78,8 +79,8 @@ func TestPrefixHitCappedAtLenMinusOne(t *testing.T) {
 		hit    int
 	}{{64, 48}, {65, 64}, {80, 64}, {63, 48}, {16, 0}, {17, 16}} {
 		s := seqOf(tc.tokens, 1000)
-		if err := c.Schedule(s, tc.tokens-tc.hit); err != nil {
-			t.Fatal(err)
+		if n, err := c.Admit(s, 1<<20); err != nil || n != tc.tokens-tc.hit {
+			t.Fatalf("Admit = %d, %v", n, err)
 		}
 		if s.CachedTokens() != tc.hit || s.Computed() != tc.hit {
 			t.Errorf("%d tokens: hit %d (computed %d), want %d", tc.tokens, s.CachedTokens(), s.Computed(), tc.hit)
@@ -89,7 +90,7 @@ func TestPrefixHitCappedAtLenMinusOne(t *testing.T) {
 	}
 	// A different first token shares nothing.
 	s := seqOf(64, 1001)
-	if err := c.Schedule(s, 64); err != nil || s.CachedTokens() != 0 {
+	if _, err := c.Admit(s, 64); err != nil || s.CachedTokens() != 0 {
 		t.Fatalf("unrelated prompt hit %d (%v)", s.CachedTokens(), err)
 	}
 }
@@ -107,14 +108,14 @@ func TestSaltIsolatesAndIsPublished(t *testing.T) {
 	for _, salt := range []string{"", "tenant-b"} {
 		b := seqOf(48, 7)
 		b.Salt = salt
-		if err := c.Schedule(b, 48); err != nil || b.CachedTokens() != 0 {
+		if _, err := c.Admit(b, 48); err != nil || b.CachedTokens() != 0 {
 			t.Fatalf("salt %q hit %d of tenant-a's blocks", salt, b.CachedTokens())
 		}
 		c.Free(b)
 	}
 	same := seqOf(48, 7)
 	same.Salt = "tenant-a"
-	if err := c.Schedule(same, 16); err != nil || same.CachedTokens() != 32 {
+	if _, err := c.Admit(same, 16); err != nil || same.CachedTokens() != 32 {
 		t.Fatalf("same salt hit %d", same.CachedTokens())
 	}
 }
@@ -149,7 +150,7 @@ func TestEvictionTailFirstAndBlockRemoved(t *testing.T) {
 	// a's head is still cached.
 	c.Free(b)
 	again := seqOf(16, 100)
-	if err := c.Schedule(again, 8); err != nil || again.CachedTokens() != 8 {
+	if _, err := c.Admit(again, 8); err != nil || again.CachedTokens() != 8 {
 		t.Fatalf("hit %d after partial eviction (%v)", again.CachedTokens(), err)
 	}
 }
@@ -157,7 +158,7 @@ func TestEvictionTailFirstAndBlockRemoved(t *testing.T) {
 func TestNoSpaceChangesNothing(t *testing.T) {
 	c := newCache(t, 5, 4) // 4 usable blocks
 	s := seqOf(20, 1)
-	if err := c.Schedule(s, 20); !errors.Is(err, ErrNoSpace) {
+	if _, err := c.Admit(s, 20); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Schedule = %v", err)
 	}
 	if c.NumFree() != 4 || s.NumBlocks() != 0 || s.CachedTokens() != -1 {
@@ -168,11 +169,11 @@ func TestNoSpaceChangesNothing(t *testing.T) {
 	prefill(t, c, a)
 	c.Free(a)
 	b := seqOf(13, 1) // hit 12 (3 blocks), needs 1 more: fits exactly
-	if err := c.Schedule(b, 1); err != nil || b.CachedTokens() != 12 {
+	if n, err := c.Admit(b, 1); err != nil || n != 1 || b.CachedTokens() != 12 {
 		t.Fatalf("exact fit: %v, hit %d", err, b.CachedTokens())
 	}
 	d := seqOf(5, 900)
-	if err := c.Schedule(d, 5); !errors.Is(err, ErrNoSpace) {
+	if _, err := c.Admit(d, 5); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("overcommit: %v", err)
 	}
 }
@@ -208,7 +209,7 @@ func TestConcurrentCopiesArePublishedEach(t *testing.T) {
 	c := newCache(t, 20, 4)
 	a, b := seqOf(9, 1), seqOf(9, 1)
 	for _, s := range []*Seq{a, b} { // both scheduled before either computes
-		if err := c.Schedule(s, 9); err != nil {
+		if _, err := c.Admit(s, 9); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -224,7 +225,7 @@ func TestConcurrentCopiesArePublishedEach(t *testing.T) {
 	// its last copy goes, and each copy's eviction is published.
 	removed := 0
 	big := seqOf(4*19, 5000)
-	if err := c.Schedule(big, len(big.Tokens)); err != nil {
+	if _, err := c.Admit(big, len(big.Tokens)); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range c.TakeEvents() {
@@ -254,7 +255,7 @@ func TestResetAndWipe(t *testing.T) {
 		t.Fatalf("after reset: %+v cached %d free %d", ev, c.NumCached(), c.NumFree())
 	}
 	again := seqOf(8, 1)
-	if err := c.Schedule(again, 8); err != nil || again.CachedTokens() != 0 {
+	if _, err := c.Admit(again, 8); err != nil || again.CachedTokens() != 0 {
 		t.Fatal("hit after reset")
 	}
 	c.Commit(again, 8)
@@ -269,8 +270,11 @@ func TestPreemptedSequenceRecomputes(t *testing.T) {
 	s := seqOf(10, 1)
 	prefill(t, c, s)
 	c.Free(s) // preempted
-	if err := c.Schedule(s, 2); err != nil {
-		t.Fatal(err)
+	if n, err := c.Admit(s, 100); err != nil || n != 2 {
+		t.Fatal(n, err)
+	}
+	if _, err := c.Admit(s, 1); !errors.Is(err, ErrAdmitted) {
+		t.Fatal("second Admit accepted")
 	}
 	// It finds its own cached blocks again; num_cached_tokens keeps the first admission's value.
 	if s.Computed() != 8 || s.CachedTokens() != 0 {
@@ -289,7 +293,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := seqOf(4, 1)
-	if err := c.Schedule(s, 4); err != nil {
+	if _, err := c.Admit(s, 4); err != nil {
 		t.Fatal(err)
 	}
 	c.Commit(s, 4)
