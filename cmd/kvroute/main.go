@@ -70,10 +70,7 @@ the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
-		pending("engine", "Run a simulated vLLM engine that speaks vLLM's wire protocols",
-			`Serves vLLM's OpenAI-compatible HTTP API, render and tokenize endpoints and
-metrics, keeps a paged prefix cache with vLLM's sha256_cbor hashes, and
-publishes KV-cache events over ZeroMQ, so everything runs without GPUs.`),
+		newEngineCommand(),
 		pending("sidecar", "Turn one vLLM pod's KV-cache events into a live summary",
 			`Subscribes to the engine's KV events (ZeroMQ), keeps an exact index of the
 blocks it holds under canonical keys, and serves a compact summary to pickers.`),

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/test/enginesim"
+)
+
+// newLogger returns a JSON logger at the given level (debug, info, warn, error).
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Sampling = nil
+	return cfg.Build()
+}
+
+func newEngineCommand() *cobra.Command {
+	cfg := enginesim.DefaultConfig()
+	var (
+		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel string
+		loraModules                                                 []string
+		numGPUBlocks                                                int
+	)
+	cmd := &cobra.Command{
+		Use:   "engine",
+		Short: "Run a simulated vLLM engine that speaks vLLM's wire protocols",
+		Long: `Run a stand-in for 'vllm serve' that speaks vLLM's wire protocols exactly:
+the OpenAI-compatible HTTP API (chat, completions, Responses; streaming),
+render and tokenize endpoints, /metrics with vLLM's names, a paged prefix
+cache with vLLM's sha256_cbor block hashes, and KV-cache events over ZeroMQ
+with replay. No GPU: a latency model stands in for the model.
+
+Flags are named as vLLM names them; simulator-only flags start with --sim-.
+Environment, as vLLM reads it: PYTHONHASHSEED (the hash seed; --hash-seed
+overrides it), VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 (serve /v1/responses/render),
+VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 (publish raw digests).
+
+Run-time fault switches: POST /sim/faults {"drop_events_pct":10,"delay_events_ms":5}
+and POST /sim/restart.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			if fl.Changed("num-gpu-blocks") {
+				cfg.NumGPUBlocks = numGPUBlocks
+			}
+			var err error
+			if cfg.KVEvents, err = enginesim.ParseKVEventsConfig(kvEventsJSON); err != nil {
+				return usageError(err)
+			}
+			switch {
+			case fl.Changed("hash-seed"):
+				cfg.HashSeed = hashSeed
+			default:
+				if v, ok := os.LookupEnv("PYTHONHASHSEED"); ok {
+					cfg.HashSeed = v
+				}
+			}
+			cfg.EnableScaleOutEndpoints = os.Getenv("VLLM_ENABLE_SCALE_OUT_ENDPOINTS") == "1"
+			if v, ok := os.LookupEnv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"); ok {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return usageError(fmt.Errorf("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=%q: %w", v, err))
+				}
+				cfg.IntBlockHashes = b
+			}
+			for _, m := range loraModules {
+				lm, err := enginesim.ParseLoRAModule(m)
+				if err != nil {
+					return usageError(err)
+				}
+				cfg.LoRAModules = append(cfg.LoRAModules, lm)
+			}
+			if cfg.Sim.EventLayout, err = kvevents.ParseLayout(eventLayout); err != nil {
+				return usageError(err)
+			}
+			if cfg.Sim.ReplayLayout, err = kvevents.ParseReplayLayout(replayLayout); err != nil {
+				return usageError(err)
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError(err)
+			}
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return usageError(err)
+			}
+			defer func() { _ = log.Sync() }()
+			p, err := enginesim.Start(cfg, log)
+			if err != nil {
+				return err
+			}
+			stop := make(chan os.Signal, 1)
+			signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(stop)
+			for _, e := range p.Engines() {
+				fmt.Fprintf(cmd.OutOrStdout(), "rank %d: http %s kv-events %q replay %q\n", e.Rank(), e.URL(), e.EventsEndpoint(), e.ReplayEndpoint())
+			}
+			<-stop
+			log.Info("shutting down")
+			p.Close()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Model, "model", cfg.Model, "model name or path (the simulator loads nothing)")
+	f.StringSliceVar(&cfg.ServedModelNames, "served-model-name", nil, "names the model answers to (default: --model)")
+	f.StringVar(&cfg.Host, "host", "", "host to listen on (default: every interface)")
+	f.IntVar(&cfg.Port, "port", cfg.Port, "HTTP port; data-parallel rank r serves on port+r (0: ephemeral)")
+	f.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV block")
+	f.IntVar(&cfg.NumGPUBlocks, "num-gpu-blocks-override", cfg.NumGPUBlocks, "KV blocks per rank, including vLLM's null block")
+	f.IntVar(&numGPUBlocks, "num-gpu-blocks", cfg.NumGPUBlocks, "alias of --num-gpu-blocks-override")
+	f.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "context length, prompt plus output")
+	f.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "sequences per scheduler step")
+	f.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.MaxNumBatchedTokens, "tokens per scheduler step (chunked prefill beyond it)")
+	f.StringVar(&cfg.HashAlgo, "prefix-caching-hash-algo", cfg.HashAlgo, "block hash algorithm; only sha256_cbor is simulated")
+	f.StringVar(&hashSeed, "hash-seed", "", "NONE_HASH seed string (default: $PYTHONHASHSEED, else \"vllm-none-hash\")")
+	f.StringVar(&kvEventsJSON, "kv-events-config", "", `KV events config, the JSON vLLM takes, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv@pod@model"}'`)
+	f.BoolVar(&cfg.EnablePromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
+	f.IntVarP(&cfg.DataParallelSize, "data-parallel-size", "d", 1, "data-parallel ranks; rank r uses HTTP port+r and event ports +r")
+	f.BoolVar(&cfg.EnableLoRA, "enable-lora", false, "serve LoRA adapters")
+	f.StringSliceVar(&loraModules, "lora-modules", nil, "LoRA adapters as name=path (repeat the flag or separate with commas)")
+	f.StringVar(&eventLayout, "sim-event-layout", "map", "KV event encoding: map (vLLM ≥ 0.26) or array (older vLLM)")
+	f.StringVar(&replayLayout, "sim-replay-layout", "topic", "replay reply layout: topic (current vLLM) or legacy")
+	f.Float64Var(&cfg.Sim.PrefillTokensPerSecond, "sim-prefill-tokens-per-s", cfg.Sim.PrefillTokensPerSecond, "uncached prompt tokens computed per simulated second")
+	f.DurationVar(&cfg.Sim.StepBase, "sim-step-base", cfg.Sim.StepBase, "simulated cost of every scheduler step")
+	f.DurationVar(&cfg.Sim.StepPerSeq, "sim-step-per-seq", cfg.Sim.StepPerSeq, "simulated cost added per decoding sequence in a step")
+	f.Float64Var(&cfg.Sim.TimeScale, "sim-time-scale", cfg.Sim.TimeScale, "wall time per simulated time: 1 real time, 0.01 100× faster, 0 never sleep")
+	f.Float64Var(&cfg.Sim.DropEventsPercent, "sim-drop-events-pct", 0, "fault: percent of event batches not sent live (still replayable)")
+	f.DurationVar(&cfg.Sim.EventDelay, "sim-delay-events", 0, "fault: hold every event batch back this long")
+	f.Uint64Var(&cfg.Sim.Seed, "sim-seed", cfg.Sim.Seed, "seed for the fault switches' random choices")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
+
+// usageError marks a configuration error: exit code 2.
+func usageError(err error) error {
+	return &exitCodeError{code: exitUsage, err: fmt.Errorf("%s", strings.TrimSpace(err.Error()))}
+}

@@ -1,0 +1,264 @@
+package enginesim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/kvevents"
+)
+
+// KVEventsConfig is vLLM's --kv-events-config, field for field.
+type KVEventsConfig struct {
+	EnableKVCacheEvents bool    `json:"enable_kv_cache_events"`
+	Publisher           *string `json:"publisher"`       // "zmq" or "null"; nil → zmq when enabled
+	Endpoint            string  `json:"endpoint"`        // PUB address, default tcp://*:5557
+	ReplayEndpoint      *string `json:"replay_endpoint"` // ROUTER address; nil disables replay
+	BufferSteps         int     `json:"buffer_steps"`    // replay ring, in batches
+	HWM                 int     `json:"hwm"`             // PUB high-water mark, in messages
+	MaxQueueSize        int     `json:"max_queue_size"`  // accepted for compatibility
+	Topic               string  `json:"topic"`
+}
+
+// ParseKVEventsConfig parses the JSON vLLM takes, applying vLLM's defaults.
+// Unknown fields are an error, as vLLM's config dataclass rejects them.
+func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
+	c := DefaultKVEventsConfig()
+	if strings.TrimSpace(s) == "" {
+		return c, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("--kv-events-config: %w", err)
+	}
+	return c, c.Validate()
+}
+
+// DefaultKVEventsConfig returns vLLM's defaults (events disabled).
+func DefaultKVEventsConfig() KVEventsConfig {
+	return KVEventsConfig{Endpoint: "tcp://*:5557", BufferSteps: 10_000, HWM: 100_000, MaxQueueSize: 100_000}
+}
+
+// Enabled reports whether events are published over ZMQ.
+func (c KVEventsConfig) Enabled() bool {
+	if !c.EnableKVCacheEvents {
+		return false
+	}
+	return c.Publisher == nil || *c.Publisher == "zmq"
+}
+
+// Validate checks c.
+func (c KVEventsConfig) Validate() error {
+	if c.Publisher != nil && *c.Publisher != "zmq" && *c.Publisher != "null" {
+		return fmt.Errorf("--kv-events-config: publisher %q: want zmq or null", *c.Publisher)
+	}
+	if c.Enabled() && c.Endpoint == "" {
+		return errors.New("--kv-events-config: endpoint is empty")
+	}
+	if c.BufferSteps < 1 || c.HWM < 0 {
+		return fmt.Errorf("--kv-events-config: buffer_steps %d, hwm %d", c.BufferSteps, c.HWM)
+	}
+	return nil
+}
+
+// pubBinds is vLLM's heuristic (ZmqEventPublisher._socket_setup): the PUB
+// binds when the endpoint has a wildcard host or is ipc/inproc, and
+// connects otherwise.
+func pubBinds(endpoint string) bool {
+	return strings.Contains(endpoint, "*") || strings.Contains(endpoint, "::") ||
+		strings.HasPrefix(endpoint, "ipc://") || strings.HasPrefix(endpoint, "inproc://")
+}
+
+// offsetEndpointPort is vLLM's offset_endpoint_port: rank r of a tcp
+// endpoint uses port+r, of an inproc endpoint the name suffixed _dp<r>. An
+// ephemeral port ("*") stays ephemeral for every rank.
+func offsetEndpointPort(endpoint string, rank int) (string, error) {
+	if rank == 0 {
+		return endpoint, nil
+	}
+	if strings.HasPrefix(endpoint, "inproc://") {
+		return fmt.Sprintf("%s_dp%d", endpoint, rank), nil
+	}
+	if !strings.HasPrefix(endpoint, "tcp://") {
+		return "", fmt.Errorf("endpoint %q: data-parallel ranks need a tcp:// or inproc:// endpoint", endpoint)
+	}
+	i := strings.LastIndex(endpoint, ":")
+	if endpoint[i+1:] == "*" {
+		return endpoint, nil
+	}
+	port, err := strconv.Atoi(endpoint[i+1:])
+	if err != nil {
+		return "", fmt.Errorf("endpoint %q: bad port", endpoint)
+	}
+	return endpoint[:i+1] + strconv.Itoa(port+rank), nil
+}
+
+// LoRAModule is one --lora-modules name=path entry.
+type LoRAModule struct {
+	Name string
+	Path string
+}
+
+// ParseLoRAModule parses name=path (vLLM also takes JSON; name=path is the
+// common form).
+func ParseLoRAModule(s string) (LoRAModule, error) {
+	if strings.HasPrefix(strings.TrimSpace(s), "{") {
+		var m struct {
+			Name string `json:"name"`
+			Path string `json:"path"`
+		}
+		if err := json.Unmarshal([]byte(s), &m); err != nil || m.Name == "" {
+			return LoRAModule{}, fmt.Errorf("--lora-modules %q: want name=path or {\"name\":…,\"path\":…}", s)
+		}
+		return LoRAModule{m.Name, m.Path}, nil
+	}
+	name, path, ok := strings.Cut(s, "=")
+	if !ok || name == "" || path == "" {
+		return LoRAModule{}, fmt.Errorf("--lora-modules %q: want name=path", s)
+	}
+	return LoRAModule{name, path}, nil
+}
+
+// SimConfig holds the simulator-only settings (--sim-* flags).
+type SimConfig struct {
+	// EventLayout is the event encoding: map (vLLM ≥ 0.26) or array (older).
+	EventLayout kvevents.Layout
+	// ReplayLayout is the replay reply shape: with topic (current) or legacy.
+	ReplayLayout kvevents.ReplayLayout
+	// PrefillTokensPerSecond is the uncached prompt throughput.
+	PrefillTokensPerSecond float64
+	// StepBase is the fixed cost of one engine step; StepPerSeq is added per
+	// decoding sequence. The defaults give ≈ 30 ms steps at 50 sequences.
+	StepBase   time.Duration
+	StepPerSeq time.Duration
+	// TimeScale multiplies every simulated duration before sleeping: 1 is
+	// real time, 0.01 runs 100× faster, 0 never sleeps. Reported latencies
+	// stay in simulated time.
+	TimeScale float64
+	// DropEventsPercent of event batches are not published live (they stay
+	// in the replay ring, and their seq numbers are used up).
+	DropEventsPercent float64
+	// EventDelay holds every event batch back this long (wall time).
+	EventDelay time.Duration
+	// Seed seeds the fault switches' random choices.
+	Seed uint64
+}
+
+// Config configures a simulated engine process; fields are named after
+// vLLM's flags.
+type Config struct {
+	Model               string   // --model
+	ServedModelNames    []string // --served-model-name; default [Model]
+	Host                string   // --host; "" listens on every interface
+	Port                int      // --port; rank r serves on Port+r (0: ephemeral)
+	BlockSize           int      // --block-size
+	NumGPUBlocks        int      // --num-gpu-blocks-override
+	MaxModelLen         int      // --max-model-len
+	MaxNumSeqs          int      // --max-num-seqs
+	MaxNumBatchedTokens int      // --max-num-batched-tokens
+	HashAlgo            string   // --prefix-caching-hash-algo
+	// HashSeed is the NONE_HASH seed: PYTHONHASHSEED when set, else
+	// --hash-seed, else vLLM's default "vllm-none-hash".
+	HashSeed                  string
+	KVEvents                  KVEventsConfig // --kv-events-config
+	EnablePromptTokensDetails bool           // --enable-prompt-tokens-details
+	DataParallelSize          int            // --data-parallel-size
+	EnableLoRA                bool           // --enable-lora
+	LoRAModules               []LoRAModule   // --lora-modules
+	// EnableScaleOutEndpoints registers /v1/responses/render, as
+	// VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 does.
+	EnableScaleOutEndpoints bool
+	// IntBlockHashes publishes 64-bit hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES,
+	// default true); false publishes raw digests.
+	IntBlockHashes bool
+	Sim            SimConfig
+}
+
+// DefaultConfig returns defaults resembling one H100 serving an 8B–20B
+// model with vLLM's own defaults.
+func DefaultConfig() Config {
+	return Config{
+		Model:               "Qwen/Qwen3-0.6B",
+		Port:                8000,
+		BlockSize:           16,
+		NumGPUBlocks:        8192,
+		MaxModelLen:         32768,
+		MaxNumSeqs:          256,
+		MaxNumBatchedTokens: 8192,
+		HashAlgo:            blockkey.HashAlgoSHA256CBOR,
+		HashSeed:            blockkey.DefaultSeed,
+		KVEvents:            DefaultKVEventsConfig(),
+		DataParallelSize:    1,
+		IntBlockHashes:      true,
+		Sim: SimConfig{
+			PrefillTokensPerSecond: 10_000,
+			StepBase:               25 * time.Millisecond,
+			StepPerSeq:             100 * time.Microsecond,
+			TimeScale:              1,
+			Seed:                   1,
+		},
+	}
+}
+
+// Validate checks c, with messages naming the flag.
+func (c *Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.Model != "", "--model is empty")
+	check(c.Port >= 0 && c.Port+c.DataParallelSize <= 65536, "--port %d out of range", c.Port)
+	check(c.BlockSize > 0 && c.BlockSize <= 1024, "--block-size %d: want 1..1024", c.BlockSize)
+	check(c.NumGPUBlocks >= 2, "--num-gpu-blocks %d: want at least 2", c.NumGPUBlocks)
+	check(c.MaxModelLen > 0, "--max-model-len %d must be positive", c.MaxModelLen)
+	check(c.MaxNumSeqs > 0, "--max-num-seqs %d must be positive", c.MaxNumSeqs)
+	check(c.MaxNumBatchedTokens > 0, "--max-num-batched-tokens %d must be positive", c.MaxNumBatchedTokens)
+	check(c.HashAlgo == blockkey.HashAlgoSHA256CBOR,
+		"--prefix-caching-hash-algo %q is not supported by the simulated engine (only sha256_cbor: the pickle-based sha256 and the xxhash variants are not implemented)", c.HashAlgo)
+	check(c.DataParallelSize >= 1, "--data-parallel-size %d must be at least 1", c.DataParallelSize)
+	check(len(c.LoRAModules) == 0 || c.EnableLoRA, "--lora-modules needs --enable-lora")
+	check(c.Sim.PrefillTokensPerSecond > 0, "--sim-prefill-tokens-per-s must be positive")
+	check(c.Sim.StepBase >= 0 && c.Sim.StepPerSeq >= 0, "--sim-step-base and --sim-step-per-seq must not be negative")
+	check(c.Sim.TimeScale >= 0, "--sim-time-scale %v must not be negative", c.Sim.TimeScale)
+	check(c.Sim.DropEventsPercent >= 0 && c.Sim.DropEventsPercent <= 100, "--sim-drop-events-pct %v: want 0..100", c.Sim.DropEventsPercent)
+	check(c.Sim.EventDelay >= 0, "--sim-delay-events must not be negative")
+	seen := map[string]bool{}
+	for _, n := range c.modelNames() {
+		check(!seen[n], "model name %q is served twice", n)
+		seen[n] = true
+	}
+	if err := c.KVEvents.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.KVEvents.Enabled() && c.DataParallelSize > 1 {
+		if _, err := offsetEndpointPort(c.KVEvents.Endpoint, 1); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// servedNames returns the names the base model answers to.
+func (c *Config) servedNames() []string {
+	if len(c.ServedModelNames) > 0 {
+		return c.ServedModelNames
+	}
+	return []string{c.Model}
+}
+
+// modelNames returns every name requests may use: served names and LoRA
+// adapters.
+func (c *Config) modelNames() []string {
+	names := append([]string(nil), c.servedNames()...)
+	for _, m := range c.LoRAModules {
+		names = append(names, m.Name)
+	}
+	return names
+}

@@ -1,0 +1,34 @@
+// Package enginesim is kvroute's stand-in for `vllm serve`, exposed as
+// `kvroute engine`: it speaks vLLM's wire protocols exactly, so the sidecar,
+// the picker, the demo and every benchmark run without GPUs.
+//
+// Contract:
+//   - HTTP as vLLM serves it: /v1/chat/completions, /v1/completions and
+//     /v1/responses (stateless), streaming over SSE with
+//     stream_options.include_usage; the render endpoints
+//     (/v1/responses/render only with EnableScaleOutEndpoints, as vLLM gates
+//     it behind VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1); /tokenize (completion,
+//     chat and — beyond vLLM — Responses input) and /detokenize;
+//     /v1/models, /health, /version, /reset_prefix_cache and /metrics with
+//     vLLM's metric names. Errors use vLLM's OpenAI error body.
+//   - usage.prompt_tokens_details.cached_tokens only with
+//     EnablePromptTokensDetails and a non-zero hit, as vLLM reports it.
+//   - A paged KV cache with vLLM v1 prefix caching (package kvcache):
+//     sha256_cbor chained hashes with the seed, cache_salt on block 0, the
+//     LoRA name on every block, hits capped at len−1, LRU eviction.
+//   - KV events over ZeroMQ per rank (PUB bound or connected by vLLM's
+//     heuristic, rank r on port+r), one batch per scheduler step with seq
+//     from 0 per process, in either event layout; a replay ROUTER over a
+//     ring of recent batches answering in either reply layout.
+//   - A scheduler with vLLM's shape (running first, then waiting FCFS,
+//     chunked prefill under max_num_batched_tokens, preemption from the
+//     back) and a latency model: prefill time grows with uncached tokens,
+//     each step costs a base plus a per-sequence decode cost; TimeScale
+//     shrinks all simulated time. Reported latencies are simulated time.
+//   - Deterministic: the same prompt always gives the same tokens and the
+//     same reply (package chat's tokenizer and template).
+//   - Fault switches for tests and benchmarks: drop a percentage of event
+//     batches (they stay replayable), delay them, and restart (new start
+//     time, seq back to 0, cache empty, requests in flight fail); also at
+//     run time through POST /sim/faults and POST /sim/restart.
+package enginesim

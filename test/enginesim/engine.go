@@ -1,0 +1,349 @@
+package enginesim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/test/enginesim/kvcache"
+)
+
+// Engine is one data-parallel rank: an engine core (scheduler and KV
+// cache), its event publisher and its HTTP server.
+type Engine struct {
+	cfg     *Config
+	rank    int
+	log     *zap.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
+	cache   *kvcache.Cache // scheduler goroutine only
+	pub     *publisher     // scheduler goroutine only (nil: events off)
+
+	submitCh chan *request
+	ctrl     chan func(*scheduler)
+	quit     chan struct{}
+	done     chan struct{}
+	closed   atomic.Bool
+	started  atomic.Int64 // simulated process start, unix nanoseconds
+	restarts atomic.Int64
+
+	eventsEndpoint, replayEndpoint atomic.Pointer[string]
+
+	srv      *http.Server
+	listener net.Listener
+}
+
+// ErrClosed is returned for requests to an engine that is shutting down.
+var ErrClosed = errors.New("the engine is shutting down")
+
+func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
+	e := &Engine{
+		cfg:      cfg,
+		rank:     rank,
+		log:      log.With(zap.Int("rank", rank)),
+		reg:      prometheus.NewRegistry(),
+		submitCh: make(chan *request, 1024),
+		ctrl:     make(chan func(*scheduler)),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	e.metrics = newMetrics(e.reg, cfg, rank)
+	var err error
+	e.cache, err = kvcache.New(kvcache.Config{
+		NumBlocks:  cfg.NumGPUBlocks,
+		BlockSize:  cfg.BlockSize,
+		Seed:       cfg.HashSeed,
+		RawHashes:  !cfg.IntBlockHashes,
+		EmitEvents: cfg.KVEvents.Enabled(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.openPublisher(); err != nil {
+		return nil, err
+	}
+	e.markStarted()
+	return e, nil
+}
+
+func (e *Engine) openPublisher() error {
+	if !e.cfg.KVEvents.Enabled() {
+		empty := ""
+		e.eventsEndpoint.Store(&empty)
+		e.replayEndpoint.Store(&empty)
+		return nil
+	}
+	p, err := newPublisher(e.cfg, e.rank, e.log, e.metrics, e.cfg.Sim.Seed+uint64(e.restarts.Load()))
+	if err != nil {
+		return err
+	}
+	e.pub = p
+	e.eventsEndpoint.Store(&p.pubEndpoint)
+	e.replayEndpoint.Store(&p.replayEndpoint)
+	return nil
+}
+
+func (e *Engine) markStarted() {
+	now := time.Now()
+	e.started.Store(now.UnixNano())
+	e.metrics.startTime.Set(float64(now.UnixNano()) / 1e9)
+}
+
+// Rank returns the data-parallel rank.
+func (e *Engine) Rank() int { return e.rank }
+
+// URL returns the rank's HTTP base URL.
+func (e *Engine) URL() string { return "http://" + e.listener.Addr().String() }
+
+// Addr returns the rank's HTTP listen address.
+func (e *Engine) Addr() string { return e.listener.Addr().String() }
+
+// EventsEndpoint returns the PUB endpoint (ephemeral ports resolved); ""
+// when events are off.
+func (e *Engine) EventsEndpoint() string { return *e.eventsEndpoint.Load() }
+
+// ReplayEndpoint returns the replay ROUTER endpoint; "" when replay is off.
+func (e *Engine) ReplayEndpoint() string { return *e.replayEndpoint.Load() }
+
+// StartTime returns the simulated process start time; it changes on Restart.
+func (e *Engine) StartTime() time.Time { return time.Unix(0, e.started.Load()) }
+
+// Registry returns the rank's metrics registry.
+func (e *Engine) Registry() *prometheus.Registry { return e.reg }
+
+func (e *Engine) run() {
+	defer close(e.done)
+	s := &scheduler{e: e}
+	for {
+		if len(s.waiting) == 0 && len(s.running) == 0 {
+			select {
+			case r := <-e.submitCh:
+				s.enqueue(r)
+			case f := <-e.ctrl:
+				f(s)
+				continue
+			case <-e.quit:
+				s.abortAll(ErrClosed)
+				return
+			}
+		}
+	drain:
+		for {
+			select {
+			case r := <-e.submitCh:
+				s.enqueue(r)
+			case f := <-e.ctrl:
+				f(s)
+			case <-e.quit:
+				s.abortAll(ErrClosed)
+				return
+			default:
+				break drain
+			}
+		}
+		if !s.step(e.quit) {
+			s.abortAll(ErrClosed)
+			return
+		}
+		e.metrics.observe(s)
+	}
+}
+
+// submit hands requests to the scheduler.
+func (e *Engine) submit(ctx context.Context, reqs ...*request) error {
+	for _, r := range reqs {
+		select {
+		case e.submitCh <- r:
+		case <-e.quit:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// do runs f on the scheduler goroutine and waits for it.
+func (e *Engine) do(f func(*scheduler)) error {
+	ran := make(chan struct{})
+	select {
+	case e.ctrl <- func(s *scheduler) { f(s); close(ran) }:
+	case <-e.quit:
+		return ErrClosed
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-e.done:
+		return ErrClosed
+	}
+}
+
+// ResetPrefixCache drops every cached block (AllBlocksCleared), failing
+// like vLLM while requests hold blocks.
+func (e *Engine) ResetPrefixCache() error {
+	var err error
+	if derr := e.do(func(s *scheduler) {
+		if err = e.cache.Reset(); err == nil {
+			if ev := e.cache.TakeEvents(); len(ev) > 0 && e.pub != nil {
+				e.pub.publish(ev)
+			}
+		}
+	}); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// Restart simulates a process restart: requests in flight fail, the cache
+// is emptied without events, the publisher restarts at seq 0 with an empty
+// replay ring, and the start time changes.
+func (e *Engine) Restart() error {
+	var err error
+	if derr := e.do(func(s *scheduler) {
+		s.abortAll(errRestarted)
+		if e.pub != nil {
+			e.pub.close()
+			e.pub = nil
+		}
+		e.cache.Wipe()
+		e.restarts.Add(1)
+		err = e.openPublisher()
+		// A new process: at least a tick later than the last one.
+		for time.Now().UnixNano() <= e.started.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		e.markStarted()
+		s.simNow = 0
+		e.metrics.observe(s)
+		e.log.Info("simulated engine restart", zap.Int64("restarts", e.restarts.Load()))
+	}); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// SetEventFaults changes the event fault switches at run time.
+func (e *Engine) SetEventFaults(dropPercent float64, delay time.Duration) error {
+	if dropPercent < 0 || dropPercent > 100 || delay < 0 {
+		return fmt.Errorf("drop %v%% delay %v: want 0..100 and a non-negative delay", dropPercent, delay)
+	}
+	return e.do(func(s *scheduler) {
+		if e.pub != nil {
+			e.pub.setFaults(dropPercent, delay)
+		}
+	})
+}
+
+// Stats is a snapshot of the engine core for tests and benchmarks.
+type Stats struct {
+	Running, Waiting int
+	CachedBlocks     int
+	FreeBlocks       int
+	Usage            float64
+	NextSeq          uint64
+}
+
+// Stats returns a consistent snapshot taken on the scheduler goroutine.
+func (e *Engine) Stats() (Stats, error) {
+	var st Stats
+	err := e.do(func(s *scheduler) {
+		st = Stats{Running: len(s.running), Waiting: len(s.waiting), CachedBlocks: e.cache.NumCached(),
+			FreeBlocks: e.cache.NumFree(), Usage: e.cache.Usage()}
+		if e.pub != nil {
+			st.NextSeq = e.pub.nextSeq
+		}
+	})
+	return st, err
+}
+
+func (e *Engine) close() {
+	if e.closed.Swap(true) {
+		return
+	}
+	close(e.quit)
+	<-e.done
+	if e.pub != nil {
+		e.pub.close()
+	}
+}
+
+// Process is a simulated `vllm serve`: one Engine per data-parallel rank,
+// rank r serving HTTP on port+r.
+type Process struct {
+	cfg     Config
+	log     *zap.Logger
+	engines []*Engine
+	wg      sync.WaitGroup
+}
+
+// Start validates cfg, opens every rank's sockets and starts serving.
+func Start(cfg Config, log *zap.Logger) (*Process, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if need := (cfg.MaxModelLen + cfg.BlockSize - 1) / cfg.BlockSize; cfg.NumGPUBlocks-1 < need {
+		return nil, fmt.Errorf("--max-model-len %d needs %d KV blocks of %d tokens, but --num-gpu-blocks %d leaves %d; lower --max-model-len or raise --num-gpu-blocks",
+			cfg.MaxModelLen, need, cfg.BlockSize, cfg.NumGPUBlocks, cfg.NumGPUBlocks-1)
+	}
+	p := &Process{cfg: cfg, log: log}
+	for rank := 0; rank < cfg.DataParallelSize; rank++ {
+		e, err := newEngine(&p.cfg, rank, log)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("rank %d: %w", rank, err)
+		}
+		port := 0
+		if cfg.Port != 0 {
+			port = cfg.Port + rank
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(port)))
+		if err != nil {
+			e.close()
+			p.Close()
+			return nil, fmt.Errorf("rank %d: %w", rank, err)
+		}
+		e.listener = ln
+		e.srv = &http.Server{Handler: e.handler(), ReadHeaderTimeout: 10 * time.Second}
+		p.engines = append(p.engines, e)
+		go e.run()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", zap.Int("rank", e.rank), zap.Error(err))
+			}
+		}()
+		log.Info("simulated vLLM engine serving",
+			zap.Int("rank", rank), zap.String("http", ln.Addr().String()),
+			zap.String("kv_events", e.EventsEndpoint()), zap.String("replay", e.ReplayEndpoint()))
+	}
+	return p, nil
+}
+
+// Engines returns the ranks, in order.
+func (p *Process) Engines() []*Engine { return p.engines }
+
+// Close stops serving and releases every socket.
+func (p *Process) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, e := range p.engines {
+		if e.srv != nil {
+			_ = e.srv.Shutdown(ctx) // waits for handlers; the engines still run
+		}
+	}
+	for _, e := range p.engines {
+		e.close()
+	}
+	p.wg.Wait()
+}

@@ -1,0 +1,74 @@
+package enginesim
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are one rank's Prometheus series, under vLLM's names (counters
+// carry the _total suffix the Python client adds) with vLLM's model_name and
+// engine labels; simulator-only series are prefixed kvroute_engine_.
+type metrics struct {
+	running, waiting, usage        prometheus.Gauge
+	prefixQueries, prefixHits      prometheus.Counter
+	promptTokens, generationTokens prometheus.Counter
+	preemptions, aborted           prometheus.Counter
+	success                        *prometheus.CounterVec
+	ttft                           prometheus.Histogram
+	startTime                      prometheus.Gauge
+	httpErrors                     *prometheus.CounterVec
+	events, eventBatchesDropped    *prometheus.CounterVec
+	replayRequests                 *prometheus.CounterVec
+	cacheInfo                      *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
+	labels := prometheus.Labels{"model_name": cfg.servedNames()[0], "engine": strconv.Itoa(rank)}
+	f := func(c prometheus.Collector) prometheus.Collector { reg.MustRegister(c); return c }
+	gauge := func(name, help string) prometheus.Gauge {
+		return f(prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})).(prometheus.Gauge)
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return f(prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})).(prometheus.Counter)
+	}
+	m := &metrics{
+		running:          gauge("vllm:num_requests_running", "Number of requests in model execution batches."),
+		waiting:          gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+		usage:            gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+		prefixQueries:    counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
+		prefixHits:       counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+		promptTokens:     counter("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+		generationTokens: counter("vllm:generation_tokens_total", "Number of generation tokens processed."),
+		preemptions:      counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
+		aborted:          counter("kvroute_engine_requests_aborted_total", "Requests dropped because their client went away."),
+		startTime:        gauge("process_start_time_seconds", "Start time of the (simulated) engine process since unix epoch in seconds."),
+		success: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
+			Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})).(*prometheus.CounterVec),
+		ttft: f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds",
+			Help: "Histogram of time to first token in seconds (simulated time).", ConstLabels: labels,
+			Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}})).(prometheus.Histogram),
+		httpErrors: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_http_errors_total",
+			Help: "Requests answered with an error, by path and status.", ConstLabels: labels}, []string{"path", "status"})).(*prometheus.CounterVec),
+		events: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_kv_events_total",
+			Help: "KV-cache events published, by type.", ConstLabels: labels}, []string{"type"})).(*prometheus.CounterVec),
+		eventBatchesDropped: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_kv_event_batches_dropped_total",
+			Help: "Event batches not sent live: by the drop fault, or past the high-water mark.", ConstLabels: labels}, []string{"reason"})).(*prometheus.CounterVec),
+		replayRequests: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_kv_replay_requests_total",
+			Help: "Replay requests received, by outcome.", ConstLabels: labels}, []string{"outcome"})).(*prometheus.CounterVec),
+		cacheInfo: f(prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vllm:cache_config_info",
+			Help: "Information of the LLMEngine CacheConfig"}, []string{
+			"block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization",
+			"num_cpu_blocks", "num_gpu_blocks", "prefix_caching_hash_algo", "engine", "model_name"})).(*prometheus.GaugeVec),
+	}
+	m.cacheInfo.WithLabelValues(strconv.Itoa(cfg.BlockSize), "auto", "True", "0.9", "0",
+		strconv.Itoa(cfg.NumGPUBlocks), cfg.HashAlgo, strconv.Itoa(rank), cfg.servedNames()[0]).Set(1)
+	return m
+}
+
+// observe refreshes the gauges after a step.
+func (m *metrics) observe(s *scheduler) {
+	m.running.Set(float64(len(s.running)))
+	m.waiting.Set(float64(len(s.waiting)))
+	m.usage.Set(s.e.cache.Usage())
+}
