@@ -295,6 +295,9 @@ func Start(cfg Config, log *zap.Logger) (*Process, error) {
 		return nil, fmt.Errorf("--max-model-len %d needs %d KV blocks of %d tokens, but --num-gpu-blocks %d leaves %d; lower --max-model-len or raise --num-gpu-blocks",
 			cfg.MaxModelLen, need, cfg.BlockSize, cfg.NumGPUBlocks, cfg.NumGPUBlocks-1)
 	}
+	if log == nil {
+		log = zap.NewNop()
+	}
 	p := &Process{cfg: cfg, log: log}
 	for rank := 0; rank < cfg.DataParallelSize; rank++ {
 		e, err := newEngine(&p.cfg, rank, log)

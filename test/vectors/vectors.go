@@ -16,6 +16,7 @@ type Capture struct {
 	Prompt      string   `json:"prompt"`
 	ModelName   string   `json:"model_name"`
 	LoraName    *string  `json:"lora_name"`
+	LoraPath    string   `json:"lora_path"`
 	BlockHashes []uint64 `json:"block_hashes"`
 	Parent      *uint64  `json:"parent_block_hash"`
 	TokenIDs    []uint32 `json:"token_ids"`

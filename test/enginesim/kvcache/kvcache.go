@@ -146,9 +146,9 @@ type Seq struct {
 	LoraID int      // adapter id for the deprecated lora_id field; 0 for none
 	Salt   string   // cache_salt, "" for none
 
-	computed  int             // tokens whose KV is computed
-	blocks    []int32         // physical blocks, in order
-	numCached int             // leading blocks registered in the cache
+	computed  int     // tokens whose KV is computed
+	blocks    []int32 // physical blocks, in order
+	numCached int     // leading blocks registered in the cache
 	hashes    []blockkey.Digest
 	admitted  bool
 	hitTokens int

@@ -1,0 +1,617 @@
+package enginesim_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/vectors"
+)
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+type completion struct {
+	Choices []struct {
+		Text         string `json:"text"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage usage `json:"usage"`
+}
+
+func cached(u usage) int {
+	if u.PromptTokensDetails == nil {
+		return 0
+	}
+	return u.PromptTokensDetails.CachedTokens
+}
+
+// storedHashes returns the BlockStored hashes in msgs, in order.
+func storedHashes(msgs []msg) []uint64 {
+	var out []uint64
+	for _, m := range msgs {
+		for _, ev := range m.batch.Events {
+			if ev.Type == kvevents.TypeBlockStored {
+				for _, h := range ev.BlockHashes {
+					out = append(out, h.Int)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestEmitsVLLMHashes: with PYTHONHASHSEED=42 and block size 16, the 400
+// token ids of the llm-d captures make the engine publish exactly vLLM's 25
+// block hashes over ZeroMQ, without and with LoRA "Alice".
+func TestEmitsVLLMHashes(t *testing.T) {
+	for _, name := range []string{"base", "lora"} {
+		t.Run(name, func(t *testing.T) {
+			load := vectors.Base
+			if name == "lora" {
+				load = vectors.LoRA
+			}
+			c, err := load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := newSub(t, true, "tcp://127.0.0.1:*")
+			cfg := testConfig()
+			cfg.HashSeed = c.HashSeed
+			cfg.Model = c.ModelName
+			withEvents(&cfg, s.endpoint)
+			model := c.ModelName
+			if c.LoraName != nil {
+				cfg.EnableLoRA = true
+				cfg.LoRAModules = []enginesim.LoRAModule{{Name: *c.LoraName, Path: c.LoraPath}}
+				model = *c.LoraName
+			}
+			e := start(t, cfg).Engines()[0]
+			s.waitLive(e.URL())
+			var out completion
+			if code := post(t, e.URL()+"/v1/completions", map[string]any{"model": model, "prompt": ints(c.TokenIDs), "max_tokens": 1}, &out); code != 200 {
+				t.Fatalf("status %d", code)
+			}
+			msgs := s.collect(300 * time.Millisecond)
+			got := storedHashes(msgs)
+			if len(got) != 25 {
+				t.Fatalf("published %d block hashes, want 25: %v", len(got), got)
+			}
+			for i := range got {
+				if got[i] != c.BlockHashes[i] {
+					t.Fatalf("block %d: %d, vLLM published %d", i, got[i], c.BlockHashes[i])
+				}
+			}
+			ev := msgs[0].batch.Events[0]
+			if ev.HasParent || ev.BlockSize != 16 || ev.Medium != "GPU" || !ev.GroupIdx.Valid || ev.KVCacheSpecKind != "full_attention" {
+				t.Fatalf("event fields %+v", ev)
+			}
+			if c.LoraName != nil && (ev.LoraName != "Alice" || ev.ExtraKeys[3][0] != "Alice" || ev.LoraID.Value != 1) {
+				t.Fatalf("LoRA fields: name %q extra %v id %+v", ev.LoraName, ev.ExtraKeys[3], ev.LoraID)
+			}
+			if msgs[0].topic != "kv@test@model" || !msgs[0].batch.DataParallelRank.Valid || msgs[0].batch.DataParallelRank.Value != 0 {
+				t.Fatalf("topic %q rank %+v", msgs[0].topic, msgs[0].batch.DataParallelRank)
+			}
+		})
+	}
+}
+
+// TestCachedTokens: a repeat reports cached_tokens, capped at len−1 and
+// rounded down to a block; without the flag the details are omitted.
+func TestCachedTokens(t *testing.T) {
+	for _, details := range []bool{true, false} {
+		cfg := testConfig()
+		cfg.EnablePromptTokensDetails = details
+		e := start(t, cfg).Engines()[0]
+		prompt := make([]int, 100)
+		for i := range prompt {
+			prompt[i] = 5000 + i
+		}
+		var first, second completion
+		post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}, &first)
+		post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}, &second)
+		if first.Usage.PromptTokensDetails != nil {
+			t.Fatalf("first request reports details %+v", first.Usage.PromptTokensDetails)
+		}
+		if details && cached(second.Usage) != 96 {
+			t.Fatalf("repeat cached %d tokens, want 96", cached(second.Usage))
+		}
+		if !details && second.Usage.PromptTokensDetails != nil {
+			t.Fatal("details reported without --enable-prompt-tokens-details")
+		}
+		m := get(t, e.URL()+"/metrics")
+		if metric(t, m, "vllm:prefix_cache_hits_total") != "96" || metric(t, m, "vllm:prefix_cache_queries_total") != "200" {
+			t.Fatalf("prefix cache metrics: hits %s queries %s", metric(t, m, "vllm:prefix_cache_hits_total"), metric(t, m, "vllm:prefix_cache_queries_total"))
+		}
+	}
+}
+
+// TestEvictionResetRestart: pressure evicts (BlockRemoved), reset clears
+// (AllBlocksCleared), restart starts seq from 0 with an empty cache.
+func TestEvictionResetRestart(t *testing.T) {
+	s := newSub(t, true, "tcp://127.0.0.1:*")
+	cfg := testConfig()
+	cfg.NumGPUBlocks = 40 // 39 usable blocks of 16
+	cfg.MaxModelLen = 512
+	withEvents(&cfg, s.endpoint)
+	e := start(t, cfg).Engines()[0]
+	s.waitLive(e.URL())
+
+	prompt := func(base int) []int {
+		p := make([]int, 320) // 20 blocks
+		for i := range p {
+			p[i] = base + i
+		}
+		return p
+	}
+	for _, base := range []int{10000, 20000, 30000} {
+		post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt(base), "max_tokens": 1}, nil)
+	}
+	removed := 0
+	var lastSeq uint64
+	for _, m := range s.collect(300 * time.Millisecond) {
+		lastSeq = m.seq
+		for _, ev := range m.batch.Events {
+			if ev.Type == kvevents.TypeBlockRemoved {
+				removed += len(ev.BlockHashes)
+			}
+		}
+	}
+	if removed == 0 {
+		t.Fatal("no BlockRemoved under cache pressure")
+	}
+
+	if code := post(t, e.URL()+"/reset_prefix_cache", nil, nil); code != 200 {
+		t.Fatalf("reset: %d", code)
+	}
+	msgs := s.collect(300 * time.Millisecond)
+	if len(msgs) != 1 || len(msgs[0].batch.Events) != 1 || msgs[0].batch.Events[0].Type != kvevents.TypeAllBlocksCleared || msgs[0].seq != lastSeq+1 {
+		t.Fatalf("after reset: %+v", msgs)
+	}
+	var c completion
+	post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt(30000), "max_tokens": 1}, &c)
+	if cached(c.Usage) != 0 {
+		t.Fatalf("hit %d after reset", cached(c.Usage))
+	}
+	s.collect(200 * time.Millisecond)
+
+	before := metric(t, get(t, e.URL()+"/metrics"), "process_start_time_seconds")
+	if code := post(t, e.URL()+"/sim/restart", nil, nil); code != 200 {
+		t.Fatalf("restart: %d", code)
+	}
+	after := metric(t, get(t, e.URL()+"/metrics"), "process_start_time_seconds")
+	if before == after {
+		t.Fatal("start time unchanged by restart")
+	}
+	// The restarted publisher connects anew; its first live seq is 0.
+	deadline := time.Now().Add(10 * time.Second)
+	var first *msg
+	for i := 0; first == nil && time.Now().Before(deadline); i++ {
+		post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt(40000 + 1000*i), "max_tokens": 1}, &c)
+		if cached(c.Usage) != 0 {
+			t.Fatal("cache survived the restart")
+		}
+		if m, ok := s.recv(300 * time.Millisecond); ok {
+			first = &m
+		}
+	}
+	if first == nil {
+		t.Fatal("no events after restart")
+	}
+	if first.seq > 2 { // slow-joiner losses aside, seq restarted near 0
+		t.Fatalf("first seq after restart %d", first.seq)
+	}
+	st, err := e.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NextSeq > 10 {
+		t.Fatalf("seq counter %d after restart", st.NextSeq)
+	}
+}
+
+// TestReplay: batches dropped live by the fault switch come back through
+// the replay ROUTER, in both reply layouts, ending with the end marker.
+func TestReplay(t *testing.T) {
+	for _, layout := range []kvevents.ReplayLayout{kvevents.ReplayWithTopic, kvevents.ReplayLegacy} {
+		t.Run(layout.String(), func(t *testing.T) {
+			cfg := testConfig()
+			withEvents(&cfg, "tcp://127.0.0.1:*")
+			cfg.Sim.ReplayLayout = layout
+			cfg.Sim.DropEventsPercent = 100
+			e := start(t, cfg).Engines()[0]
+			for i := 0; i < 5; i++ {
+				p := make([]int, 48)
+				for j := range p {
+					p[j] = 100*i + j
+				}
+				post(t, e.URL()+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 1}, nil)
+			}
+			s := newSub(t, false, e.EventsEndpoint())
+			if _, ok := s.recv(300 * time.Millisecond); ok {
+				t.Fatal("a dropped batch was published live")
+			}
+			m := get(t, e.URL()+"/metrics")
+			if metric(t, m, `kvroute_engine_kv_event_batches_dropped_total{engine="0",model_name="Qwen/Qwen3-0.6B",reason="fault"}`) != "5" {
+				t.Fatal("drops not counted")
+			}
+			got := replay(t, e.ReplayEndpoint(), 2, layout)
+			if len(got) != 3 || got[0] != 2 || got[2] != 4 {
+				t.Fatalf("replayed seqs %v, want [2 3 4]", got)
+			}
+		})
+	}
+}
+
+// replay asks a ROUTER for batches from start and returns their seqs.
+func replay(t *testing.T, endpoint string, start uint64, layout kvevents.ReplayLayout) []uint64 {
+	t.Helper()
+	ctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Term()
+	d, err := ctx.NewSocket(zmq.DEALER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_ = d.SetLinger(0)
+	_ = d.SetRcvtimeo(5 * time.Second)
+	if err := d.Connect(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.SendMessage(kvevents.ReplayRequest(start)); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for i := 0; i < 10000; i++ {
+		frames, err := d.RecvMessageBytes(0)
+		if err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+		f, err := kvevents.ParseReplayReply(frames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Layout != layout {
+			t.Fatalf("reply layout %v, want %v", f.Layout, layout)
+		}
+		if f.End {
+			return seqs
+		}
+		if _, err := kvevents.Decode(f.Payload); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, f.Seq)
+	}
+	t.Fatal("replay never ended")
+	return nil
+}
+
+// TestDataParallelRanks: each rank has its own HTTP port (port+r), event
+// port (+r) and replay port (+r), and stamps its rank on its batches.
+func TestDataParallelRanks(t *testing.T) {
+	base := freePortPair(t)
+	s0 := newSub(t, true, fmt.Sprintf("tcp://127.0.0.1:%d", base))
+	s1 := newSub(t, true, fmt.Sprintf("tcp://127.0.0.1:%d", base+1))
+	cfg := testConfig()
+	cfg.DataParallelSize = 2
+	cfg.Port = freePortPair(t)
+	withEvents(&cfg, fmt.Sprintf("tcp://127.0.0.1:%d", base))
+	p := start(t, cfg)
+	es := p.Engines()
+	if len(es) != 2 {
+		t.Fatalf("%d ranks", len(es))
+	}
+	if port(t, es[1].Addr()) != port(t, es[0].Addr())+1 || port(t, es[0].Addr()) != cfg.Port {
+		t.Fatalf("HTTP ports %s %s", es[0].Addr(), es[1].Addr())
+	}
+	if es[1].EventsEndpoint() != fmt.Sprintf("tcp://127.0.0.1:%d", base+1) {
+		t.Fatalf("rank 1 events on %s", es[1].EventsEndpoint())
+	}
+	for r, s := range []*sub{s0, s1} {
+		s.waitLive(es[r].URL())
+		post(t, es[r].URL()+"/v1/completions", map[string]any{"prompt": "a prompt long enough to fill one block of sixteen tokens for sure, rank " + strconv.Itoa(r), "max_tokens": 1}, nil)
+		msgs := s.collect(300 * time.Millisecond)
+		if len(msgs) == 0 {
+			t.Fatalf("rank %d published nothing", r)
+		}
+		for _, m := range msgs {
+			if m.batch.DataParallelRank.Value != int64(r) {
+				t.Fatalf("rank %d batch stamped %d", r, m.batch.DataParallelRank.Value)
+			}
+		}
+	}
+}
+
+func port(t *testing.T, addr string) int {
+	u, err := url.Parse("http://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(u.Port())
+	return p
+}
+
+// TestArrayLayoutAndBoundPub: older-vLLM array events, with the PUB binding
+// (wildcard-style endpoint) and a SUB connecting, as a sidecar does by default.
+func TestArrayLayoutAndBoundPub(t *testing.T) {
+	cfg := testConfig()
+	withEvents(&cfg, "tcp://127.0.0.1:*")
+	cfg.Sim.EventLayout = kvevents.LayoutArray
+	e := start(t, cfg).Engines()[0]
+	if !strings.HasPrefix(e.EventsEndpoint(), "tcp://127.0.0.1:") || strings.HasSuffix(e.EventsEndpoint(), "*") {
+		t.Fatalf("bound endpoint %q", e.EventsEndpoint())
+	}
+	s := newSub(t, false, e.EventsEndpoint())
+	s.waitLive(e.URL())
+	post(t, e.URL()+"/v1/completions", map[string]any{"prompt": strings.Repeat("array layout ", 20), "max_tokens": 1}, nil)
+	msgs := s.collect(300 * time.Millisecond)
+	if len(msgs) == 0 || msgs[0].batch.Layout != kvevents.LayoutArray {
+		t.Fatalf("messages %+v", msgs)
+	}
+}
+
+// TestChunkedPrefillAndDecodeBlocks: a prompt longer than the step budget
+// is prefilled in chunks; decode blocks are published as they fill.
+func TestChunkedPrefillAndDecodeBlocks(t *testing.T) {
+	s := newSub(t, true, "tcp://127.0.0.1:*")
+	cfg := testConfig()
+	cfg.MaxNumBatchedTokens = 64
+	withEvents(&cfg, s.endpoint)
+	e := start(t, cfg).Engines()[0]
+	s.waitLive(e.URL())
+	p := make([]int, 200) // 12 full blocks, 4 chunks of ≤ 64
+	for i := range p {
+		p[i] = 70000 + i
+	}
+	var c completion
+	post(t, e.URL()+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 40, "ignore_eos": true}, &c)
+	if c.Usage.CompletionTokens != 40 || c.Choices[0].FinishReason != "length" {
+		t.Fatalf("usage %+v finish %q", c.Usage, c.Choices[0].FinishReason)
+	}
+	msgs := s.collect(300 * time.Millisecond)
+	// prompt 200 + 39 computed output tokens = 239 → 14 full blocks.
+	if got := len(storedHashes(msgs)); got != 14 {
+		t.Fatalf("%d blocks stored, want 14", got)
+	}
+	if len(msgs) < 5 {
+		t.Fatalf("%d batches: prefill was not chunked", len(msgs))
+	}
+}
+
+// TestErrors: vLLM-style error bodies and status codes, each counted.
+func TestErrors(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxModelLen = 64
+	cfg.NumGPUBlocks = 64
+	e := start(t, cfg).Engines()[0]
+	long := make([]int, 65)
+	cases := []struct {
+		path string
+		body string
+		code int
+		want string
+	}{
+		{"/v1/chat/completions", `{"messages": [`, 400, "Invalid JSON"},
+		{"/v1/completions", `{"prompt": ` + fmt.Sprint(ints32(long)) + `}`, 400, "maximum context length is 64"},
+		{"/v1/completions", `{"prompt": "hi", "max_tokens": 100}`, 400, "maximum context length"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"cache_salt":""}`, 400, "cache_salt"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":true,"continue_final_message":true}`, 400, "Cannot set both"},
+		{"/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, 404, "The model `nope` does not exist."},
+		{"/v1/completions", `{"model":"nope","prompt":"x"}`, 404, "does not exist"},
+		{"/v1/responses", `{"input":"hi","previous_response_id":"resp_1"}`, 400, "previous_response_id"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "not supported"},
+		{"/v1/completions", `{"prompt": [16844008]}`, 400, "out of vocabulary"},
+		{"/detokenize", `{"tokens": [16844008]}`, 400, "out of vocabulary"},
+		{"/v1/responses/render", `{"input":"hi"}`, 404, "Not Found"},
+		{"/tokenize", `{}`, 400, "tokenize needs"},
+	}
+	for _, c := range cases {
+		var body struct {
+			Error struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+				Code    int    `json:"code"`
+			} `json:"error"`
+		}
+		code := postRaw(t, e.URL()+c.path, []byte(c.body), &body)
+		if code != c.code || body.Error.Code != c.code || !strings.Contains(body.Error.Message, c.want) || body.Error.Type == "" {
+			t.Errorf("%s %s: %d %+v, want %d containing %q", c.path, c.body, code, body.Error, c.code, c.want)
+		}
+	}
+	m := get(t, e.URL()+"/metrics")
+	if v := metric(t, m, `kvroute_engine_http_errors_total{engine="0",model_name="Qwen/Qwen3-0.6B",path="/v1/chat/completions",status="400"}`); v != "4" {
+		t.Errorf("chat 400s counted %s, want 4", v)
+	}
+	// Still serving after all that.
+	var c completion
+	if code := post(t, e.URL()+"/v1/completions", map[string]any{"prompt": "still alive", "max_tokens": 2}, &c); code != 200 {
+		t.Fatalf("status %d after errors", code)
+	}
+}
+
+func ints32(v []int) string {
+	s := make([]string, len(v))
+	for i := range v {
+		s[i] = strconv.Itoa(v[i] + 1000)
+	}
+	return "[" + strings.Join(s, ",") + "]"
+}
+
+// TestRenderTokenizeDetokenize: render endpoints return the tokens the
+// engine hashes and echo cache_salt; /tokenize agrees; a conversation's
+// render is a prefix of its continuation's; /detokenize reverses.
+func TestRenderTokenizeDetokenize(t *testing.T) {
+	cfg := testConfig()
+	cfg.EnableScaleOutEndpoints = true
+	e := start(t, cfg).Engines()[0]
+	conv := []map[string]any{
+		{"role": "system", "content": "You are terse."},
+		{"role": "user", "content": "What is a KV cache?"},
+	}
+	var r1 struct {
+		TokenIDs  []uint32 `json:"token_ids"`
+		CacheSalt *string  `json:"cache_salt"`
+		Model     string   `json:"model"`
+	}
+	if code := post(t, e.URL()+"/v1/chat/completions/render", map[string]any{"messages": conv, "cache_salt": "tenant-a"}, &r1); code != 200 {
+		t.Fatalf("render: %d", code)
+	}
+	if r1.CacheSalt == nil || *r1.CacheSalt != "tenant-a" || len(r1.TokenIDs) == 0 || r1.Model != "Qwen/Qwen3-0.6B" {
+		t.Fatalf("render %+v", r1)
+	}
+	var tok struct {
+		Count     int      `json:"count"`
+		Tokens    []uint32 `json:"tokens"`
+		MaxLen    int      `json:"max_model_len"`
+		TokenStrs []string `json:"token_strs"`
+	}
+	post(t, e.URL()+"/tokenize", map[string]any{"messages": conv, "cache_salt": "ignored", "return_token_strs": true}, &tok)
+	if fmt.Sprint(tok.Tokens) != fmt.Sprint(r1.TokenIDs) || tok.Count != len(tok.Tokens) || tok.MaxLen != 8192 || len(tok.TokenStrs) != tok.Count {
+		t.Fatalf("tokenize %+v differs from render %v", tok, r1.TokenIDs)
+	}
+	longer := append(append([]map[string]any{}, conv...),
+		map[string]any{"role": "assistant", "content": "Stored attention keys and values."},
+		map[string]any{"role": "user", "content": "Why does it help?"})
+	var r2 struct {
+		TokenIDs []uint32 `json:"token_ids"`
+	}
+	post(t, e.URL()+"/v1/chat/completions/render", map[string]any{"messages": longer}, &r2)
+	if len(r2.TokenIDs) <= len(r1.TokenIDs) || fmt.Sprint(r2.TokenIDs[:len(r1.TokenIDs)]) != fmt.Sprint(r1.TokenIDs) {
+		t.Fatal("a conversation's render is not a prefix of its continuation's")
+	}
+	// The Responses form of the same conversation renders the same tokens.
+	var rr struct {
+		TokenIDs  []uint32 `json:"token_ids"`
+		CacheSalt *string  `json:"cache_salt"`
+	}
+	post(t, e.URL()+"/v1/responses/render", map[string]any{"instructions": "You are terse.", "input": "What is a KV cache?", "cache_salt": "s"}, &rr)
+	if fmt.Sprint(rr.TokenIDs) != fmt.Sprint(r1.TokenIDs) || rr.CacheSalt == nil || *rr.CacheSalt != "s" {
+		t.Fatalf("responses render %v, chat render %v", rr.TokenIDs, r1.TokenIDs)
+	}
+	post(t, e.URL()+"/tokenize", map[string]any{"instructions": "You are terse.", "input": "What is a KV cache?"}, &tok)
+	if fmt.Sprint(tok.Tokens) != fmt.Sprint(r1.TokenIDs) {
+		t.Fatal("tokenize of Responses input differs")
+	}
+	var cr []struct {
+		TokenIDs []uint32 `json:"token_ids"`
+	}
+	post(t, e.URL()+"/v1/completions/render", map[string]any{"prompt": []string{"one", "two words"}}, &cr)
+	if len(cr) != 2 || len(cr[1].TokenIDs) == 0 {
+		t.Fatalf("completions render %+v", cr)
+	}
+	var de struct {
+		Prompt string `json:"prompt"`
+	}
+	post(t, e.URL()+"/tokenize", map[string]any{"prompt": "Hello, world — déjà vu"}, &tok)
+	post(t, e.URL()+"/detokenize", map[string]any{"tokens": tok.Tokens}, &de)
+	if de.Prompt != "Hello, world — déjà vu" {
+		t.Fatalf("detokenize gave %q", de.Prompt)
+	}
+}
+
+// TestServiceEndpoints: models (with LoRA), health, version, metrics names.
+func TestServiceEndpoints(t *testing.T) {
+	cfg := testConfig()
+	cfg.ServedModelNames = []string{"my-model"}
+	cfg.EnableLoRA = true
+	cfg.LoRAModules = []enginesim.LoRAModule{{Name: "Alice", Path: "/adapters/alice"}}
+	e := start(t, cfg).Engines()[0]
+	var models struct {
+		Data []struct {
+			ID, Root string
+			Parent   *string
+		}
+	}
+	resp, err := http.Get(e.URL() + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	postless := get(t, e.URL()+"/v1/models")
+	if !strings.Contains(postless, `"id":"my-model"`) || !strings.Contains(postless, `"id":"Alice"`) || !strings.Contains(postless, `"parent":"my-model"`) {
+		t.Fatalf("models %s", postless)
+	}
+	_ = models
+	if r, err := http.Get(e.URL() + "/health"); err != nil || r.StatusCode != 200 {
+		t.Fatalf("health %v %v", r, err)
+	}
+	if !strings.Contains(get(t, e.URL()+"/version"), "version") {
+		t.Fatal("version")
+	}
+	m := get(t, e.URL()+"/metrics")
+	for _, name := range []string{
+		"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+		"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
+		"vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
+		`vllm:cache_config_info{block_size="16",`, `num_gpu_blocks="4096",prefix_caching_hash_algo="sha256_cbor"`,
+		"process_start_time_seconds",
+	} {
+		if !strings.Contains(m, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	// A LoRA request is served under the adapter's name.
+	var c struct {
+		Model string `json:"model"`
+	}
+	post(t, e.URL()+"/v1/completions", map[string]any{"model": "Alice", "prompt": "hi", "max_tokens": 1}, &c)
+	if c.Model != "Alice" {
+		t.Fatalf("model %q", c.Model)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	bad := map[string]func(*enginesim.Config){
+		"hash algo":     func(c *enginesim.Config) { c.HashAlgo = "sha256" },
+		"block size":    func(c *enginesim.Config) { c.BlockSize = 0 },
+		"lora w/o flag": func(c *enginesim.Config) { c.LoRAModules = []enginesim.LoRAModule{{"a", "b"}} },
+		"time scale":    func(c *enginesim.Config) { c.Sim.TimeScale = -1 },
+		"drop":          func(c *enginesim.Config) { c.Sim.DropEventsPercent = 101 },
+		"dp ipc": func(c *enginesim.Config) {
+			c.DataParallelSize = 2
+			c.KVEvents.EnableKVCacheEvents = true
+			c.KVEvents.Endpoint = "ipc:///tmp/x"
+		},
+		"cache smaller than context": func(c *enginesim.Config) { c.NumGPUBlocks = 10; c.MaxModelLen = 1000 },
+	}
+	for name, f := range bad {
+		cfg := testConfig()
+		f(&cfg)
+		if _, err := enginesim.Start(cfg, nil); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, s := range []string{`{"enable_kv_cache_events":true,"publisher":"kafka"}`, `{"nope":1}`, `{`} {
+		if _, err := enginesim.ParseKVEventsConfig(s); err == nil {
+			t.Errorf("ParseKVEventsConfig(%s) accepted", s)
+		}
+	}
+	c, err := enginesim.ParseKVEventsConfig(`{"enable_kv_cache_events":true,"publisher":"null"}`)
+	if err != nil || c.Enabled() {
+		t.Errorf("null publisher: %+v %v", c, err)
+	}
+	for _, s := range []string{"a", "=b", "a=", `{"path":"x"}`} {
+		if _, err := enginesim.ParseLoRAModule(s); err == nil {
+			t.Errorf("ParseLoRAModule(%q) accepted", s)
+		}
+	}
+	if m, err := enginesim.ParseLoRAModule(`{"name":"a","path":"p"}`); err != nil || m.Name != "a" {
+		t.Errorf("JSON LoRA module: %+v %v", m, err)
+	}
+}
