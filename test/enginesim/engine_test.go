@@ -532,22 +532,10 @@ func TestServiceEndpoints(t *testing.T) {
 	cfg.EnableLoRA = true
 	cfg.LoRAModules = []enginesim.LoRAModule{{Name: "Alice", Path: "/adapters/alice"}}
 	e := start(t, cfg).Engines()[0]
-	var models struct {
-		Data []struct {
-			ID, Root string
-			Parent   *string
-		}
+	models := get(t, e.URL()+"/v1/models")
+	if !strings.Contains(models, `"id":"my-model"`) || !strings.Contains(models, `"id":"Alice"`) || !strings.Contains(models, `"parent":"my-model"`) {
+		t.Fatalf("models %s", models)
 	}
-	resp, err := http.Get(e.URL() + "/v1/models")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	postless := get(t, e.URL()+"/v1/models")
-	if !strings.Contains(postless, `"id":"my-model"`) || !strings.Contains(postless, `"id":"Alice"`) || !strings.Contains(postless, `"parent":"my-model"`) {
-		t.Fatalf("models %s", postless)
-	}
-	_ = models
 	if r, err := http.Get(e.URL() + "/health"); err != nil || r.StatusCode != 200 {
 		t.Fatalf("health %v %v", r, err)
 	}
@@ -613,5 +601,50 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if m, err := enginesim.ParseLoRAModule(`{"name":"a","path":"p"}`); err != nil || m.Name != "a" {
 		t.Errorf("JSON LoRA module: %+v %v", m, err)
+	}
+}
+
+// TestEventFaultSwitchesAtRunTime: /sim/faults delays batches, then drops
+// them (still replayable), then turns both off.
+func TestEventFaultSwitchesAtRunTime(t *testing.T) {
+	cfg := testConfig()
+	withEvents(&cfg, "tcp://127.0.0.1:*")
+	e := start(t, cfg).Engines()[0]
+	s := newSub(t, false, e.EventsEndpoint())
+	s.waitLive(e.URL())
+	body := func(i int) map[string]any {
+		p := make([]int, 32)
+		for j := range p {
+			p[j] = 50000 + 100*i + j
+		}
+		return map[string]any{"prompt": p, "max_tokens": 1}
+	}
+	if code := post(t, e.URL()+"/sim/faults", map[string]any{"delay_events_ms": 400}, nil); code != 200 {
+		t.Fatalf("faults: %d", code)
+	}
+	sent := time.Now()
+	post(t, e.URL()+"/v1/completions", body(1), nil)
+	m, ok := s.recv(3 * time.Second)
+	if !ok {
+		t.Fatal("delayed batch never arrived")
+	}
+	if waited := time.Since(sent); waited < 350*time.Millisecond {
+		t.Fatalf("batch arrived after %v, delay was 400ms", waited)
+	}
+	post(t, e.URL()+"/sim/faults", map[string]any{"drop_events_pct": 100}, nil)
+	post(t, e.URL()+"/v1/completions", body(2), nil)
+	if _, ok := s.recv(300 * time.Millisecond); ok {
+		t.Fatal("batch published while dropping")
+	}
+	if got := replay(t, e.ReplayEndpoint(), m.seq+1, kvevents.ReplayWithTopic); len(got) != 1 || got[0] != m.seq+1 {
+		t.Fatalf("dropped batch not replayable: %v", got)
+	}
+	post(t, e.URL()+"/sim/faults", map[string]any{}, nil)
+	post(t, e.URL()+"/v1/completions", body(3), nil)
+	if m3, ok := s.recv(2 * time.Second); !ok || m3.seq != m.seq+2 {
+		t.Fatalf("after clearing faults: %+v %v", m3, ok)
+	}
+	if code := post(t, e.URL()+"/sim/faults", map[string]any{"drop_events_pct": 150}, nil); code != 400 {
+		t.Fatalf("bad fault accepted: %d", code)
 	}
 }

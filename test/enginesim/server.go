@@ -99,6 +99,10 @@ func (e *Engine) failParam(w http.ResponseWriter, r *http.Request, a *apiError) 
 }
 
 func (e *Engine) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		e.streamFailed(r, err) // the client went away: nobody to answer
+		return
+	}
 	var a *apiError
 	if errors.As(err, &a) {
 		e.failParam(w, r, a)
