@@ -29,13 +29,61 @@ func newLogger(level string) (*zap.Logger, error) {
 }
 
 func newEngineCommand() *cobra.Command {
+	cmd, _, _ := engineCommand()
+	return cmd
+}
+
+// engineCommand returns the command, the config its flags fill, and the
+// step that completes the config from parsed flags and the environment.
+func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 	cfg := enginesim.DefaultConfig()
 	var (
 		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel string
 		loraModules                                                 []string
 		numGPUBlocks                                                int
 	)
-	cmd := &cobra.Command{
+	var cmd *cobra.Command
+	// finish completes cfg from the flags that need parsing and from the
+	// environment vLLM reads, then validates it.
+	finish := func(cmd *cobra.Command) error {
+		fl := cmd.Flags()
+		if fl.Changed("num-gpu-blocks") {
+			cfg.NumGPUBlocks = numGPUBlocks
+		}
+		var err error
+		if cfg.KVEvents, err = enginesim.ParseKVEventsConfig(kvEventsJSON); err != nil {
+			return err
+		}
+		if fl.Changed("hash-seed") {
+			cfg.HashSeed = hashSeed
+		} else if v, ok := os.LookupEnv("PYTHONHASHSEED"); ok {
+			cfg.HashSeed = v
+		}
+		cfg.EnableScaleOutEndpoints = os.Getenv("VLLM_ENABLE_SCALE_OUT_ENDPOINTS") == "1"
+		if v, ok := os.LookupEnv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"); ok {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=%q: %w", v, err)
+			}
+			cfg.IntBlockHashes = b
+		}
+		cfg.LoRAModules = nil
+		for _, m := range loraModules {
+			lm, err := enginesim.ParseLoRAModule(m)
+			if err != nil {
+				return err
+			}
+			cfg.LoRAModules = append(cfg.LoRAModules, lm)
+		}
+		if cfg.Sim.EventLayout, err = kvevents.ParseLayout(eventLayout); err != nil {
+			return err
+		}
+		if cfg.Sim.ReplayLayout, err = kvevents.ParseReplayLayout(replayLayout); err != nil {
+			return err
+		}
+		return cfg.Validate()
+	}
+	cmd = &cobra.Command{
 		Use:   "engine",
 		Short: "Run a simulated vLLM engine that speaks vLLM's wire protocols",
 		Long: `Run a stand-in for 'vllm serve' that speaks vLLM's wire protocols exactly:
@@ -53,44 +101,7 @@ Run-time fault switches: POST /sim/faults {"drop_events_pct":10,"delay_events_ms
 and POST /sim/restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fl := cmd.Flags()
-			if fl.Changed("num-gpu-blocks") {
-				cfg.NumGPUBlocks = numGPUBlocks
-			}
-			var err error
-			if cfg.KVEvents, err = enginesim.ParseKVEventsConfig(kvEventsJSON); err != nil {
-				return usageError(err)
-			}
-			switch {
-			case fl.Changed("hash-seed"):
-				cfg.HashSeed = hashSeed
-			default:
-				if v, ok := os.LookupEnv("PYTHONHASHSEED"); ok {
-					cfg.HashSeed = v
-				}
-			}
-			cfg.EnableScaleOutEndpoints = os.Getenv("VLLM_ENABLE_SCALE_OUT_ENDPOINTS") == "1"
-			if v, ok := os.LookupEnv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"); ok {
-				b, err := strconv.ParseBool(v)
-				if err != nil {
-					return usageError(fmt.Errorf("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=%q: %w", v, err))
-				}
-				cfg.IntBlockHashes = b
-			}
-			for _, m := range loraModules {
-				lm, err := enginesim.ParseLoRAModule(m)
-				if err != nil {
-					return usageError(err)
-				}
-				cfg.LoRAModules = append(cfg.LoRAModules, lm)
-			}
-			if cfg.Sim.EventLayout, err = kvevents.ParseLayout(eventLayout); err != nil {
-				return usageError(err)
-			}
-			if cfg.Sim.ReplayLayout, err = kvevents.ParseReplayLayout(replayLayout); err != nil {
-				return usageError(err)
-			}
-			if err := cfg.Validate(); err != nil {
+			if err := finish(cmd); err != nil {
 				return usageError(err)
 			}
 			log, err := newLogger(logLevel)
@@ -142,7 +153,7 @@ and POST /sim/restart.`,
 	f.DurationVar(&cfg.Sim.EventDelay, "sim-delay-events", 0, "fault: hold every event batch back this long")
 	f.Uint64Var(&cfg.Sim.Seed, "sim-seed", cfg.Sim.Seed, "seed for the fault switches' random choices")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	return cmd
+	return cmd, &cfg, func() error { return finish(cmd) }
 }
 
 // usageError marks a configuration error: exit code 2.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/test/enginesim"
+)
+
+// parseEngine parses args with exactly env set (of the variables vLLM
+// reads), and completes the config.
+func parseEngine(t *testing.T, env map[string]string, args ...string) (*enginesim.Config, error) {
+	t.Helper()
+	for _, k := range []string{"PYTHONHASHSEED", "VLLM_ENABLE_SCALE_OUT_ENDPOINTS", "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"} {
+		v, ok := env[k]
+		if ok {
+			t.Setenv(k, v)
+		} else {
+			t.Setenv(k, "") // restored after the test
+			if err := os.Unsetenv(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cmd, cfg, finish := engineCommand()
+	if err := cmd.ParseFlags(args); err != nil {
+		return nil, err
+	}
+	return cfg, finish()
+}
+
+func TestEngineFlags(t *testing.T) {
+	cfgp, err := parseEngine(t, map[string]string{"PYTHONHASHSEED": "42", "VLLM_ENABLE_SCALE_OUT_ENDPOINTS": "1", "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "0"},
+		"--model", "m", "--served-model-name", "a,b", "--port", "9000", "--block-size", "32",
+		"--num-gpu-blocks", "1000", "--max-model-len", "4096", "--max-num-seqs", "8", "--max-num-batched-tokens", "512",
+		"--kv-events-config", `{"enable_kv_cache_events":true,"endpoint":"tcp://*:6000","replay_endpoint":"tcp://*:6001","topic":"t"}`,
+		"--enable-prompt-tokens-details", "--data-parallel-size", "2", "--enable-lora", "--lora-modules", "x=/p/x", "--lora-modules", "y=/p/y",
+		"--sim-event-layout", "array", "--sim-replay-layout", "legacy", "--sim-time-scale", "0.5", "--sim-drop-events-pct", "10", "--sim-delay-events", "5ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := *cfgp
+	checks := map[string]bool{
+		"model":      cfg.Model == "m" && strings.Join(cfg.ServedModelNames, ",") == "a,b",
+		"sizes":      cfg.Port == 9000 && cfg.BlockSize == 32 && cfg.NumGPUBlocks == 1000 && cfg.MaxModelLen == 4096 && cfg.MaxNumSeqs == 8 && cfg.MaxNumBatchedTokens == 512,
+		"seed":       cfg.HashSeed == "42",
+		"env":        cfg.EnableScaleOutEndpoints && !cfg.IntBlockHashes,
+		"events":     cfg.KVEvents.Enabled() && cfg.KVEvents.Endpoint == "tcp://*:6000" && *cfg.KVEvents.ReplayEndpoint == "tcp://*:6001" && cfg.KVEvents.Topic == "t",
+		"dp":         cfg.DataParallelSize == 2 && cfg.EnablePromptTokensDetails,
+		"lora":       len(cfg.LoRAModules) == 2 && cfg.LoRAModules[1].Name == "y" && cfg.LoRAModules[1].Path == "/p/y",
+		"sim layout": cfg.Sim.EventLayout == kvevents.LayoutArray && cfg.Sim.ReplayLayout == kvevents.ReplayLegacy,
+		"sim":        cfg.Sim.TimeScale == 0.5 && cfg.Sim.DropEventsPercent == 10 && cfg.Sim.EventDelay == 5*time.Millisecond,
+	}
+	for name, ok := range checks {
+		if !ok {
+			t.Errorf("%s not applied: %+v", name, cfg)
+		}
+	}
+	// --hash-seed wins over PYTHONHASHSEED; neither gives vLLM's default.
+	cfgp, err = parseEngine(t, map[string]string{"PYTHONHASHSEED": "42"}, "--hash-seed", "7")
+	if err != nil || cfgp.HashSeed != "7" {
+		t.Fatalf("--hash-seed: %v", err)
+	}
+	cfgp, err = parseEngine(t, nil)
+	if err != nil || cfgp.HashSeed != "vllm-none-hash" || !cfgp.IntBlockHashes {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"--prefix-caching-hash-algo", "sha256"},
+		{"--kv-events-config", `{"bogus":1}`},
+		{"--sim-event-layout", "tuple"},
+		{"--lora-modules", "x=/p"}, // without --enable-lora
+		{"--lora-modules", "novalue", "--enable-lora"},
+	} {
+		if _, err := parseEngine(t, nil, bad...); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	if _, err := parseEngine(t, map[string]string{"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "maybe"}); err == nil {
+		t.Error("bad VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES accepted")
+	}
+}
