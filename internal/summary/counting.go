@@ -1,0 +1,192 @@
+package summary
+
+import (
+	"math/bits"
+	"slices"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+)
+
+// Counting is one endpoint-tier's counting summary (the sidecar's side).
+// Counters saturate at 255 and then stay (a saturated counter can no longer
+// be decremented safely); with 16 bits per key that takes ~255 keys on one
+// position, which the sizing makes vanishingly rare.
+type Counting struct {
+	p         Params
+	counters  []uint8
+	bits      []uint64 // bit i set ⇔ counters[i] > 0
+	published []uint64 // the bitmap as of the last delta
+	dirty     []uint64 // positions touched since the last delta
+	touched   []uint32 // the dirty positions, unordered
+	seq       uint64   // number of the last delta taken
+	keys      int      // keys added minus removed
+	saturated int
+}
+
+// NewCounting returns an empty summary. p must be valid.
+func NewCounting(p Params) *Counting {
+	words := p.M / 64
+	return &Counting{
+		p:         p,
+		counters:  make([]uint8, p.M),
+		bits:      make([]uint64, words),
+		published: make([]uint64, words),
+		dirty:     make([]uint64, words),
+	}
+}
+
+// Params returns the summary's parameters.
+func (c *Counting) Params() Params { return c.p }
+
+// Keys returns the keys added and not removed.
+func (c *Counting) Keys() int { return c.keys }
+
+// Seq returns the number of the last delta taken (0 before any).
+func (c *Counting) Seq() uint64 { return c.seq }
+
+// Saturated returns how many counters have saturated.
+func (c *Counting) Saturated() int { return c.saturated }
+
+func (c *Counting) touch(pos uint32) {
+	w, b := pos/64, uint64(1)<<(pos%64)
+	if c.dirty[w]&b == 0 {
+		c.dirty[w] |= b
+		c.touched = append(c.touched, pos)
+	}
+}
+
+// Add counts key in.
+func (c *Counting) Add(key blockkey.Key) {
+	var buf [MaxK]uint32
+	for _, pos := range c.p.Probes(key, &buf) {
+		switch n := c.counters[pos]; n {
+		case 255:
+		case 0:
+			c.counters[pos] = 1
+			c.bits[pos/64] |= 1 << (pos % 64)
+			c.touch(pos)
+		case 254:
+			c.counters[pos] = 255
+			c.saturated++
+		default:
+			c.counters[pos] = n + 1
+		}
+	}
+	c.keys++
+}
+
+// Remove counts key out. Removing a key that was never added corrupts the
+// summary; the caller (an exact index) guarantees it does not.
+func (c *Counting) Remove(key blockkey.Key) {
+	var buf [MaxK]uint32
+	for _, pos := range c.p.Probes(key, &buf) {
+		switch n := c.counters[pos]; n {
+		case 255, 0:
+		case 1:
+			c.counters[pos] = 0
+			c.bits[pos/64] &^= 1 << (pos % 64)
+			c.touch(pos)
+		default:
+			c.counters[pos] = n - 1
+		}
+	}
+	c.keys--
+}
+
+// MayContain reports whether every probe bit of key is set.
+func (c *Counting) MayContain(key blockkey.Key) bool {
+	return mayContain(c.p, c.bits, key)
+}
+
+func mayContain(p Params, words []uint64, key blockkey.Key) bool {
+	var buf [MaxK]uint32
+	for _, pos := range p.Probes(key, &buf) {
+		if words[pos/64]&(1<<(pos%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Fill returns the fraction of bits set.
+func (c *Counting) Fill() float64 {
+	n := 0
+	for _, w := range c.bits {
+		n += bits.OnesCount64(w)
+	}
+	return float64(n) / float64(c.p.M)
+}
+
+// Pending reports whether flips await the next delta.
+func (c *Counting) Pending() bool { return len(c.touched) > 0 }
+
+// Delta is a numbered set of bit flips.
+type Delta struct {
+	Seq   uint64
+	Flips []uint32 // positions whose bit changed, ascending
+}
+
+// TakeDelta returns the flips since the last delta, numbered Seq()+1, and
+// ok=false (no number used) when nothing changed.
+func (c *Counting) TakeDelta() (Delta, bool) {
+	var flips []uint32
+	for _, pos := range c.touched {
+		w, b := pos/64, uint64(1)<<(pos%64)
+		c.dirty[w] &^= b
+		if (c.bits[w]^c.published[w])&b != 0 {
+			c.published[w] ^= b
+			flips = append(flips, pos)
+		}
+	}
+	c.touched = c.touched[:0]
+	if len(flips) == 0 {
+		return Delta{}, false
+	}
+	slices.Sort(flips)
+	c.seq++
+	return Delta{Seq: c.seq, Flips: flips}, true
+}
+
+// Snapshot is a whole bitmap as of delta Seq.
+type Snapshot struct {
+	Params Params
+	Seq    uint64
+	Words  []uint64
+}
+
+// Snapshot returns the published bitmap (as of the last delta) — pending
+// flips go out in the next delta, so snapshot plus later deltas is exact.
+func (c *Counting) Snapshot() Snapshot {
+	return Snapshot{Params: c.p, Seq: c.seq, Words: slices.Clone(c.published)}
+}
+
+// Reset empties the summary and restarts delta numbering (a new epoch).
+func (c *Counting) Reset() {
+	clear(c.counters)
+	clear(c.bits)
+	clear(c.published)
+	clear(c.dirty)
+	c.touched = c.touched[:0]
+	c.seq, c.keys, c.saturated = 0, 0, 0
+}
+
+// MayContain reports whether every probe bit of key is set in s.
+func (s *Snapshot) MayContain(key blockkey.Key) bool { return mayContain(s.Params, s.Words, key) }
+
+// Apply flips d's positions in s and advances s to d.Seq. Deltas must come
+// in order: d.Seq == s.Seq+1.
+func (s *Snapshot) Apply(d Delta) error {
+	if d.Seq != s.Seq+1 {
+		return &SeqError{Have: s.Seq, Got: d.Seq}
+	}
+	for _, pos := range d.Flips {
+		if pos >= s.Params.M {
+			return errCorrupt("flip position %d beyond m = %d", pos, s.Params.M)
+		}
+	}
+	for _, pos := range d.Flips {
+		s.Words[pos/64] ^= 1 << (pos % 64)
+	}
+	s.Seq = d.Seq
+	return nil
+}

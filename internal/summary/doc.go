@@ -1,0 +1,22 @@
+// Package summary is the compact, fleet-wide description of which canonical
+// block keys an endpoint holds: a blocked Bloom filter whose parameters are
+// shared by every sidecar and picker of an identity group.
+//
+// Contract:
+//   - Params (m bits, k probes, probe function version) are fleet-wide:
+//     summaries with different Params are never combined (Params.Compatible).
+//     Each key maps to one 512-bit block (one cache line) and k distinct bit
+//     positions inside it, so a lookup touches one cache line per key.
+//   - Counting is the sidecar's side: a counter per bit position, so keys can
+//     be removed; a counter going 0→1 or 1→0 flips the position's bit. Flips
+//     accumulate until TakeDelta, which returns the positions whose bit
+//     differs from the previous delta, numbered 1, 2, … within an epoch.
+//     Flips that cancel out before a delta is taken are never sent.
+//   - A Snapshot is the whole bitmap as of a delta sequence number; applying
+//     the following deltas to it gives the current bitmap.
+//   - The wire encodings (AppendDelta/DecodeDelta, AppendSnapshot/
+//     DecodeSnapshot) validate everything they read: a hostile buffer gives
+//     an error, never a panic or an allocation beyond the summary's size.
+//
+// The package is pure: no I/O, clocks, randomness or logging.
+package summary
