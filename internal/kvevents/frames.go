@@ -55,15 +55,22 @@ func ReplayRequest(start uint64) [][]byte {
 }
 
 // ParseReplayRequest parses a request as a ROUTER receives it:
-// [identity, b"", start_seq]. Anything else is rejected, as vLLM logs
-// "Invalid replay request" and ignores it.
+// [identity, delimiter, start_seq]. Like vLLM it requires exactly three
+// frames, ignores the delimiter's content, and reads start_seq as a
+// big-endian integer of any length (a value past 64 bits asks for nothing
+// but the end marker, so it reads as EndSeq).
 func ParseReplayRequest(frames [][]byte) (identity []byte, start uint64, err error) {
-	if len(frames) != 3 || len(frames[1]) != 0 {
+	if len(frames) != 3 {
 		return nil, 0, fmt.Errorf("%w: invalid replay request of %d frames, want [identity, \"\", start_seq]", ErrMalformed, len(frames))
 	}
-	start, err = ParseSeq(frames[2])
-	if err != nil {
-		return nil, 0, err
+	for i, c := range frames[2] {
+		if len(frames[2])-i > 8 {
+			if c != 0 {
+				return frames[0], EndSeq, nil
+			}
+			continue
+		}
+		start = start<<8 | uint64(c)
 	}
 	return frames[0], start, nil
 }

@@ -53,12 +53,21 @@ func TestReplayRequest(t *testing.T) {
 	}
 	for _, bad := range [][][]byte{
 		{[]byte("peer"), SeqBytes(1)},                     // REQ-style, no delimiter
-		{[]byte("peer"), []byte("x"), SeqBytes(1)},        // non-empty delimiter
-		{[]byte("peer"), {}, {1}},                         // short seq
 		{[]byte("peer"), {}, SeqBytes(1), []byte("more")}, // extra frame
 	} {
 		if _, _, err := ParseReplayRequest(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseReplayRequest(%q) = %v", bad, err)
+		}
+	}
+	// As vLLM: the delimiter's content is ignored, and start_seq is a
+	// big-endian integer of any length.
+	for _, c := range []struct {
+		seq  []byte
+		want uint64
+	}{{[]byte{1}, 1}, {[]byte{1, 0}, 256}, {nil, 0}, {append([]byte{0, 0}, SeqBytes(7)...), 7}, {append([]byte{1}, SeqBytes(7)...), EndSeq}} {
+		_, got, err := ParseReplayRequest([][]byte{[]byte("peer"), []byte("x"), c.seq})
+		if err != nil || got != c.want {
+			t.Errorf("start_seq %x: %d, %v; want %d", c.seq, got, err, c.want)
 		}
 	}
 }

@@ -71,7 +71,7 @@ func FuzzFrames(f *testing.F) {
 		}
 		if id, start, err := ParseReplayRequest(frames); err == nil {
 			req := append([][]byte{id}, ReplayRequest(start)...)
-			if _, again, err := ParseReplayRequest(req); err != nil || again != start {
+			if _, again, err := ParseReplayRequest(req); err != nil || (again != start && start != EndSeq) {
 				t.Fatalf("replay request does not round-trip: %v", err)
 			}
 		}

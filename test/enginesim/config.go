@@ -228,7 +228,7 @@ func (c *Config) Validate() error {
 	check(c.Sim.StepBase >= 0 && c.Sim.StepPerSeq >= 0, "--sim-step-base and --sim-step-per-seq must not be negative")
 	check(c.Sim.TimeScale >= 0, "--sim-time-scale %v must not be negative", c.Sim.TimeScale)
 	check(c.Sim.DropEventsPercent >= 0 && c.Sim.DropEventsPercent <= 100, "--sim-drop-events-pct %v: want 0..100", c.Sim.DropEventsPercent)
-	check(c.Sim.EventDelay >= 0, "--sim-delay-events must not be negative")
+	check(c.Sim.EventDelay >= 0 && c.Sim.EventDelay <= maxEventDelay, "--sim-delay-events %v: want 0..%v", c.Sim.EventDelay, maxEventDelay)
 	seen := map[string]bool{}
 	for _, n := range c.modelNames() {
 		check(!seen[n], "model name %q is served twice", n)

@@ -42,6 +42,9 @@ type Engine struct {
 	listener net.Listener
 }
 
+// maxEventDelay caps the event-delay fault.
+const maxEventDelay = time.Minute
+
 // ErrClosed is returned for requests to an engine that is shutting down.
 var ErrClosed = errors.New("the engine is shutting down")
 
@@ -188,11 +191,15 @@ func (e *Engine) do(f func(*scheduler)) error {
 	}
 }
 
-// ResetPrefixCache drops every cached block (AllBlocksCleared), failing
-// like vLLM while requests hold blocks.
-func (e *Engine) ResetPrefixCache() error {
+// ResetPrefixCache drops every cached block (AllBlocksCleared). Like vLLM
+// it fails while requests hold blocks, unless resetRunning, which preempts
+// them first (they recompute when readmitted).
+func (e *Engine) ResetPrefixCache(resetRunning bool) error {
 	var err error
 	if derr := e.do(func(s *scheduler) {
+		if resetRunning {
+			s.preemptAll()
+		}
 		if err = e.cache.Reset(); err == nil {
 			if ev := e.cache.TakeEvents(); len(ev) > 0 && e.pub != nil {
 				e.pub.publish(ev)
@@ -234,7 +241,7 @@ func (e *Engine) Restart() error {
 
 // SetEventFaults changes the event fault switches at run time.
 func (e *Engine) SetEventFaults(dropPercent float64, delay time.Duration) error {
-	if dropPercent < 0 || dropPercent > 100 || delay < 0 {
+	if dropPercent < 0 || dropPercent > 100 || delay < 0 || delay > maxEventDelay {
 		return fmt.Errorf("drop %v%% delay %v: want 0..100 and a non-negative delay", dropPercent, delay)
 	}
 	return e.do(func(s *scheduler) {
@@ -305,6 +312,7 @@ func Start(cfg Config, log *zap.Logger) (*Process, error) {
 			p.Close()
 			return nil, fmt.Errorf("rank %d: %w", rank, err)
 		}
+		go e.run()
 		port := 0
 		if cfg.Port != 0 {
 			port = cfg.Port + rank
@@ -318,7 +326,6 @@ func Start(cfg Config, log *zap.Logger) (*Process, error) {
 		e.listener = ln
 		e.srv = &http.Server{Handler: e.handler(), ReadHeaderTimeout: 10 * time.Second}
 		p.engines = append(p.engines, e)
-		go e.run()
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -338,15 +345,17 @@ func (p *Process) Engines() []*Engine { return p.engines }
 
 // Close stops serving and releases every socket.
 func (p *Process) Close() {
+	// Stop the engines first: requests in flight fail fast with 503, so
+	// the servers' graceful shutdown does not wait on long generations.
+	for _, e := range p.engines {
+		e.close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, e := range p.engines {
 		if e.srv != nil {
-			_ = e.srv.Shutdown(ctx) // waits for handlers; the engines still run
+			_ = e.srv.Shutdown(ctx)
 		}
-	}
-	for _, e := range p.engines {
-		e.close()
 	}
 	p.wg.Wait()
 }

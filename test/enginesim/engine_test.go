@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,14 +197,15 @@ func TestEvictionResetRestart(t *testing.T) {
 	if before == after {
 		t.Fatal("start time unchanged by restart")
 	}
+	post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt(30000), "max_tokens": 1}, &c)
+	if cached(c.Usage) != 0 {
+		t.Fatalf("the cache survived the restart: %d tokens hit", cached(c.Usage))
+	}
 	// The restarted publisher connects anew; its first live seq is 0.
 	deadline := time.Now().Add(10 * time.Second)
 	var first *msg
 	for i := 0; first == nil && time.Now().Before(deadline); i++ {
 		post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt(40000 + 1000*i), "max_tokens": 1}, &c)
-		if cached(c.Usage) != 0 {
-			t.Fatal("cache survived the restart")
-		}
 		if m, ok := s.recv(300 * time.Millisecond); ok {
 			first = &m
 		}
@@ -231,8 +233,17 @@ func TestReplay(t *testing.T) {
 			cfg := testConfig()
 			withEvents(&cfg, "tcp://127.0.0.1:*")
 			cfg.Sim.ReplayLayout = layout
-			cfg.Sim.DropEventsPercent = 100
 			e := start(t, cfg).Engines()[0]
+			s := newSub(t, false, e.EventsEndpoint())
+			s.waitLive(e.URL())
+			st, err := e.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := st.NextSeq
+			if err := e.SetEventFaults(100, 0); err != nil {
+				t.Fatal(err)
+			}
 			for i := 0; i < 5; i++ {
 				p := make([]int, 48)
 				for j := range p {
@@ -240,7 +251,6 @@ func TestReplay(t *testing.T) {
 				}
 				post(t, e.URL()+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 1}, nil)
 			}
-			s := newSub(t, false, e.EventsEndpoint())
 			if _, ok := s.recv(300 * time.Millisecond); ok {
 				t.Fatal("a dropped batch was published live")
 			}
@@ -248,9 +258,9 @@ func TestReplay(t *testing.T) {
 			if metric(t, m, `kvroute_engine_kv_event_batches_dropped_total{engine="0",model_name="Qwen/Qwen3-0.6B",reason="fault"}`) != "5" {
 				t.Fatal("drops not counted")
 			}
-			got := replay(t, e.ReplayEndpoint(), 2, layout)
-			if len(got) != 3 || got[0] != 2 || got[2] != 4 {
-				t.Fatalf("replayed seqs %v, want [2 3 4]", got)
+			got := replay(t, e.ReplayEndpoint(), first+2, layout)
+			if len(got) != 3 || got[0] != first+2 || got[2] != first+4 {
+				t.Fatalf("replayed seqs %v, want [%d %d %d]", got, first+2, first+3, first+4)
 			}
 		})
 	}
@@ -312,6 +322,9 @@ func TestDataParallelRanks(t *testing.T) {
 	cfg.DataParallelSize = 2
 	cfg.Port = freePortPair(t)
 	withEvents(&cfg, fmt.Sprintf("tcp://127.0.0.1:%d", base))
+	replayBase := freePortPair(t)
+	replayEP := fmt.Sprintf("tcp://127.0.0.1:%d", replayBase)
+	cfg.KVEvents.ReplayEndpoint = &replayEP
 	p := start(t, cfg)
 	es := p.Engines()
 	if len(es) != 2 {
@@ -322,6 +335,9 @@ func TestDataParallelRanks(t *testing.T) {
 	}
 	if es[1].EventsEndpoint() != fmt.Sprintf("tcp://127.0.0.1:%d", base+1) {
 		t.Fatalf("rank 1 events on %s", es[1].EventsEndpoint())
+	}
+	if es[0].ReplayEndpoint() != replayEP || es[1].ReplayEndpoint() != fmt.Sprintf("tcp://127.0.0.1:%d", replayBase+1) {
+		t.Fatalf("replay endpoints %s %s", es[0].ReplayEndpoint(), es[1].ReplayEndpoint())
 	}
 	for r, s := range []*sub{s0, s1} {
 		s.waitLive(es[r].URL())
@@ -334,6 +350,9 @@ func TestDataParallelRanks(t *testing.T) {
 			if m.batch.DataParallelRank.Value != int64(r) {
 				t.Fatalf("rank %d batch stamped %d", r, m.batch.DataParallelRank.Value)
 			}
+		}
+		if got := replay(t, es[r].ReplayEndpoint(), 0, kvevents.ReplayWithTopic); len(got) == 0 {
+			t.Fatalf("rank %d replay ring empty", r)
 		}
 	}
 }
@@ -646,5 +665,135 @@ func TestEventFaultSwitchesAtRunTime(t *testing.T) {
 	}
 	if code := post(t, e.URL()+"/sim/faults", map[string]any{"drop_events_pct": 150}, nil); code != 400 {
 		t.Fatalf("bad fault accepted: %d", code)
+	}
+}
+
+// TestBatchedPromptsAndBudgets: each prompt of a batch keeps its own token
+// ids and its own output budget; max_tokens cannot overflow the context check.
+func TestBatchedPromptsAndBudgets(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxModelLen = 64
+	cfg.NumGPUBlocks = 64
+	e := start(t, cfg).Engines()[0]
+	var rendered []struct {
+		TokenIDs       []uint32       `json:"token_ids"`
+		SamplingParams map[string]int `json:"sampling_params"`
+	}
+	post(t, e.URL()+"/v1/completions/render", map[string]any{"prompt": [][]int{{1000, 1001, 1002, 1003}, {2000, 2001}}}, &rendered)
+	if len(rendered) != 2 || fmt.Sprint(rendered[0].TokenIDs) != "[1000 1001 1002 1003]" || fmt.Sprint(rendered[1].TokenIDs) != "[2000 2001]" {
+		t.Fatalf("rendered %+v", rendered)
+	}
+	// Without max_tokens each prompt gets vLLM's default of 16, capped by
+	// what its own context leaves.
+	long := make([]int, 56)
+	for i := range long {
+		long[i] = 3000 + i
+	}
+	post(t, e.URL()+"/v1/completions/render", map[string]any{"prompt": []any{[]int{1000}, long}}, &rendered)
+	if rendered[0].SamplingParams["max_tokens"] != 16 || rendered[1].SamplingParams["max_tokens"] != 8 {
+		t.Fatalf("budgets %v %v", rendered[0].SamplingParams, rendered[1].SamplingParams)
+	}
+	var c completion
+	if code := post(t, e.URL()+"/v1/completions", map[string]any{"prompt": []any{[]int{1000}, long}, "ignore_eos": true}, &c); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	if c.Usage.CompletionTokens != 16+8 {
+		t.Fatalf("generated %d tokens, want 24", c.Usage.CompletionTokens)
+	}
+	if code := post(t, e.URL()+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": int64(1) << 62}, nil); code != 400 {
+		t.Fatalf("huge max_tokens: %d", code)
+	}
+	many := make([][]int, 1025)
+	for i := range many {
+		many[i] = []int{1000}
+	}
+	if code := post(t, e.URL()+"/v1/completions", map[string]any{"prompt": many}, nil); code != 400 {
+		t.Fatalf("1025 prompts: %d", code)
+	}
+}
+
+// TestStartFailsCleanly: a busy HTTP port makes Start fail promptly.
+func TestStartFailsCleanly(t *testing.T) {
+	first := start(t, testConfig()).Engines()[0]
+	cfg := testConfig()
+	cfg.Port = port(t, first.Addr())
+	done := make(chan error, 1)
+	go func() {
+		p, err := enginesim.Start(cfg, nil)
+		if err == nil {
+			p.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Start succeeded on a busy port")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start hung on a busy port")
+	}
+}
+
+// TestPreemptionUnderPressure: concurrent long generations on a small
+// cache preempt, recompute and still finish; the metric counts it.
+func TestPreemptionUnderPressure(t *testing.T) {
+	cfg := testConfig()
+	cfg.NumGPUBlocks = 20 // 19 usable blocks of 16
+	cfg.MaxModelLen = 160
+	e := start(t, cfg).Engines()[0]
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			p := make([]int, 40)
+			for j := range p {
+				p[j] = 1000 + 100*i + j
+			}
+			var c completion
+			if code := post(t, e.URL()+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 100, "ignore_eos": true}, &c); code != 200 || c.Usage.CompletionTokens != 100 {
+				errs <- fmt.Sprintf("request %d: status %d, %d tokens", i, code, c.Usage.CompletionTokens)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if v := metric(t, get(t, e.URL()+"/metrics"), "vllm:num_preemptions_total"); v == "0" {
+		t.Fatal("no preemption under pressure")
+	}
+}
+
+// TestSaltOnTheWire: a salted request publishes the salt in extra_keys[0]
+// of its run, and reset_running_requests resets even while busy.
+func TestSaltOnTheWire(t *testing.T) {
+	s := newSub(t, true, "tcp://127.0.0.1:*")
+	cfg := testConfig()
+	withEvents(&cfg, s.endpoint)
+	e := start(t, cfg).Engines()[0]
+	s.waitLive(e.URL())
+	post(t, e.URL()+"/v1/completions", map[string]any{"prompt": strings.Repeat("salted tokens ", 12), "max_tokens": 1, "cache_salt": "tenant-z"}, nil)
+	msgs := s.collect(300 * time.Millisecond)
+	if len(msgs) == 0 {
+		t.Fatal("no events")
+	}
+	ev := msgs[0].batch.Events[0]
+	if ev.HasParent || len(ev.ExtraKeys) == 0 || len(ev.ExtraKeys[0]) != 1 || ev.ExtraKeys[0][0] != "tenant-z" {
+		t.Fatalf("extra keys %v", ev.ExtraKeys)
+	}
+	for i := 1; i < len(ev.ExtraKeys); i++ {
+		if ev.ExtraKeys[i] != nil {
+			t.Fatalf("salt on block %d too", i)
+		}
+	}
+	if code := post(t, e.URL()+"/reset_prefix_cache?reset_running_requests=true", nil, nil); code != 200 {
+		t.Fatalf("reset: %d", code)
+	}
+	if msgs := s.collect(300 * time.Millisecond); len(msgs) != 1 || msgs[0].batch.Events[0].Type != kvevents.TypeAllBlocksCleared {
+		t.Fatalf("after reset: %+v", msgs)
 	}
 }

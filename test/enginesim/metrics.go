@@ -12,8 +12,12 @@ import (
 type metrics struct {
 	running, waiting, usage        prometheus.Gauge
 	prefixQueries, prefixHits      prometheus.Counter
+	externalQueries, externalHits  prometheus.Counter
+	promptTokensCached             prometheus.Counter
+	promptTokensRecomputed         prometheus.Counter
 	promptTokens, generationTokens prometheus.Counter
 	preemptions, aborted           prometheus.Counter
+	resetFailures                  prometheus.Counter
 	success                        *prometheus.CounterVec
 	ttft                           prometheus.Histogram
 	startTime                      prometheus.Gauge
@@ -33,16 +37,20 @@ func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 		return f(prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})).(prometheus.Counter)
 	}
 	m := &metrics{
-		running:          gauge("vllm:num_requests_running", "Number of requests in model execution batches."),
-		waiting:          gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-		usage:            gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-		prefixQueries:    counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
-		prefixHits:       counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
-		promptTokens:     counter("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
-		generationTokens: counter("vllm:generation_tokens_total", "Number of generation tokens processed."),
-		preemptions:      counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
-		aborted:          counter("kvroute_engine_requests_aborted_total", "Requests dropped because their client went away."),
-		startTime:        gauge("process_start_time_seconds", "Start time of the (simulated) engine process since unix epoch in seconds."),
+		running:                gauge("vllm:num_requests_running", "Number of requests in model execution batches."),
+		waiting:                gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+		usage:                  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+		prefixQueries:          counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
+		prefixHits:             counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+		promptTokens:           counter("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+		externalQueries:        counter("vllm:external_prefix_cache_queries_total", "External prefix cache queries (KV connector), in tokens; always 0 here."),
+		externalHits:           counter("vllm:external_prefix_cache_hits_total", "External prefix cache hits (KV connector), in tokens; always 0 here."),
+		promptTokensCached:     counter("vllm:prompt_tokens_cached_total", "Prompt tokens served from the prefix cache."),
+		promptTokensRecomputed: counter("vllm:prompt_tokens_recomputed_total", "Prompt tokens computed."),
+		generationTokens:       counter("vllm:generation_tokens_total", "Number of generation tokens processed."),
+		preemptions:            counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
+		aborted:                counter("kvroute_engine_requests_aborted_total", "Requests dropped because their client went away."),
+		startTime:              gauge("process_start_time_seconds", "Start time of the (simulated) engine process since unix epoch in seconds."),
 		success: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
 			Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})).(*prometheus.CounterVec),
 		ttft: f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds",

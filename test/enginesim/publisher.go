@@ -50,9 +50,18 @@ type ringEntry struct {
 }
 
 type liveMsg struct {
-	due   time.Time
+	sent  time.Time
 	seq   uint64
 	frame []byte
+}
+
+// liveQueue sizes the queue in front of the PUB socket from its high-water
+// mark (0 means unlimited in ZeroMQ; the queue stays bounded).
+func liveQueue(hwm int) int {
+	if hwm <= 0 || hwm > 1<<16 {
+		return 1 << 16
+	}
+	return hwm
 }
 
 // newPublisher opens the sockets for one rank.
@@ -70,7 +79,7 @@ func newPublisher(cfg *Config, rank int, log *zap.Logger, m *metrics, seed uint6
 		drop:         cfg.Sim.DropEventsPercent,
 		delay:        cfg.Sim.EventDelay,
 		rng:          rand.New(rand.NewPCG(seed, uint64(rank))),
-		live:         make(chan liveMsg, min(max(cfg.KVEvents.HWM, 1), 1<<16)),
+		live:         make(chan liveMsg, liveQueue(cfg.KVEvents.HWM)),
 		quit:         make(chan struct{}),
 	}
 	if p.zctx, err = zmq.NewContext(); err != nil {
@@ -164,14 +173,13 @@ func (p *publisher) publish(events []kvevents.Event) {
 	}
 	p.ring = append(p.ring, ringEntry{seq, payload})
 	dropped := p.drop > 0 && p.rng.Float64()*100 < p.drop
-	delay := p.delay
 	p.mu.Unlock()
 	if dropped {
 		p.metrics.eventBatchesDropped.WithLabelValues("fault").Inc()
 		return
 	}
 	select {
-	case p.live <- liveMsg{due: time.Now().Add(delay), seq: seq, frame: payload}:
+	case p.live <- liveMsg{sent: time.Now(), seq: seq, frame: payload}:
 	default: // like a PUB past its high-water mark
 		p.metrics.eventBatchesDropped.WithLabelValues("hwm").Inc()
 	}
@@ -191,8 +199,16 @@ func (p *publisher) sendLoop(pub *zmq.Socket) {
 		case <-p.quit:
 			return
 		case m := <-p.live:
-			if wait := time.Until(m.due); wait > 0 {
-				t := time.NewTimer(wait)
+			// The delay fault is re-read while waiting, so clearing it
+			// releases held batches at once.
+			for {
+				p.mu.Lock()
+				wait := time.Until(m.sent.Add(p.delay))
+				p.mu.Unlock()
+				if wait <= 0 {
+					break
+				}
+				t := time.NewTimer(min(wait, 20*time.Millisecond))
 				select {
 				case <-t.C:
 				case <-p.quit:

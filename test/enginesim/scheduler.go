@@ -62,6 +62,13 @@ func (m *mailbox) put(u update) {
 	}
 }
 
+// empty reports whether nothing awaits take.
+func (m *mailbox) empty() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.items) == 0
+}
+
 // take returns what arrived since the last call.
 func (m *mailbox) take() []update {
 	m.mu.Lock()
@@ -164,6 +171,7 @@ func (s *scheduler) step(quit <-chan struct{}) bool {
 	cache := e.cache
 	budget := cfg.MaxNumBatchedTokens
 	var batch []work
+	preempted := false
 
 	// Running requests first: decodes take one token, chunked prefills
 	// continue. When blocks run out, preempt from the back (vLLM's policy).
@@ -189,13 +197,15 @@ func (s *scheduler) step(quit <-chan struct{}) bool {
 			victim := s.running[len(s.running)-1]
 			s.running = s.running[:len(s.running)-1]
 			s.preempt(victim)
+			preempted = true
 			if victim == r {
 				break
 			}
 		}
 	}
-	// Then waiting requests, first come first served.
-	for len(s.waiting) > 0 && len(s.running) < cfg.MaxNumSeqs && budget > 0 {
+	// Then waiting requests, first come first served — none in a step that
+	// had to preempt (vLLM's rule).
+	for !preempted && len(s.waiting) > 0 && len(s.running) < cfg.MaxNumSeqs && budget > 0 {
 		r := s.waiting[0]
 		if r.cancelled.Load() {
 			s.waiting = s.waiting[1:]
@@ -209,9 +219,12 @@ func (s *scheduler) step(quit <-chan struct{}) bool {
 		s.waiting = s.waiting[1:]
 		if !r.counted {
 			r.counted = true
+			hit := r.seq.CachedTokens()
 			e.metrics.prefixQueries.Add(float64(r.promptLen))
-			e.metrics.prefixHits.Add(float64(r.seq.CachedTokens()))
+			e.metrics.prefixHits.Add(float64(hit))
 			e.metrics.promptTokens.Add(float64(r.promptLen))
+			e.metrics.promptTokensCached.Add(float64(hit))
+			e.metrics.promptTokensRecomputed.Add(float64(r.promptLen - hit))
 		}
 		r.prefilled = false
 		s.running = append(s.running, r)
@@ -244,7 +257,14 @@ func (s *scheduler) step(quit <-chan struct{}) bool {
 	}
 	s.simNow += d.Seconds()
 
-	// Apply: KV computed, tokens sampled, finished requests freed.
+	// Apply: KV computed, tokens sampled, finished requests freed. Updates
+	// go out after the step's events are published, so a client never sees
+	// its answer before the events of the blocks it stored.
+	type note struct {
+		r *request
+		u update
+	}
+	var notes []note
 	finished := map[*request]bool{}
 	for _, w := range batch {
 		r := w.r
@@ -264,14 +284,14 @@ func (s *scheduler) step(quit <-chan struct{}) bool {
 			u.first, u.cachedTokens, u.ttft = true, r.seq.CachedTokens(), s.simNow-r.arrival
 			e.metrics.ttft.Observe(u.ttft)
 		}
-		r.box.put(u)
+		notes = append(notes, note{r, u})
 		if r.outputs >= r.target || len(r.seq.Tokens) >= cfg.MaxModelLen {
 			finish := "length"
 			if r.outputs == r.stopAt {
 				finish = "stop"
 			}
 			cache.Free(r.seq)
-			r.box.put(update{index: r.index, done: true, finish: finish})
+			notes = append(notes, note{r, update{index: r.index, done: true, finish: finish}})
 			e.metrics.success.WithLabelValues(finish).Inc()
 			finished[r] = true
 		}
@@ -288,8 +308,19 @@ func (s *scheduler) step(quit <-chan struct{}) bool {
 	if ev := cache.TakeEvents(); len(ev) > 0 && e.pub != nil {
 		e.pub.publish(ev)
 	}
+	for _, n := range notes {
+		n.r.box.put(n.u)
+	}
 	e.metrics.observe(s)
 	return true
+}
+
+// preemptAll puts every running request back in the queue.
+func (s *scheduler) preemptAll() {
+	for i := len(s.running) - 1; i >= 0; i-- {
+		s.preempt(s.running[i])
+	}
+	s.running = nil
 }
 
 // preempt frees a running request's blocks and puts it back at the head

@@ -21,6 +21,9 @@ import (
 // maxBody caps request bodies.
 const maxBody = 64 << 20
 
+// maxPrompts caps the prompts of one completions request.
+const maxPrompts = 1024
+
 // SimVersion is what /version reports.
 const SimVersion = "0.29.0+kvroute.sim"
 
@@ -191,7 +194,7 @@ func (e *Engine) checkLength(promptLen int, maxTokens *int, def int) (int, error
 		if *maxTokens < 1 {
 			return 0, badRequest("max_tokens must be at least 1, got %d.", *maxTokens)
 		}
-		if promptLen+*maxTokens > limit {
+		if *maxTokens > limit-promptLen {
 			return 0, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", limit, promptLen+*maxTokens, promptLen, *maxTokens)
 		}
 		return *maxTokens, nil
@@ -204,13 +207,14 @@ func (e *Engine) checkLength(promptLen int, maxTokens *int, def int) (int, error
 
 // run is a set of prompts in the engine for one HTTP request.
 type run struct {
+	done   <-chan struct{} // the engine's scheduler has stopped
 	box    *mailbox
 	reqs   []*request
 	prompt []int
 }
 
-func (e *Engine) start(ctx context.Context, id identity, salt string, prompts [][]uint32, maxTokens int, ignoreEOS bool) (*run, error) {
-	rn := &run{box: newMailbox()}
+func (e *Engine) start(ctx context.Context, id identity, salt string, prompts [][]uint32, maxTokens []int, ignoreEOS bool) (*run, error) {
+	rn := &run{box: newMailbox(), done: e.done}
 	for i, p := range prompts {
 		if len(p) == 0 {
 			return nil, badRequest("The prompt is empty.")
@@ -222,7 +226,7 @@ func (e *Engine) start(ctx context.Context, id identity, salt string, prompts []
 			gen:       newGenerator(p, salt),
 			box:       rn.box,
 		}
-		r.target = maxTokens
+		r.target = maxTokens[i]
 		if !ignoreEOS {
 			r.stopAt = r.gen.naturalLength()
 			r.target = min(r.target, r.stopAt)
@@ -260,6 +264,11 @@ func (rn *run) each(ctx context.Context, fn func(update) error) error {
 		case <-ctx.Done():
 			rn.cancel()
 			return ctx.Err()
+		case <-rn.done:
+			if rn.box.empty() {
+				rn.cancel()
+				return &apiError{status: http.StatusServiceUnavailable, msg: ErrClosed.Error()}
+			}
 		}
 		for _, u := range rn.box.take() {
 			if u.err != nil {
@@ -416,9 +425,10 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		e.failErr(w, r, err)
 		return
 	}
-	id, err := e.resolveModel(req.Model)
+	err := checkSalt(req.CacheSalt)
+	var id identity
 	if err == nil {
-		err = checkSalt(req.CacheSalt)
+		id, err = e.resolveModel(req.Model)
 	}
 	if err == nil {
 		err = checkN(req.N)
@@ -439,7 +449,7 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		e.failErr(w, r, err)
 		return
 	}
-	rn, err := e.start(r.Context(), id, saltOf(req.CacheSalt), [][]uint32{toks}, budget, req.IgnoreEOS)
+	rn, err := e.start(r.Context(), id, saltOf(req.CacheSalt), [][]uint32{toks}, []int{budget}, req.IgnoreEOS)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -546,12 +556,16 @@ func parsePrompts(raw json.RawMessage) ([][]uint32, error) {
 	if err := json.Unmarshal(raw, &ids); err == nil {
 		return [][]uint32{ids}, checkIDs(ids)
 	}
+	if len(items) > maxPrompts {
+		return nil, badRequest("%d prompts in one request; at most %d", len(items), maxPrompts)
+	}
 	var out [][]uint32
 	for i, it := range items {
 		if err := json.Unmarshal(it, &s); err == nil {
 			out = append(out, chat.Encode(s))
 			continue
 		}
+		ids := []uint32(nil) // a fresh slice: Unmarshal reuses a non-nil one
 		if err := json.Unmarshal(it, &ids); err != nil {
 			return nil, badRequest("prompt[%d] must be a string or a list of token ids", i)
 		}
@@ -572,42 +586,42 @@ func checkIDs(ids []uint32) error {
 	return nil
 }
 
-func (e *Engine) prepareCompletion(w http.ResponseWriter, r *http.Request, req *completionRequest) (identity, [][]uint32, int, error) {
+func (e *Engine) prepareCompletion(w http.ResponseWriter, r *http.Request, req *completionRequest) (identity, [][]uint32, []int, error) {
 	if err := decodeBody(w, r, req); err != nil {
-		return identity{}, nil, 0, err
+		return identity{}, nil, nil, err
+	}
+	if err := checkSalt(req.CacheSalt); err != nil {
+		return identity{}, nil, nil, err
 	}
 	id, err := e.resolveModel(req.Model)
 	if err != nil {
-		return id, nil, 0, err
-	}
-	if err := checkSalt(req.CacheSalt); err != nil {
-		return id, nil, 0, err
+		return id, nil, nil, err
 	}
 	if err := checkN(req.N); err != nil {
-		return id, nil, 0, err
+		return id, nil, nil, err
 	}
 	prompts, err := parsePrompts(req.Prompt)
 	if err != nil {
-		return id, nil, 0, err
+		return id, nil, nil, err
 	}
-	budget := 0
-	for _, p := range prompts {
+	budgets := make([]int, len(prompts))
+	for i, p := range prompts {
 		// vLLM's completions default max_tokens is 16.
-		if budget, err = e.checkLength(len(p), req.MaxTokens, 16); err != nil {
-			return id, nil, 0, err
+		if budgets[i], err = e.checkLength(len(p), req.MaxTokens, 16); err != nil {
+			return id, nil, nil, err
 		}
 	}
-	return id, prompts, budget, nil
+	return id, prompts, budgets, nil
 }
 
 func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
-	id, prompts, budget, err := e.prepareCompletion(w, r, &req)
+	id, prompts, budgets, err := e.prepareCompletion(w, r, &req)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
 	}
-	rn, err := e.start(r.Context(), id, saltOf(req.CacheSalt), prompts, budget, req.IgnoreEOS)
+	rn, err := e.start(r.Context(), id, saltOf(req.CacheSalt), prompts, budgets, req.IgnoreEOS)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -630,7 +644,7 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			choices = append(choices, map[string]any{"index": i, "text": text(o.tokens), "logprobs": nil,
 				"finish_reason": o.finish, "stop_reason": nil, "prompt_logprobs": nil})
 			gen += len(o.tokens)
-			cached += o.cached
+			cached = o.cached // vLLM reports the last prompt's num_cached_tokens
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": rid, "object": "text_completion", "created": created,
 			"model": id.model, "choices": choices, "usage": e.usage(promptTotal, gen, cached), "kv_transfer_params": nil})
@@ -639,8 +653,8 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	s := newSSE(w)
 	gen, cached := 0, 0
 	err = rn.each(r.Context(), func(u update) error {
-		if u.first {
-			cached += u.cachedTokens
+		if u.first && u.index == len(rn.reqs)-1 {
+			cached = u.cachedTokens // the last prompt's, as vLLM reports it
 		}
 		var t string
 		var finish any
@@ -707,12 +721,12 @@ func (e *Engine) renderResponses(req *responsesRequest) ([]uint32, error) {
 func (e *Engine) handleResponses(w http.ResponseWriter, r *http.Request) {
 	var req responsesRequest
 	err := decodeBody(w, r, &req)
+	if err == nil {
+		err = checkSalt(req.CacheSalt)
+	}
 	var id identity
 	if err == nil {
 		id, err = e.resolveModel(req.Model)
-	}
-	if err == nil {
-		err = checkSalt(req.CacheSalt)
 	}
 	var toks []uint32
 	if err == nil {
@@ -726,7 +740,7 @@ func (e *Engine) handleResponses(w http.ResponseWriter, r *http.Request) {
 		e.failErr(w, r, err)
 		return
 	}
-	rn, err := e.start(r.Context(), id, saltOf(req.CacheSalt), [][]uint32{toks}, budget, req.IgnoreEOS)
+	rn, err := e.start(r.Context(), id, saltOf(req.CacheSalt), [][]uint32{toks}, []int{budget}, req.IgnoreEOS)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -831,12 +845,12 @@ func (e *Engine) generateRequest(id identity, toks []uint32, salt *string, maxTo
 func (e *Engine) handleChatRender(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
 	err := decodeBody(w, r, &req)
+	if err == nil {
+		err = checkSalt(req.CacheSalt)
+	}
 	var id identity
 	if err == nil {
 		id, err = e.resolveModel(req.Model)
-	}
-	if err == nil {
-		err = checkSalt(req.CacheSalt)
 	}
 	var toks []uint32
 	if err == nil {
@@ -859,14 +873,14 @@ func (e *Engine) handleChatRender(w http.ResponseWriter, r *http.Request) {
 
 func (e *Engine) handleCompletionsRender(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
-	id, prompts, budget, err := e.prepareCompletion(w, r, &req)
+	id, prompts, budgets, err := e.prepareCompletion(w, r, &req)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
 	}
 	out := []any{}
-	for _, p := range prompts {
-		out = append(out, e.generateRequest(id, p, req.CacheSalt, budget))
+	for i, p := range prompts {
+		out = append(out, e.generateRequest(id, p, req.CacheSalt, budgets[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -874,12 +888,12 @@ func (e *Engine) handleCompletionsRender(w http.ResponseWriter, r *http.Request)
 func (e *Engine) handleResponsesRender(w http.ResponseWriter, r *http.Request) {
 	var req responsesRequest
 	err := decodeBody(w, r, &req)
+	if err == nil {
+		err = checkSalt(req.CacheSalt)
+	}
 	var id identity
 	if err == nil {
 		id, err = e.resolveModel(req.Model)
-	}
-	if err == nil {
-		err = checkSalt(req.CacheSalt)
 	}
 	var toks []uint32
 	if err == nil {
@@ -977,14 +991,19 @@ func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
+// handleReset answers 200 even when the reset cannot happen, as vLLM does
+// (it only logs a warning); reset_running_requests=true preempts running
+// requests first so the reset always happens.
 func (e *Engine) handleReset(w http.ResponseWriter, r *http.Request) {
-	if err := e.ResetPrefixCache(); err != nil {
-		if errors.Is(err, kvcache.ErrBlocksInUse) {
-			e.fail(w, r, http.StatusConflict, "Failed to reset prefix cache: "+err.Error())
-			return
-		}
+	running := r.URL.Query().Get("reset_running_requests")
+	err := e.ResetPrefixCache(running == "true" || running == "True" || running == "1")
+	if errors.Is(err, ErrClosed) {
 		e.fail(w, r, http.StatusServiceUnavailable, err.Error())
 		return
+	}
+	if err != nil {
+		e.metrics.resetFailures.Inc()
+		e.log.Warn("Failed to reset prefix cache", zap.Error(err))
 	}
 	w.WriteHeader(http.StatusOK)
 }
@@ -1004,6 +1023,10 @@ func (e *Engine) handleFaults(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := decodeBody(w, r, &req); err != nil {
 		e.failErr(w, r, err)
+		return
+	}
+	if req.DelayEventsMS > maxEventDelay.Seconds()*1000 {
+		e.fail(w, r, http.StatusBadRequest, fmt.Sprintf("delay_events_ms %v: at most %v", req.DelayEventsMS, maxEventDelay))
 		return
 	}
 	if err := e.SetEventFaults(req.DropEventsPct, time.Duration(req.DelayEventsMS*float64(time.Millisecond))); err != nil {
