@@ -130,19 +130,36 @@ type Delta struct {
 // ok=false (no number used) when nothing changed.
 func (c *Counting) TakeDelta() (Delta, bool) {
 	var flips []uint32
-	for _, pos := range c.touched {
-		w, b := pos/64, uint64(1)<<(pos%64)
-		c.dirty[w] &^= b
-		if (c.bits[w]^c.published[w])&b != 0 {
-			c.published[w] ^= b
-			flips = append(flips, pos)
+	if len(c.touched) > len(c.dirty)/4 {
+		// Many positions touched: walking the dirty bitmap yields them in
+		// order, cheaper than sorting.
+		for w, d := range c.dirty {
+			if d == 0 {
+				continue
+			}
+			changed := (c.bits[w] ^ c.published[w]) & d
+			c.published[w] ^= changed
+			c.dirty[w] = 0
+			for changed != 0 {
+				flips = append(flips, uint32(w*64+bits.TrailingZeros64(changed)))
+				changed &= changed - 1
+			}
 		}
+	} else {
+		for _, pos := range c.touched {
+			w, b := pos/64, uint64(1)<<(pos%64)
+			c.dirty[w] &^= b
+			if (c.bits[w]^c.published[w])&b != 0 {
+				c.published[w] ^= b
+				flips = append(flips, pos)
+			}
+		}
+		slices.Sort(flips)
 	}
 	c.touched = c.touched[:0]
 	if len(flips) == 0 {
 		return Delta{}, false
 	}
-	slices.Sort(flips)
 	c.seq++
 	return Delta{Seq: c.seq, Flips: flips}, true
 }
