@@ -1,0 +1,304 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/internal/summary"
+)
+
+// Tiers.
+const (
+	TierGPU     = "GPU"
+	TierCPU     = "CPU"
+	TierStorage = "STORAGE"
+)
+
+// TierOf maps an event's medium to its tier.
+func TierOf(medium string) string {
+	switch medium {
+	case "", kvevents.MediumGPU:
+		return TierGPU
+	case "FS", "OBJ", kvevents.MediumStorage:
+		return TierStorage
+	}
+	return medium
+}
+
+// ErrUnresolvedParent reports a run whose parent block is not indexed.
+var ErrUnresolvedParent = errors.New("index: unknown parent block")
+
+// Config identifies what the index keys.
+type Config struct {
+	Model     string         // canonical model name (the served name)
+	BlockSize int            // the endpoint's block size; 0 takes it from the first run
+	Params    summary.Params // fleet-wide summary parameters
+}
+
+// Stats count what Apply saw.
+type Stats struct {
+	StoredBlocks      uint64 // blocks of BlockStored runs indexed
+	RemovedBlocks     uint64 // copies removed
+	Clears            uint64 // AllBlocksCleared and Clear calls
+	UnknownRemovals   uint64 // removals of hashes not indexed
+	UnresolvedParents uint64 // runs dropped for an unknown parent
+	SkippedGroups     uint64 // runs of groups that are not full attention
+	Placeholders      uint64 // connector runs without tokens
+	Invalid           uint64 // runs that fail validation or carry unknown extras
+	UnknownEvents     uint64 // events of a type this index does not know
+}
+
+type entry struct {
+	key  blockkey.Key
+	refs uint32
+}
+
+type tier struct {
+	blocks map[uint64]entry
+	sum    *summary.Counting
+}
+
+// Index is one endpoint's exact index. Not safe for concurrent use.
+type Index struct {
+	cfg   Config
+	tiers map[string]*tier
+	stats Stats
+	keys  []blockkey.Key   // scratch
+	ex    [][]blockkey.Extra // scratch
+}
+
+// New returns an empty index.
+func New(cfg Config) (*Index, error) {
+	if cfg.Model == "" {
+		return nil, errors.New("index: empty model name")
+	}
+	if err := cfg.Params.Validate(); err != nil {
+		return nil, err
+	}
+	return &Index{cfg: cfg, tiers: map[string]*tier{}}, nil
+}
+
+// Stats returns the counters.
+func (x *Index) Stats() Stats { return x.stats }
+
+// BlockSize returns the block size in use (0 before the first run).
+func (x *Index) BlockSize() int { return x.cfg.BlockSize }
+
+func (x *Index) tier(name string) *tier {
+	t := x.tiers[name]
+	if t == nil {
+		t = &tier{blocks: map[uint64]entry{}, sum: summary.NewCounting(x.cfg.Params)}
+		x.tiers[name] = t
+	}
+	return t
+}
+
+// Tiers lists the tiers seen, sorted.
+func (x *Index) Tiers() []string {
+	out := make([]string, 0, len(x.tiers))
+	for n := range x.tiers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Blocks returns the distinct engine blocks indexed in a tier.
+func (x *Index) Blocks(tierName string) int {
+	if t := x.tiers[tierName]; t != nil {
+		return len(t.blocks)
+	}
+	return 0
+}
+
+// Summary returns a tier's counting summary (created on first use).
+func (x *Index) Summary(tierName string) *summary.Counting { return x.tier(tierName).sum }
+
+// LookupEngine returns the canonical key and copy count of an engine hash.
+func (x *Index) LookupEngine(tierName string, h uint64) (blockkey.Key, int, bool) {
+	if t := x.tiers[tierName]; t != nil {
+		if e, ok := t.blocks[h]; ok {
+			return e.key, int(e.refs), true
+		}
+	}
+	return 0, 0, false
+}
+
+// LookupCanonical returns the engine hashes holding a canonical key (a
+// scan: for debugging, not for the hot path).
+func (x *Index) LookupCanonical(tierName string, k blockkey.Key) []uint64 {
+	var out []uint64
+	if t := x.tiers[tierName]; t != nil {
+		for h, e := range t.blocks {
+			if e.key == k {
+				out = append(out, h)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Clear empties every tier (AllBlocksCleared, or an engine restart).
+func (x *Index) Clear() {
+	for _, t := range x.tiers {
+		clear(t.blocks)
+		t.sum.Reset()
+	}
+	x.stats.Clears++
+}
+
+// Apply applies one event. It returns ErrUnresolvedParent for a dropped run,
+// another error for a run it cannot key (counted in Stats), and nil otherwise.
+func (x *Index) Apply(ev *kvevents.Event) error {
+	switch ev.Type {
+	case kvevents.TypeBlockStored:
+		return x.stored(ev)
+	case kvevents.TypeBlockRemoved:
+		if !fullAttention(ev) {
+			x.stats.SkippedGroups++
+			return nil
+		}
+		t := x.tiers[TierOf(ev.Medium)]
+		for _, h := range ev.BlockHashes {
+			if t == nil {
+				x.stats.UnknownRemovals++
+				continue
+			}
+			e, ok := t.blocks[h.Int]
+			if !ok {
+				x.stats.UnknownRemovals++
+				continue
+			}
+			x.stats.RemovedBlocks++
+			if e.refs > 1 {
+				e.refs--
+				t.blocks[h.Int] = e
+				continue
+			}
+			delete(t.blocks, h.Int)
+			t.sum.Remove(e.key)
+		}
+	case kvevents.TypeAllBlocksCleared:
+		x.Clear()
+	default:
+		x.stats.UnknownEvents++
+	}
+	return nil
+}
+
+// fullAttention reports whether ev belongs to a group the index keys.
+func fullAttention(ev *kvevents.Event) bool {
+	switch ev.KVCacheSpecKind {
+	case "full_attention", "mla_attention":
+		return true
+	case "":
+		return !ev.GroupIdx.Valid || ev.GroupIdx.Value == 0
+	}
+	return false
+}
+
+func (x *Index) stored(ev *kvevents.Event) error {
+	if !fullAttention(ev) {
+		x.stats.SkippedGroups++
+		return nil
+	}
+	if ev.Placeholder() {
+		x.stats.Placeholders++
+		return nil
+	}
+	if err := ev.Validate(); err != nil {
+		x.stats.Invalid++
+		return err
+	}
+	if x.cfg.BlockSize == 0 {
+		x.cfg.BlockSize = ev.BlockSize
+	}
+	if ev.BlockSize != x.cfg.BlockSize {
+		x.stats.Invalid++
+		return fmt.Errorf("index: block size %d, endpoint uses %d", ev.BlockSize, x.cfg.BlockSize)
+	}
+	t := x.tier(TierOf(ev.Medium))
+	parent := blockkey.Root(x.cfg.Model, ev.LoraName)
+	if ev.HasParent {
+		e, ok := t.blocks[ev.ParentBlockHash.Int]
+		if !ok {
+			x.stats.UnresolvedParents++
+			return ErrUnresolvedParent
+		}
+		parent = e.key
+	}
+	n := len(ev.BlockHashes)
+	x.ex = x.ex[:0]
+	for i := 0; i < n; i++ {
+		var raw []any
+		if i < len(ev.ExtraKeys) {
+			raw = ev.ExtraKeys[i]
+		}
+		ex, err := canonicalExtras(raw, ev.LoraName, i == 0 && !ev.HasParent)
+		if err != nil {
+			x.stats.Invalid++
+			return err
+		}
+		x.ex = append(x.ex, ex)
+	}
+	x.keys = blockkey.AppendChain(x.keys[:0], parent, ev.BlockSize, ev.TokenIDs, x.ex)
+	for i, h := range ev.BlockHashes {
+		k := x.keys[i]
+		if e, ok := t.blocks[h.Int]; ok {
+			e.refs++
+			t.blocks[h.Int] = e
+		} else {
+			t.blocks[h.Int] = entry{key: k, refs: 1}
+			t.sum.Add(k)
+		}
+	}
+	x.stats.StoredBlocks += uint64(n)
+	return nil
+}
+
+// canonicalExtras turns one block's vLLM extra keys into canonical extras:
+// the LoRA name (first, on every block) is dropped (it is in the root); a
+// string on the first block of a run from token 0 is the cache salt;
+// (identifier, offset) tuples are multimodal items; bytes are prompt-embeds
+// digests. The salt comes first, as blockkey.Request.BlockExtras orders them.
+func canonicalExtras(raw []any, lora string, first bool) ([]blockkey.Extra, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if lora != "" {
+		if s, ok := raw[0].(string); ok && s == lora {
+			raw = raw[1:]
+		}
+	}
+	var out []blockkey.Extra
+	salted := false
+	for _, v := range raw {
+		switch v := v.(type) {
+		case string:
+			if !first || salted {
+				return nil, fmt.Errorf("index: unexpected string extra key on a block")
+			}
+			out = append([]blockkey.Extra{blockkey.SaltExtra(v)}, out...)
+			salted = true
+		case []any:
+			if len(v) != 2 {
+				return nil, fmt.Errorf("index: multimodal extra key of %d elements", len(v))
+			}
+			id, ok := v[0].(string)
+			off, ok2 := v[1].(int64)
+			if !ok || !ok2 {
+				return nil, fmt.Errorf("index: multimodal extra key %v", v)
+			}
+			out = append(out, blockkey.Extra{Kind: blockkey.ExtraMM, Data: id, Offset: off})
+		case []byte:
+			out = append(out, blockkey.Extra{Kind: blockkey.ExtraEmbeds, Data: string(v)})
+		default:
+			return nil, fmt.Errorf("index: extra key of type %T", v)
+		}
+	}
+	return out, nil
+}
