@@ -66,7 +66,7 @@ type Index struct {
 	cfg   Config
 	tiers map[string]*tier
 	stats Stats
-	keys  []blockkey.Key   // scratch
+	keys  []blockkey.Key     // scratch
 	ex    [][]blockkey.Extra // scratch
 }
 

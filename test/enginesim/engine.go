@@ -85,7 +85,11 @@ func (e *Engine) openPublisher() error {
 		e.replayEndpoint.Store(&empty)
 		return nil
 	}
-	p, err := newPublisher(e.cfg, e.rank, e.log, e.metrics, e.cfg.Sim.Seed+uint64(e.restarts.Load()))
+	var pubAt, replayAt string
+	if e.restarts.Load() > 0 { // keep the ports the first process resolved
+		pubAt, replayAt = e.EventsEndpoint(), e.ReplayEndpoint()
+	}
+	p, err := newPublisher(e.cfg, e.rank, e.log, e.metrics, e.cfg.Sim.Seed+uint64(e.restarts.Load()), pubAt, replayAt)
 	if err != nil {
 		return err
 	}

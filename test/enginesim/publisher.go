@@ -65,10 +65,15 @@ func liveQueue(hwm int) int {
 }
 
 // newPublisher opens the sockets for one rank.
-func newPublisher(cfg *Config, rank int, log *zap.Logger, m *metrics, seed uint64) (*publisher, error) {
+// A restarted process reuses the endpoints its predecessor resolved
+// (pubAt, replayAt), as a real engine keeps its configured ports.
+func newPublisher(cfg *Config, rank int, log *zap.Logger, m *metrics, seed uint64, pubAt, replayAt string) (*publisher, error) {
 	endpoint, err := offsetEndpointPort(cfg.KVEvents.Endpoint, rank)
 	if err != nil {
 		return nil, err
+	}
+	if pubAt != "" {
+		endpoint = pubAt
 	}
 	p := &publisher{
 		log: log, metrics: m, rank: rank,
@@ -120,6 +125,9 @@ func newPublisher(cfg *Config, rank int, log *zap.Logger, m *metrics, seed uint6
 		rep, err := offsetEndpointPort(*re, rank)
 		if err != nil {
 			return fail(err)
+		}
+		if replayAt != "" {
+			rep = replayAt
 		}
 		if router, err = p.zctx.NewSocket(zmq.ROUTER); err != nil {
 			return fail(err)

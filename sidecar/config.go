@@ -1,0 +1,143 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/summary"
+)
+
+// Config configures a sidecar. Zero fields take the documented defaults
+// through DefaultConfig.
+type Config struct {
+	// EngineURL is rank 0's HTTP base URL; rank r uses port+r.
+	// Default http://127.0.0.1:8000.
+	EngineURL string
+	// KVEvents is rank 0's event endpoint; rank r uses port+r.
+	// Default tcp://127.0.0.1:5557.
+	KVEvents string
+	// Bind makes the SUB bind (the engine's PUB then connects to it);
+	// default connect.
+	Bind bool
+	// Replay is rank 0's replay ROUTER; rank r uses port+r. Empty disables
+	// replay. Default tcp://127.0.0.1:5558.
+	Replay string
+	// Topic is the SUB subscription prefix; "" takes every message.
+	Topic string
+	// DataParallelSize is the number of ranks (endpoints). Default 1.
+	DataParallelSize int
+	// DebugListen serves /healthz, /readyz, /metrics and /debug/*.
+	// Default 127.0.0.1:8090.
+	DebugListen string
+	// Model overrides the canonical model name; default: the first model
+	// the engine lists on /v1/models.
+	Model string
+	// Capacity sizes the summaries (cached blocks per endpoint and tier);
+	// default 65536. Fleet-wide: every sidecar of a fleet must agree.
+	Capacity int
+	// ScrapeInterval is how often the engine's /metrics is read (100–250 ms
+	// recommended). Default 200 ms.
+	ScrapeInterval time.Duration
+	// DeltaInterval batches summary bit flips into numbered deltas.
+	// Default 20 ms.
+	DeltaInterval time.Duration
+	// ReplayTimeout bounds one replay exchange. Default 2 s.
+	ReplayTimeout time.Duration
+	// IdleCheck: after this long without a live message, the sidecar asks
+	// the replay ring for anything newer (live messages lost while the SUB
+	// reconnects leave no gap to notice). Default 2 s.
+	IdleCheck time.Duration
+	// StartupTimeout bounds waiting for the engine to answer /v1/models and
+	// the render probe. Default 2 minutes.
+	StartupTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults that fit a vLLM pod.
+func DefaultConfig() Config {
+	return Config{
+		EngineURL:        "http://127.0.0.1:8000",
+		KVEvents:         "tcp://127.0.0.1:5557",
+		Replay:           "tcp://127.0.0.1:5558",
+		DataParallelSize: 1,
+		DebugListen:      "127.0.0.1:8090",
+		Capacity:         65536,
+		ScrapeInterval:   200 * time.Millisecond,
+		DeltaInterval:    20 * time.Millisecond,
+		ReplayTimeout:    2 * time.Second,
+		IdleCheck:        2 * time.Second,
+		StartupTimeout:   2 * time.Minute,
+	}
+}
+
+// Validate checks c.
+func (c *Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	u, err := url.Parse(c.EngineURL)
+	check(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", "--engine-url %q: want http://host:port", c.EngineURL)
+	check(strings.HasPrefix(c.KVEvents, "tcp://") || strings.HasPrefix(c.KVEvents, "ipc://") || strings.HasPrefix(c.KVEvents, "inproc://"),
+		"--kv-events %q: want tcp://, ipc:// or inproc://", c.KVEvents)
+	check(c.DataParallelSize >= 1 && c.DataParallelSize <= 1024, "--data-parallel-size %d: want 1..1024", c.DataParallelSize)
+	check(c.Capacity >= 1, "--capacity %d must be positive", c.Capacity)
+	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
+	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)
+	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0, "timeouts must be positive")
+	if c.DataParallelSize > 1 {
+		for _, ep := range []string{c.KVEvents, c.Replay} {
+			if ep != "" {
+				if _, err := offsetPort(ep, 1); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if _, err := offsetURL(c.EngineURL, 1); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Params returns the summary parameters for the configured capacity.
+func (c *Config) Params() summary.Params { return summary.ForCapacity(c.Capacity) }
+
+// offsetPort returns a ZeroMQ endpoint with its port moved by rank (vLLM's
+// offset_endpoint_port); inproc names get _dp<rank>.
+func offsetPort(endpoint string, rank int) (string, error) {
+	if rank == 0 {
+		return endpoint, nil
+	}
+	if strings.HasPrefix(endpoint, "inproc://") {
+		return fmt.Sprintf("%s_dp%d", endpoint, rank), nil
+	}
+	i := strings.LastIndex(endpoint, ":")
+	port, err := strconv.Atoi(endpoint[i+1:])
+	if !strings.HasPrefix(endpoint, "tcp://") || err != nil {
+		return "", fmt.Errorf("endpoint %q: data-parallel ranks need tcp://host:port", endpoint)
+	}
+	return endpoint[:i+1] + strconv.Itoa(port+rank), nil
+}
+
+// offsetURL moves an http URL's port by rank.
+func offsetURL(raw string, rank int) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	if rank == 0 {
+		return raw, nil
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return "", fmt.Errorf("--engine-url %q: data-parallel ranks need an explicit port", raw)
+	}
+	u.Host = u.Hostname() + ":" + strconv.Itoa(port+rank)
+	return u.String(), nil
+}

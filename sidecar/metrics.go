@@ -1,0 +1,49 @@
+package sidecar
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the sidecar's series (kvroute_sidecar_*), labelled by the
+// endpoint (the rank's engine URL).
+type metrics struct {
+	events, replays                    *prometheus.CounterVec
+	malformed, gaps, restarts          *prometheus.CounterVec
+	unresolved, invalid, scrapeErrors  *prometheus.CounterVec
+	deltas, deltaFlips                 *prometheus.CounterVec
+	blocks, partial, epoch, load, fill *prometheus.GaugeVec
+	lag                                *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: name, Help: help}, labels)
+		reg.MustRegister(c)
+		return c
+	}
+	gv := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: name, Help: help}, labels)
+		reg.MustRegister(g)
+		return g
+	}
+	m := &metrics{
+		events:       cv("events_total", "KV events applied, by type.", "endpoint", "type"),
+		replays:      cv("replays_total", "Replay exchanges, by outcome (ok, incomplete, failed).", "endpoint", "outcome"),
+		malformed:    cv("malformed_payloads_total", "Event messages or payloads that failed to decode (skipped).", "endpoint"),
+		gaps:         cv("seq_gaps_total", "Gaps in the event sequence numbers.", "endpoint"),
+		restarts:     cv("engine_restarts_total", "Engine restarts detected (seq backwards or a new start time).", "endpoint"),
+		unresolved:   cv("unresolved_parents_total", "BlockStored runs dropped because their parent was unknown.", "endpoint"),
+		invalid:      cv("invalid_runs_total", "BlockStored runs that could not be keyed (bad sizes, unknown extra keys).", "endpoint"),
+		scrapeErrors: cv("scrape_errors_total", "Failed reads of the engine's /metrics.", "endpoint"),
+		deltas:       cv("summary_deltas_total", "Summary deltas taken.", "endpoint", "tier"),
+		deltaFlips:   cv("summary_delta_flips_total", "Bit flips carried by summary deltas.", "endpoint", "tier"),
+		blocks:       gv("blocks", "Engine blocks indexed, by tier.", "endpoint", "tier"),
+		partial:      gv("partial", "1 when the endpoint's state may miss blocks (lost events that replay could not recover).", "endpoint"),
+		epoch:        gv("epoch", "The endpoint's epoch: bumped on every clear and engine restart.", "endpoint"),
+		load:         gv("engine_load", "The engine's load as last scraped.", "endpoint", "kind"),
+		fill:         gv("summary_fill", "Fraction of summary bits set.", "endpoint", "tier"),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "event_to_summary_lag_seconds",
+			Help:    "Time from the engine stamping a batch to its blocks being in the summary.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"endpoint"}),
+	}
+	reg.MustRegister(m.lag)
+	return m
+}

@@ -1,0 +1,284 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/zap"
+)
+
+// Identity is what makes an endpoint's keys comparable with another's.
+type Identity struct {
+	Endpoint             string `json:"endpoint"` // engine URL of this rank
+	Rank                 int    `json:"rank"`
+	Model                string `json:"model"`
+	BlockSize            int    `json:"block_size"`
+	NumGPUBlocks         int    `json:"num_gpu_blocks"`
+	HashAlgo             string `json:"prefix_caching_hash_algo"`
+	KeyFormat            string `json:"key_format"`
+	SummaryParams        string `json:"summary_params"`
+	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
+}
+
+// Load is the engine's load as last scraped.
+type Load struct {
+	Waiting   float64   `json:"num_requests_waiting"`
+	Running   float64   `json:"num_requests_running"`
+	KVUsage   float64   `json:"kv_cache_usage_perc"`
+	StartTime float64   `json:"process_start_time_seconds"`
+	At        time.Time `json:"scraped_at"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// probeConversation is rendered by every replica; equal token ids mean
+// equal tokenizer and chat template.
+var probeConversation = map[string]any{
+	"messages": []map[string]any{
+		{"role": "system", "content": "kvroute tokenizer fingerprint probe."},
+		{"role": "user", "content": "Hello! Count 1, 2, 3 — ünïcödé, emoji 🙂, code `x := 42`."},
+	},
+}
+
+// fingerprint hashes the tokens the engine renders for the probe.
+func fingerprint(ctx context.Context, hc *http.Client, base, model string) (string, error) {
+	body := map[string]any{"model": model}
+	for k, v := range probeConversation {
+		body[k] = v
+	}
+	var out struct {
+		TokenIDs []uint32 `json:"token_ids"`
+		Tokens   []uint32 `json:"tokens"`
+	}
+	err := postJSON(ctx, hc, base+"/v1/chat/completions/render", body, &out)
+	if err != nil { // older engines: /tokenize's chat form
+		if err2 := postJSON(ctx, hc, base+"/tokenize", body, &out); err2 != nil {
+			return "", fmt.Errorf("render: %v; tokenize: %v", err, err2)
+		}
+		out.TokenIDs = out.Tokens
+	}
+	if len(out.TokenIDs) == 0 {
+		return "", fmt.Errorf("the engine rendered no tokens for the probe")
+	}
+	h := sha256.New()
+	var b [4]byte
+	for _, t := range out.TokenIDs {
+		binary.LittleEndian.PutUint32(b[:], t)
+		h.Write(b[:])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), nil
+}
+
+func postJSON(ctx context.Context, hc *http.Client, url string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return do(hc, req, out)
+}
+
+func do(hc *http.Client, req *http.Request, out any) error {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", req.URL.Path, resp.StatusCode)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// firstModel returns the first model /v1/models lists.
+func firstModel(ctx context.Context, hc *http.Client, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Data []struct {
+			ID     string  `json:"id"`
+			Parent *string `json:"parent"`
+		} `json:"data"`
+	}
+	if err := do(hc, req, &out); err != nil {
+		return "", err
+	}
+	for _, m := range out.Data {
+		if m.Parent == nil && m.ID != "" {
+			return m.ID, nil
+		}
+	}
+	return "", fmt.Errorf("/v1/models lists no base model")
+}
+
+// scrapeResult is one parse of the engine's /metrics.
+type scrapeResult struct {
+	load         Load
+	blockSize    int
+	numGPUBlocks int
+	hashAlgo     string
+}
+
+func scrape(ctx context.Context, hc *http.Client, base string) (scrapeResult, error) {
+	var r scrapeResult
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return r, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("/metrics: status %d", resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return r, fmt.Errorf("/metrics: %w", err)
+	}
+	sum := func(name string) float64 {
+		f := families[name]
+		if f == nil {
+			return 0
+		}
+		v := 0.0
+		for _, m := range f.Metric {
+			if g := m.GetGauge(); g != nil {
+				v += g.GetValue()
+			} else if c := m.GetCounter(); c != nil {
+				v += c.GetValue()
+			} else if u := m.GetUntyped(); u != nil {
+				v += u.GetValue()
+			}
+		}
+		return v
+	}
+	r.load = Load{Waiting: sum("vllm:num_requests_waiting"), Running: sum("vllm:num_requests_running"),
+		KVUsage: sum("vllm:kv_cache_usage_perc"), StartTime: sum("process_start_time_seconds"), At: time.Now()}
+	if f := families["vllm:cache_config_info"]; f != nil && len(f.Metric) > 0 {
+		for _, l := range f.Metric[0].Label {
+			switch l.GetName() {
+			case "block_size":
+				r.blockSize, _ = strconv.Atoi(l.GetValue())
+			case "num_gpu_blocks":
+				r.numGPUBlocks, _ = strconv.Atoi(l.GetValue())
+			case "prefix_caching_hash_algo":
+				r.hashAlgo = l.GetValue()
+			}
+		}
+	}
+	return r, nil
+}
+
+// scrapeLoop reads the engine's /metrics every interval: load, cache
+// config, and the start time that reveals a restart.
+func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
+	t := time.NewTicker(ep.s.cfg.ScrapeInterval)
+	defer t.Stop()
+	lastErr := ""
+	for {
+		r, err := scrape(ctx, hc, ep.engineURL)
+		ep.mu.Lock()
+		if err != nil {
+			ep.load.Error = err.Error()
+		} else {
+			ep.load = r.load
+			if r.blockSize > 0 {
+				ep.identity.BlockSize = r.blockSize
+			}
+			if r.numGPUBlocks > 0 {
+				ep.identity.NumGPUBlocks = r.numGPUBlocks
+			}
+			if r.hashAlgo != "" {
+				ep.identity.HashAlgo = r.hashAlgo
+			}
+		}
+		ep.mu.Unlock()
+		if err != nil {
+			ep.s.metrics.scrapeErrors.WithLabelValues(ep.label()).Inc()
+			if msg := err.Error(); msg != lastErr && ctx.Err() == nil {
+				ep.log.Warn("engine metrics scrape failed", zap.Error(err))
+				lastErr = msg
+			}
+		} else {
+			lastErr = ""
+			ep.s.metrics.load.WithLabelValues(ep.label(), "waiting").Set(r.load.Waiting)
+			ep.s.metrics.load.WithLabelValues(ep.label(), "running").Set(r.load.Running)
+			ep.s.metrics.load.WithLabelValues(ep.label(), "kv_cache_usage").Set(r.load.KVUsage)
+			if r.load.StartTime > 0 {
+				select {
+				case ep.restartCh <- r.load.StartTime:
+				default:
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// identify learns the model and the tokenizer fingerprint, retrying until
+// the engine answers or the startup timeout passes.
+func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override string) (Identity, error) {
+	ctx, cancel := context.WithTimeout(ctx, ep.s.cfg.StartupTimeout)
+	defer cancel()
+	id := Identity{Endpoint: ep.engineURL, Rank: ep.rank, Model: override}
+	var last error
+	for {
+		var err error
+		if id.Model == "" {
+			id.Model, err = firstModel(ctx, hc, ep.engineURL)
+		}
+		if err == nil {
+			id.TokenizerFingerprint, err = fingerprint(ctx, hc, ep.engineURL, id.Model)
+		}
+		if err == nil {
+			var r scrapeResult
+			if r, err = scrape(ctx, hc, ep.engineURL); err == nil {
+				id.BlockSize, id.NumGPUBlocks, id.HashAlgo = r.blockSize, r.numGPUBlocks, r.hashAlgo
+				return id, nil
+			}
+		}
+		if last == nil || err.Error() != last.Error() {
+			ep.log.Info("waiting for the engine", zap.String("url", ep.engineURL), zap.Error(err))
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return id, fmt.Errorf("engine %s did not answer: %w", ep.engineURL, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+		if strings.TrimSpace(override) == "" {
+			id.Model = ""
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/sidecar/index"
+)
+
+// Sidecar serves one vLLM pod: an endpoint per data-parallel rank.
+type Sidecar struct {
+	cfg       Config
+	log       *zap.Logger
+	reg       *prometheus.Registry
+	metrics   *metrics
+	endpoints []*endpoint
+	srv       *http.Server
+	ln        net.Listener
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// Start identifies every rank's engine, opens the event sockets and the
+// debug server, and starts following the events. reg receives the
+// sidecar's metrics (and is served on /metrics).
+func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Registry) (*Sidecar, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s := &Sidecar{cfg: cfg, log: log, reg: reg, metrics: newMetrics(reg)}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for r := 0; r < cfg.DataParallelSize; r++ {
+		ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), deltaSeq: map[string]uint64{}}
+		var err error
+		if ep.engineURL, err = offsetURL(cfg.EngineURL, r); err != nil {
+			return nil, err
+		}
+		if ep.events, err = offsetPort(cfg.KVEvents, r); err != nil {
+			return nil, err
+		}
+		if cfg.Replay != "" {
+			if ep.replay, err = offsetPort(cfg.Replay, r); err != nil {
+				return nil, err
+			}
+		}
+		ep.log = log.With(zap.Int("rank", r), zap.String("engine", ep.engineURL))
+		if ep.identity, err = ep.identify(ctx, hc, cfg.Model); err != nil {
+			return nil, err
+		}
+		ep.identity.KeyFormat = blockkey.FormatV1
+		ep.identity.SummaryParams = cfg.Params().String()
+		if ep.idx, err = index.New(index.Config{Model: ep.identity.Model, BlockSize: ep.identity.BlockSize, Params: cfg.Params()}); err != nil {
+			return nil, err
+		}
+		s.endpoints = append(s.endpoints, ep)
+	}
+	ln, err := net.Listen("tcp", cfg.DebugListen)
+	if err != nil {
+		return nil, fmt.Errorf("--debug-listen %s: %w", cfg.DebugListen, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, ep := range s.endpoints {
+		ready := make(chan struct{})
+		s.wg.Add(2)
+		go func() { defer s.wg.Done(); ep.run(runCtx, ready) }()
+		go func() { defer s.wg.Done(); ep.scrapeLoop(runCtx, hc) }()
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+		}
+		ep.log.Info("following kv events", zap.String("events", ep.events), zap.Bool("bind", cfg.Bind),
+			zap.String("replay", ep.replay), zap.String("model", ep.identity.Model), zap.String("tokenizer", ep.identity.TokenizerFingerprint))
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("debug server", zap.Error(err))
+		}
+	}()
+	return s, nil
+}
+
+// DebugAddr returns the debug server's address.
+func (s *Sidecar) DebugAddr() string { return s.ln.Addr().String() }
+
+// EventsEndpoint returns rank r's event endpoint (bound ports resolved).
+func (s *Sidecar) EventsEndpoint(rank int) string {
+	ep := s.endpoints[rank]
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.events
+}
+
+// Close stops everything.
+func (s *Sidecar) Close() {
+	s.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+	s.wg.Wait()
+}
+
+// EndpointState is one endpoint's /debug/state entry.
+type EndpointState struct {
+	Identity Identity          `json:"identity"`
+	Epoch    uint64            `json:"epoch"`
+	LastSeq  *uint64           `json:"last_seq"`
+	Partial  bool              `json:"partial"`
+	Live     bool              `json:"live"`
+	Blocks   map[string]int    `json:"blocks"`
+	Summary  map[string]Fill   `json:"summary"`
+	Counters endpointCounters  `json:"counters"`
+	Index    index.Stats       `json:"index"`
+	Load     Load              `json:"load"`
+	DeltaSeq map[string]uint64 `json:"delta_seq"`
+}
+
+// Fill describes a tier's summary.
+type Fill struct {
+	Keys      int     `json:"keys"`
+	Fill      float64 `json:"fill"`
+	Saturated int     `json:"saturated_counters"`
+}
+
+// State returns every endpoint's state.
+func (s *Sidecar) State() []EndpointState {
+	var out []EndpointState
+	for _, ep := range s.endpoints {
+		ep.mu.Lock()
+		st := EndpointState{Identity: ep.identity, Epoch: ep.epoch, Partial: ep.partial, Live: ep.live,
+			Blocks: map[string]int{}, Summary: map[string]Fill{}, Counters: ep.counters, Index: ep.idx.Stats(),
+			Load: ep.load, DeltaSeq: map[string]uint64{}}
+		if ep.haveSeq {
+			seq := ep.lastSeq
+			st.LastSeq = &seq
+		}
+		for _, t := range ep.idx.Tiers() {
+			sum := ep.idx.Summary(t)
+			st.Blocks[t] = ep.idx.Blocks(t)
+			st.Summary[t] = Fill{Keys: sum.Keys(), Fill: sum.Fill(), Saturated: sum.Saturated()}
+			st.DeltaSeq[t] = ep.deltaSeq[t]
+			s.metrics.fill.WithLabelValues(ep.identity.Endpoint, t).Set(sum.Fill())
+		}
+		ep.mu.Unlock()
+		out = append(out, st)
+	}
+	return out
+}
+
+func (s *Sidecar) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/state", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.State()) })
+	mux.HandleFunc("GET /debug/keys", s.handleKeys)
+	mux.HandleFunc("GET /debug/events", s.handleEvents)
+	return mux
+}
+
+// handleReady: ready once every engine answers and every event stream has
+// delivered (live messages or a replay).
+func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
+	var problems []string
+	for _, ep := range s.endpoints {
+		ep.mu.Lock()
+		live, loadErr := ep.live || ep.haveSeq, ep.load.Error
+		ep.mu.Unlock()
+		if loadErr != "" {
+			problems = append(problems, fmt.Sprintf("rank %d: engine: %s", ep.rank, loadErr))
+		}
+		if !live {
+			problems = append(problems, fmt.Sprintf("rank %d: no kv events yet", ep.rank))
+		}
+	}
+	if len(problems) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+// handleKeys looks a block up: ?canonical=<16 hex> or ?engine=<decimal>,
+// optionally &rank= and &tier= (default 0 and GPU).
+func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	rank, err := strconv.Atoi(q.Get("rank"))
+	if q.Get("rank") == "" {
+		rank, err = 0, nil
+	}
+	if err != nil || rank < 0 || rank >= len(s.endpoints) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "rank out of range"})
+		return
+	}
+	tier := q.Get("tier")
+	if tier == "" {
+		tier = index.TierGPU
+	}
+	ep := s.endpoints[rank]
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	switch {
+	case q.Get("canonical") != "":
+		k, err := blockkey.ParseKey(q.Get("canonical"))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		hashes := ep.idx.LookupCanonical(tier, k)
+		writeJSON(w, http.StatusOK, map[string]any{"canonical": k.String(), "tier": tier, "engine_hashes": hashes,
+			"indexed": len(hashes) > 0, "summary_may_contain": ep.idx.Summary(tier).MayContain(k)})
+	case q.Get("engine") != "":
+		h, err := strconv.ParseUint(q.Get("engine"), 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "engine: want a decimal 64-bit hash"})
+			return
+		}
+		k, refs, ok := ep.idx.LookupEngine(tier, h)
+		out := map[string]any{"engine": h, "tier": tier, "indexed": ok}
+		if ok {
+			out["canonical"], out["copies"] = k.String(), refs
+		}
+		writeJSON(w, http.StatusOK, out)
+	default:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "give canonical=<16 hex digits> or engine=<decimal hash>"})
+	}
+}
+
+// handleEvents shows each endpoint's recent events: hashes and counts only.
+func (s *Sidecar) handleEvents(w http.ResponseWriter, r *http.Request) {
+	out := map[string][]recentEvent{}
+	for _, ep := range s.endpoints {
+		ep.mu.Lock()
+		out[strconv.Itoa(ep.rank)] = append([]recentEvent(nil), ep.recent...)
+		ep.mu.Unlock()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
