@@ -83,3 +83,41 @@ func TestEngineFlags(t *testing.T) {
 		t.Error("bad VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES accepted")
 	}
 }
+
+func TestSidecarFlagsAndConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/sidecar.json"
+	if err := os.WriteFile(file, []byte(`{"engine-url":"http://10.1.2.3:9000","data-parallel-size":2,"topic":"kv@pod","kv-events-mode":"bind","capacity":1000}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, cfg, finish := sidecarCommand()
+	if err := cmd.ParseFlags([]string{"--config", file, "--topic", "from-flag", "--replay", ""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.EngineURL != "http://10.1.2.3:9000" || cfg.DataParallelSize != 2 || cfg.Topic != "from-flag" || !cfg.Bind || cfg.Capacity != 1000 || cfg.Replay != "" {
+		t.Fatalf("config %+v", cfg)
+	}
+	for _, bad := range []string{`{"nope":1}`, `{`, `{"data-parallel-size":"x"}`} {
+		if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd, _, finish := sidecarCommand()
+		_ = cmd.ParseFlags([]string{"--config", file})
+		if err := finish(); err == nil {
+			t.Errorf("config %s accepted", bad)
+		}
+	}
+	cmd, _, finish = sidecarCommand()
+	_ = cmd.ParseFlags([]string{"--kv-events-mode", "both"})
+	if err := finish(); err == nil {
+		t.Error("bad mode accepted")
+	}
+	cmd, _, finish = sidecarCommand()
+	_ = cmd.ParseFlags([]string{"--engine-url", "nope"})
+	if err := finish(); err == nil {
+		t.Error("bad engine URL accepted")
+	}
+}

@@ -71,9 +71,7 @@ the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
 	root.SetErr(stderr)
 	root.AddCommand(
 		newEngineCommand(),
-		pending("sidecar", "Turn one vLLM pod's KV-cache events into a live summary",
-			`Subscribes to the engine's KV events (ZeroMQ), keeps an exact index of the
-blocks it holds under canonical keys, and serves a compact summary to pickers.`),
+		newSidecarCommand(),
 		pending("picker", "Route requests to the endpoint holding the longest cached prefix",
 			`OpenAI-compatible proxy and decision API (/routing/v1/pick): tokenizes each
 request through the engine's render endpoint, computes its block keys, and
@@ -92,6 +90,11 @@ the sidecar container and the vLLM flags for KV events added.`),
 settings and tokenization, so routing keys match what engines cache.`),
 	)
 	return root
+}
+
+func newSidecarCommand() *cobra.Command {
+	cmd, _, _ := sidecarCommand()
+	return cmd
 }
 
 // pending returns a subcommand whose issue has not landed yet: it documents

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kvroute/kvroute/sidecar"
+)
+
+// applyConfigFile sets every flag named in a JSON file ({"flag-name":
+// value, …}) that was not given on the command line: flags win.
+func applyConfigFile(fl *pflag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var values map[string]any
+	if err := json.Unmarshal(data, &values); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	for name, v := range values {
+		f := fl.Lookup(name)
+		if f == nil || name == "config" {
+			return fmt.Errorf("--config %s: unknown setting %q", path, name)
+		}
+		if f.Changed {
+			continue
+		}
+		s := fmt.Sprint(v)
+		if n, ok := v.(float64); ok && n == float64(int64(n)) {
+			s = fmt.Sprint(int64(n))
+		}
+		if err := fl.Set(name, s); err != nil {
+			return fmt.Errorf("--config %s: %s: %w", path, name, err)
+		}
+	}
+	return nil
+}
+
+// sidecarCommand returns the command, the config its flags fill, and the
+// step that completes it (config file, mode) and validates it.
+func sidecarCommand() (*cobra.Command, *sidecar.Config, func() error) {
+	cfg := sidecar.DefaultConfig()
+	var mode, configFile, logLevel string
+	var cmd *cobra.Command
+	finish := func() error {
+		if configFile != "" {
+			if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
+				return err
+			}
+		}
+		switch mode {
+		case "connect":
+			cfg.Bind = false
+		case "bind":
+			cfg.Bind = true
+		default:
+			return fmt.Errorf("--kv-events-mode %q: want connect or bind", mode)
+		}
+		return cfg.Validate()
+	}
+	cmd = &cobra.Command{
+		Use:   "sidecar",
+		Short: "Turn one vLLM pod's KV-cache events into a live index and summary",
+		Long: `Run beside a vLLM pod: follow the engine's KV-cache events over ZeroMQ (one
+endpoint per data-parallel rank), keep an exact index of the blocks it holds
+under canonical keys, and maintain a compact summary for pickers.
+
+Gaps in the event stream are filled from the engine's replay socket; engine
+restarts (seq going backwards, a new process start time) and AllBlocksCleared
+clear the endpoint and bump its epoch. Debug endpoints: /healthz, /readyz,
+/metrics, /debug/state, /debug/keys?canonical=…|engine=…, /debug/events.
+
+Settings may also come from a JSON file (--config) whose keys are flag
+names; flags given on the command line win. Serving summaries to pickers
+(gRPC) and gossip membership land with the dissemination issue.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := finish(); err != nil {
+				return usageError(err)
+			}
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return usageError(err)
+			}
+			defer func() { _ = log.Sync() }()
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			s, err := sidecar.Start(ctx, cfg, log, prometheus.NewRegistry())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "sidecar debug server on http://%s\n", s.DebugAddr())
+			<-ctx.Done()
+			s.Close()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.EngineURL, "engine-url", cfg.EngineURL, "rank 0's vLLM HTTP base URL; rank r uses port+r")
+	f.StringVar(&cfg.KVEvents, "kv-events", cfg.KVEvents, "rank 0's KV event endpoint; rank r uses port+r")
+	f.StringVar(&mode, "kv-events-mode", "connect", "connect to the engine's PUB (vLLM binds on a wildcard host) or bind (vLLM connects)")
+	f.StringVar(&cfg.Replay, "replay", cfg.Replay, "rank 0's replay endpoint; rank r uses port+r; empty disables replay")
+	f.StringVar(&cfg.Topic, "topic", cfg.Topic, "event topic prefix to subscribe to (empty: all)")
+	f.IntVar(&cfg.DataParallelSize, "data-parallel-size", cfg.DataParallelSize, "data-parallel ranks served by the pod, one endpoint each")
+	f.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "debug HTTP address (pod-local)")
+	f.StringVar(&cfg.Model, "model", "", "canonical model name (default: the engine's first model on /v1/models)")
+	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for (fleet-wide)")
+	f.DurationVar(&cfg.ScrapeInterval, "scrape-interval", cfg.ScrapeInterval, "how often to read the engine's /metrics")
+	f.DurationVar(&cfg.DeltaInterval, "delta-interval", cfg.DeltaInterval, "how often summary bit flips become a delta")
+	f.DurationVar(&cfg.ReplayTimeout, "replay-timeout", cfg.ReplayTimeout, "bound on one replay exchange")
+	f.DurationVar(&cfg.IdleCheck, "idle-check", cfg.IdleCheck, "after this long without events, ask the replay ring for anything newer")
+	f.DurationVar(&cfg.StartupTimeout, "startup-timeout", cfg.StartupTimeout, "how long to wait for the engine to answer at start")
+	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd, &cfg, finish
+}
