@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fill:         gv("summary_fill", "Fraction of summary bits set.", "endpoint", "tier"),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "event_to_summary_lag_seconds",
 			Help:    "Time from the engine stamping a batch to its blocks being in the summary.",
-			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"endpoint"}),
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"endpoint"}),
 	}
 	reg.MustRegister(m.lag)
 	return m
