@@ -182,7 +182,9 @@ func TestFollowsEngine(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for s.State()[0].Epoch < epoch+2 || s.State()[0].Blocks["GPU"] != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("restart not detected: %+v", s.State()[0])
+			var ev map[string][]map[string]any
+			getJSON(t, fmt.Sprintf("http://%s/debug/events", s.DebugAddr()), &ev)
+			t.Fatalf("restart not detected: %+v\nrecent events: %v", s.State()[0], ev["0"][max(0, len(ev["0"])-6):])
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -51,13 +51,8 @@ type Stats struct {
 	UnknownEvents     uint64 // events of a type this index does not know
 }
 
-type entry struct {
-	key  blockkey.Key
-	refs uint32
-}
-
 type tier struct {
-	blocks map[uint64]entry
+	blocks *table
 	sum    *summary.Counting
 }
 
@@ -90,7 +85,7 @@ func (x *Index) BlockSize() int { return x.cfg.BlockSize }
 func (x *Index) tier(name string) *tier {
 	t := x.tiers[name]
 	if t == nil {
-		t = &tier{blocks: map[uint64]entry{}, sum: summary.NewCounting(x.cfg.Params)}
+		t = &tier{blocks: newTable(), sum: summary.NewCounting(x.cfg.Params)}
 		x.tiers[name] = t
 	}
 	return t
@@ -109,7 +104,7 @@ func (x *Index) Tiers() []string {
 // Blocks returns the distinct engine blocks indexed in a tier.
 func (x *Index) Blocks(tierName string) int {
 	if t := x.tiers[tierName]; t != nil {
-		return len(t.blocks)
+		return t.blocks.len()
 	}
 	return 0
 }
@@ -120,8 +115,8 @@ func (x *Index) Summary(tierName string) *summary.Counting { return x.tier(tierN
 // LookupEngine returns the canonical key and copy count of an engine hash.
 func (x *Index) LookupEngine(tierName string, h uint64) (blockkey.Key, int, bool) {
 	if t := x.tiers[tierName]; t != nil {
-		if e, ok := t.blocks[h]; ok {
-			return e.key, int(e.refs), true
+		if k, refs, ok := t.blocks.get(h); ok {
+			return k, int(refs), true
 		}
 	}
 	return 0, 0, false
@@ -132,11 +127,11 @@ func (x *Index) LookupEngine(tierName string, h uint64) (blockkey.Key, int, bool
 func (x *Index) LookupCanonical(tierName string, k blockkey.Key) []uint64 {
 	var out []uint64
 	if t := x.tiers[tierName]; t != nil {
-		for h, e := range t.blocks {
-			if e.key == k {
+		t.blocks.each(func(h uint64, key blockkey.Key) {
+			if key == k {
 				out = append(out, h)
 			}
-		}
+		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
@@ -145,7 +140,7 @@ func (x *Index) LookupCanonical(tierName string, k blockkey.Key) []uint64 {
 // Clear empties every tier (AllBlocksCleared, or an engine restart).
 func (x *Index) Clear() {
 	for _, t := range x.tiers {
-		clear(t.blocks)
+		t.blocks.reset()
 		t.sum.Reset()
 	}
 	x.stats.Clears++
@@ -168,19 +163,15 @@ func (x *Index) Apply(ev *kvevents.Event) error {
 				x.stats.UnknownRemovals++
 				continue
 			}
-			e, ok := t.blocks[h.Int]
+			k, ok, last := t.blocks.remove(h.Int)
 			if !ok {
 				x.stats.UnknownRemovals++
 				continue
 			}
 			x.stats.RemovedBlocks++
-			if e.refs > 1 {
-				e.refs--
-				t.blocks[h.Int] = e
-				continue
+			if last {
+				t.sum.Remove(k)
 			}
-			delete(t.blocks, h.Int)
-			t.sum.Remove(e.key)
 		}
 	case kvevents.TypeAllBlocksCleared:
 		x.Clear()
@@ -224,12 +215,12 @@ func (x *Index) stored(ev *kvevents.Event) error {
 	t := x.tier(TierOf(ev.Medium))
 	parent := blockkey.Root(x.cfg.Model, ev.LoraName)
 	if ev.HasParent {
-		e, ok := t.blocks[ev.ParentBlockHash.Int]
+		k, _, ok := t.blocks.get(ev.ParentBlockHash.Int)
 		if !ok {
 			x.stats.UnresolvedParents++
 			return ErrUnresolvedParent
 		}
-		parent = e.key
+		parent = k
 	}
 	n := len(ev.BlockHashes)
 	x.ex = x.ex[:0]
@@ -247,13 +238,8 @@ func (x *Index) stored(ev *kvevents.Event) error {
 	}
 	x.keys = blockkey.AppendChain(x.keys[:0], parent, ev.BlockSize, ev.TokenIDs, x.ex)
 	for i, h := range ev.BlockHashes {
-		k := x.keys[i]
-		if e, ok := t.blocks[h.Int]; ok {
-			e.refs++
-			t.blocks[h.Int] = e
-		} else {
-			t.blocks[h.Int] = entry{key: k, refs: 1}
-			t.sum.Add(k)
+		if t.blocks.add(h.Int, x.keys[i]) {
+			t.sum.Add(x.keys[i])
 		}
 	}
 	x.stats.StoredBlocks += uint64(n)
