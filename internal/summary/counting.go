@@ -8,12 +8,13 @@ import (
 )
 
 // Counting is one endpoint-tier's counting summary (the sidecar's side).
-// Counters saturate at 255 and then stay (a saturated counter can no longer
-// be decremented safely); with 16 bits per key that takes ~255 keys on one
-// position, which the sizing makes vanishingly rare.
+// Counters are 4 bits, two to a byte. They saturate at 15 and then stay (a
+// saturated counter can no longer be decremented safely); at 16 bits per
+// key a position holds 0.5 keys on average, so 15 is reached with
+// probability below 1e-15 per position at capacity.
 type Counting struct {
 	p         Params
-	counters  []uint8
+	counters  []uint8 // nibble i%2 of byte i/2 counts position i
 	bits      []uint64 // bit i set ⇔ counters[i] > 0
 	published []uint64 // the bitmap as of the last delta
 	dirty     []uint64 // positions touched since the last delta
@@ -28,7 +29,7 @@ func NewCounting(p Params) *Counting {
 	words := p.M / 64
 	return &Counting{
 		p:         p,
-		counters:  make([]uint8, p.M),
+		counters:  make([]uint8, p.M/2),
 		bits:      make([]uint64, words),
 		published: make([]uint64, words),
 		dirty:     make([]uint64, words),
@@ -55,21 +56,30 @@ func (c *Counting) touch(pos uint32) {
 	}
 }
 
+const maxCount = 15
+
+func (c *Counting) count(pos uint32) uint8 { return c.counters[pos/2] >> (4 * (pos % 2)) & 0xf }
+
+func (c *Counting) setCount(pos uint32, n uint8) {
+	shift := 4 * (pos % 2)
+	c.counters[pos/2] = c.counters[pos/2]&^(0xf<<shift) | n<<shift
+}
+
 // Add counts key in.
 func (c *Counting) Add(key blockkey.Key) {
 	var buf [MaxK]uint32
 	for _, pos := range c.p.Probes(key, &buf) {
-		switch n := c.counters[pos]; n {
-		case 255:
+		switch n := c.count(pos); n {
+		case maxCount:
 		case 0:
-			c.counters[pos] = 1
+			c.setCount(pos, 1)
 			c.bits[pos/64] |= 1 << (pos % 64)
 			c.touch(pos)
-		case 254:
-			c.counters[pos] = 255
+		case maxCount - 1:
+			c.setCount(pos, maxCount)
 			c.saturated++
 		default:
-			c.counters[pos] = n + 1
+			c.setCount(pos, n+1)
 		}
 	}
 	c.keys++
@@ -80,14 +90,14 @@ func (c *Counting) Add(key blockkey.Key) {
 func (c *Counting) Remove(key blockkey.Key) {
 	var buf [MaxK]uint32
 	for _, pos := range c.p.Probes(key, &buf) {
-		switch n := c.counters[pos]; n {
-		case 255, 0:
+		switch n := c.count(pos); n {
+		case maxCount, 0:
 		case 1:
-			c.counters[pos] = 0
+			c.setCount(pos, 0)
 			c.bits[pos/64] &^= 1 << (pos % 64)
 			c.touch(pos)
 		default:
-			c.counters[pos] = n - 1
+			c.setCount(pos, n-1)
 		}
 	}
 	c.keys--

@@ -221,13 +221,13 @@ func TestDeltas(t *testing.T) {
 
 func TestSaturation(t *testing.T) {
 	c := NewCounting(Params{M: 512, K: 1, Probe: ProbeV1})
-	for i := 0; i < 300; i++ {
+	for i := 0; i < 20; i++ {
 		c.Add(7)
 	}
 	if c.Saturated() != 1 {
 		t.Fatalf("saturated %d", c.Saturated())
 	}
-	for i := 0; i < 300; i++ {
+	for i := 0; i < 20; i++ {
 		c.Remove(7)
 	}
 	if !c.MayContain(7) {
