@@ -30,6 +30,11 @@ type Config struct {
 	Topic string
 	// DataParallelSize is the number of ranks (endpoints). Default 1.
 	DataParallelSize int
+	// GRPCListen serves the summary stream (kvroute.v1.Sidecar) to
+	// pickers; empty disables it. Default ":9090".
+	GRPCListen string
+	// GRPCTLSCert and GRPCTLSKey turn TLS on for the gRPC server.
+	GRPCTLSCert, GRPCTLSKey string
 	// DebugListen serves /healthz, /readyz, /metrics and /debug/*.
 	// Default 127.0.0.1:8090.
 	DebugListen string
@@ -64,6 +69,7 @@ func DefaultConfig() Config {
 		Replay:           "tcp://127.0.0.1:5558",
 		DataParallelSize: 1,
 		DebugListen:      "127.0.0.1:8090",
+		GRPCListen:       ":9090",
 		Capacity:         65536,
 		ScrapeInterval:   200 * time.Millisecond,
 		DeltaInterval:    20 * time.Millisecond,
@@ -86,6 +92,7 @@ func (c *Config) Validate() error {
 	check(strings.HasPrefix(c.KVEvents, "tcp://") || strings.HasPrefix(c.KVEvents, "ipc://") || strings.HasPrefix(c.KVEvents, "inproc://"),
 		"--kv-events %q: want tcp://, ipc:// or inproc://", c.KVEvents)
 	check(c.DataParallelSize >= 1 && c.DataParallelSize <= 1024, "--data-parallel-size %d: want 1..1024", c.DataParallelSize)
+	check((c.GRPCTLSCert == "") == (c.GRPCTLSKey == ""), "--grpc-tls-cert and --grpc-tls-key go together")
 	check(c.Capacity >= 1, "--capacity %d must be positive", c.Capacity)
 	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)

@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/internal/summary"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar/index"
 )
 
@@ -299,7 +301,7 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		ep.s.metrics.events.WithLabelValues(ep.label(), ev.Type.String()).Inc()
 		if ev.Type == kvevents.TypeAllBlocksCleared {
 			ep.epoch++
-			ep.s.metrics.epoch.WithLabelValues(ep.label()).Set(float64(ep.epoch))
+			ep.newEpochLocked()
 		}
 		r := recentEvent{Seq: seq, Type: ev.Type.String(), Blocks: len(ev.BlockHashes), HasParent: ev.HasParent}
 		if ev.Type != kvevents.TypeAllBlocksCleared {
@@ -348,9 +350,9 @@ func (ep *endpoint) restart(why string, bySeq bool) {
 		ep.seqRestart = true
 	}
 	epoch := ep.epoch
+	ep.newEpochLocked()
 	ep.mu.Unlock()
 	ep.s.metrics.restarts.WithLabelValues(ep.label()).Inc()
-	ep.s.metrics.epoch.WithLabelValues(ep.label()).Set(float64(epoch))
 	ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
 	ep.log.Info("engine restarted: endpoint cleared", zap.String("reason", why), zap.Uint64("epoch", epoch))
 }
@@ -372,15 +374,38 @@ func (ep *endpoint) engineStarted(start float64) bool {
 	return true
 }
 
-// takeDeltas batches each tier's bit flips into a numbered delta.
+// takeDeltas batches each tier's bit flips into a numbered delta and hands
+// it to the watchers; a tier they have not seen in this epoch gets a
+// snapshot first.
 func (ep *endpoint) takeDeltas() {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	id := ep.identity.Endpoint
 	for _, t := range ep.idx.Tiers() {
-		if d, ok := ep.idx.Summary(t).TakeDelta(); ok {
-			ep.deltaSeq[t] = d.Seq
-			ep.s.metrics.deltas.WithLabelValues(ep.label(), t).Inc()
-			ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t).Add(float64(len(d.Flips)))
+		sum := ep.idx.Summary(t)
+		if !ep.s.hub.hasFeed(id, t, ep.epoch) {
+			ep.s.hub.snapshot(snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
 		}
+		d, ok := sum.TakeDelta()
+		if !ok {
+			continue
+		}
+		ep.deltaSeq[t] = d.Seq
+		data := summary.AppendDelta(nil, d)
+		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t, Epoch: ep.epoch,
+			Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: d.Seq, Data: data}}})
+		ep.s.metrics.deltas.WithLabelValues(ep.label(), t).Inc()
+		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t).Add(float64(len(d.Flips)))
+		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t).Add(float64(len(data)))
+	}
+}
+
+// newEpochLocked announces a cleared endpoint: every tier's (now empty)
+// summary goes out as a snapshot of the new epoch. Callers hold ep.mu.
+func (ep *endpoint) newEpochLocked() {
+	ep.s.metrics.epoch.WithLabelValues(ep.label()).Set(float64(ep.epoch))
+	for _, t := range ep.idx.Tiers() {
+		ep.deltaSeq[t] = 0
+		ep.s.hub.snapshot(snapshotUpdate(ep.identity.Endpoint, t, ep.epoch, ep.idx.Summary(t).Snapshot()))
 	}
 }

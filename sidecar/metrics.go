@@ -8,7 +8,10 @@ type metrics struct {
 	events, replays                    *prometheus.CounterVec
 	malformed, gaps, restarts          *prometheus.CounterVec
 	unresolved, invalid, scrapeErrors  *prometheus.CounterVec
-	deltas, deltaFlips                 *prometheus.CounterVec
+	deltas, deltaFlips, deltaBytes     *prometheus.CounterVec
+	updates                            *prometheus.CounterVec
+	watchers                           prometheus.Gauge
+	watchersCut                        prometheus.Counter
 	blocks, partial, epoch, load, fill *prometheus.GaugeVec
 	lag                                *prometheus.HistogramVec
 }
@@ -35,6 +38,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scrapeErrors: cv("scrape_errors_total", "Failed reads of the engine's /metrics.", "endpoint"),
 		deltas:       cv("summary_deltas_total", "Summary deltas taken.", "endpoint", "tier"),
 		deltaFlips:   cv("summary_delta_flips_total", "Bit flips carried by summary deltas.", "endpoint", "tier"),
+		deltaBytes:   cv("summary_delta_bytes_total", "Encoded size of summary deltas.", "endpoint", "tier"),
+		updates:      cv("stream_updates_total", "Updates sent to watching pickers, by kind (snapshot, delta, load).", "kind"),
 		blocks:       gv("blocks", "Engine blocks indexed, by tier.", "endpoint", "tier"),
 		partial:      gv("partial", "1 when the endpoint's state may miss blocks (lost events that replay could not recover).", "endpoint"),
 		epoch:        gv("epoch", "The endpoint's epoch: bumped on every clear and engine restart.", "endpoint"),
@@ -44,6 +49,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from the engine stamping a batch to its blocks being in the summary.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"endpoint"}),
 	}
-	reg.MustRegister(m.lag)
+	m.watchers = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "watchers", Help: "Pickers watching summaries."})
+	m.watchersCut = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "watchers_cut_total", Help: "Watchers cut for falling too far behind."})
+	reg.MustRegister(m.lag, m.watchers, m.watchersCut)
 	return m
 }

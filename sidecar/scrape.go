@@ -231,6 +231,10 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 			ep.s.metrics.load.WithLabelValues(ep.label(), "waiting").Set(r.load.Waiting)
 			ep.s.metrics.load.WithLabelValues(ep.label(), "running").Set(r.load.Running)
 			ep.s.metrics.load.WithLabelValues(ep.label(), "kv_cache_usage").Set(r.load.KVUsage)
+			ep.mu.Lock()
+			epoch := ep.epoch
+			ep.mu.Unlock()
+			ep.s.hub.load(loadUpdate(ep.identity.Endpoint, epoch, r.load))
 			if r.load.StartTime > 0 {
 				select {
 				case ep.restartCh <- r.load.StartTime:

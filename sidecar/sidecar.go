@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/sidecar/index"
@@ -28,6 +29,9 @@ type Sidecar struct {
 	endpoints []*endpoint
 	srv       *http.Server
 	ln        net.Listener
+	hub       *hub
+	grpc      *grpc.Server
+	grpcLn    net.Listener
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -46,6 +50,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 		reg = prometheus.NewRegistry()
 	}
 	s := &Sidecar{cfg: cfg, log: log, reg: reg, metrics: newMetrics(reg)}
+	s.hub = newHub(func() { s.metrics.watchersCut.Inc() })
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for r := 0; r < cfg.DataParallelSize; r++ {
 		ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), deltaSeq: map[string]uint64{}}
@@ -78,6 +83,17 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	}
 	s.ln = ln
 	s.srv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	if cfg.GRPCListen != "" {
+		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err)
+		}
+		if s.grpc, err = s.newGRPCServer(); err != nil {
+			ln.Close()
+			s.grpcLn.Close()
+			return nil, err
+		}
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, ep := range s.endpoints {
@@ -99,6 +115,16 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 			log.Error("debug server", zap.Error(err))
 		}
 	}()
+	if s.grpc != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpc.Serve(s.grpcLn); err != nil {
+				log.Error("grpc server", zap.Error(err))
+			}
+		}()
+		log.Info("serving summaries over gRPC", zap.String("addr", s.grpcLn.Addr().String()), zap.Bool("tls", cfg.GRPCTLSCert != ""))
+	}
 	return s, nil
 }
 
@@ -113,8 +139,25 @@ func (s *Sidecar) EventsEndpoint(rank int) string {
 	return ep.events
 }
 
+// GRPCAddr returns the gRPC server's address ("" when off).
+func (s *Sidecar) GRPCAddr() string {
+	if s.grpcLn == nil {
+		return ""
+	}
+	return s.grpcLn.Addr().String()
+}
+
 // Close stops everything.
 func (s *Sidecar) Close() {
+	if s.grpc != nil {
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			s.grpc.Stop()
+		}
+	}
 	s.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

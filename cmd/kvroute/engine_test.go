@@ -91,13 +91,13 @@ func TestSidecarFlagsAndConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd, cfg, finish := sidecarCommand()
-	if err := cmd.ParseFlags([]string{"--config", file, "--topic", "from-flag", "--replay", ""}); err != nil {
+	if err := cmd.ParseFlags([]string{"--config", file, "--topic", "from-flag", "--replay", "", "--grpc-listen", "127.0.0.1:9999"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := finish(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.EngineURL != "http://10.1.2.3:9000" || cfg.DataParallelSize != 2 || cfg.Topic != "from-flag" || !cfg.Bind || cfg.Capacity != 1000 || cfg.Replay != "" {
+	if cfg.EngineURL != "http://10.1.2.3:9000" || cfg.DataParallelSize != 2 || cfg.Topic != "from-flag" || !cfg.Bind || cfg.Capacity != 1000 || cfg.Replay != "" || cfg.GRPCListen != "127.0.0.1:9999" {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, bad := range []string{`{"nope":1}`, `{`, `{"data-parallel-size":"x"}`} {
@@ -114,6 +114,11 @@ func TestSidecarFlagsAndConfigFile(t *testing.T) {
 	_ = cmd.ParseFlags([]string{"--kv-events-mode", "both"})
 	if err := finish(); err == nil {
 		t.Error("bad mode accepted")
+	}
+	cmd, _, finish = sidecarCommand()
+	_ = cmd.ParseFlags([]string{"--grpc-tls-cert", "c.pem"})
+	if err := finish(); err == nil {
+		t.Error("a TLS cert without a key accepted")
 	}
 	cmd, _, finish = sidecarCommand()
 	_ = cmd.ParseFlags([]string{"--engine-url", "nope"})

@@ -80,8 +80,9 @@ clear the endpoint and bump its epoch. Debug endpoints: /healthz, /readyz,
 /metrics, /debug/state, /debug/keys?canonical=…|engine=…, /debug/events.
 
 Settings may also come from a JSON file (--config) whose keys are flag
-names; flags given on the command line win. Serving summaries to pickers
-(gRPC) and gossip membership land with the dissemination issue.`,
+names; flags given on the command line win. Summaries and load reports are
+served to pickers over gRPC (kvroute.v1.Sidecar/WatchSummaries: a snapshot,
+then numbered deltas). Gossip membership lands with the dissemination issue.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := finish(); err != nil {
@@ -112,6 +113,9 @@ names; flags given on the command line win. Serving summaries to pickers
 	f.StringVar(&cfg.Topic, "topic", cfg.Topic, "event topic prefix to subscribe to (empty: all)")
 	f.IntVar(&cfg.DataParallelSize, "data-parallel-size", cfg.DataParallelSize, "data-parallel ranks served by the pod, one endpoint each")
 	f.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "debug HTTP address (pod-local)")
+	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address serving summaries to pickers (kvroute.v1.Sidecar); empty disables")
+	f.StringVar(&cfg.GRPCTLSCert, "grpc-tls-cert", "", "TLS certificate file for the gRPC server (with --grpc-tls-key)")
+	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "TLS key file for the gRPC server")
 	f.StringVar(&cfg.Model, "model", "", "canonical model name (default: the engine's first model on /v1/models)")
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for (fleet-wide)")
 	f.DurationVar(&cfg.ScrapeInterval, "scrape-interval", cfg.ScrapeInterval, "how often to read the engine's /metrics")

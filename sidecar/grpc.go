@@ -1,0 +1,142 @@
+package sidecar
+
+import (
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"context"
+
+	"github.com/kvroute/kvroute/internal/summary"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// grpcServer implements the Sidecar service.
+type grpcServer struct {
+	pb.UnimplementedSidecarServer
+	s *Sidecar
+}
+
+func (s *Sidecar) newGRPCServer() (*grpc.Server, error) {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(1 << 20), // requests are tiny
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if s.cfg.GRPCTLSCert != "" {
+		creds, err := credentials.NewServerTLSFromFile(s.cfg.GRPCTLSCert, s.cfg.GRPCTLSKey)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	g := grpc.NewServer(opts...)
+	pb.RegisterSidecarServer(g, &grpcServer{s: s})
+	return g, nil
+}
+
+// maxKnown bounds the positions a watcher may send.
+const maxKnown = 4096
+
+func snapshotUpdate(endpoint, tier string, epoch uint64, snap summary.Snapshot) *pb.SummaryUpdate {
+	return &pb.SummaryUpdate{Endpoint: endpoint, Tier: tier, Epoch: epoch,
+		Body: &pb.SummaryUpdate_Snapshot{Snapshot: &pb.Snapshot{Seq: snap.Seq, Data: summary.AppendSnapshot(nil, snap)}}}
+}
+
+func (g *grpcServer) WatchSummaries(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.SummaryUpdate]) error {
+	s := g.s
+	if len(req.GetKnown()) > maxKnown {
+		return status.Errorf(codes.InvalidArgument, "%d known positions; at most %d", len(req.GetKnown()), maxKnown)
+	}
+	sub := &subscriber{ch: make(chan *pb.SummaryUpdate, subBuffer), cut: make(chan struct{})}
+	var initial []*pb.SummaryUpdate
+	// Every endpoint's state and the subscription are taken under the
+	// endpoints' locks, so no delta falls between the two.
+	for _, ep := range s.endpoints {
+		ep.mu.Lock()
+	}
+	s.hub.mu.Lock()
+	for _, ep := range s.endpoints {
+		id := ep.identity.Endpoint
+		for _, t := range ep.idx.Tiers() {
+			sum := ep.idx.Summary(t)
+			if k, ok := req.GetKnown()[feedKey(id, t)]; ok && k.GetEpoch() == ep.epoch {
+				if ds, ok := s.hub.sinceLocked(id, t, ep.epoch, k.GetSeq(), sum.Seq()); ok {
+					initial = append(initial, ds...)
+					continue
+				}
+			}
+			initial = append(initial, snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
+		}
+		initial = append(initial, loadUpdate(id, ep.epoch, ep.load))
+	}
+	s.hub.subs[sub] = struct{}{}
+	s.hub.mu.Unlock()
+	for i := len(s.endpoints) - 1; i >= 0; i-- {
+		s.endpoints[i].mu.Unlock()
+	}
+	s.metrics.watchers.Inc()
+	defer s.metrics.watchers.Dec()
+	defer s.hub.remove(sub)
+	for _, u := range initial {
+		if err := g.send(stream, u); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case u := <-sub.ch:
+			if err := g.send(stream, u); err != nil {
+				return err
+			}
+		case <-sub.cut:
+			return status.Error(codes.ResourceExhausted, "watcher fell too far behind; watch again to resume from a snapshot")
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+func (g *grpcServer) send(stream grpc.ServerStreamingServer[pb.SummaryUpdate], u *pb.SummaryUpdate) error {
+	kind := "load"
+	switch u.Body.(type) {
+	case *pb.SummaryUpdate_Snapshot:
+		kind = "snapshot"
+	case *pb.SummaryUpdate_Delta:
+		kind = "delta"
+	}
+	g.s.metrics.updates.WithLabelValues(kind).Inc()
+	if err := stream.Send(u); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+func loadUpdate(endpoint string, epoch uint64, l Load) *pb.SummaryUpdate {
+	return &pb.SummaryUpdate{Endpoint: endpoint, Epoch: epoch, Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{
+		Waiting: l.Waiting, Running: l.Running, KvCacheUsage: l.KVUsage, ScrapedUnixNanos: l.At.UnixNano()}}}
+}
+
+func (g *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
+	out := &pb.InfoResponse{}
+	for _, ep := range g.s.endpoints {
+		ep.mu.Lock()
+		id := ep.identity
+		out.Endpoints = append(out.Endpoints, &pb.EndpointInfo{
+			Endpoint: id.Endpoint, Rank: int32(id.Rank), Model: id.Model, BlockSize: int32(id.BlockSize),
+			NumGpuBlocks: int32(id.NumGPUBlocks), HashAlgo: id.HashAlgo, KeyFormat: id.KeyFormat,
+			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint,
+			Epoch: ep.epoch, Partial: ep.partial,
+		})
+		ep.mu.Unlock()
+	}
+	return out, nil
+}

@@ -1,0 +1,177 @@
+package sidecar_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/summary"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// replica follows a watch stream the way a picker does.
+type replica struct {
+	t      *testing.T
+	params summary.Params
+	snaps  map[string]*summary.Snapshot // "<endpoint>|<tier>"
+	epochs map[string]uint64
+	kinds  []string
+	loads  int
+}
+
+func (r *replica) apply(u *pb.SummaryUpdate) {
+	key := u.Endpoint + "|" + u.Tier
+	switch b := u.Body.(type) {
+	case *pb.SummaryUpdate_Snapshot:
+		s, err := summary.DecodeSnapshot(b.Snapshot.Data, r.params)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.snaps[key], r.epochs[key] = &s, u.Epoch
+		r.kinds = append(r.kinds, "snapshot")
+	case *pb.SummaryUpdate_Delta:
+		d, err := summary.DecodeDelta(b.Delta.Data, r.params)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		s := r.snaps[key]
+		if s == nil || r.epochs[key] != u.Epoch {
+			r.t.Fatalf("delta %d for %s without a snapshot of epoch %d", d.Seq, key, u.Epoch)
+		}
+		if err := s.Apply(d); err != nil {
+			r.t.Fatal(err)
+		}
+		r.kinds = append(r.kinds, "delta")
+	case *pb.SummaryUpdate_Load:
+		r.loads++
+	}
+}
+
+func (r *replica) known() map[string]*pb.Position {
+	out := map[string]*pb.Position{}
+	for k, s := range r.snaps {
+		out[k] = &pb.Position{Epoch: r.epochs[k], Seq: s.Seq}
+	}
+	return out
+}
+
+// follow reads the stream until cond holds (bounded).
+func (r *replica) follow(stream grpc.ServerStreamingClient[pb.SummaryUpdate], cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("stream never reached the expected state; got %v", r.kinds)
+		}
+		u, err := stream.Recv()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.apply(u)
+	}
+}
+
+func keysOf(p []int, salt string) []blockkey.Key {
+	toks := make([]uint32, len(p))
+	for i, v := range p {
+		toks[i] = uint32(v)
+	}
+	return (&blockkey.Request{Tokens: toks, CacheSalt: salt}).AppendKeys(nil, "Qwen/Qwen3-0.6B", 16)
+}
+
+// TestWatchSummaries: a watcher rebuilds every endpoint's summary from a
+// snapshot and deltas, resumes from its position with deltas only, and
+// moves to a new epoch on reset.
+func TestWatchSummaries(t *testing.T) {
+	e := startEngine(t, engineConfig()).Engines()[0]
+	cfg := sidecarConfig(e)
+	s := startSidecar(t, cfg)
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewSidecarClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	info, err := client.Info(ctx, &pb.InfoRequest{})
+	if err != nil || len(info.Endpoints) != 1 || info.Endpoints[0].KeyFormat != blockkey.FormatV1 || info.Endpoints[0].SummaryParams != cfg.Params().String() {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	key := e.URL() + "|GPU"
+	r := &replica{t: t, params: cfg.Params(), snaps: map[string]*summary.Snapshot{}, epochs: map[string]uint64{}}
+	stream, err := client.WatchSummaries(ctx, &pb.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := [][]int{prompt(80, 1000), prompt(64, 3000), prompt(96, 5000)}
+	for _, p := range prompts {
+		complete(t, e, p, "tenant")
+	}
+	converged(t, s, e, 0)
+	mayContainAll := func() bool {
+		snap := r.snaps[key]
+		if snap == nil {
+			return false
+		}
+		for _, p := range prompts {
+			for _, k := range keysOf(p, "tenant") {
+				if !snap.MayContain(k) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	r.follow(stream, mayContainAll)
+	if r.loads == 0 {
+		r.follow(stream, func() bool { return r.loads > 0 })
+	}
+	for _, k := range keysOf(prompt(80, 1000), "") { // unsalted: never stored
+		if r.snaps[key].MayContain(k) {
+			t.Log("a false positive (rate ≤ 1e-3 per probe)")
+		}
+	}
+	// A second watcher that knows this position gets no snapshot.
+	pos := r.known()
+	stream.CloseSend()
+	r2 := &replica{t: t, params: cfg.Params(), snaps: map[string]*summary.Snapshot{}, epochs: map[string]uint64{}}
+	for k, p := range pos {
+		snap := *r.snaps[k]
+		snap.Words = append([]uint64(nil), snap.Words...)
+		r2.snaps[k], r2.epochs[k] = &snap, p.Epoch
+	}
+	stream2, err := client.WatchSummaries(ctx, &pb.WatchRequest{Known: pos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := prompt(48, 9000)
+	complete(t, e, more, "")
+	r2.follow(stream2, func() bool {
+		for _, k := range keysOf(more, "") {
+			if !r2.snaps[key].MayContain(k) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range r2.kinds {
+		if k == "snapshot" {
+			t.Fatalf("resumed watcher got a snapshot: %v", r2.kinds)
+		}
+	}
+	// Reset: a snapshot of the next epoch, empty.
+	epoch := r2.epochs[key]
+	post(t, e.URL()+"/reset_prefix_cache", nil)
+	r2.follow(stream2, func() bool { return r2.epochs[key] == epoch+1 })
+	for _, k := range keysOf(more, "") {
+		if r2.snaps[key].MayContain(k) {
+			t.Fatal("the new epoch's summary still holds old keys")
+		}
+	}
+}
