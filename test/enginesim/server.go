@@ -419,32 +419,37 @@ func checkN(n *int) error {
 	return nil
 }
 
-func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		e.failErr(w, r, err)
-		return
+// prepareChat decodes and checks a chat body, renders it and sizes its
+// output budget, with vLLM's checks in vLLM's order.
+func (e *Engine) prepareChat(w http.ResponseWriter, r *http.Request, req *chatRequest) (identity, []uint32, int, error) {
+	if err := decodeBody(w, r, req); err != nil {
+		return identity{}, nil, 0, err
 	}
-	err := checkSalt(req.CacheSalt)
-	var id identity
-	if err == nil {
-		id, err = e.resolveModel(req.Model)
+	if err := checkSalt(req.CacheSalt); err != nil {
+		return identity{}, nil, 0, err
 	}
-	if err == nil {
-		err = checkN(req.N)
+	id, err := e.resolveModel(req.Model)
+	if err != nil {
+		return id, nil, 0, err
 	}
-	var toks []uint32
-	if err == nil {
-		toks, err = e.renderChat(&req)
+	if err := checkN(req.N); err != nil {
+		return id, nil, 0, err
+	}
+	toks, err := e.renderChat(req)
+	if err != nil {
+		return id, nil, 0, err
 	}
 	maxTok := req.MaxCompletionTokens
 	if maxTok == nil {
 		maxTok = req.MaxTokens
 	}
-	var budget int
-	if err == nil {
-		budget, err = e.checkLength(len(toks), maxTok, 0)
-	}
+	budget, err := e.checkLength(len(toks), maxTok, 0)
+	return id, toks, budget, err
+}
+
+func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	id, toks, budget, err := e.prepareChat(w, r, &req)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -718,24 +723,30 @@ func (e *Engine) renderResponses(req *responsesRequest) ([]uint32, error) {
 	return toks, nil
 }
 
+// prepareResponses decodes and checks a Responses body, renders it and
+// sizes its output budget.
+func (e *Engine) prepareResponses(w http.ResponseWriter, r *http.Request, req *responsesRequest) (identity, []uint32, int, error) {
+	if err := decodeBody(w, r, req); err != nil {
+		return identity{}, nil, 0, err
+	}
+	if err := checkSalt(req.CacheSalt); err != nil {
+		return identity{}, nil, 0, err
+	}
+	id, err := e.resolveModel(req.Model)
+	if err != nil {
+		return id, nil, 0, err
+	}
+	toks, err := e.renderResponses(req)
+	if err != nil {
+		return id, nil, 0, err
+	}
+	budget, err := e.checkLength(len(toks), req.MaxOutputTokens, 0)
+	return id, toks, budget, err
+}
+
 func (e *Engine) handleResponses(w http.ResponseWriter, r *http.Request) {
 	var req responsesRequest
-	err := decodeBody(w, r, &req)
-	if err == nil {
-		err = checkSalt(req.CacheSalt)
-	}
-	var id identity
-	if err == nil {
-		id, err = e.resolveModel(req.Model)
-	}
-	var toks []uint32
-	if err == nil {
-		toks, err = e.renderResponses(&req)
-	}
-	var budget int
-	if err == nil {
-		budget, err = e.checkLength(len(toks), req.MaxOutputTokens, 0)
-	}
+	id, toks, budget, err := e.prepareResponses(w, r, &req)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -844,26 +855,7 @@ func (e *Engine) generateRequest(id identity, toks []uint32, salt *string, maxTo
 
 func (e *Engine) handleChatRender(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
-	err := decodeBody(w, r, &req)
-	if err == nil {
-		err = checkSalt(req.CacheSalt)
-	}
-	var id identity
-	if err == nil {
-		id, err = e.resolveModel(req.Model)
-	}
-	var toks []uint32
-	if err == nil {
-		toks, err = e.renderChat(&req)
-	}
-	maxTok := req.MaxCompletionTokens
-	if maxTok == nil {
-		maxTok = req.MaxTokens
-	}
-	var budget int
-	if err == nil {
-		budget, err = e.checkLength(len(toks), maxTok, 0)
-	}
+	id, toks, budget, err := e.prepareChat(w, r, &req)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -887,22 +879,7 @@ func (e *Engine) handleCompletionsRender(w http.ResponseWriter, r *http.Request)
 
 func (e *Engine) handleResponsesRender(w http.ResponseWriter, r *http.Request) {
 	var req responsesRequest
-	err := decodeBody(w, r, &req)
-	if err == nil {
-		err = checkSalt(req.CacheSalt)
-	}
-	var id identity
-	if err == nil {
-		id, err = e.resolveModel(req.Model)
-	}
-	var toks []uint32
-	if err == nil {
-		toks, err = e.renderResponses(&req)
-	}
-	var budget int
-	if err == nil {
-		budget, err = e.checkLength(len(toks), req.MaxOutputTokens, 0)
-	}
+	id, toks, budget, err := e.prepareResponses(w, r, &req)
 	if err != nil {
 		e.failErr(w, r, err)
 		return
