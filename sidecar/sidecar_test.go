@@ -8,12 +8,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	zmq "github.com/pebbe/zmq4"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
 )
@@ -321,5 +324,95 @@ func TestDataParallelAndBindMode(t *testing.T) {
 	getJSON(t, base+"/debug/keys?rank=1&canonical="+k.String(), &in1)
 	if !in0.Indexed || in1.Indexed {
 		t.Fatalf("rank 0's key: rank0 %v rank1 %v", in0.Indexed, in1.Indexed)
+	}
+}
+
+// TestMalformedInputIsCountedAndSkipped: hostile messages on the event
+// socket (wrong frame count, bad seq frame, garbage payload, an orphan run)
+// are counted and skipped; a good batch afterwards is applied.
+func TestMalformedInputIsCountedAndSkipped(t *testing.T) {
+	e := startEngine(t, engineConfig()).Engines()[0]
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zctx.Term()
+	pub, err := zctx.NewSocket(zmq.PUB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	_ = pub.SetLinger(0)
+	if err := pub.Bind("tcp://127.0.0.1:*"); err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := pub.GetLastEndpoint()
+	cfg := sidecarConfig(e)
+	cfg.KVEvents, cfg.Replay = ep, "" // our own publisher, no replay
+	s := startSidecar(t, cfg)
+	good := func(seq uint64, base uint32) [][]byte {
+		ev := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(base))},
+			TokenIDs: make([]uint32, 16), BlockSize: 16, Medium: "GPU"}
+		for i := range ev.TokenIDs {
+			ev.TokenIDs[i] = base + uint32(i)
+		}
+		p, err := kvevents.Encode(&kvevents.Batch{TS: 1, Events: []kvevents.Event{ev}}, kvevents.LayoutMap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kvevents.Message{Topic: []byte{}, Seq: seq, Payload: p}.Frames()
+	}
+	// Wait for the subscription (slow joiner), then send the hostile input.
+	deadline := time.Now().Add(10 * time.Second)
+	for seq := uint64(0); s.State()[0].Blocks["GPU"] == 0; seq++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the sidecar never received our publisher")
+		}
+		if seq == 0 {
+			if _, err := pub.SendMessage(good(0, 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		if seq%10 == 9 { // resend until it lands
+			pub.SendMessage(good(0, 100))
+		}
+	}
+	orphan := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}, TokenIDs: make([]uint32, 16),
+		BlockSize: 16, HasParent: true, ParentBlockHash: kvevents.IntHash(424242)}
+	op, _ := kvevents.Encode(&kvevents.Batch{TS: 1, Events: []kvevents.Event{orphan}}, kvevents.LayoutMap)
+	for _, frames := range [][][]byte{
+		{[]byte("only"), []byte("two")},
+		{{}, {1, 2, 3}, []byte{0x93}},
+		{{}, kvevents.SeqBytes(1), []byte{0xdd, 0xff, 0xff, 0xff, 0xff}},
+		{{}, kvevents.SeqBytes(2), op},
+		good(3, 5000),
+	} {
+		if _, err := pub.SendMessage(frames); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		st := s.State()[0]
+		if st.Blocks["GPU"] == 2 && st.Counters.Malformed == 3 && st.Index.UnresolvedParents == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var m string
+	resp, err := http.Get("http://" + s.DebugAddr() + "/metrics")
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m = string(b)
+	}
+	for _, name := range []string{"kvroute_sidecar_malformed_payloads_total", "kvroute_sidecar_unresolved_parents_total", "kvroute_sidecar_events_total"} {
+		if !strings.Contains(m, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
 	}
 }
