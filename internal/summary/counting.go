@@ -14,7 +14,7 @@ import (
 // probability below 1e-15 per position at capacity.
 type Counting struct {
 	p         Params
-	counters  []uint8 // nibble i%2 of byte i/2 counts position i
+	counters  []uint8  // nibble i%2 of byte i/2 counts position i
 	bits      []uint64 // bit i set ⇔ counters[i] > 0
 	published []uint64 // the bitmap as of the last delta
 	dirty     []uint64 // positions touched since the last delta
