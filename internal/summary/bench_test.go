@@ -2,7 +2,11 @@ package summary
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
 )
 
 // BenchmarkAddRemove is the summary's share of the sidecar's ingest cost:
@@ -26,5 +30,73 @@ func BenchmarkAddRemove(b *testing.B) {
 		if i%1024 == 1023 { // a delta every 1,024 stores and removals
 			c.TakeDelta()
 		}
+	}
+}
+
+// fleetBench fills a fleet of n endpoints, each holding 16,384 blocks of
+// its own; holders of them (all when holders ≥ n) also hold a prefix, at a
+// random depth, of each of 16 request chains of depth keys.
+func fleetBench(b *testing.B, n, depth, holders int) (*Fleet, [][]blockkey.Key) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	p := ForCapacity(65536)
+	f, err := NewFleet(p, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	chains := make([][]blockkey.Key, 16)
+	for i := range chains {
+		chains[i] = randKeys(rng, depth)
+	}
+	for e := 0; e < n; e++ {
+		c := NewCounting(p)
+		for _, k := range randKeys(rng, 16384) {
+			c.Add(k)
+		}
+		if e < holders {
+			for _, chain := range chains {
+				for _, k := range chain[:rng.IntN(depth+1)] {
+					c.Add(k)
+				}
+			}
+		}
+		c.TakeDelta()
+		if err := f.SetSnapshot(e, 1, c.Snapshot()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return f, chains
+}
+
+// BenchmarkFleetMatch is the picker's lookup: every endpoint's matched
+// length for a request's key chain, with p50/p99 over the lookups.
+// Targets: 8k tokens (512 keys) × 64 endpoints p99 ≤ 20 µs; 128k tokens
+// (8,192 keys) × 256 endpoints ≤ 500 µs. "all" has every endpoint hold the
+// prefix at its own random depth (the worst case for the search); "two"
+// has two endpoints hold it, the usual shape of a conversation's traffic.
+func BenchmarkFleetMatch(b *testing.B) {
+	for _, c := range []struct {
+		name                     string
+		endpoints, keys, holders int
+	}{
+		{"8k-tokens-64-endpoints-all", 64, 512, 64},
+		{"8k-tokens-64-endpoints-two", 64, 512, 2},
+		{"128k-tokens-256-endpoints-all", 256, 8192, 256},
+		{"128k-tokens-256-endpoints-two", 256, 8192, 2},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			f, chains := fleetBench(b, c.endpoints, c.keys, c.holders)
+			matched := make([]int, f.Slots())
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				f.Match(chains[i%len(chains)], matched)
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1000, "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1000, "p99-µs")
+		})
 	}
 }

@@ -78,34 +78,25 @@ func splitmix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// Probes writes key's k bit positions into dst and returns them: all in
-// one BlockBits-bit block, pairwise distinct. The block comes from the high
-// half of h = splitmix64(key); positions are successive 9-bit fields of
-// splitmix64(h+1), splitmix64(h+2), …, a field equal to an earlier one
-// being skipped.
+// Probes writes key's k bit positions into dst and returns them, all in
+// one BlockBits-bit block: the block comes from the high half of
+// h = splitmix64(key); positions are successive 9-bit fields, seven to a
+// word, of splitmix64(h+1), splitmix64(h+2), …. Two probes of a key may
+// land on one position (p ≈ k²/1024), which leaves the false-positive
+// rate at capacity ≈ 8.8e-4 instead of 8.7e-4 and saves the check.
 func (p Params) Probes(key blockkey.Key, dst *[MaxK]uint32) []uint32 {
 	h := splitmix(uint64(key))
 	nblocks := uint64(p.M / BlockBits)
-	block := ((h >> 32) * nblocks) >> 32 // fast range reduction of the high half
-	base := uint32(block) * BlockBits
-	var seen [BlockBits / 64]uint64
-	round := uint64(1)
-	x, left := splitmix(h+round), 64
-	n := 0
-	for n < int(p.K) {
-		if left < 9 {
+	base := uint32(((h >> 32) * nblocks) >> 32 * BlockBits) // fast range reduction of the high half
+	k := int(p.K)
+	x := splitmix(h + 1)
+	for i, round := 0, uint64(1); i < k; i++ {
+		if i%7 == 0 && i > 0 {
 			round++
-			x, left = splitmix(h+round), 64
+			x = splitmix(h + round)
 		}
-		off := uint32(x & (BlockBits - 1))
+		dst[i] = base + uint32(x&(BlockBits-1))
 		x >>= 9
-		left -= 9
-		if seen[off/64]&(1<<(off%64)) != 0 {
-			continue
-		}
-		seen[off/64] |= 1 << (off % 64)
-		dst[n] = base + off
-		n++
 	}
-	return dst[:n]
+	return dst[:k]
 }

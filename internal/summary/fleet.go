@@ -1,0 +1,288 @@
+package summary
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+)
+
+// Fleet is the picker's index of every endpoint's summary in one identity
+// group and tier, bit-sliced: for each of the m bit positions a row holding
+// one bit per endpoint slot. A key's endpoints are the AND of its k rows,
+// so one pass over a request's key chain yields every endpoint's matched
+// length. It holds m × slots bits: 2 bytes per (endpoint, block) at the
+// 16 bits a block the parameters are sized for.
+//
+// Endpoints are slots 0..Slots()-1 assigned by the caller; a slot's bits
+// are replaced wholesale by SetSnapshot and flipped by ApplyDelta. Fleet
+// does no I/O and is not safe for concurrent use: the picker guards it (or
+// swaps immutable copies).
+type Fleet struct {
+	p     Params
+	words int      // words per row: ⌈slots/64⌉
+	rows  []uint64 // row pos at rows[pos*words : (pos+1)*words]
+	slots []slotState
+}
+
+type slotState struct {
+	used  bool
+	epoch uint64
+	seq   uint64
+}
+
+// NewFleet returns an empty index for up to slots endpoints.
+func NewFleet(p Params, slots int) (*Fleet, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if slots < 1 || slots > 1<<16 {
+		return nil, fmt.Errorf("summary: %d endpoint slots: want 1..65536", slots)
+	}
+	w := (slots + 63) / 64
+	return &Fleet{p: p, words: w, rows: make([]uint64, int(p.M)*w), slots: make([]slotState, w*64)}, nil
+}
+
+// Params returns the fleet's parameters.
+func (f *Fleet) Params() Params { return f.p }
+
+// Slots returns the number of endpoint slots.
+func (f *Fleet) Slots() int { return len(f.slots) }
+
+// Position returns a slot's (epoch, seq) and whether it holds a summary.
+func (f *Fleet) Position(slot int) (epoch, seq uint64, ok bool) {
+	s := f.slots[slot]
+	return s.epoch, s.seq, s.used
+}
+
+// SetSnapshot replaces slot's summary with snap (of epoch).
+func (f *Fleet) SetSnapshot(slot int, epoch uint64, snap Snapshot) error {
+	if err := f.p.Compatible(snap.Params); err != nil {
+		return err
+	}
+	if len(snap.Words) != int(f.p.M/64) {
+		return errCorrupt("snapshot of %d words, want %d", len(snap.Words), f.p.M/64)
+	}
+	f.clearSlot(slot)
+	w, bit := slot/64, uint64(1)<<(slot%64)
+	for i, word := range snap.Words {
+		for word != 0 {
+			pos := i*64 + bits.TrailingZeros64(word)
+			f.rows[pos*f.words+w] |= bit
+			word &= word - 1
+		}
+	}
+	f.slots[slot] = slotState{used: true, epoch: epoch, seq: snap.Seq}
+	return nil
+}
+
+// ApplyDelta flips slot's bits. The delta must be the next in the slot's
+// epoch; a SeqError says the caller needs a snapshot.
+func (f *Fleet) ApplyDelta(slot int, epoch uint64, d Delta) error {
+	s := &f.slots[slot]
+	if !s.used || s.epoch != epoch || d.Seq != s.seq+1 {
+		return &SeqError{Have: s.seq, Got: d.Seq}
+	}
+	for _, pos := range d.Flips {
+		if pos >= f.p.M {
+			return errCorrupt("flip position %d beyond m = %d", pos, f.p.M)
+		}
+	}
+	w, bit := slot/64, uint64(1)<<(slot%64)
+	for _, pos := range d.Flips {
+		f.rows[int(pos)*f.words+w] ^= bit
+	}
+	s.seq = d.Seq
+	return nil
+}
+
+// Remove forgets slot (its endpoint died or left).
+func (f *Fleet) Remove(slot int) {
+	f.clearSlot(slot)
+	f.slots[slot] = slotState{}
+}
+
+func (f *Fleet) clearSlot(slot int) {
+	if !f.slots[slot].used {
+		return
+	}
+	w, mask := slot/64, ^(uint64(1) << (slot % 64))
+	for pos := w; pos < len(f.rows); pos += f.words {
+		f.rows[pos] &= mask
+	}
+}
+
+// MatchLinear writes into matched[s] the number of leading keys of chain
+// that slot s may hold (every probe bit set for every key up to there), for
+// every slot, in one pass: the walk stops when no slot is left. matched
+// must have Slots() entries. It returns the longest match.
+func (f *Fleet) MatchLinear(chain []blockkey.Key, matched []int) int {
+	clear(matched)
+	if len(chain) == 0 {
+		return 0
+	}
+	var stack [4]uint64
+	alive := stack[:0]
+	if f.words <= len(stack) {
+		alive = stack[:f.words]
+	} else {
+		alive = make([]uint64, f.words)
+	}
+	for i := range alive {
+		alive[i] = ^uint64(0)
+	}
+	var probes [MaxK]uint32
+	depth := 0
+	for ; depth < len(chain); depth++ {
+		next := alive
+		any := uint64(0)
+		if f.words == 1 {
+			a := alive[0]
+			for _, pos := range f.p.Probes(chain[depth], &probes) {
+				a &= f.rows[pos]
+			}
+			f.dropped(0, alive[0]&^a, depth, matched)
+			alive[0] = a
+			any = a
+		} else {
+			for w := range alive {
+				a := alive[w]
+				for _, pos := range f.p.Probes(chain[depth], &probes) {
+					a &= f.rows[int(pos)*f.words+w]
+					if a == 0 {
+						break
+					}
+				}
+				f.dropped(w, alive[w]&^a, depth, matched)
+				next[w] = a
+				any |= a
+			}
+		}
+		if any == 0 {
+			return f.longest(matched)
+		}
+	}
+	for w, a := range alive {
+		f.dropped(w, a, depth, matched)
+	}
+	return f.longest(matched)
+}
+
+// dropped records depth as the matched length of the slots in gone.
+func (f *Fleet) dropped(w int, gone uint64, depth int, matched []int) {
+	for gone != 0 {
+		s := w*64 + bits.TrailingZeros64(gone)
+		if s < len(matched) {
+			matched[s] = depth
+		}
+		gone &= gone - 1
+	}
+}
+
+func (f *Fleet) longest(matched []int) int {
+	best := 0
+	for s, n := range matched {
+		if !f.slots[s].used {
+			matched[s] = 0
+			continue
+		}
+		best = max(best, n)
+	}
+	return best
+}
+
+// set is a slot set for fleets of up to 256 slots.
+type set [4]uint64
+
+func (f *Fleet) eval(key blockkey.Key, in set) set {
+	var probes [MaxK]uint32
+	pos := f.p.Probes(key, &probes)
+	out := in
+	for w := 0; w < f.words; w++ {
+		a := out[w]
+		for _, p := range pos {
+			if a == 0 {
+				break
+			}
+			a &= f.rows[int(p)*f.words+w]
+		}
+		out[w] = a
+	}
+	return out
+}
+
+func (s set) empty() bool { return s[0]|s[1]|s[2]|s[3] == 0 }
+
+func (s set) minus(t set) set { return set{s[0] &^ t[0], s[1] &^ t[1], s[2] &^ t[2], s[3] &^ t[3]} }
+
+func assign(s set, depth int, matched []int) {
+	for w, word := range s {
+		for word != 0 {
+			matched[w*64+bits.TrailingZeros64(word)] = depth
+			word &= word - 1
+		}
+	}
+}
+
+// Match gives the same answers as MatchLinear when every endpoint's cache
+// is prefix-closed along the chain (vLLM frees a request's blocks tail
+// first, so a held block's ancestors are held): it gallops over depth
+// (keys 1, 2, 4, 8, … deep) and bisects where endpoints drop out, probing
+// O(log n) keys per distinct matched length instead of every key. Where an
+// endpoint holds a block whose parent it lost, Match may report the longer
+// match. matched must have Slots() entries; it returns the longest match.
+func (f *Fleet) Match(chain []blockkey.Key, matched []int) int {
+	if f.words > len(set{}) {
+		return f.MatchLinear(chain, matched)
+	}
+	clear(matched)
+	var all set
+	for s, st := range f.slots {
+		if st.used {
+			all[s/64] |= 1 << (s % 64)
+		}
+	}
+	if len(chain) == 0 || all.empty() {
+		return 0
+	}
+	f.gallop(chain, 0, all, matched)
+	return f.longest(matched)
+}
+
+// gallop: every slot in s holds chain[:lo].
+func (f *Fleet) gallop(chain []blockkey.Key, lo int, s set, matched []int) {
+	n := len(chain)
+	prev := lo
+	for step := 1; ; step *= 2 {
+		idx := min(lo+step-1, n-1)
+		t := f.eval(chain[idx], s)
+		if gone := s.minus(t); !gone.empty() {
+			f.bisect(chain, prev, idx, gone, matched) // they hold chain[:prev], not chain[idx]
+		}
+		if t.empty() {
+			return
+		}
+		if idx == n-1 {
+			assign(t, n, matched)
+			return
+		}
+		s, prev = t, idx+1
+	}
+}
+
+// bisect: every slot in s holds chain[:lo] and not chain[hi]; find where
+// each drops out, in [lo, hi].
+func (f *Fleet) bisect(chain []blockkey.Key, lo, hi int, s set, matched []int) {
+	for !s.empty() {
+		if lo == hi {
+			assign(s, lo, matched)
+			return
+		}
+		mid := (lo + hi) / 2
+		t := f.eval(chain[mid], s)
+		if gone := s.minus(t); !gone.empty() {
+			f.bisect(chain, lo, mid, gone, matched)
+		}
+		s, lo = t, mid+1
+	}
+}

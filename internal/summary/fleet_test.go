@@ -1,0 +1,169 @@
+package summary
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+)
+
+// randomFleet gives each of n endpoints a random set of chains: prefixes
+// of a few shared conversations at random depths, plus unrelated keys.
+func randomFleet(rng *rand.Rand, n, convs, depth, noise int) ([][]blockkey.Key, []map[blockkey.Key]bool) {
+	chains := make([][]blockkey.Key, convs)
+	for c := range chains {
+		chains[c] = randKeys(rng, depth)
+	}
+	sets := make([]map[blockkey.Key]bool, n)
+	for e := range sets {
+		sets[e] = map[blockkey.Key]bool{}
+		for c := range chains {
+			if rng.IntN(2) == 0 {
+				continue
+			}
+			held := rng.IntN(depth + 1)
+			for _, k := range chains[c][:held] {
+				sets[e][k] = true
+			}
+		}
+		for _, k := range randKeys(rng, noise) {
+			sets[e][k] = true
+		}
+	}
+	return chains, sets
+}
+
+func exactMatch(set map[blockkey.Key]bool, chain []blockkey.Key) int {
+	n := 0
+	for n < len(chain) && set[chain[n]] {
+		n++
+	}
+	return n
+}
+
+// TestFleetMatchesExactReference: on random fleets the one-pass walk gives
+// every endpoint its exact matched length, except the rare extension a
+// false positive causes (never a shortening).
+func TestFleetMatchesExactReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{1, 5, 64, 130} {
+		p := ForCapacity(4096)
+		f, err := NewFleet(p, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chains, sets := randomFleet(rng, n, 8, 200, 1000)
+		for e, set := range sets {
+			c := NewCounting(p)
+			for k := range set {
+				c.Add(k)
+			}
+			c.TakeDelta()
+			if err := f.SetSnapshot(e, 1, c.Snapshot()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		matched := make([]int, f.Slots())
+		extended, compared := 0, 0
+		linear := make([]int, f.Slots())
+		for _, chain := range chains {
+			best := f.Match(chain, matched)
+			if lbest := f.MatchLinear(chain, linear); lbest != best || fmt.Sprint(linear) != fmt.Sprint(matched) {
+				t.Fatalf("%d endpoints: search %v, linear walk %v", n, matched, linear)
+			}
+			top := 0
+			for e, set := range sets {
+				want := exactMatch(set, chain)
+				compared++
+				if matched[e] < want {
+					t.Fatalf("%d endpoints: endpoint %d matched %d, holds %d", n, e, matched[e], want)
+				}
+				if matched[e] > want {
+					extended++
+				}
+				top = max(top, matched[e])
+			}
+			if best != top {
+				t.Fatalf("longest %d, max %d", best, top)
+			}
+			for s := n; s < f.Slots(); s++ {
+				if matched[s] != 0 {
+					t.Fatal("an unused slot matched")
+				}
+			}
+		}
+		if extended*50 > compared {
+			t.Fatalf("%d endpoints: %d of %d answers extended by false positives", n, extended, compared)
+		}
+	}
+}
+
+// TestFleetDeltasAndLifecycle: deltas keep a slot equal to its sidecar's
+// summary; out-of-order deltas ask for a snapshot; Remove and a new epoch
+// drop stale bits.
+func TestFleetDeltasAndLifecycle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	p := ForCapacity(2048)
+	f, err := NewFleet(p, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCounting(p)
+	if err := f.SetSnapshot(1, 7, c.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	chain := randKeys(rng, 50)
+	for _, k := range chain[:30] {
+		c.Add(k)
+	}
+	d, _ := c.TakeDelta()
+	if err := f.ApplyDelta(1, 7, d); err != nil {
+		t.Fatal(err)
+	}
+	matched := make([]int, f.Slots())
+	if f.Match(chain, matched); matched[1] != 30 || matched[0] != 0 {
+		t.Fatalf("matched %v", matched)
+	}
+	for _, k := range chain[20:30] {
+		c.Remove(k)
+	}
+	d2, _ := c.TakeDelta()
+	var se *SeqError
+	if err := f.ApplyDelta(1, 8, d2); !errors.As(err, &se) {
+		t.Fatalf("wrong epoch: %v", err)
+	}
+	if err := f.ApplyDelta(1, 7, Delta{Seq: d2.Seq + 1}); !errors.As(err, &se) {
+		t.Fatalf("skipped delta: %v", err)
+	}
+	if err := f.ApplyDelta(1, 7, d2); err != nil {
+		t.Fatal(err)
+	}
+	if f.Match(chain, matched); matched[1] != 20 {
+		t.Fatalf("after removals matched %d", matched[1])
+	}
+	if e, s, ok := f.Position(1); !ok || e != 7 || s != d2.Seq {
+		t.Fatalf("position %d %d %v", e, s, ok)
+	}
+	// A new epoch replaces everything.
+	if err := f.SetSnapshot(1, 8, NewCounting(p).Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if f.Match(chain, matched); matched[1] != 0 {
+		t.Fatal("stale bits after a new epoch")
+	}
+	f.Remove(1)
+	if _, _, ok := f.Position(1); ok {
+		t.Fatal("removed slot still used")
+	}
+	if err := f.SetSnapshot(0, 1, Snapshot{Params: ForCapacity(10)}); !errors.Is(err, ErrIncompatible) {
+		t.Fatalf("incompatible snapshot: %v", err)
+	}
+	if err := f.ApplyDelta(0, 1, Delta{Seq: 1, Flips: []uint32{p.M}}); err == nil {
+		t.Fatal("delta on an empty slot accepted")
+	}
+	if _, err := NewFleet(p, 0); err == nil {
+		t.Fatal("zero slots accepted")
+	}
+}
