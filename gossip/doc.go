@@ -1,8 +1,21 @@
 // Package gossip is a payload-agnostic wrapper over hashicorp/memberlist:
-// membership, failure detection and small node metadata (role, gRPC
-// address, endpoints served, identity group, summary digests) for sidecars
-// and pickers (DESIGN.md §6).
+// membership, failure detection and small node metadata for sidecars and
+// pickers (DESIGN.md §6).
 //
-// Status: contract only. The implementation lands with the dissemination
-// issue.
+// Contract:
+//   - Config has DefaultConfig (LAN timings) and LocalConfig (loopback
+//     tests); Validate names the flag at fault.
+//   - Join takes host:port entries or DNS names that resolve to several
+//     addresses (a headless Service); each address is tried.
+//   - Node metadata is a Meta (role, gRPC address, identity group, and each
+//     served endpoint's (epoch, seq) digest), encoded in at most MetaLimit
+//     (512) bytes; a node whose metadata does not decode is reported with
+//     the error, never trusted.
+//   - Join, leave and update are delivered as Event values on a buffered
+//     channel that never blocks memberlist; a consumer that falls behind
+//     loses events (counted) and resynchronises from Members().
+//   - Gossip is encrypted with a keyring read from a key file (one base64
+//     key a line, the first is primary); ReloadKeys applies an edited file,
+//     so keys rotate without downtime: add the new key everywhere, make it
+//     primary everywhere, then remove the old one.
 package gossip

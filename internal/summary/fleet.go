@@ -122,7 +122,7 @@ func (f *Fleet) MatchLinear(chain []blockkey.Key, matched []int) int {
 		return 0
 	}
 	var stack [4]uint64
-	alive := stack[:0]
+	var alive []uint64
 	if f.words <= len(stack) {
 		alive = stack[:f.words]
 	} else {

@@ -1,0 +1,360 @@
+package gossip
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Config configures membership.
+type Config struct {
+	// NodeName must be unique in the cluster. Default: the host name.
+	NodeName string
+	// BindAddr and BindPort are where gossip listens (UDP and TCP).
+	// Default 0.0.0.0:7946; port 0 picks a free one.
+	BindAddr string
+	BindPort int
+	// AdvertiseAddr/AdvertisePort are what others dial; default: the bind
+	// address (or the first private address when binding 0.0.0.0).
+	AdvertiseAddr string
+	AdvertisePort int
+	// Join lists host:port entries or DNS names resolving to several
+	// addresses (a headless Service); a name without a port uses BindPort.
+	Join []string
+	// KeyFile holds the gossip keyring: one base64 key (16, 24 or 32
+	// bytes) a line, the first primary. Empty: no encryption.
+	KeyFile string
+	// Local selects loopback timings (tests, a laptop); default LAN.
+	Local bool
+	// Transport replaces the network (tests); nil uses UDP/TCP.
+	Transport memberlist.Transport
+	// EventBuffer is how many events may wait for the consumer. Default 1024.
+	EventBuffer int
+}
+
+// DefaultConfig returns LAN defaults.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{NodeName: host, BindAddr: "0.0.0.0", BindPort: 7946, EventBuffer: 1024}
+}
+
+// LocalConfig returns loopback defaults with fast failure detection.
+func LocalConfig(name string) Config {
+	return Config{NodeName: name, BindAddr: "127.0.0.1", BindPort: 0, Local: true, EventBuffer: 1024}
+}
+
+// Validate checks c.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("gossip: empty node name"))
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+		errs = append(errs, fmt.Errorf("--gossip-bind/--gossip-advertise: port out of range"))
+	}
+	if c.Transport == nil && net.ParseIP(c.BindAddr) == nil {
+		errs = append(errs, fmt.Errorf("--gossip-bind %q: want an IP address", c.BindAddr))
+	}
+	if c.EventBuffer < 1 {
+		errs = append(errs, fmt.Errorf("gossip: event buffer %d", c.EventBuffer))
+	}
+	return errors.Join(errs...)
+}
+
+// EventType says what happened to a member.
+type EventType int
+
+// Event types.
+const (
+	Join EventType = iota + 1
+	Leave
+	Update
+)
+
+func (t EventType) String() string {
+	return map[EventType]string{Join: "join", Leave: "leave", Update: "update"}[t]
+}
+
+// Member is one node as last heard.
+type Member struct {
+	Name    string
+	Addr    string // gossip address host:port
+	Meta    Meta
+	MetaErr error // set when the node's metadata did not decode
+}
+
+// Event is a membership change.
+type Event struct {
+	Type   EventType
+	Member Member
+}
+
+// Members is this node's view of the cluster.
+type Members struct {
+	cfg     Config
+	log     *zap.Logger
+	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring
+	events  chan Event
+
+	mu   sync.Mutex
+	meta []byte
+
+	dropped, received prometheus.Counter
+	size              prometheus.GaugeFunc
+}
+
+// New starts membership with meta as this node's metadata and joins
+// cfg.Join (when given). reg receives the gossip metrics.
+func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Members, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	enc, err := meta.Encode()
+	if err != nil {
+		return nil, err
+	}
+	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc}
+	mc := memberlist.DefaultLANConfig()
+	if cfg.Local {
+		mc = memberlist.DefaultLocalConfig()
+	}
+	mc.Name = cfg.NodeName
+	mc.BindAddr, mc.BindPort = cfg.BindAddr, cfg.BindPort
+	if cfg.AdvertiseAddr != "" {
+		mc.AdvertiseAddr = cfg.AdvertiseAddr
+	}
+	if cfg.AdvertisePort != 0 {
+		mc.AdvertisePort = cfg.AdvertisePort
+	}
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+	}
+	mc.Delegate = (*delegate)(m)
+	mc.Events = (*events)(m)
+	mc.Logger = zap.NewStdLog(log.Named("memberlist"))
+	if cfg.KeyFile != "" {
+		keys, err := readKeys(cfg.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		if m.keyring, err = memberlist.NewKeyring(keys, keys[0]); err != nil {
+			return nil, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		mc.Keyring = m.keyring
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	if reg != nil {
+		m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_gossip_events_dropped_total", Help: "Membership events lost because the consumer fell behind."})
+		m.received = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_gossip_events_total", Help: "Membership events (join, leave, update)."})
+		reg.MustRegister(m.dropped, m.received)
+	}
+	if m.ml, err = memberlist.Create(mc); err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	if reg != nil {
+		m.size = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_gossip_members", Help: "Members alive in this node's view."},
+			func() float64 { return float64(m.ml.NumMembers()) })
+		reg.MustRegister(m.size)
+	}
+	if len(cfg.Join) > 0 {
+		if _, err := m.Join(cfg.Join...); err != nil {
+			log.Warn("gossip join failed; will accept joins from others", zap.Error(err))
+		}
+	}
+	return m, nil
+}
+
+// Join contacts the given members (host:port or DNS names) and returns
+// how many answered.
+func (m *Members) Join(peers ...string) (int, error) {
+	var addrs []string
+	for _, p := range peers {
+		resolved, err := resolve(p, m.cfg.BindPort)
+		if err != nil {
+			m.log.Warn("gossip join address", zap.String("peer", p), zap.Error(err))
+			continue
+		}
+		addrs = append(addrs, resolved...)
+	}
+	if len(addrs) == 0 {
+		return 0, fmt.Errorf("gossip: no join address resolved from %v", peers)
+	}
+	return m.ml.Join(addrs)
+}
+
+// resolve expands a DNS name to every address it has.
+func resolve(peer string, defaultPort int) ([]string, error) {
+	host, port, err := net.SplitHostPort(peer)
+	if err != nil {
+		host, port = peer, strconv.Itoa(defaultPort)
+	}
+	if net.ParseIP(host) != nil {
+		return []string{net.JoinHostPort(host, port)}, nil
+	}
+	ips, err := net.LookupHost(host)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, net.JoinHostPort(ip, port))
+	}
+	return out, nil
+}
+
+// Events delivers membership changes.
+func (m *Members) Events() <-chan Event { return m.events }
+
+// Members returns every member alive in this node's view, itself included.
+func (m *Members) Members() []Member {
+	var out []Member
+	for _, n := range m.ml.Members() {
+		out = append(out, member(n))
+	}
+	return out
+}
+
+// LocalAddr returns this node's gossip address.
+func (m *Members) LocalAddr() string {
+	n := m.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// SetMeta replaces this node's metadata and gossips it.
+func (m *Members) SetMeta(meta Meta) error {
+	enc, err := meta.Encode()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	same := bytes.Equal(enc, m.meta)
+	m.meta = enc
+	m.mu.Unlock()
+	if same {
+		return nil
+	}
+	return m.ml.UpdateNode(5 * time.Second)
+}
+
+// ReloadKeys re-reads the key file: keys it lists are installed, its first
+// becomes primary, keys it no longer lists are removed.
+func (m *Members) ReloadKeys() error {
+	if m.keyring == nil {
+		return errors.New("gossip: encryption is off (no key file)")
+	}
+	keys, err := readKeys(m.cfg.KeyFile)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := m.keyring.AddKey(k); err != nil {
+			return err
+		}
+	}
+	if err := m.keyring.UseKey(keys[0]); err != nil {
+		return err
+	}
+	for _, old := range m.keyring.GetKeys() {
+		listed := false
+		for _, k := range keys {
+			listed = listed || bytes.Equal(k, old)
+		}
+		if !listed {
+			if err := m.keyring.RemoveKey(old); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readKeys reads one base64 key a line (blank lines and # comments skipped).
+func readKeys(path string) ([][]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-key-file: %w", err)
+	}
+	var keys [][]byte
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, err := base64.StdEncoding.DecodeString(line)
+		if err != nil || (len(k) != 16 && len(k) != 24 && len(k) != 32) {
+			return nil, fmt.Errorf("--gossip-key-file %s line %d: want a base64 key of 16, 24 or 32 bytes", path, i+1)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--gossip-key-file %s: no keys", path)
+	}
+	return keys, nil
+}
+
+// Close leaves the cluster politely (bounded) and stops.
+func (m *Members) Close() error {
+	_ = m.ml.Leave(2 * time.Second)
+	return m.ml.Shutdown()
+}
+
+// Kill stops without leaving: to others this node fails (tests).
+func (m *Members) Kill() error { return m.ml.Shutdown() }
+
+func member(n *memberlist.Node) Member {
+	mb := Member{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))}
+	mb.Meta, mb.MetaErr = DecodeMeta(n.Meta)
+	return mb
+}
+
+// delegate serves memberlist's Delegate: metadata only.
+type delegate Members
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.meta) > limit {
+		return nil
+	}
+	return append([]byte(nil), d.meta...)
+}
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// events serves memberlist's EventDelegate without ever blocking it.
+type events Members
+
+func (e *events) send(t EventType, n *memberlist.Node) {
+	ev := Event{Type: t, Member: member(n)}
+	if e.received != nil {
+		e.received.Inc()
+	}
+	select {
+	case e.events <- ev:
+	default:
+		if e.dropped != nil {
+			e.dropped.Inc()
+		}
+	}
+}
+
+func (e *events) NotifyJoin(n *memberlist.Node)   { e.send(Join, n) }
+func (e *events) NotifyLeave(n *memberlist.Node)  { e.send(Leave, n) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.send(Update, n) }

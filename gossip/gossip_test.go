@@ -1,0 +1,238 @@
+package gossip
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+)
+
+func sidecarMeta(name string, seq uint64) Meta {
+	return Meta{Role: RoleSidecar, GRPC: name + ":9090", Group: "g1",
+		Endpoints: []Digest{{Endpoint: "http://" + name + ":8000", Epoch: 1, Seq: seq}}}
+}
+
+func start(t *testing.T, cfg Config, meta Meta) *Members {
+	t.Helper()
+	m, err := New(cfg, meta, zaptest.NewLogger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Kill() })
+	return m
+}
+
+// waitFor polls cond for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitEvent reads events until one matches.
+func waitEvent(t *testing.T, m *Members, d time.Duration, match func(Event) bool) Event {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case ev := <-m.Events():
+			if match(ev) {
+				return ev
+			}
+		case <-timeout:
+			t.Fatal("timed out waiting for an event")
+		}
+	}
+}
+
+func memberNames(m *Members) string {
+	var names []string
+	for _, mb := range m.Members() {
+		names = append(names, mb.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// TestMockNetwork: three members on memberlist's in-memory transport see
+// each other with metadata, see updates, and see a dead member leave.
+func TestMockNetwork(t *testing.T) {
+	var net memberlist.MockNetwork
+	var ms []*Members
+	for i := 0; i < 3; i++ {
+		cfg := LocalConfig(fmt.Sprintf("node%d", i))
+		cfg.Transport = net.NewTransport(cfg.NodeName)
+		if i > 0 {
+			cfg.Join = []string{ms[0].LocalAddr()}
+		}
+		meta := sidecarMeta(cfg.NodeName, 0)
+		if i == 2 {
+			meta = Meta{Role: RolePicker}
+		}
+		ms = append(ms, start(t, cfg, meta))
+	}
+	for _, m := range ms {
+		waitFor(t, 5*time.Second, "3 members", func() bool { return len(m.Members()) == 3 })
+	}
+	picker := ms[2]
+	for _, mb := range picker.Members() {
+		if mb.MetaErr != nil {
+			t.Fatalf("%s: %v", mb.Name, mb.MetaErr)
+		}
+		if mb.Name == "node1" && (mb.Meta.GRPC != "node1:9090" || mb.Meta.Endpoints[0].Endpoint != "http://node1:8000") {
+			t.Fatalf("meta %+v", mb.Meta)
+		}
+	}
+	if err := ms[1].SetMeta(sidecarMeta("node1", 42)); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, picker, 5*time.Second, func(ev Event) bool {
+		return ev.Type == Update && ev.Member.Name == "node1" && ev.Member.Meta.Endpoints[0].Seq == 42
+	})
+	if ev.Member.Meta.Endpoints[0].Epoch != 1 {
+		t.Fatalf("update %+v", ev)
+	}
+	if err := ms[1].Close(); err != nil { // leaves politely
+		t.Fatal(err)
+	}
+	waitEvent(t, picker, 10*time.Second, func(ev Event) bool { return ev.Type == Leave && ev.Member.Name == "node1" })
+	if got := memberNames(picker); strings.Contains(got, "node1") {
+		t.Fatalf("departed member still listed: %s", got)
+	}
+}
+
+// TestFailureDetection: over real UDP/TCP, a member that dies without
+// leaving is reported gone within seconds.
+func TestFailureDetection(t *testing.T) {
+	a := start(t, LocalConfig("alive"), Meta{Role: RolePicker})
+	cfg := LocalConfig("doomed")
+	cfg.Join = []string{a.LocalAddr()}
+	d := start(t, cfg, sidecarMeta("doomed", 0))
+	waitFor(t, 5*time.Second, "2 members", func() bool { return len(a.Members()) == 2 })
+	killed := time.Now()
+	if err := d.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, a, 15*time.Second, func(ev Event) bool { return ev.Type == Leave && ev.Member.Name == "doomed" })
+	t.Logf("failure detected after %v", time.Since(killed).Round(10*time.Millisecond))
+}
+
+func writeKeys(t *testing.T, path string, keys ...[]byte) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# gossip keys, primary first\n")
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRealNetworkEncryptedWithRotation: two members over real UDP/TCP on
+// loopback with an encrypted keyring; a member with another key cannot
+// join; keys rotate without the members losing each other.
+func TestRealNetworkEncryptedWithRotation(t *testing.T) {
+	dir := t.TempDir()
+	keyA, keyB, keyC := []byte("aaaaaaaaaaaaaaaa"), []byte("bbbbbbbbbbbbbbbb"), []byte("cccccccccccccccc")
+	files := []string{filepath.Join(dir, "n0.keys"), filepath.Join(dir, "n1.keys")}
+	for _, f := range files {
+		writeKeys(t, f, keyA)
+	}
+	var ms []*Members
+	for i, f := range files {
+		cfg := LocalConfig(fmt.Sprintf("real%d", i))
+		cfg.KeyFile = f
+		if i > 0 {
+			cfg.Join = []string{ms[0].LocalAddr()}
+		}
+		ms = append(ms, start(t, cfg, sidecarMeta(cfg.NodeName, 0)))
+	}
+	for _, m := range ms {
+		waitFor(t, 5*time.Second, "2 members", func() bool { return len(m.Members()) == 2 })
+	}
+	// Wrong key: the join fails.
+	stranger := filepath.Join(dir, "stranger.keys")
+	writeKeys(t, stranger, keyC)
+	cfg := LocalConfig("stranger")
+	cfg.KeyFile = stranger
+	s := start(t, cfg, Meta{Role: RolePicker})
+	if n, err := s.Join(ms[0].LocalAddr()); err == nil && n > 0 {
+		t.Fatal("a member with another key joined")
+	}
+	// Rotate A → B: add B everywhere, make B primary everywhere, drop A.
+	for _, step := range [][][]byte{{keyA, keyB}, {keyB, keyA}, {keyB}} {
+		for i, f := range files {
+			writeKeys(t, f, step...)
+			if err := ms[i].ReloadKeys(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ms[1].SetMeta(sidecarMeta("real1", uint64(len(step)*10))); err != nil {
+			t.Fatal(err)
+		}
+		want := uint64(len(step) * 10)
+		waitFor(t, 5*time.Second, "meta update after a key change", func() bool {
+			for _, mb := range ms[0].Members() {
+				if mb.Name == "real1" && len(mb.Meta.Endpoints) == 1 && mb.Meta.Endpoints[0].Seq == want {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	if len(ms[0].keyring.GetKeys()) != 1 {
+		t.Fatalf("%d keys left after rotation", len(ms[0].keyring.GetKeys()))
+	}
+}
+
+func TestMetaAndConfig(t *testing.T) {
+	m := sidecarMeta("x", 1)
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeMeta(b)
+	if err != nil || back.GRPC != m.GRPC || back.Endpoints[0].Seq != 1 {
+		t.Fatalf("round trip %+v %v", back, err)
+	}
+	big := Meta{Role: RoleSidecar}
+	for i := 0; i < 20; i++ {
+		big.Endpoints = append(big.Endpoints, Digest{Endpoint: fmt.Sprintf("http://a-rather-long-pod-name-%d.svc:8000", i)})
+	}
+	if _, err := big.Encode(); err == nil {
+		t.Fatal("oversized metadata encoded")
+	}
+	for _, bad := range []string{``, `{}`, `{"r":"boss"}`, `{"r":"sidecar","x":1}`, `{"r":"sidecar","d":[{}]}`, strings.Repeat("x", 600)} {
+		if _, err := DecodeMeta([]byte(bad)); err == nil {
+			t.Errorf("DecodeMeta(%q) accepted", bad)
+		}
+	}
+	for _, c := range []Config{{}, {NodeName: "n", BindAddr: "nope", EventBuffer: 1}, {NodeName: "n", BindAddr: "127.0.0.1", BindPort: 70000, EventBuffer: 1}} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("config %+v valid", c)
+		}
+	}
+	dir := t.TempDir()
+	for _, content := range []string{"", "not base64!", base64.StdEncoding.EncodeToString([]byte("short"))} {
+		f := filepath.Join(dir, "k")
+		os.WriteFile(f, []byte(content), 0o600)
+		if _, err := readKeys(f); err == nil {
+			t.Errorf("key file %q accepted", content)
+		}
+	}
+	if got, err := resolve("localhost", 7946); err != nil || len(got) == 0 || !strings.HasSuffix(got[0], ":7946") {
+		t.Fatalf("resolve localhost: %v %v", got, err)
+	}
+}
