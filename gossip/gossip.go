@@ -131,7 +131,10 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc}
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
+		// Loopback: probe often so a dead member is gone within ~1–3 s.
 		mc = memberlist.DefaultLocalConfig()
+		mc.ProbeInterval, mc.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+		mc.SuspicionMult, mc.GossipInterval = 2, 50*time.Millisecond
 	}
 	mc.Name = cfg.NodeName
 	mc.BindAddr, mc.BindPort = cfg.BindAddr, cfg.BindPort

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap"
 )
 
 func sidecarMeta(name string, seq uint64) Meta {
@@ -21,7 +21,7 @@ func sidecarMeta(name string, seq uint64) Meta {
 
 func start(t *testing.T, cfg Config, meta Meta) *Members {
 	t.Helper()
-	m, err := New(cfg, meta, zaptest.NewLogger(t), prometheus.NewRegistry())
+	m, err := New(cfg, meta, zap.NewNop(), prometheus.NewRegistry()) // memberlist logs after Shutdown returns
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,402 @@
+package fleetview
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvroute/kvroute/gossip"
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/summary"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// Config configures a view.
+type Config struct {
+	// Params are the fleet-wide summary parameters; sidecars advertising
+	// others are refused.
+	Params summary.Params
+	// Slots bounds the endpoints of one identity group. Default 256.
+	Slots int
+	// Retry is the wait before re-dialling a sidecar whose stream ended.
+	// Default 500 ms.
+	Retry time.Duration
+	// TLS, when set, is used to dial sidecars; nil dials in plaintext.
+	TLS credentials.TransportCredentials
+}
+
+// Validate checks c.
+func (c *Config) Validate() error {
+	if err := c.Params.Validate(); err != nil {
+		return err
+	}
+	if c.Slots < 1 || c.Slots > 256 {
+		return fmt.Errorf("fleetview: %d slots per group: want 1..256", c.Slots)
+	}
+	if c.Retry <= 0 {
+		return errors.New("fleetview: retry interval must be positive")
+	}
+	return nil
+}
+
+// Endpoint is one engine rank as the view knows it.
+type Endpoint struct {
+	URL        string
+	Sidecar    string // the sidecar's gRPC address
+	Group      string
+	Info       *pb.EndpointInfo
+	Load       *pb.LoadReport
+	LastUpdate time.Time
+	slot       int
+}
+
+type group struct {
+	tiers map[string]*summary.Fleet
+	slots []string // slot → endpoint URL ("" free)
+}
+
+// View is the picker's fleet view.
+type View struct {
+	cfg Config
+	log *zap.Logger
+
+	mu        sync.RWMutex
+	groups    map[string]*group
+	endpoints map[string]*Endpoint // by URL
+	streams   map[string]context.CancelFunc
+
+	wg       sync.WaitGroup
+	refused  prometheus.Counter
+	resyncs  prometheus.Counter
+	applied  *prometheus.CounterVec
+	stale    *prometheus.GaugeVec
+	closeCtx context.Context
+	close    context.CancelFunc
+}
+
+// New returns an empty view.
+func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) {
+	if cfg.Slots == 0 {
+		cfg.Slots = 256
+	}
+	if cfg.Retry == 0 {
+		cfg.Retry = 500 * time.Millisecond
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*Endpoint{}, streams: map[string]context.CancelFunc{},
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_summary_updates_total", Help: "Summary updates applied, by kind."}, []string{"kind"}),
+		stale:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_picker_endpoint_staleness_seconds", Help: "Time since the last update from an endpoint's sidecar, at the last refresh."}, []string{"endpoint"}),
+	}
+	if reg != nil {
+		reg.MustRegister(v.refused, v.resyncs, v.applied, v.stale)
+	}
+	v.closeCtx, v.close = context.WithCancel(context.Background())
+	return v, nil
+}
+
+// GroupID names an identity group.
+func GroupID(info *pb.EndpointInfo) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s\x00%s", info.Model, info.BlockSize, info.KeyFormat, info.SummaryParams, info.TokenizerFingerprint)))
+	return hex.EncodeToString(h[:6])
+}
+
+// Watch makes sure a stream follows the sidecar at addr.
+func (v *View) Watch(addr string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.streams[addr]; ok || v.closeCtx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(v.closeCtx)
+	v.streams[addr] = cancel
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		v.follow(ctx, addr)
+	}()
+}
+
+// Forget stops following a sidecar and drops its endpoints.
+func (v *View) Forget(addr string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if cancel, ok := v.streams[addr]; ok {
+		cancel()
+		delete(v.streams, addr)
+	}
+	for url, ep := range v.endpoints {
+		if ep.Sidecar == addr {
+			v.removeLocked(url)
+		}
+	}
+}
+
+func (v *View) removeLocked(url string) {
+	ep := v.endpoints[url]
+	if ep == nil {
+		return
+	}
+	if g := v.groups[ep.Group]; g != nil {
+		for _, f := range g.tiers {
+			f.Remove(ep.slot)
+		}
+		g.slots[ep.slot] = ""
+	}
+	delete(v.endpoints, url)
+	v.stale.DeleteLabelValues(url)
+}
+
+// FollowGossip watches every sidecar that gossip reports and forgets those
+// that leave, until ctx ends.
+func (v *View) FollowGossip(ctx context.Context, m *gossip.Members) {
+	for _, mb := range m.Members() {
+		if mb.MetaErr == nil && mb.Meta.Role == gossip.RoleSidecar && mb.Meta.GRPC != "" {
+			v.Watch(mb.Meta.GRPC)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-m.Events():
+			mb := ev.Member
+			if mb.MetaErr != nil || mb.Meta.Role != gossip.RoleSidecar || mb.Meta.GRPC == "" {
+				continue
+			}
+			if ev.Type == gossip.Leave {
+				v.Forget(mb.Meta.GRPC)
+			} else {
+				v.Watch(mb.Meta.GRPC)
+			}
+		}
+	}
+}
+
+// follow keeps a stream to one sidecar until ctx ends.
+func (v *View) follow(ctx context.Context, addr string) {
+	creds := v.cfg.TLS
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		v.log.Error("sidecar address", zap.String("sidecar", addr), zap.Error(err))
+		return
+	}
+	defer conn.Close()
+	client := pb.NewSidecarClient(conn)
+	for ctx.Err() == nil {
+		err := v.stream(ctx, client, addr)
+		if ctx.Err() != nil {
+			return
+		}
+		v.log.Debug("summary stream ended", zap.String("sidecar", addr), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(v.cfg.Retry):
+		}
+	}
+}
+
+// errResync ends a stream so that the next one starts from snapshots.
+var errResync = errors.New("fleetview: delta out of order; resynchronising")
+
+func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string) error {
+	info, err := client.Info(ctx, &pb.InfoRequest{})
+	if err != nil {
+		return err
+	}
+	known := v.register(addr, info)
+	ws, err := client.WatchSummaries(ctx, &pb.WatchRequest{Known: known})
+	if err != nil {
+		return err
+	}
+	for {
+		u, err := ws.Recv()
+		if err != nil {
+			return err
+		}
+		if err := v.apply(u); err != nil {
+			if errors.Is(err, errResync) {
+				v.resyncs.Inc()
+			}
+			return err
+		}
+	}
+}
+
+// register records a sidecar's endpoints (assigning slots) and returns the
+// positions the view holds for them.
+func (v *View) register(addr string, info *pb.InfoResponse) map[string]*pb.Position {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	known := map[string]*pb.Position{}
+	for _, ei := range info.Endpoints {
+		if ei.SummaryParams != v.cfg.Params.String() {
+			v.refused.Inc()
+			v.log.Warn("endpoint refused: summary parameters differ", zap.String("endpoint", ei.Endpoint),
+				zap.String("theirs", ei.SummaryParams), zap.String("ours", v.cfg.Params.String()))
+			continue
+		}
+		gid := GroupID(ei)
+		ep := v.endpoints[ei.Endpoint]
+		if ep != nil && (ep.Group != gid || ep.Sidecar != addr) {
+			v.removeLocked(ei.Endpoint) // identity or owner changed
+			ep = nil
+		}
+		if ep == nil {
+			g := v.groups[gid]
+			if g == nil {
+				g = &group{tiers: map[string]*summary.Fleet{}, slots: make([]string, v.cfg.Slots)}
+				v.groups[gid] = g
+			}
+			slot := -1
+			for i, u := range g.slots {
+				if u == "" {
+					slot = i
+					break
+				}
+			}
+			if slot < 0 {
+				v.refused.Inc()
+				v.log.Warn("endpoint refused: identity group full", zap.String("endpoint", ei.Endpoint))
+				continue
+			}
+			g.slots[slot] = ei.Endpoint
+			ep = &Endpoint{URL: ei.Endpoint, Sidecar: addr, Group: gid, slot: slot}
+			v.endpoints[ei.Endpoint] = ep
+		}
+		ep.Info = ei
+		for tier, f := range v.groups[gid].tiers {
+			if epoch, seq, ok := f.Position(ep.slot); ok {
+				known[ei.Endpoint+"|"+tier] = &pb.Position{Epoch: epoch, Seq: seq}
+			}
+		}
+	}
+	return known
+}
+
+func (v *View) apply(u *pb.SummaryUpdate) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ep := v.endpoints[u.Endpoint]
+	if ep == nil {
+		return nil // refused or forgotten
+	}
+	ep.LastUpdate = time.Now()
+	g := v.groups[ep.Group]
+	switch b := u.Body.(type) {
+	case *pb.SummaryUpdate_Load:
+		ep.Load = b.Load
+		v.applied.WithLabelValues("load").Inc()
+		return nil
+	case *pb.SummaryUpdate_Snapshot:
+		snap, err := summary.DecodeSnapshot(b.Snapshot.GetData(), v.cfg.Params)
+		if err != nil {
+			return err
+		}
+		snap.Seq = b.Snapshot.GetSeq()
+		f, err := v.fleetLocked(g, u.Tier)
+		if err != nil {
+			return err
+		}
+		v.applied.WithLabelValues("snapshot").Inc()
+		return f.SetSnapshot(ep.slot, u.Epoch, snap)
+	case *pb.SummaryUpdate_Delta:
+		d, err := summary.DecodeDelta(b.Delta.GetData(), v.cfg.Params)
+		if err != nil {
+			return err
+		}
+		f, err := v.fleetLocked(g, u.Tier)
+		if err != nil {
+			return err
+		}
+		if err := f.ApplyDelta(ep.slot, u.Epoch, d); err != nil {
+			var se *summary.SeqError
+			if errors.As(err, &se) {
+				f.Remove(ep.slot) // stale: drop it until the snapshot arrives
+				return errResync
+			}
+			return err
+		}
+		v.applied.WithLabelValues("delta").Inc()
+	}
+	return nil
+}
+
+func (v *View) fleetLocked(g *group, tier string) (*summary.Fleet, error) {
+	if tier == "" {
+		return nil, errors.New("fleetview: summary update without a tier")
+	}
+	f := g.tiers[tier]
+	if f == nil {
+		var err error
+		if f, err = summary.NewFleet(v.cfg.Params, v.cfg.Slots); err != nil {
+			return nil, err
+		}
+		g.tiers[tier] = f
+	}
+	return f, nil
+}
+
+// Match returns, for every endpoint of the group that may hold a prefix of
+// chain in tier, its matched length in blocks.
+func (v *View) Match(groupID, tier string, chain []blockkey.Key) map[string]int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	g := v.groups[groupID]
+	if g == nil || g.tiers[tier] == nil {
+		return nil
+	}
+	f := g.tiers[tier]
+	matched := make([]int, f.Slots())
+	f.Match(chain, matched)
+	out := map[string]int{}
+	for slot, url := range g.slots {
+		if url != "" && slot < len(matched) {
+			out[url] = matched[slot]
+		}
+	}
+	return out
+}
+
+// Endpoints returns the endpoints known, sorted by URL, and refreshes the
+// staleness gauge.
+func (v *View) Endpoints() []Endpoint {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]Endpoint, 0, len(v.endpoints))
+	for _, ep := range v.endpoints {
+		out = append(out, *ep)
+		if !ep.LastUpdate.IsZero() {
+			v.stale.WithLabelValues(ep.URL).Set(time.Since(ep.LastUpdate).Seconds())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
+	return out
+}
+
+// Close stops every stream.
+func (v *View) Close() {
+	v.close()
+	v.wg.Wait()
+}
