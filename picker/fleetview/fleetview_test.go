@@ -1,0 +1,199 @@
+package fleetview_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/gossip"
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/sidecar"
+	"github.com/kvroute/kvroute/test/enginesim"
+)
+
+const capacity = 4096
+
+type pod struct {
+	engine  *enginesim.Engine
+	sidecar *sidecar.Sidecar
+	members *gossip.Members
+}
+
+func startPod(t *testing.T, i int, join string) *pod {
+	t.Helper()
+	ecfg := enginesim.DefaultConfig()
+	ecfg.Host, ecfg.Port = "127.0.0.1", 0
+	ecfg.NumGPUBlocks, ecfg.MaxModelLen = 2048, 4096
+	ecfg.Sim.TimeScale = 0
+	replay := "tcp://127.0.0.1:*"
+	ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
+	p, err := enginesim.Start(ecfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	e := p.Engines()[0]
+	scfg := sidecar.DefaultConfig()
+	scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
+	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
+	scfg.StartupTimeout = 10 * time.Second
+	s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	gcfg := gossip.LocalConfig(fmt.Sprintf("sidecar-%d", i))
+	if join != "" {
+		gcfg.Join = []string{join}
+	}
+	m, err := gossip.New(gcfg, gossip.Meta{Role: gossip.RoleSidecar, GRPC: s.GRPCAddr(),
+		Endpoints: []gossip.Digest{{Endpoint: e.URL()}}}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Kill() })
+	return &pod{engine: e, sidecar: s, members: m}
+}
+
+type picker struct {
+	view    *fleetview.View
+	members *gossip.Members
+	cancel  context.CancelFunc
+}
+
+func startPicker(t *testing.T, name, join string) *picker {
+	t.Helper()
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg := gossip.LocalConfig(name)
+	gcfg.Join = []string{join}
+	m, err := gossip.New(gcfg, gossip.Meta{Role: gossip.RolePicker}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go v.FollowGossip(ctx, m)
+	p := &picker{view: v, members: m, cancel: cancel}
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *picker) stop() {
+	p.cancel()
+	p.view.Close()
+	_ = p.members.Kill()
+}
+
+func complete(t *testing.T, e *enginesim.Engine, tokens []uint32) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"prompt": tokens, "max_tokens": 1})
+	resp, err := http.Post(e.URL()+"/v1/completions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+func tokens(n int, base uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = base + uint32(i)
+	}
+	return out
+}
+
+// agree waits until the view answers, for each request, the engine that
+// served it with its full block count and every other endpoint with 0.
+func agree(t *testing.T, v *fleetview.View, pods []*pod, reqs map[int][]uint32, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := true, ""
+		eps := v.Endpoints()
+		if len(eps) != len(pods) {
+			ok, why = false, fmt.Sprintf("%d endpoints known", len(eps))
+		}
+		for i, toks := range reqs {
+			if !ok {
+				break
+			}
+			chain := (&blockkey.Request{Tokens: toks}).AppendKeys(nil, "Qwen/Qwen3-0.6B", 16)
+			got := v.Match(eps[0].Group, "GPU", chain)
+			for j, p := range pods {
+				want := 0
+				if j == i {
+					want = len(chain)
+				}
+				if got[p.engine.URL()] != want {
+					ok, why = false, fmt.Sprintf("request %d: pod %d matched %d, want %d", i, j, got[p.engine.URL()], want)
+					break
+				}
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("views never agreed: %s", why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPickersAgree: three engines with sidecars and two pickers on
+// loopback, found through gossip: both pickers agree on every endpoint's
+// matched lengths; a killed sidecar leaves both within 5 s; a restarted
+// picker rebuilds everything from snapshots.
+func TestPickersAgree(t *testing.T) {
+	var pods []*pod
+	for i := 0; i < 3; i++ {
+		join := ""
+		if i > 0 {
+			join = pods[0].members.LocalAddr()
+		}
+		pods = append(pods, startPod(t, i, join))
+	}
+	seed := pods[0].members.LocalAddr()
+	pickers := []*picker{startPicker(t, "picker-a", seed), startPicker(t, "picker-b", seed)}
+	reqs := map[int][]uint32{0: tokens(100, 1000), 1: tokens(160, 5000), 2: tokens(64, 9000)}
+	for i, toks := range reqs {
+		complete(t, pods[i].engine, toks)
+	}
+	for _, p := range pickers {
+		agree(t, p.view, pods, reqs, 15*time.Second)
+	}
+	// Kill pod 2's sidecar (its gossip member dies without leaving).
+	killed := time.Now()
+	_ = pods[2].members.Kill()
+	pods[2].sidecar.Close()
+	for _, p := range pickers {
+		deadline := killed.Add(5 * time.Second)
+		for len(p.view.Endpoints()) != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("dead sidecar's endpoints still known after 5 s: %d endpoints", len(p.view.Endpoints()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("dead sidecar forgotten after %v", time.Since(killed).Round(10*time.Millisecond))
+	live := pods[:2]
+	delete(reqs, 2)
+	// A restarted picker rebuilds from snapshots.
+	pickers[1].stop()
+	fresh := startPicker(t, "picker-b2", seed)
+	agree(t, fresh.view, live, reqs, 15*time.Second)
+}
