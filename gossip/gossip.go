@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,17 +42,21 @@ type Config struct {
 	Transport memberlist.Transport
 	// EventBuffer is how many events may wait for the consumer. Default 1024.
 	EventBuffer int
+	// Rejoin: this often, Join seeds that are not members are contacted
+	// again, so a partition heals by itself (memberlist alone never probes
+	// members it declared dead). Default 10 s; 1 s in LocalConfig.
+	Rejoin time.Duration
 }
 
 // DefaultConfig returns LAN defaults.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
-	return Config{NodeName: host, BindAddr: "0.0.0.0", BindPort: 7946, EventBuffer: 1024}
+	return Config{NodeName: host, BindAddr: "0.0.0.0", BindPort: 7946, EventBuffer: 1024, Rejoin: 10 * time.Second}
 }
 
 // LocalConfig returns loopback defaults with fast failure detection.
 func LocalConfig(name string) Config {
-	return Config{NodeName: name, BindAddr: "127.0.0.1", BindPort: 0, Local: true, EventBuffer: 1024}
+	return Config{NodeName: name, BindAddr: "127.0.0.1", BindPort: 0, Local: true, EventBuffer: 1024, Rejoin: time.Second}
 }
 
 // Validate checks c.
@@ -65,6 +70,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Transport == nil && net.ParseIP(c.BindAddr) == nil {
 		errs = append(errs, fmt.Errorf("--gossip-bind %q: want an IP address", c.BindAddr))
+	}
+	if c.Rejoin < 0 {
+		errs = append(errs, fmt.Errorf("gossip: negative rejoin interval"))
 	}
 	if c.EventBuffer < 1 {
 		errs = append(errs, fmt.Errorf("gossip: event buffer %d", c.EventBuffer))
@@ -110,6 +118,14 @@ type Members struct {
 
 	mu   sync.Mutex
 	meta []byte
+	// view is the membership as told by memberlist's events, copied while
+	// memberlist holds its lock (its *Node values are not safe to read later).
+	view map[string]Member
+	self Member
+
+	stop chan struct{}
+	done sync.WaitGroup
+	once sync.Once
 
 	dropped, received prometheus.Counter
 	size              prometheus.GaugeFunc
@@ -128,7 +144,7 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	if err != nil {
 		return nil, err
 	}
-	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc}
+	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc, stop: make(chan struct{}), view: map[string]Member{}}
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
 		// Loopback: probe often so a dead member is gone within ~1–3 s.
@@ -169,6 +185,11 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	if m.ml, err = memberlist.Create(mc); err != nil {
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
+	m.mu.Lock()
+	m.self = member(m.ml.LocalNode())
+	m.self.Meta, m.self.MetaErr = meta, nil
+	delete(m.view, m.self.Name) // the join of ourselves, if already reported
+	m.mu.Unlock()
 	if reg != nil {
 		m.size = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_gossip_members", Help: "Members alive in this node's view."},
 			func() float64 { return float64(m.ml.NumMembers()) })
@@ -176,10 +197,54 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	}
 	if len(cfg.Join) > 0 {
 		if _, err := m.Join(cfg.Join...); err != nil {
-			log.Warn("gossip join failed; will accept joins from others", zap.Error(err))
+			log.Warn("gossip join failed; will retry", zap.Error(err))
+		}
+		if cfg.Rejoin > 0 {
+			m.done.Add(1)
+			go m.rejoinLoop()
 		}
 	}
 	return m, nil
+}
+
+// rejoinLoop contacts seeds that are not (or no longer) members.
+func (m *Members) rejoinLoop() {
+	defer m.done.Done()
+	t := time.NewTicker(m.cfg.Rejoin)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		alive := map[string]bool{}
+		for _, mb := range m.Members() {
+			alive[mb.Addr] = true
+		}
+		var missing []string
+		for _, seed := range m.cfg.Join {
+			addrs, err := resolve(seed, m.cfg.BindPort)
+			if err != nil {
+				continue
+			}
+			for _, a := range addrs {
+				if !alive[a] && a != m.LocalAddr() {
+					missing = append(missing, a)
+				}
+			}
+		}
+		if len(missing) > 0 {
+			if n, err := m.ml.Join(missing); err == nil && n > 0 {
+				m.log.Info("gossip rejoined", zap.Strings("seeds", missing))
+			}
+		}
+	}
+}
+
+func (m *Members) stopLoops() {
+	m.once.Do(func() { close(m.stop) })
+	m.done.Wait()
 }
 
 // Join contacts the given members (host:port or DNS names) and returns
@@ -223,19 +288,26 @@ func resolve(peer string, defaultPort int) ([]string, error) {
 // Events delivers membership changes.
 func (m *Members) Events() <-chan Event { return m.events }
 
-// Members returns every member alive in this node's view, itself included.
+// Members returns every member alive in this node's view, itself included,
+// sorted by name.
 func (m *Members) Members() []Member {
-	var out []Member
-	for _, n := range m.ml.Members() {
-		out = append(out, member(n))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []Member{m.self}
+	for name, mb := range m.view {
+		if name != m.self.Name {
+			out = append(out, mb)
+		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
 // LocalAddr returns this node's gossip address.
 func (m *Members) LocalAddr() string {
-	n := m.ml.LocalNode()
-	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.self.Addr
 }
 
 // SetMeta replaces this node's metadata and gossips it.
@@ -247,6 +319,7 @@ func (m *Members) SetMeta(meta Meta) error {
 	m.mu.Lock()
 	same := bytes.Equal(enc, m.meta)
 	m.meta = enc
+	m.self.Meta = meta
 	m.mu.Unlock()
 	if same {
 		return nil
@@ -312,12 +385,16 @@ func readKeys(path string) ([][]byte, error) {
 
 // Close leaves the cluster politely (bounded) and stops.
 func (m *Members) Close() error {
+	m.stopLoops()
 	_ = m.ml.Leave(2 * time.Second)
 	return m.ml.Shutdown()
 }
 
 // Kill stops without leaving: to others this node fails (tests).
-func (m *Members) Kill() error { return m.ml.Shutdown() }
+func (m *Members) Kill() error {
+	m.stopLoops()
+	return m.ml.Shutdown()
+}
 
 func member(n *memberlist.Node) Member {
 	mb := Member{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))}
@@ -345,7 +422,14 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 type events Members
 
 func (e *events) send(t EventType, n *memberlist.Node) {
-	ev := Event{Type: t, Member: member(n)}
+	ev := Event{Type: t, Member: member(n)} // copied now, under memberlist's lock
+	e.mu.Lock()
+	if t == Leave {
+		delete(e.view, ev.Member.Name)
+	} else {
+		e.view[ev.Member.Name] = ev.Member
+	}
+	e.mu.Unlock()
 	if e.received != nil {
 		e.received.Inc()
 	}

@@ -2,8 +2,6 @@ package fleetview
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/identity"
 	"github.com/kvroute/kvroute/internal/summary"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
@@ -112,10 +111,10 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 	return v, nil
 }
 
-// GroupID names an identity group.
+// GroupID names an endpoint's identity group.
 func GroupID(info *pb.EndpointInfo) string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s\x00%s\x00%s", info.Model, info.BlockSize, info.KeyFormat, info.SummaryParams, info.TokenizerFingerprint)))
-	return hex.EncodeToString(h[:6])
+	return identity.Group{Model: info.Model, BlockSize: int(info.BlockSize), KeyFormat: info.KeyFormat,
+		SummaryParams: info.SummaryParams, TokenizerFingerprint: info.TokenizerFingerprint}.ID()
 }
 
 // Watch makes sure a stream follows the sidecar at addr.

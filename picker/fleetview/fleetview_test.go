@@ -197,3 +197,54 @@ func TestPickersAgree(t *testing.T) {
 	fresh := startPicker(t, "picker-b2", seed)
 	agree(t, fresh.view, live, reqs, 15*time.Second)
 }
+
+// TestPartitionHeals: a picker whose gossip transport drops everything
+// loses the sidecars, and finds them again (and agrees again) once the
+// partition heals.
+func TestPartitionHeals(t *testing.T) {
+	var pods []*pod
+	for i := 0; i < 2; i++ {
+		join := ""
+		if i > 0 {
+			join = pods[0].members.LocalAddr()
+		}
+		pods = append(pods, startPod(t, i, join))
+	}
+	tr, err := gossip.NewPartitionable("127.0.0.1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	gcfg := gossip.LocalConfig("partitioned-picker")
+	gcfg.Transport = tr
+	gcfg.Join = []string{pods[0].members.LocalAddr()}
+	m, err := gossip.New(gcfg, gossip.Meta{Role: gossip.RolePicker}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Kill()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go v.FollowGossip(ctx, m)
+	reqs := map[int][]uint32{0: tokens(64, 100), 1: tokens(96, 700)}
+	for i, toks := range reqs {
+		complete(t, pods[i].engine, toks)
+	}
+	agree(t, v, pods, reqs, 15*time.Second)
+	tr.Cut()
+	deadline := time.Now().Add(15 * time.Second)
+	for len(v.Endpoints()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("partitioned picker still lists %d endpoints", len(v.Endpoints()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	complete(t, pods[0].engine, tokens(48, 3000)) // the fleet moves on meanwhile
+	reqs[0] = tokens(48, 3000)
+	tr.Heal()
+	agree(t, v, pods, reqs, 20*time.Second)
+}
