@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -122,10 +123,15 @@ type Members struct {
 	// memberlist holds its lock (its *Node values are not safe to read later).
 	view map[string]Member
 	self Member
+	// failed holds the addresses of members that left or died, which the
+	// rejoin loop keeps trying for a while, as Serf's reconnector does:
+	// memberlist alone never probes a member it declared dead, so a healed
+	// partition would otherwise stay split.
+	failed map[string]time.Time
 
 	stop chan struct{}
-	done sync.WaitGroup
 	once sync.Once
+	shut atomic.Bool
 
 	dropped, received prometheus.Counter
 	size              prometheus.GaugeFunc
@@ -144,7 +150,7 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	if err != nil {
 		return nil, err
 	}
-	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc, stop: make(chan struct{}), view: map[string]Member{}}
+	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc, stop: make(chan struct{}), view: map[string]Member{}, failed: map[string]time.Time{}}
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
 		// Loopback: probe often so a dead member is gone within ~1–3 s.
@@ -199,17 +205,19 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 		if _, err := m.Join(cfg.Join...); err != nil {
 			log.Warn("gossip join failed; will retry", zap.Error(err))
 		}
-		if cfg.Rejoin > 0 {
-			m.done.Add(1)
-			go m.rejoinLoop()
-		}
+	}
+	if cfg.Rejoin > 0 {
+		go m.rejoinLoop()
 	}
 	return m, nil
 }
 
-// rejoinLoop contacts seeds that are not (or no longer) members.
+// reconnectFor bounds how long a dead member's address is retried.
+const reconnectFor = 10 * time.Minute
+
+// rejoinLoop contacts seeds that are not (or no longer) members, and
+// members that were declared dead.
 func (m *Members) rejoinLoop() {
-	defer m.done.Done()
 	t := time.NewTicker(m.cfg.Rejoin)
 	defer t.Stop()
 	for {
@@ -223,6 +231,15 @@ func (m *Members) rejoinLoop() {
 			alive[mb.Addr] = true
 		}
 		var missing []string
+		m.mu.Lock()
+		for addr, since := range m.failed {
+			if alive[addr] || time.Since(since) > reconnectFor {
+				delete(m.failed, addr)
+				continue
+			}
+			missing = append(missing, addr)
+		}
+		m.mu.Unlock()
 		for _, seed := range m.cfg.Join {
 			addrs, err := resolve(seed, m.cfg.BindPort)
 			if err != nil {
@@ -242,9 +259,10 @@ func (m *Members) rejoinLoop() {
 	}
 }
 
+// stopLoops stops the rejoin loop without waiting for a Join in progress
+// (memberlist's Join cannot be cancelled; it fails once memberlist is shut).
 func (m *Members) stopLoops() {
 	m.once.Do(func() { close(m.stop) })
-	m.done.Wait()
 }
 
 // Join contacts the given members (host:port or DNS names) and returns
@@ -310,8 +328,14 @@ func (m *Members) LocalAddr() string {
 	return m.self.Addr
 }
 
+// ErrShutdown is returned after Close or Kill.
+var ErrShutdown = errors.New("gossip: membership shut down")
+
 // SetMeta replaces this node's metadata and gossips it.
 func (m *Members) SetMeta(meta Meta) error {
+	if m.shut.Load() {
+		return ErrShutdown
+	}
 	enc, err := meta.Encode()
 	if err != nil {
 		return err
@@ -324,7 +348,7 @@ func (m *Members) SetMeta(meta Meta) error {
 	if same {
 		return nil
 	}
-	return m.ml.UpdateNode(5 * time.Second)
+	return m.ml.UpdateNode(time.Second)
 }
 
 // ReloadKeys re-reads the key file: keys it lists are installed, its first
@@ -383,9 +407,13 @@ func readKeys(path string) ([][]byte, error) {
 	return keys, nil
 }
 
-// Close leaves the cluster politely (bounded) and stops.
+// Close leaves the cluster politely (bounded) and stops. Closing twice,
+// or after Kill, does nothing.
 func (m *Members) Close() error {
 	m.stopLoops()
+	if m.shut.Swap(true) {
+		return nil
+	}
 	_ = m.ml.Leave(2 * time.Second)
 	return m.ml.Shutdown()
 }
@@ -393,6 +421,9 @@ func (m *Members) Close() error {
 // Kill stops without leaving: to others this node fails (tests).
 func (m *Members) Kill() error {
 	m.stopLoops()
+	if m.shut.Swap(true) {
+		return nil
+	}
 	return m.ml.Shutdown()
 }
 
@@ -426,8 +457,10 @@ func (e *events) send(t EventType, n *memberlist.Node) {
 	e.mu.Lock()
 	if t == Leave {
 		delete(e.view, ev.Member.Name)
+		e.failed[ev.Member.Addr] = time.Now() // dead, or left: retried either way
 	} else {
 		e.view[ev.Member.Name] = ev.Member
+		delete(e.failed, ev.Member.Addr)
 	}
 	e.mu.Unlock()
 	if e.received != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/summary"
 )
 
@@ -35,6 +36,13 @@ type Config struct {
 	GRPCListen string
 	// GRPCTLSCert and GRPCTLSKey turn TLS on for the gRPC server.
 	GRPCTLSCert, GRPCTLSKey string
+	// GRPCAdvertise is the gRPC address pickers dial, gossiped in the node
+	// metadata; default: the listen address, with the gossip advertise
+	// host when listening on every interface.
+	GRPCAdvertise string
+	// Gossip, when set, makes the sidecar a gossip member advertising its
+	// gRPC address, identity group and each endpoint's (epoch, seq).
+	Gossip *gossip.Config
 	// DebugListen serves /healthz, /readyz, /metrics and /debug/*.
 	// Default 127.0.0.1:8090.
 	DebugListen string
@@ -97,6 +105,14 @@ func (c *Config) Validate() error {
 	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)
 	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0, "timeouts must be positive")
+	if c.Gossip != nil {
+		if c.GRPCListen == "" {
+			errs = append(errs, errors.New("gossip needs --grpc-listen: pickers find the sidecar to dial it"))
+		}
+		if err := c.Gossip.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.DataParallelSize > 1 {
 		for _, ep := range []string{c.KVEvents, c.Replay} {
 			if ep != "" {

@@ -16,7 +16,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/identity"
 	"github.com/kvroute/kvroute/sidecar/index"
 )
 
@@ -32,6 +34,7 @@ type Sidecar struct {
 	hub       *hub
 	grpc      *grpc.Server
 	grpcLn    net.Listener
+	members   *gossip.Members
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -125,6 +128,12 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 		}()
 		log.Info("serving summaries over gRPC", zap.String("addr", s.grpcLn.Addr().String()), zap.Bool("tls", cfg.GRPCTLSCert != ""))
 	}
+	if cfg.Gossip != nil {
+		if err := s.startGossip(runCtx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -147,8 +156,78 @@ func (s *Sidecar) GRPCAddr() string {
 	return s.grpcLn.Addr().String()
 }
 
+// Members returns the gossip membership (nil without gossip).
+func (s *Sidecar) Members() *gossip.Members { return s.members }
+
+// meta describes the sidecar for gossip: its gRPC address, identity group
+// and each endpoint's GPU summary position.
+func (s *Sidecar) meta(grpcAddr string) gossip.Meta {
+	m := gossip.Meta{Role: gossip.RoleSidecar, GRPC: grpcAddr}
+	for _, ep := range s.endpoints {
+		ep.mu.Lock()
+		id := ep.identity
+		m.Group = identity.Group{Model: id.Model, BlockSize: id.BlockSize, KeyFormat: id.KeyFormat,
+			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint}.ID()
+		m.Endpoints = append(m.Endpoints, gossip.Digest{Endpoint: id.Endpoint, Epoch: ep.epoch, Seq: ep.deltaSeq[index.TierGPU]})
+		ep.mu.Unlock()
+	}
+	return m
+}
+
+// startGossip joins the cluster and keeps the metadata current.
+func (s *Sidecar) startGossip(ctx context.Context) error {
+	advertise := s.cfg.GRPCAdvertise
+	host, port, err := net.SplitHostPort(s.grpcLn.Addr().String())
+	if err != nil {
+		return err
+	}
+	m, err := gossip.New(*s.cfg.Gossip, gossip.Meta{Role: gossip.RoleSidecar}, s.log.Named("gossip"), s.reg)
+	if err != nil {
+		return err
+	}
+	s.members = m
+	if advertise == "" {
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			host, _, _ = net.SplitHostPort(m.LocalAddr())
+		}
+		advertise = net.JoinHostPort(host, port)
+	}
+	publish := func() {
+		meta := s.meta(advertise)
+		if err := m.SetMeta(meta); errors.Is(err, gossip.ErrShutdown) {
+			return
+		} else if err != nil {
+			meta.Endpoints = nil // too many endpoints to fit: advertise the address alone
+			if err2 := m.SetMeta(meta); err2 != nil {
+				s.log.Warn("gossip metadata", zap.Error(err2))
+			}
+		}
+	}
+	publish()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				publish()
+			}
+		}
+	}()
+	s.log.Info("gossip member", zap.String("addr", m.LocalAddr()), zap.String("grpc_advertise", advertise))
+	return nil
+}
+
 // Close stops everything.
 func (s *Sidecar) Close() {
+	s.cancel() // stops the loops first, the gossip publisher among them
+	if s.members != nil {
+		_ = s.members.Close()
+	}
 	if s.grpc != nil {
 		done := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(done) }()

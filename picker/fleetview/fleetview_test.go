@@ -46,21 +46,17 @@ func startPod(t *testing.T, i int, join string) *pod {
 	scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
 	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
 	scfg.StartupTimeout = 10 * time.Second
+	gcfg := gossip.LocalConfig(fmt.Sprintf("sidecar-%d", i))
+	if join != "" {
+		gcfg.Join = []string{join}
+	}
+	scfg.Gossip = &gcfg // the sidecar gossips its own gRPC address
 	s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	gcfg := gossip.LocalConfig(fmt.Sprintf("sidecar-%d", i))
-	if join != "" {
-		gcfg.Join = []string{join}
-	}
-	m, err := gossip.New(gcfg, gossip.Meta{Role: gossip.RoleSidecar, GRPC: s.GRPCAddr(),
-		Endpoints: []gossip.Digest{{Endpoint: e.URL()}}}, zap.NewNop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Kill() })
+	m := s.Members()
 	return &pod{engine: e, sidecar: s, members: m}
 }
 
@@ -179,7 +175,9 @@ func TestPickersAgree(t *testing.T) {
 	// Kill pod 2's sidecar (its gossip member dies without leaving).
 	killed := time.Now()
 	_ = pods[2].members.Kill()
+	t0 := time.Now()
 	pods[2].sidecar.Close()
+	t.Logf("sidecar Close took %v", time.Since(t0).Round(10*time.Millisecond))
 	for _, p := range pickers {
 		deadline := killed.Add(5 * time.Second)
 		for len(p.view.Endpoints()) != 2 {
@@ -246,5 +244,13 @@ func TestPartitionHeals(t *testing.T) {
 	complete(t, pods[0].engine, tokens(48, 3000)) // the fleet moves on meanwhile
 	reqs[0] = tokens(48, 3000)
 	tr.Heal()
+	for i := 0; i < 10; i++ {
+		time.Sleep(500 * time.Millisecond)
+		var names []string
+		for _, mb := range m.Members() {
+			names = append(names, mb.Name+"@"+mb.Addr)
+		}
+		t.Logf("picker members after heal: %v; endpoints %d", names, len(v.Endpoints()))
+	}
 	agree(t, v, pods, reqs, 20*time.Second)
 }
