@@ -56,10 +56,13 @@ type endpoint struct {
 	deltaSeq map[string]uint64
 	identity Identity
 	load     Load
+	// liveSeq is the last seq received on the SUB (replays aside): only the
+	// live stream going backwards means a new engine process.
+	liveSeq  uint64
+	haveLive bool
 	// knownStart is the engine start time the current epoch belongs to;
-	// seqRestart marks a restart already handled from the seq numbers.
+	// 0 after a restart seen in the seq numbers: the next reading is adopted.
 	knownStart float64
-	seqRestart bool
 }
 
 type endpointCounters struct {
@@ -117,8 +120,13 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- struct{}) {
 		frames, err := sub.RecvMessageBytes(0)
 		select {
 		case start := <-ep.restartCh:
-			if ep.engineStarted(start) && ep.replay != "" {
-				ep.fill(zctx, &dec, 0, ^uint64(0), true)
+			if ep.engineStarted(start) {
+				if ep.replay != "" {
+					ep.fill(zctx, &dec, 0, ^uint64(0), true)
+				}
+				if err == nil {
+					continue // received before the restart was noticed: the old process's
+				}
 			}
 		default:
 		}
@@ -169,14 +177,16 @@ func (ep *endpoint) count(f func(*endpointCounters)) {
 func (ep *endpoint) handle(zctx *zmq.Context, dec *kvevents.Decoder, seq uint64, payload []byte) {
 	ep.mu.Lock()
 	have, last := ep.haveSeq, ep.lastSeq
+	haveLive, lastLive := ep.haveLive, ep.liveSeq
+	ep.haveLive, ep.liveSeq = true, seq
 	ep.live = true
 	ep.mu.Unlock()
 	switch {
-	case have && seq == last:
-		return // already applied (replay overlap)
-	case have && seq < last:
+	case haveLive && seq <= lastLive:
 		ep.restart("seq went backwards", true)
 		have = false
+	case have && seq <= last:
+		return // already applied through a replay
 	}
 	switch {
 	case have && seq > last+1:
@@ -190,12 +200,15 @@ func (ep *endpoint) handle(zctx *zmq.Context, dec *kvevents.Decoder, seq uint64,
 	ep.apply(dec, seq, payload)
 }
 
-// fill replays [from, to) and applies what comes back in order. Anything it
-// cannot recover marks the endpoint partial. With catchUp it takes
-// everything the ring holds and an empty ring is no loss.
+// fill replays [from, to) and applies what comes back in order. A gap it
+// cannot recover completely marks the endpoint partial. With catchUp (a
+// late start, a restart, the idle tail check) it takes whatever the ring
+// holds: an empty ring, or no replay socket at all, is no evidence of loss.
 func (ep *endpoint) fill(zctx *zmq.Context, dec *kvevents.Decoder, from, to uint64, catchUp bool) {
 	if ep.replay == "" {
-		ep.markPartial("replay disabled")
+		if !catchUp {
+			ep.markPartial("replay disabled")
+		}
 		return
 	}
 	ep.count(func(c *endpointCounters) { c.Replays++ })
@@ -204,13 +217,15 @@ func (ep *endpoint) fill(zctx *zmq.Context, dec *kvevents.Decoder, from, to uint
 	switch {
 	case err != nil:
 		outcome = "failed"
-		ep.markPartial("replay failed: " + err.Error())
+		if !catchUp {
+			ep.markPartial("replay failed: " + err.Error())
+		}
 	case catchUp:
 		if got > 0 && ep.firstReplayed > from {
 			outcome = "incomplete"
 			ep.markPartial("replay ring no longer holds the start of the stream")
 		}
-	case got == 0 || ep.firstReplayed > from:
+	case uint64(got) != to-from || ep.firstReplayed > from:
 		outcome = "incomplete"
 		ep.markPartial("replay ring no longer holds the missing batches")
 	}
@@ -301,6 +316,8 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		ep.s.metrics.events.WithLabelValues(ep.label(), ev.Type.String()).Inc()
 		if ev.Type == kvevents.TypeAllBlocksCleared {
 			ep.epoch++
+			ep.partial = false // the state is exact again
+			ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
 			ep.newEpochLocked()
 		}
 		r := recentEvent{Seq: seq, Type: ev.Type.String(), Blocks: len(ev.BlockHashes), HasParent: ev.HasParent}
@@ -347,7 +364,9 @@ func (ep *endpoint) restart(why string, bySeq bool) {
 	ep.haveSeq, ep.partial = false, false
 	ep.counters.Restarts++
 	if bySeq {
-		ep.seqRestart = true
+		ep.knownStart = 0 // the scraper's next reading is the new process's
+	} else {
+		ep.haveLive = false // the old process's live seq means nothing now
 	}
 	epoch := ep.epoch
 	ep.newEpochLocked()
@@ -361,14 +380,11 @@ func (ep *endpoint) restart(why string, bySeq bool) {
 // whether it restarted the endpoint.
 func (ep *endpoint) engineStarted(start float64) bool {
 	ep.mu.Lock()
-	known, bySeq := ep.knownStart, ep.seqRestart
+	known := ep.knownStart
 	ep.knownStart = start
-	if known != start {
-		ep.seqRestart = false
-	}
 	ep.mu.Unlock()
-	if known == 0 || known == start || bySeq {
-		return false // first reading, no change, or already handled from the seq
+	if known == 0 || known == start {
+		return false // first reading (or first after a seq restart), or no change
 	}
 	ep.restart("engine start time changed", false)
 	return true

@@ -56,7 +56,10 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	s.hub = newHub(func() { s.metrics.watchersCut.Inc() })
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for r := 0; r < cfg.DataParallelSize; r++ {
-		ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), deltaSeq: map[string]uint64{}}
+		// Epochs start from the clock, so positions a picker holds from an
+		// earlier sidecar process never match this one's.
+		ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), deltaSeq: map[string]uint64{},
+			epoch: uint64(time.Now().UnixNano())}
 		var err error
 		if ep.engineURL, err = offsetURL(cfg.EngineURL, r); err != nil {
 			return nil, err
@@ -351,8 +354,9 @@ func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		hashes := ep.idx.LookupCanonical(tier, k)
+		sum := ep.idx.Summary(tier)
 		writeJSON(w, http.StatusOK, map[string]any{"canonical": k.String(), "tier": tier, "engine_hashes": hashes,
-			"indexed": len(hashes) > 0, "summary_may_contain": ep.idx.Summary(tier).MayContain(k)})
+			"indexed": len(hashes) > 0, "summary_may_contain": sum != nil && sum.MayContain(k)})
 	case q.Get("engine") != "":
 		h, err := strconv.ParseUint(q.Get("engine"), 10, 64)
 		if err != nil {

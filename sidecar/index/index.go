@@ -17,15 +17,18 @@ const (
 	TierStorage = "STORAGE"
 )
 
-// TierOf maps an event's medium to its tier.
+// TierOf maps an event's medium to its tier; "" for a medium it does not
+// know (such events are counted as invalid and skipped).
 func TierOf(medium string) string {
 	switch medium {
 	case "", kvevents.MediumGPU:
 		return TierGPU
+	case kvevents.MediumCPU:
+		return TierCPU
 	case "FS", "OBJ", kvevents.MediumStorage:
 		return TierStorage
 	}
-	return medium
+	return ""
 }
 
 // ErrUnresolvedParent reports a run whose parent block is not indexed.
@@ -109,8 +112,13 @@ func (x *Index) Blocks(tierName string) int {
 	return 0
 }
 
-// Summary returns a tier's counting summary (created on first use).
-func (x *Index) Summary(tierName string) *summary.Counting { return x.tier(tierName).sum }
+// Summary returns a tier's counting summary, nil for a tier not seen.
+func (x *Index) Summary(tierName string) *summary.Counting {
+	if t := x.tiers[tierName]; t != nil {
+		return t.sum
+	}
+	return nil
+}
 
 // LookupEngine returns the canonical key and copy count of an engine hash.
 func (x *Index) LookupEngine(tierName string, h uint64) (blockkey.Key, int, bool) {
@@ -157,7 +165,12 @@ func (x *Index) Apply(ev *kvevents.Event) error {
 			x.stats.SkippedGroups++
 			return nil
 		}
-		t := x.tiers[TierOf(ev.Medium)]
+		name := TierOf(ev.Medium)
+		if name == "" {
+			x.stats.Invalid++
+			return fmt.Errorf("index: unknown medium %q", ev.Medium)
+		}
+		t := x.tiers[name]
 		for _, h := range ev.BlockHashes {
 			if t == nil {
 				x.stats.UnknownRemovals++
@@ -212,7 +225,12 @@ func (x *Index) stored(ev *kvevents.Event) error {
 		x.stats.Invalid++
 		return fmt.Errorf("index: block size %d, endpoint uses %d", ev.BlockSize, x.cfg.BlockSize)
 	}
-	t := x.tier(TierOf(ev.Medium))
+	name := TierOf(ev.Medium)
+	if name == "" {
+		x.stats.Invalid++
+		return fmt.Errorf("index: unknown medium %q", ev.Medium)
+	}
+	t := x.tier(name)
 	parent := blockkey.Root(x.cfg.Model, ev.LoraName)
 	if ev.HasParent {
 		k, _, ok := t.blocks.get(ev.ParentBlockHash.Int)

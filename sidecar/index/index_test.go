@@ -169,6 +169,8 @@ func TestTiersGroupsAndBadRuns(t *testing.T) {
 		t.Fatal("a GPU removal touched another tier")
 	}
 	bad := []kvevents.Event{
+		{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(1)}, TokenIDs: tokens(16, 1), BlockSize: 16, Medium: "NVME"},
+		{Type: kvevents.TypeBlockRemoved, BlockHashes: []kvevents.Hash{kvevents.IntHash(1)}, Medium: "junk"},
 		{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(1)}, TokenIDs: tokens(15, 1), BlockSize: 16},
 		{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(1)}, TokenIDs: tokens(32, 1), BlockSize: 32},
 		{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(1)}, TokenIDs: tokens(16, 1), BlockSize: 16,
@@ -182,6 +184,9 @@ func TestTiersGroupsAndBadRuns(t *testing.T) {
 		if err := x.Apply(&bad[i]); err == nil {
 			t.Errorf("bad run %d accepted", i)
 		}
+	}
+	if len(x.Tiers()) != 3 {
+		t.Fatalf("tiers %v: an unknown medium made one", x.Tiers())
 	}
 	orphan := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(2)}, TokenIDs: tokens(16, 1),
 		BlockSize: 16, HasParent: true, ParentBlockHash: kvevents.IntHash(12345)}
