@@ -214,7 +214,7 @@ func TestMetaAndConfig(t *testing.T) {
 	if _, err := big.Encode(); err == nil {
 		t.Fatal("oversized metadata encoded")
 	}
-	for _, bad := range []string{``, `{}`, `{"r":"boss"}`, `{"r":"sidecar","x":1}`, `{"r":"sidecar","d":[{}]}`, strings.Repeat("x", 600)} {
+	for _, bad := range []string{``, `{}`, `{"r":"boss"}`, `{"r":"sidecar","x":1}`, `{"r":"sidecar","d":[{}]}`, `{"r":"sidecar"} {"r":"picker"}`, strings.Repeat("x", 600)} {
 		if _, err := DecodeMeta([]byte(bad)); err == nil {
 			t.Errorf("DecodeMeta(%q) accepted", bad)
 		}

@@ -59,6 +59,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 	if err := dec.Decode(&m); err != nil {
 		return m, fmt.Errorf("gossip: metadata: %w", err)
 	}
+	if dec.More() {
+		return m, fmt.Errorf("gossip: trailing bytes after the metadata")
+	}
 	return m, m.validate()
 }
 

@@ -101,7 +101,7 @@ func (c *Config) Validate() error {
 		"--kv-events %q: want tcp://, ipc:// or inproc://", c.KVEvents)
 	check(c.DataParallelSize >= 1 && c.DataParallelSize <= 1024, "--data-parallel-size %d: want 1..1024", c.DataParallelSize)
 	check((c.GRPCTLSCert == "") == (c.GRPCTLSKey == ""), "--grpc-tls-cert and --grpc-tls-key go together")
-	check(c.Capacity >= 1, "--capacity %d must be positive", c.Capacity)
+	check(c.Capacity >= 1 && c.Capacity <= 1<<26, "--capacity %d: want 1..%d blocks", c.Capacity, 1<<26)
 	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)
 	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0, "timeouts must be positive")

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 	"time"
@@ -76,16 +77,16 @@ type endpointCounters struct {
 }
 
 // run is the intake loop.
-func (ep *endpoint) run(ctx context.Context, ready chan<- struct{}) {
+func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 	zctx, err := zmq.NewContext()
 	if err != nil {
-		ep.log.Error("zmq context", zap.Error(err))
+		ready <- fmt.Errorf("zmq context: %w", err)
 		return
 	}
 	defer zctx.Term()
 	sub, err := zctx.NewSocket(zmq.SUB)
 	if err != nil {
-		ep.log.Error("zmq socket", zap.Error(err))
+		ready <- fmt.Errorf("zmq socket: %w", err)
 		return
 	}
 	defer sub.Close()
@@ -99,7 +100,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- struct{}) {
 		err = sub.Connect(ep.events)
 	}
 	if err != nil {
-		ep.log.Error("kv events socket", zap.String("endpoint", ep.events), zap.Bool("bind", ep.s.cfg.Bind), zap.Error(err))
+		ready <- fmt.Errorf("--kv-events %s (bind=%v): %w", ep.events, ep.s.cfg.Bind, err)
 		return
 	}
 	if ep.s.cfg.Bind {
@@ -107,7 +108,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- struct{}) {
 			ep.events = last
 		}
 	}
-	close(ready)
+	ready <- nil
 	var dec kvevents.Decoder
 	// A late start: what the engine published before we connected is only
 	// in its replay ring.

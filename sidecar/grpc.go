@@ -25,6 +25,7 @@ type grpcServer struct {
 func (s *Sidecar) newGRPCServer() (*grpc.Server, error) {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(1 << 20), // requests are tiny
+		grpc.MaxConcurrentStreams(256),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}

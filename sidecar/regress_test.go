@@ -183,3 +183,24 @@ func TestUnknownTiersAreNotCreated(t *testing.T) {
 		t.Fatalf("%d tiers created by lookups", n)
 	}
 }
+
+// TestStartFailsWhenIntakeCannotOpen: a SUB that cannot bind fails Start
+// with the reason, instead of a sidecar that silently follows nothing.
+func TestStartFailsWhenIntakeCannotOpen(t *testing.T) {
+	e := startEngine(t, engineConfig()).Engines()[0]
+	zctx, _ := zmq.NewContext()
+	defer zctx.Term()
+	holder, _ := zctx.NewSocket(zmq.PUB)
+	defer holder.Close()
+	_ = holder.SetLinger(0)
+	if err := holder.Bind("tcp://127.0.0.1:*"); err != nil {
+		t.Fatal(err)
+	}
+	taken, _ := holder.GetLastEndpoint()
+	cfg := sidecarConfig(e)
+	cfg.Bind, cfg.KVEvents = true, taken
+	if s, err := sidecar.Start(context.Background(), cfg, nil, nil); err == nil {
+		s.Close()
+		t.Fatal("Start succeeded with an intake that could not bind")
+	}
+}

@@ -103,13 +103,13 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, ep := range s.endpoints {
-		ready := make(chan struct{})
+		ready := make(chan error, 1)
 		s.wg.Add(2)
 		go func() { defer s.wg.Done(); ep.run(runCtx, ready) }()
 		go func() { defer s.wg.Done(); ep.scrapeLoop(runCtx, hc) }()
-		select {
-		case <-ready:
-		case <-time.After(10 * time.Second):
+		if err := <-ready; err != nil {
+			s.Close()
+			return nil, fmt.Errorf("rank %d: %w", ep.rank, err)
 		}
 		ep.log.Info("following kv events", zap.String("events", ep.events), zap.Bool("bind", cfg.Bind),
 			zap.String("replay", ep.replay), zap.String("model", ep.identity.Model), zap.String("tokenizer", ep.identity.TokenizerFingerprint))
@@ -245,6 +245,10 @@ func (s *Sidecar) Close() {
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
 	s.wg.Wait()
+	_ = s.ln.Close() // when Start failed before serving
+	if s.grpcLn != nil {
+		_ = s.grpcLn.Close()
+	}
 }
 
 // EndpointState is one endpoint's /debug/state entry.

@@ -229,8 +229,9 @@ func assign(s set, depth int, matched []int) {
 // first, so a held block's ancestors are held): it gallops over depth
 // (keys 1, 2, 4, 8, … deep) and bisects where endpoints drop out, probing
 // O(log n) keys per distinct matched length instead of every key. Where an
-// endpoint holds a block whose parent it lost, Match may report the longer
-// match. matched must have Slots() entries; it returns the longest match.
+// endpoint holds a block whose parent it lost, or a false positive answers
+// a probed depth, Match may report a longer match than MatchLinear.
+// matched must have Slots() entries; it returns the longest match.
 func (f *Fleet) Match(chain []blockkey.Key, matched []int) int {
 	if f.words > len(set{}) {
 		return f.MatchLinear(chain, matched)

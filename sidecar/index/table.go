@@ -3,7 +3,8 @@ package index
 import "github.com/kvroute/kvroute/internal/blockkey"
 
 // table maps engine hashes to canonical keys in 16 bytes a slot: open
-// addressing with linear probing, kept between 3/8 and 3/4 full, and
+// addressing with linear probing, grown past 3/4 full and shrunk below
+// 3/16, and
 // backward-shift deletion (no tombstones). Copy counts above one — rare:
 // the same content computed concurrently — live in a side map.
 type table struct {
