@@ -91,13 +91,16 @@ func TestSidecarFlagsAndConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd, cfg, finish := sidecarCommand()
-	if err := cmd.ParseFlags([]string{"--config", file, "--topic", "from-flag", "--replay", "", "--grpc-listen", "127.0.0.1:9999"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--config", file, "--topic", "from-flag", "--replay", "", "--grpc-listen", "127.0.0.1:9999",
+		"--join", "a:7946,kvroute-gossip.ns.svc", "--gossip-bind", "127.0.0.1:7000", "--gossip-advertise", "10.0.0.5:7001", "--node-name", "pod-a"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := finish(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.EngineURL != "http://10.1.2.3:9000" || cfg.DataParallelSize != 2 || cfg.Topic != "from-flag" || !cfg.Bind || cfg.Capacity != 1000 || cfg.Replay != "" || cfg.GRPCListen != "127.0.0.1:9999" {
+	if cfg.EngineURL != "http://10.1.2.3:9000" || cfg.DataParallelSize != 2 || cfg.Topic != "from-flag" || !cfg.Bind || cfg.Capacity != 1000 || cfg.Replay != "" || cfg.GRPCListen != "127.0.0.1:9999" ||
+		cfg.Gossip == nil || cfg.Gossip.BindAddr != "127.0.0.1" || cfg.Gossip.BindPort != 7000 || cfg.Gossip.AdvertiseAddr != "10.0.0.5" ||
+		cfg.Gossip.AdvertisePort != 7001 || len(cfg.Gossip.Join) != 2 || cfg.Gossip.NodeName != "pod-a" {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, bad := range []string{`{"nope":1}`, `{`, `{"data-parallel-size":"x"}`} {
@@ -114,6 +117,16 @@ func TestSidecarFlagsAndConfigFile(t *testing.T) {
 	_ = cmd.ParseFlags([]string{"--kv-events-mode", "both"})
 	if err := finish(); err == nil {
 		t.Error("bad mode accepted")
+	}
+	cmd, cfg, finish = sidecarCommand()
+	_ = cmd.ParseFlags([]string{"--gossip-bind", ""})
+	if err := finish(); err != nil || cfg.Gossip != nil {
+		t.Errorf("gossip not disabled: %v", err)
+	}
+	cmd, _, finish = sidecarCommand()
+	_ = cmd.ParseFlags([]string{"--gossip-bind", "nope"})
+	if err := finish(); err == nil {
+		t.Error("bad gossip bind accepted")
 	}
 	cmd, _, finish = sidecarCommand()
 	_ = cmd.ParseFlags([]string{"--grpc-tls-cert", "c.pem"})

@@ -4,16 +4,44 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/sidecar"
 )
+
+// applyGossipFlags sets the bind and advertise addresses (host:port).
+func applyGossipFlags(g *gossip.Config, bind, advertise string) error {
+	host, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return fmt.Errorf("--gossip-bind %q: want host:port", bind)
+	}
+	if g.BindPort, err = strconv.Atoi(port); err != nil {
+		return fmt.Errorf("--gossip-bind %q: bad port", bind)
+	}
+	g.BindAddr = host
+	if advertise != "" {
+		host, port, err := net.SplitHostPort(advertise)
+		if err != nil {
+			return fmt.Errorf("--gossip-advertise %q: want host:port", advertise)
+		}
+		if g.AdvertisePort, err = strconv.Atoi(port); err != nil {
+			return fmt.Errorf("--gossip-advertise %q: bad port", advertise)
+		}
+		g.AdvertiseAddr = host
+	}
+	return nil
+}
 
 // applyConfigFile sets every flag named in a JSON file ({"flag-name":
 // value, …}) that was not given on the command line: flags win.
@@ -49,7 +77,8 @@ func applyConfigFile(fl *pflag.FlagSet, path string) error {
 // step that completes it (config file, mode) and validates it.
 func sidecarCommand() (*cobra.Command, *sidecar.Config, func() error) {
 	cfg := sidecar.DefaultConfig()
-	var mode, configFile, logLevel string
+	gcfg := gossip.DefaultConfig()
+	var mode, configFile, logLevel, gossipBind, gossipAdvertise string
 	var cmd *cobra.Command
 	finish := func() error {
 		if configFile != "" {
@@ -64,6 +93,13 @@ func sidecarCommand() (*cobra.Command, *sidecar.Config, func() error) {
 			cfg.Bind = true
 		default:
 			return fmt.Errorf("--kv-events-mode %q: want connect or bind", mode)
+		}
+		cfg.Gossip = nil
+		if gossipBind != "" {
+			if err := applyGossipFlags(&gcfg, gossipBind, gossipAdvertise); err != nil {
+				return err
+			}
+			cfg.Gossip = &gcfg
 		}
 		return cfg.Validate()
 	}
@@ -82,7 +118,9 @@ clear the endpoint and bump its epoch. Debug endpoints: /healthz, /readyz,
 Settings may also come from a JSON file (--config) whose keys are flag
 names; flags given on the command line win. Summaries and load reports are
 served to pickers over gRPC (kvroute.v1.Sidecar/WatchSummaries: a snapshot,
-then numbered deltas). Gossip membership lands with the dissemination issue.`,
+then numbered deltas); the sidecar gossips its gRPC address, identity group
+and summary positions (memberlist; encrypted with --gossip-key-file, whose
+keys are re-read on SIGHUP for rotation without downtime).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := finish(); err != nil {
@@ -100,9 +138,24 @@ then numbered deltas). Gossip membership lands with the dissemination issue.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "sidecar debug server on http://%s\n", s.DebugAddr())
-			<-ctx.Done()
-			s.Close()
-			return nil
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-ctx.Done():
+					s.Close()
+					return nil
+				case <-hup:
+					if m := s.Members(); m != nil {
+						if err := m.ReloadKeys(); err != nil {
+							log.Error("reloading gossip keys", zap.Error(err))
+						} else {
+							log.Info("gossip keys reloaded")
+						}
+					}
+				}
+			}
 		},
 	}
 	f := cmd.Flags()
@@ -123,6 +176,12 @@ then numbered deltas). Gossip membership lands with the dissemination issue.`,
 	f.DurationVar(&cfg.ReplayTimeout, "replay-timeout", cfg.ReplayTimeout, "bound on one replay exchange")
 	f.DurationVar(&cfg.IdleCheck, "idle-check", cfg.IdleCheck, "after this long without events, ask the replay ring for anything newer")
 	f.DurationVar(&cfg.StartupTimeout, "startup-timeout", cfg.StartupTimeout, "how long to wait for the engine to answer at start")
+	f.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address pickers dial, gossiped (default: the listen address; the gossip host when listening on every interface)")
+	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
+	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", "gossip address (UDP and TCP); empty disables gossip")
+	f.StringVar(&gossipAdvertise, "gossip-advertise", "", "gossip address others dial (default: the bind address)")
+	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read on SIGHUP")
+	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, "unique gossip member name (default: the host name)")
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, finish
