@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildKvroute builds the binary once per test run.
+func buildKvroute(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kvroute")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kvroute")
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// run starts a kvroute process and stops it (SIGTERM, then SIGKILL) at the
+// end of the test; its output is kept for failure messages.
+func run(t *testing.T, bin string, args ...string) *bytes.Buffer {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s %s output:\n%s", filepath.Base(bin), args[0], out.String())
+		}
+	})
+	return &out
+}
+
+func getJSON(url string, out any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// TestEngineAndSidecarProcesses runs the real binaries: `kvroute engine`
+// publishing KV events and `kvroute sidecar` following them (with gossip
+// on loopback, the SUB bound and the engine's PUB connecting to it), and
+// checks the sidecar indexes what the engine caches.
+func TestEngineAndSidecarProcesses(t *testing.T) {
+	bin := buildKvroute(t)
+	httpPort, events, replay := freePort(t), freePort(t), freePort(t)
+	// The engine's PUB connects (a non-wildcard endpoint, as vLLM decides)
+	// to the sidecar's bound SUB: everything stays on 127.0.0.1.
+	kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@e2e@m"}`, events, replay)
+	run(t, bin, "engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--sim-time-scale", "0",
+		"--num-gpu-blocks", "1024", "--max-model-len", "4096", "--kv-events-config", kvcfg, "--log-level", "warn")
+	engine := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	debug := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	run(t, bin, "sidecar", "--engine-url", engine, "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
+		"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--topic", "kv@e2e", "--debug-listen", debug,
+		"--grpc-listen", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0", "--node-name", "e2e-sidecar",
+		"--capacity", "4096", "--log-level", "warn")
+	deadline := time.Now().Add(30 * time.Second)
+	prompt := make([]int, 160)
+	for i := range prompt {
+		prompt[i] = 4000 + i
+	}
+	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 1})
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("the sidecar never indexed the engine's blocks")
+		}
+		time.Sleep(100 * time.Millisecond)
+		resp, err := http.Post(engine+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		var state []struct {
+			Blocks   map[string]int `json:"blocks"`
+			Identity struct {
+				Model string `json:"model"`
+			} `json:"identity"`
+		}
+		if err := getJSON("http://"+debug+"/debug/state", &state); err != nil || len(state) != 1 {
+			continue
+		}
+		if state[0].Blocks["GPU"] == 10 && state[0].Identity.Model == "Qwen/Qwen3-0.6B" {
+			break
+		}
+	}
+	var ready map[string]any
+	if err := getJSON("http://"+debug+"/readyz", &ready); err != nil || ready["ready"] != true {
+		t.Fatalf("readyz: %v %v", ready, err)
+	}
+	resp, err := http.Get("http://" + debug + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(m), `kvroute_sidecar_blocks{endpoint="`+engine+`",tier="GPU"} 10`) {
+		t.Fatalf("metrics lack the block gauge:\n%s", grepLines(string(m), "kvroute_sidecar_blocks"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
