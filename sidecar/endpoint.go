@@ -45,6 +45,8 @@ type endpoint struct {
 
 	firstReplayed uint64 // intake goroutine only: first seq of the last replay
 
+	oldestPending float64 // engine ts of the oldest batch applied since the last delta (under mu)
+
 	mu       sync.Mutex
 	idx      *index.Index
 	epoch    uint64
@@ -343,6 +345,9 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 	}
 	if b.TS > 0 {
 		ep.s.metrics.lag.WithLabelValues(ep.label()).Observe(max(0, float64(now.UnixNano())/1e9-b.TS))
+		if ep.oldestPending == 0 || b.TS < ep.oldestPending {
+			ep.oldestPending = b.TS
+		}
 	}
 	for _, t := range ep.idx.Tiers() {
 		ep.s.metrics.blocks.WithLabelValues(ep.label(), t).Set(float64(ep.idx.Blocks(t)))
@@ -398,6 +403,8 @@ func (ep *endpoint) takeDeltas() {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	id := ep.identity.Endpoint
+	oldest := int64(ep.oldestPending * 1e9)
+	ep.oldestPending = 0
 	for _, t := range ep.idx.Tiers() {
 		sum := ep.idx.Summary(t)
 		if !ep.s.hub.hasFeed(id, t, ep.epoch) {
@@ -410,7 +417,7 @@ func (ep *endpoint) takeDeltas() {
 		ep.deltaSeq[t] = d.Seq
 		data := summary.AppendDelta(nil, d)
 		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t, Epoch: ep.epoch,
-			Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: d.Seq, Data: data}}})
+			Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: d.Seq, Data: data, OldestEventUnixNanos: oldest}}})
 		ep.s.metrics.deltas.WithLabelValues(ep.label(), t).Inc()
 		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t).Add(float64(len(d.Flips)))
 		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t).Add(float64(len(data)))

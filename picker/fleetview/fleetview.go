@@ -80,6 +80,7 @@ type View struct {
 	resyncs  prometheus.Counter
 	applied  *prometheus.CounterVec
 	stale    *prometheus.GaugeVec
+	lag      prometheus.Histogram
 	closeCtx context.Context
 	close    context.CancelFunc
 }
@@ -102,10 +103,13 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_summary_updates_total", Help: "Summary updates applied, by kind."}, []string{"kind"}),
-		stale:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_picker_endpoint_staleness_seconds", Help: "Time since the last update from an endpoint's sidecar, at the last refresh."}, []string{"endpoint"}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_picker_event_to_routable_seconds",
+			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
+		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_picker_endpoint_staleness_seconds", Help: "Time since the last update from an endpoint's sidecar, at the last refresh."}, []string{"endpoint"}),
 	}
 	if reg != nil {
-		reg.MustRegister(v.refused, v.resyncs, v.applied, v.stale)
+		reg.MustRegister(v.refused, v.resyncs, v.applied, v.stale, v.lag)
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
 	return v, nil
@@ -338,6 +342,9 @@ func (v *View) apply(u *pb.SummaryUpdate) error {
 			return err
 		}
 		v.applied.WithLabelValues("delta").Inc()
+		if ns := b.Delta.GetOldestEventUnixNanos(); ns > 0 {
+			v.lag.Observe(max(0, time.Since(time.Unix(0, ns)).Seconds()))
+		}
 	}
 	return nil
 }

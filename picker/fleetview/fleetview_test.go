@@ -61,6 +61,7 @@ func startPod(t *testing.T, i int, join string) *pod {
 }
 
 type picker struct {
+	reg     *prometheus.Registry
 	view    *fleetview.View
 	members *gossip.Members
 	cancel  context.CancelFunc
@@ -68,7 +69,8 @@ type picker struct {
 
 func startPicker(t *testing.T, name, join string) *picker {
 	t.Helper()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func startPicker(t *testing.T, name, join string) *picker {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go v.FollowGossip(ctx, m)
-	p := &picker{view: v, members: m, cancel: cancel}
+	p := &picker{reg: reg, view: v, members: m, cancel: cancel}
 	t.Cleanup(p.stop)
 	return p
 }
@@ -171,6 +173,9 @@ func TestPickersAgree(t *testing.T) {
 	}
 	for _, p := range pickers {
 		agree(t, p.view, pods, reqs, 15*time.Second)
+		if n := histogramCount(t, p.reg, "kvroute_picker_event_to_routable_seconds"); n == 0 {
+			t.Fatal("no event-to-routable lag observed")
+		}
 	}
 	// Kill pod 2's sidecar (its gossip member dies without leaving).
 	killed := time.Now()
@@ -253,4 +258,18 @@ func TestPartitionHeals(t *testing.T) {
 		t.Logf("picker members after heal: %v; endpoints %d", names, len(v.Endpoints()))
 	}
 	agree(t, v, pods, reqs, 20*time.Second)
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.Metric) > 0 {
+			return f.Metric[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }

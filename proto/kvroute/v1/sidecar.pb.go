@@ -302,11 +302,15 @@ func (x *Snapshot) GetData() []byte {
 // Delta is one numbered set of bit flips, in internal/summary's delta
 // encoding.
 type Delta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Data  []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// When the engine stamped the oldest batch whose blocks this delta
+	// carries (Unix nanoseconds, the engine's clock): a picker's
+	// event-to-routable lag is its time of applying the delta minus this.
+	OldestEventUnixNanos int64 `protobuf:"varint,3,opt,name=oldest_event_unix_nanos,json=oldestEventUnixNanos,proto3" json:"oldest_event_unix_nanos,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Delta) Reset() {
@@ -351,6 +355,13 @@ func (x *Delta) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *Delta) GetOldestEventUnixNanos() int64 {
+	if x != nil {
+		return x.OldestEventUnixNanos
+	}
+	return 0
 }
 
 // LoadReport is the engine's load as last scraped.
@@ -651,10 +662,11 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\x04body\"0\n" +
 	"\bSnapshot\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"-\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"d\n" +
 	"\x05Delta\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\x94\x01\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x125\n" +
+	"\x17oldest_event_unix_nanos\x18\x03 \x01(\x03R\x14oldestEventUnixNanos\"\x94\x01\n" +
 	"\n" +
 	"LoadReport\x12\x18\n" +
 	"\awaiting\x18\x01 \x01(\x01R\awaiting\x12\x18\n" +
