@@ -56,7 +56,7 @@ type Config struct {
 	// recommended). Default 200 ms.
 	ScrapeInterval time.Duration
 	// DeltaInterval batches summary bit flips into numbered deltas.
-	// Default 20 ms.
+	// Default 10 ms.
 	DeltaInterval time.Duration
 	// ReplayTimeout bounds one replay exchange. Default 2 s.
 	ReplayTimeout time.Duration
@@ -80,7 +80,7 @@ func DefaultConfig() Config {
 		GRPCListen:       ":9090",
 		Capacity:         65536,
 		ScrapeInterval:   200 * time.Millisecond,
-		DeltaInterval:    20 * time.Millisecond,
+		DeltaInterval:    10 * time.Millisecond,
 		ReplayTimeout:    2 * time.Second,
 		IdleCheck:        2 * time.Second,
 		StartupTimeout:   2 * time.Minute,

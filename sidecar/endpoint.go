@@ -94,7 +94,8 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 	defer sub.Close()
 	_ = sub.SetLinger(0)
 	_ = sub.SetRcvhwm(0)
-	_ = sub.SetRcvtimeo(min(ep.s.cfg.DeltaInterval, 50*time.Millisecond))
+	// Wake often enough to take deltas on time even when events are sparse.
+	_ = sub.SetRcvtimeo(max(time.Millisecond, min(ep.s.cfg.DeltaInterval/4, 5*time.Millisecond)))
 	_ = sub.SetSubscribe(ep.s.cfg.Topic)
 	if ep.s.cfg.Bind {
 		err = sub.Bind(ep.events)

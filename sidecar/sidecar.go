@@ -140,6 +140,9 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	return s, nil
 }
 
+// Registry returns the registry the sidecar's metrics are in.
+func (s *Sidecar) Registry() *prometheus.Registry { return s.reg }
+
 // DebugAddr returns the debug server's address.
 func (s *Sidecar) DebugAddr() string { return s.ln.Addr().String() }
 

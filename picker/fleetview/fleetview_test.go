@@ -28,7 +28,7 @@ type pod struct {
 	members *gossip.Members
 }
 
-func startPod(t *testing.T, i int, join string) *pod {
+func startPod(t testing.TB, i int, join string) *pod {
 	t.Helper()
 	ecfg := enginesim.DefaultConfig()
 	ecfg.Host, ecfg.Port = "127.0.0.1", 0
@@ -93,7 +93,7 @@ func (p *picker) stop() {
 	_ = p.members.Kill()
 }
 
-func complete(t *testing.T, e *enginesim.Engine, tokens []uint32) {
+func complete(t testing.TB, e *enginesim.Engine, tokens []uint32) {
 	t.Helper()
 	b, _ := json.Marshal(map[string]any{"prompt": tokens, "max_tokens": 1})
 	resp, err := http.Post(e.URL()+"/v1/completions", "application/json", bytes.NewReader(b))
