@@ -100,3 +100,40 @@ func BenchmarkFleetMatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFleetSync is a restarted picker's catch-up, sidecars simulated
+// in one process: decode 64 endpoints' snapshots of 65,536 blocks each
+// (the wire encoding) and load them into a fleet index. Target ≤ 1 s.
+func BenchmarkFleetSync(b *testing.B) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	p := ForCapacity(65536)
+	var wire [][]byte
+	total := 0
+	for e := 0; e < 64; e++ {
+		c := NewCounting(p)
+		for _, k := range randKeys(rng, 65536) {
+			c.Add(k)
+		}
+		c.TakeDelta()
+		w := AppendSnapshot(nil, c.Snapshot())
+		total += len(w)
+		wire = append(wire, w)
+	}
+	b.ResetTimer()
+	defer func() { b.ReportMetric(float64(total)/64/1024, "KiB/snapshot") }()
+	for i := 0; i < b.N; i++ {
+		f, err := NewFleet(p, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for e, w := range wire {
+			s, err := DecodeSnapshot(w, p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := f.SetSnapshot(e, 1, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
