@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kvroute/kvroute/test/testnet"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -255,34 +255,15 @@ func TestLateStart(t *testing.T) {
 	}
 }
 
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	for i := 0; i < 100; i++ {
-		a, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := a.Addr().(*net.TCPAddr).Port
-		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
-		a.Close()
-		if err == nil {
-			b.Close()
-			return p
-		}
-	}
-	t.Fatal("no adjacent free ports")
-	return 0
-}
-
 // TestDataParallelAndBindMode: two ranks in one engine process are two
 // endpoints, each with its own keys; the SUBs bind and the engine's PUBs
 // connect to them.
 func TestDataParallelAndBindMode(t *testing.T) {
 	ecfg := engineConfig()
 	ecfg.DataParallelSize = 2
-	ecfg.Port = freePortPair(t)
-	events := freePortPair(t)
-	replay := freePortPair(t)
+	ecfg.Port = testnet.FreePortPair(t)
+	events := testnet.FreePortPair(t)
+	replay := testnet.FreePortPair(t)
 	ecfg.KVEvents.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", events) // the PUBs connect
 	rep := fmt.Sprintf("tcp://127.0.0.1:%d", replay)
 	ecfg.KVEvents.ReplayEndpoint = &rep

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/kvroute/kvroute/test/testnet"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -25,16 +25,6 @@ func buildKvroute(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // run starts a kvroute process and stops it (SIGTERM, then SIGKILL) at the
@@ -82,14 +72,14 @@ func getJSON(url string, out any) error {
 // checks the sidecar indexes what the engine caches.
 func TestEngineAndSidecarProcesses(t *testing.T) {
 	bin := buildKvroute(t)
-	httpPort, events, replay := freePort(t), freePort(t), freePort(t)
+	httpPort, events, replay := testnet.FreePort(t), testnet.FreePort(t), testnet.FreePort(t)
 	// The engine's PUB connects (a non-wildcard endpoint, as vLLM decides)
 	// to the sidecar's bound SUB: everything stays on 127.0.0.1.
 	kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@e2e@m"}`, events, replay)
 	run(t, bin, "engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--sim-time-scale", "0",
 		"--num-gpu-blocks", "1024", "--max-model-len", "4096", "--kv-events-config", kvcfg, "--log-level", "warn")
 	engine := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
-	debug := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	debug := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, "sidecar", "--engine-url", engine, "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
 		"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--topic", "kv@e2e", "--debug-listen", debug,
 		"--grpc-listen", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0", "--node-name", "e2e-sidecar",

@@ -2,6 +2,7 @@ package enginesim_test
 
 import (
 	"fmt"
+	"github.com/kvroute/kvroute/test/testnet"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -315,14 +316,14 @@ func replay(t *testing.T, endpoint string, start uint64, layout kvevents.ReplayL
 // TestDataParallelRanks: each rank has its own HTTP port (port+r), event
 // port (+r) and replay port (+r), and stamps its rank on its batches.
 func TestDataParallelRanks(t *testing.T) {
-	base := freePortPair(t)
+	base := testnet.FreePortPair(t)
 	s0 := newSub(t, true, fmt.Sprintf("tcp://127.0.0.1:%d", base))
 	s1 := newSub(t, true, fmt.Sprintf("tcp://127.0.0.1:%d", base+1))
 	cfg := testConfig()
 	cfg.DataParallelSize = 2
-	cfg.Port = freePortPair(t)
+	cfg.Port = testnet.FreePortPair(t)
 	withEvents(&cfg, fmt.Sprintf("tcp://127.0.0.1:%d", base))
-	replayBase := freePortPair(t)
+	replayBase := testnet.FreePortPair(t)
 	replayEP := fmt.Sprintf("tcp://127.0.0.1:%d", replayBase)
 	cfg.KVEvents.ReplayEndpoint = &replayEP
 	p := start(t, cfg)

@@ -3,9 +3,7 @@ package enginesim_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -205,26 +203,6 @@ func metric(t *testing.T, body, prefix string) string {
 	}
 	t.Fatalf("metric %s not found", prefix)
 	return ""
-}
-
-// freePortPair returns a port p such that p and p+1 are free on loopback.
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	for i := 0; i < 100; i++ {
-		a, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := a.Addr().(*net.TCPAddr).Port
-		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
-		a.Close()
-		if err == nil {
-			b.Close()
-			return p
-		}
-	}
-	t.Fatal("no two adjacent free ports")
-	return 0
 }
 
 func ints(ids []uint32) []int {
