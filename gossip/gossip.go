@@ -457,7 +457,9 @@ func (e *events) send(t EventType, n *memberlist.Node) {
 	e.mu.Lock()
 	if t == Leave {
 		delete(e.view, ev.Member.Name)
-		e.failed[ev.Member.Addr] = time.Now() // dead, or left: retried either way
+		if n.State == memberlist.StateDead {
+			e.failed[ev.Member.Addr] = time.Now() // failed, not left: worth retrying
+		}
 	} else {
 		e.view[ev.Member.Name] = ev.Member
 		delete(e.failed, ev.Member.Addr)

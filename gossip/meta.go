@@ -2,7 +2,9 @@ package gossip
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 )
 
@@ -30,7 +32,10 @@ type Meta struct {
 	Endpoints []Digest `json:"d,omitempty"`
 }
 
-// Encode returns m's wire form, or an error when it exceeds MetaLimit.
+// ErrMetaTooLarge reports metadata beyond MetaLimit.
+var ErrMetaTooLarge = errors.New("gossip: node metadata too large")
+
+// Encode returns m's wire form, or ErrMetaTooLarge (wrapped).
 func (m Meta) Encode() ([]byte, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
@@ -40,7 +45,7 @@ func (m Meta) Encode() ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > MetaLimit {
-		return nil, fmt.Errorf("gossip: node metadata of %d bytes exceeds %d (too many endpoints or names too long)", len(b), MetaLimit)
+		return nil, fmt.Errorf("%w: %d bytes exceed %d (too many endpoints or names too long)", ErrMetaTooLarge, len(b), MetaLimit)
 	}
 	return b, nil
 }
@@ -70,6 +75,11 @@ func (m Meta) validate() error {
 	case RoleSidecar, RolePicker:
 	default:
 		return fmt.Errorf("gossip: unknown role %q", m.Role)
+	}
+	if m.GRPC != "" {
+		if _, port, err := net.SplitHostPort(m.GRPC); err != nil || port == "" {
+			return fmt.Errorf("gossip: gRPC address %q is not host:port", m.GRPC)
+		}
 	}
 	for _, d := range m.Endpoints {
 		if d.Endpoint == "" {

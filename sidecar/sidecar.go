@@ -180,6 +180,19 @@ func (s *Sidecar) meta(grpcAddr string) gossip.Meta {
 	return m
 }
 
+// sameButSeqs reports whether a and b differ at most in digest seqs.
+func sameButSeqs(a, b gossip.Meta) bool {
+	if a.Role != b.Role || a.GRPC != b.GRPC || a.Group != b.Group || len(a.Endpoints) != len(b.Endpoints) {
+		return false
+	}
+	for i := range a.Endpoints {
+		if a.Endpoints[i].Endpoint != b.Endpoints[i].Endpoint || a.Endpoints[i].Epoch != b.Endpoints[i].Epoch {
+			return false
+		}
+	}
+	return true
+}
+
 // startGossip joins the cluster and keeps the metadata current.
 func (s *Sidecar) startGossip(ctx context.Context) error {
 	advertise := s.cfg.GRPCAdvertise
@@ -198,16 +211,30 @@ func (s *Sidecar) startGossip(ctx context.Context) error {
 		}
 		advertise = net.JoinHostPort(host, port)
 	}
+	// Publish when anything but the seq digests changes, and the digests
+	// every few seconds: each update costs every member a broadcast.
+	var last gossip.Meta
+	var lastAt time.Time
 	publish := func() {
 		meta := s.meta(advertise)
-		if err := m.SetMeta(meta); errors.Is(err, gossip.ErrShutdown) {
+		if sameButSeqs(meta, last) && time.Since(lastAt) < 5*time.Second {
 			return
-		} else if err != nil {
-			meta.Endpoints = nil // too many endpoints to fit: advertise the address alone
-			if err2 := m.SetMeta(meta); err2 != nil {
-				s.log.Warn("gossip metadata", zap.Error(err2))
-			}
 		}
+		err := m.SetMeta(meta)
+		if errors.Is(err, gossip.ErrMetaTooLarge) {
+			meta.Endpoints = nil // too many endpoints to fit: advertise the address alone
+			err = m.SetMeta(meta)
+		}
+		switch {
+		case errors.Is(err, gossip.ErrShutdown):
+			return
+		case err != nil && !errors.Is(err, gossip.ErrMetaTooLarge):
+			// A broadcast timeout: the update still spreads; try again later.
+			s.log.Debug("gossip metadata update", zap.Error(err))
+		case err != nil:
+			s.log.Warn("gossip metadata", zap.Error(err))
+		}
+		last, lastAt = meta, time.Now()
 	}
 	publish()
 	s.wg.Add(1)

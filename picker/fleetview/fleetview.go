@@ -73,10 +73,12 @@ type View struct {
 	mu        sync.RWMutex
 	groups    map[string]*group
 	endpoints map[string]*Endpoint // by URL
-	streams   map[string]context.CancelFunc
+	streams   map[string]*streamRef
+	closed    bool
 
 	wg       sync.WaitGroup
 	refused  prometheus.Counter
+	conflict prometheus.Counter
 	resyncs  prometheus.Counter
 	applied  *prometheus.CounterVec
 	stale    *prometheus.GaugeVec
@@ -99,17 +101,18 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*Endpoint{}, streams: map[string]context.CancelFunc{},
-		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
-		resyncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
-		applied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_summary_updates_total", Help: "Summary updates applied, by kind."}, []string{"kind"}),
+	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*Endpoint{}, streams: map[string]*streamRef{},
+		refused:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
+		conflict: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
+		resyncs:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
+		applied:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_summary_updates_total", Help: "Summary updates applied, by kind."}, []string{"kind"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_picker_event_to_routable_seconds",
 			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
 		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_picker_endpoint_staleness_seconds", Help: "Time since the last update from an endpoint's sidecar, at the last refresh."}, []string{"endpoint"}),
 	}
 	if reg != nil {
-		reg.MustRegister(v.refused, v.resyncs, v.applied, v.stale, v.lag)
+		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.applied, v.stale, v.lag)
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
 	return v, nil
@@ -121,28 +124,39 @@ func GroupID(info *pb.EndpointInfo) string {
 		SummaryParams: info.SummaryParams, TokenizerFingerprint: info.TokenizerFingerprint}.ID()
 }
 
+// streamRef is one follow goroutine.
+type streamRef struct{ cancel context.CancelFunc }
+
 // Watch makes sure a stream follows the sidecar at addr.
 func (v *View) Watch(addr string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.streams[addr]; ok || v.closeCtx.Err() != nil {
+	if _, ok := v.streams[addr]; ok || v.closed {
 		return
 	}
 	ctx, cancel := context.WithCancel(v.closeCtx)
-	v.streams[addr] = cancel
+	ref := &streamRef{cancel: cancel}
+	v.streams[addr] = ref
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
 		v.follow(ctx, addr)
+		v.mu.Lock()
+		if v.streams[addr] == ref { // still ours: let a later Watch start anew
+			delete(v.streams, addr)
+		}
+		v.mu.Unlock()
 	}()
 }
 
-// Forget stops following a sidecar and drops its endpoints.
+// Forget stops following a sidecar and drops its endpoints. Cancelling
+// under the lock makes it exact: a stream checks its context under the
+// same lock before touching the view.
 func (v *View) Forget(addr string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if cancel, ok := v.streams[addr]; ok {
-		cancel()
+	if ref, ok := v.streams[addr]; ok {
+		ref.cancel()
 		delete(v.streams, addr)
 	}
 	for url, ep := range v.endpoints {
@@ -168,28 +182,55 @@ func (v *View) removeLocked(url string) {
 }
 
 // FollowGossip watches every sidecar that gossip reports and forgets those
-// that leave, until ctx ends.
+// that leave, until ctx ends. Besides the events it reconciles with the
+// member list every reconcile interval, so lost events (a full buffer), an
+// address change, or a late Leave for a reused address all settle.
 func (v *View) FollowGossip(ctx context.Context, m *gossip.Members) {
-	for _, mb := range m.Members() {
-		if mb.MetaErr == nil && mb.Meta.Role == gossip.RoleSidecar && mb.Meta.GRPC != "" {
-			v.Watch(mb.Meta.GRPC)
-		}
-	}
+	const reconcile = 2 * time.Second
+	t := time.NewTicker(reconcile)
+	defer t.Stop()
+	v.reconcile(m)
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.C:
+			v.reconcile(m)
 		case ev := <-m.Events():
 			mb := ev.Member
 			if mb.MetaErr != nil || mb.Meta.Role != gossip.RoleSidecar || mb.Meta.GRPC == "" {
 				continue
 			}
 			if ev.Type == gossip.Leave {
-				v.Forget(mb.Meta.GRPC)
+				v.reconcile(m) // forget it unless a live member still advertises it
 			} else {
 				v.Watch(mb.Meta.GRPC)
 			}
 		}
+	}
+}
+
+// reconcile follows exactly the sidecars gossip lists as alive.
+func (v *View) reconcile(m *gossip.Members) {
+	live := map[string]bool{}
+	for _, mb := range m.Members() {
+		if mb.MetaErr == nil && mb.Meta.Role == gossip.RoleSidecar && mb.Meta.GRPC != "" {
+			live[mb.Meta.GRPC] = true
+		}
+	}
+	v.mu.Lock()
+	var gone []string
+	for addr := range v.streams {
+		if !live[addr] {
+			gone = append(gone, addr)
+		}
+	}
+	v.mu.Unlock()
+	for _, addr := range gone {
+		v.Forget(addr)
+	}
+	for addr := range live {
+		v.Watch(addr)
 	}
 }
 
@@ -228,7 +269,10 @@ func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string)
 	if err != nil {
 		return err
 	}
-	known := v.register(addr, info)
+	known, err := v.register(ctx, addr, info)
+	if err != nil {
+		return err
+	}
 	ws, err := client.WatchSummaries(ctx, &pb.WatchRequest{Known: known})
 	if err != nil {
 		return err
@@ -238,7 +282,7 @@ func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string)
 		if err != nil {
 			return err
 		}
-		if err := v.apply(u); err != nil {
+		if err := v.apply(ctx, addr, u); err != nil {
 			if errors.Is(err, errResync) {
 				v.resyncs.Inc()
 			}
@@ -249,9 +293,21 @@ func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string)
 
 // register records a sidecar's endpoints (assigning slots) and returns the
 // positions the view holds for them.
-func (v *View) register(addr string, info *pb.InfoResponse) map[string]*pb.Position {
+func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse) (map[string]*pb.Position, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err // forgotten meanwhile
+	}
+	listed := map[string]bool{}
+	for _, ei := range info.Endpoints {
+		listed[ei.Endpoint] = true
+	}
+	for url, ep := range v.endpoints { // endpoints the sidecar no longer serves
+		if ep.Sidecar == addr && !listed[url] {
+			v.removeLocked(url)
+		}
+	}
 	known := map[string]*pb.Position{}
 	for _, ei := range info.Endpoints {
 		if ei.SummaryParams != v.cfg.Params.String() {
@@ -262,6 +318,12 @@ func (v *View) register(addr string, info *pb.InfoResponse) map[string]*pb.Posit
 		}
 		gid := GroupID(ei)
 		ep := v.endpoints[ei.Endpoint]
+		if ep != nil && ep.Sidecar != addr {
+			if _, live := v.streams[ep.Sidecar]; live {
+				v.conflict.Inc() // another sidecar streams it: keep the first owner
+				continue
+			}
+		}
 		if ep != nil && (ep.Group != gid || ep.Sidecar != addr) {
 			v.removeLocked(ei.Endpoint) // identity or owner changed
 			ep = nil
@@ -295,16 +357,31 @@ func (v *View) register(addr string, info *pb.InfoResponse) map[string]*pb.Posit
 			}
 		}
 	}
-	return known
+	return known, nil
 }
 
-func (v *View) apply(u *pb.SummaryUpdate) error {
+func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	ep := v.endpoints[u.Endpoint]
-	if ep == nil {
-		return nil // refused or forgotten
+	if err := ctx.Err(); err != nil {
+		return err // forgotten meanwhile
 	}
+	ep := v.endpoints[u.Endpoint]
+	if ep == nil || ep.Sidecar != addr {
+		return nil // refused, forgotten, or another sidecar's
+	}
+	err := v.applyLocked(ep, u)
+	if err != nil && !errors.Is(err, errResync) {
+		// A bad update: drop the slot so nothing routes on a broken base;
+		// the stream restarts and takes a snapshot.
+		if g := v.groups[ep.Group]; g != nil && g.tiers[u.Tier] != nil {
+			g.tiers[u.Tier].Remove(ep.slot)
+		}
+	}
+	return err
+}
+
+func (v *View) applyLocked(ep *Endpoint, u *pb.SummaryUpdate) error {
 	ep.LastUpdate = time.Now()
 	g := v.groups[ep.Group]
 	switch b := u.Body.(type) {
@@ -403,6 +480,9 @@ func (v *View) Endpoints() []Endpoint {
 
 // Close stops every stream.
 func (v *View) Close() {
+	v.mu.Lock()
+	v.closed = true
 	v.close()
+	v.mu.Unlock()
 	v.wg.Wait()
 }
