@@ -287,3 +287,22 @@ func (f *Fleet) bisect(chain []blockkey.Key, lo, hi int, s set, matched []int) {
 		s, lo = t, mid+1
 	}
 }
+
+// Verify walks chain[:n] for one slot and returns how many leading keys it
+// really may hold (≤ n): the linear check of a search result, for the
+// winner, against a lost parent or a false positive at a probed depth.
+func (f *Fleet) Verify(chain []blockkey.Key, slot, n int) int {
+	if !f.slots[slot].used {
+		return 0
+	}
+	w, bit := slot/64, uint64(1)<<(slot%64)
+	var probes [MaxK]uint32
+	for i := 0; i < n && i < len(chain); i++ {
+		for _, pos := range f.p.Probes(chain[i], &probes) {
+			if f.rows[int(pos)*f.words+w]&bit == 0 {
+				return i
+			}
+		}
+	}
+	return min(n, len(chain))
+}

@@ -167,3 +167,33 @@ func TestFleetDeltasAndLifecycle(t *testing.T) {
 		t.Fatal("zero slots accepted")
 	}
 }
+
+// TestVerifyCatchesAHole: an endpoint holding a chain with a hole (a lost
+// parent) is over-reported by the search and corrected by Verify.
+func TestVerifyCatchesAHole(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	p := ForCapacity(4096)
+	f, err := NewFleet(p, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := randKeys(rng, 64)
+	c := NewCounting(p)
+	for i, k := range chain {
+		if i != 5 { // block 5 lost
+			c.Add(k)
+		}
+	}
+	c.TakeDelta()
+	if err := f.SetSnapshot(0, 1, c.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	matched := make([]int, f.Slots())
+	f.Match(chain, matched)
+	if got := f.Verify(chain, 0, matched[0]); got != 5 {
+		t.Fatalf("verified %d (search said %d), want 5", got, matched[0])
+	}
+	if f.Verify(chain, 1, 10) != 0 {
+		t.Fatal("an unused slot verified")
+	}
+}

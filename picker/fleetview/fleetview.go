@@ -361,6 +361,22 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 }
 
 func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) error {
+	// Decode before taking the lock: snapshots are large.
+	var dec decoded
+	switch b := u.Body.(type) {
+	case *pb.SummaryUpdate_Snapshot:
+		snap, err := summary.DecodeSnapshot(b.Snapshot.GetData(), v.cfg.Params)
+		if err != nil {
+			return err
+		}
+		dec.snap = &snap
+	case *pb.SummaryUpdate_Delta:
+		d, err := summary.DecodeDelta(b.Delta.GetData(), v.cfg.Params)
+		if err != nil {
+			return err
+		}
+		dec.delta = &d
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -370,7 +386,7 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 	if ep == nil || ep.Sidecar != addr {
 		return nil // refused, forgotten, or another sidecar's
 	}
-	err := v.applyLocked(ep, u)
+	err := v.applyLocked(ep, u, dec)
 	if err != nil && !errors.Is(err, errResync) {
 		// A bad update: drop the slot so nothing routes on a broken base;
 		// the stream restarts and takes a snapshot.
@@ -381,7 +397,13 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 	return err
 }
 
-func (v *View) applyLocked(ep *Endpoint, u *pb.SummaryUpdate) error {
+// decoded is an update's payload, decoded outside the view's lock.
+type decoded struct {
+	snap  *summary.Snapshot
+	delta *summary.Delta
+}
+
+func (v *View) applyLocked(ep *Endpoint, u *pb.SummaryUpdate, dec decoded) error {
 	ep.LastUpdate = time.Now()
 	g := v.groups[ep.Group]
 	switch b := u.Body.(type) {
@@ -390,10 +412,7 @@ func (v *View) applyLocked(ep *Endpoint, u *pb.SummaryUpdate) error {
 		v.applied.WithLabelValues("load").Inc()
 		return nil
 	case *pb.SummaryUpdate_Snapshot:
-		snap, err := summary.DecodeSnapshot(b.Snapshot.GetData(), v.cfg.Params)
-		if err != nil {
-			return err
-		}
+		snap := *dec.snap
 		snap.Seq = b.Snapshot.GetSeq()
 		f, err := v.fleetLocked(g, u.Tier)
 		if err != nil {
@@ -402,10 +421,7 @@ func (v *View) applyLocked(ep *Endpoint, u *pb.SummaryUpdate) error {
 		v.applied.WithLabelValues("snapshot").Inc()
 		return f.SetSnapshot(ep.slot, u.Epoch, snap)
 	case *pb.SummaryUpdate_Delta:
-		d, err := summary.DecodeDelta(b.Delta.GetData(), v.cfg.Params)
-		if err != nil {
-			return err
-		}
+		d := *dec.delta
 		f, err := v.fleetLocked(g, u.Tier)
 		if err != nil {
 			return err
@@ -453,6 +469,24 @@ func (v *View) Match(groupID, tier string, chain []blockkey.Key) map[string]int 
 	f := g.tiers[tier]
 	matched := make([]int, f.Slots())
 	f.Match(chain, matched)
+	// The search assumes prefix-closed caches; walk the leaders' chains to
+	// confirm them (DESIGN §6), until the longest match is a verified one.
+	verified := make([]bool, len(matched))
+	for range matched {
+		best, slot := 0, -1
+		for s, n := range matched {
+			if n > best && !verified[s] {
+				best, slot = n, s
+			}
+		}
+		if slot < 0 {
+			break
+		}
+		matched[slot], verified[slot] = f.Verify(chain, slot, best), true
+		if matched[slot] == best {
+			break // the longest match holds
+		}
+	}
 	out := map[string]int{}
 	for slot, url := range g.slots {
 		if url != "" && slot < len(matched) {
