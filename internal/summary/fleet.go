@@ -51,12 +51,18 @@ func (f *Fleet) Slots() int { return len(f.slots) }
 
 // Position returns a slot's (epoch, seq) and whether it holds a summary.
 func (f *Fleet) Position(slot int) (epoch, seq uint64, ok bool) {
+	if slot < 0 || slot >= len(f.slots) {
+		return 0, 0, false
+	}
 	s := f.slots[slot]
 	return s.epoch, s.seq, s.used
 }
 
 // SetSnapshot replaces slot's summary with snap (of epoch).
 func (f *Fleet) SetSnapshot(slot int, epoch uint64, snap Snapshot) error {
+	if slot < 0 || slot >= len(f.slots) {
+		return fmt.Errorf("summary: slot %d of %d", slot, len(f.slots))
+	}
 	if err := f.p.Compatible(snap.Params); err != nil {
 		return err
 	}
@@ -79,6 +85,9 @@ func (f *Fleet) SetSnapshot(slot int, epoch uint64, snap Snapshot) error {
 // ApplyDelta flips slot's bits. The delta must be the next in the slot's
 // epoch; a SeqError says the caller needs a snapshot.
 func (f *Fleet) ApplyDelta(slot int, epoch uint64, d Delta) error {
+	if slot < 0 || slot >= len(f.slots) {
+		return fmt.Errorf("summary: slot %d of %d", slot, len(f.slots))
+	}
 	s := &f.slots[slot]
 	if !s.used || s.epoch != epoch || d.Seq != s.seq+1 {
 		return &SeqError{Have: s.seq, Got: d.Seq}
@@ -98,6 +107,9 @@ func (f *Fleet) ApplyDelta(slot int, epoch uint64, d Delta) error {
 
 // Remove forgets slot (its endpoint died or left).
 func (f *Fleet) Remove(slot int) {
+	if slot < 0 || slot >= len(f.slots) {
+		return
+	}
 	f.clearSlot(slot)
 	f.slots[slot] = slotState{}
 }
@@ -292,7 +304,7 @@ func (f *Fleet) bisect(chain []blockkey.Key, lo, hi int, s set, matched []int) {
 // really may hold (≤ n): the linear check of a search result, for the
 // winner, against a lost parent or a false positive at a probed depth.
 func (f *Fleet) Verify(chain []blockkey.Key, slot, n int) int {
-	if !f.slots[slot].used {
+	if slot < 0 || slot >= len(f.slots) || !f.slots[slot].used {
 		return 0
 	}
 	w, bit := slot/64, uint64(1)<<(slot%64)
@@ -305,4 +317,24 @@ func (f *Fleet) Verify(chain []blockkey.Key, slot, n int) int {
 		}
 	}
 	return min(n, len(chain))
+}
+
+// Grow makes room for at least slots endpoint slots, keeping every slot's
+// bits and position. The index holds m bits per 64 slots, so a fleet
+// sized to the endpoints it has keeps to 2 bytes per (endpoint, block).
+func (f *Fleet) Grow(slots int) error {
+	if slots > 1<<16 {
+		return fmt.Errorf("summary: %d endpoint slots: at most 65536", slots)
+	}
+	w := (slots + 63) / 64
+	if w <= f.words {
+		return nil
+	}
+	rows := make([]uint64, int(f.p.M)*w)
+	for pos := 0; pos < int(f.p.M); pos++ {
+		copy(rows[pos*w:pos*w+f.words], f.rows[pos*f.words:(pos+1)*f.words])
+	}
+	f.rows, f.words = rows, w
+	f.slots = append(f.slots, make([]slotState, w*64-len(f.slots))...)
+	return nil
 }

@@ -197,3 +197,45 @@ func TestVerifyCatchesAHole(t *testing.T) {
 		t.Fatal("an unused slot verified")
 	}
 }
+
+func TestFleetGrowKeepsSlots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	p := ForCapacity(1024)
+	f, err := NewFleet(p, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := randKeys(rng, 20)
+	c := NewCounting(p)
+	for _, k := range chain[:12] {
+		c.Add(k)
+	}
+	c.TakeDelta()
+	if err := f.SetSnapshot(63, 4, c.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Grow(130); err != nil || f.Slots() != 192 {
+		t.Fatalf("Grow: %v, %d slots", err, f.Slots())
+	}
+	if err := f.SetSnapshot(150, 1, c.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	matched := make([]int, f.Slots())
+	f.Match(chain, matched)
+	if matched[63] != 12 || matched[150] != 12 {
+		t.Fatalf("after Grow: slot 63 %d, slot 150 %d", matched[63], matched[150])
+	}
+	if e, _, ok := f.Position(63); !ok || e != 4 {
+		t.Fatal("position lost by Grow")
+	}
+	if f.Grow(10) != nil || f.Slots() != 192 {
+		t.Fatal("Grow shrank")
+	}
+	if f.SetSnapshot(192, 1, c.Snapshot()) == nil || f.ApplyDelta(-1, 1, Delta{Seq: 1}) == nil || f.Verify(chain, 500, 3) != 0 {
+		t.Fatal("out-of-range slots accepted")
+	}
+	f.Remove(999)
+	if _, _, ok := f.Position(999); ok {
+		t.Fatal("position of an out-of-range slot")
+	}
+}

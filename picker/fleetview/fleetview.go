@@ -346,6 +346,12 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 				v.log.Warn("endpoint refused: identity group full", zap.String("endpoint", ei.Endpoint))
 				continue
 			}
+			// Fleets hold 64 slots per row word; grow them as endpoints come.
+			for _, f := range g.tiers {
+				if err := f.Grow(slot + 1); err != nil {
+					return nil, err
+				}
+			}
 			g.slots[slot] = ei.Endpoint
 			ep = &Endpoint{URL: ei.Endpoint, Sidecar: addr, Group: gid, slot: slot}
 			v.endpoints[ei.Endpoint] = ep
@@ -449,7 +455,13 @@ func (v *View) fleetLocked(g *group, tier string) (*summary.Fleet, error) {
 	f := g.tiers[tier]
 	if f == nil {
 		var err error
-		if f, err = summary.NewFleet(v.cfg.Params, v.cfg.Slots); err != nil {
+		used := 0
+		for i, u := range g.slots {
+			if u != "" {
+				used = i + 1
+			}
+		}
+		if f, err = summary.NewFleet(v.cfg.Params, max(used, 1)); err != nil {
 			return nil, err
 		}
 		g.tiers[tier] = f
@@ -469,6 +481,7 @@ func (v *View) Match(groupID, tier string, chain []blockkey.Key) map[string]int 
 	f := g.tiers[tier]
 	matched := make([]int, f.Slots())
 	f.Match(chain, matched)
+	matched = matched[:min(len(matched), len(g.slots))]
 	// The search assumes prefix-closed caches; walk the leaders' chains to
 	// confirm them (DESIGN §6), until the longest match is a verified one.
 	verified := make([]bool, len(matched))
