@@ -159,6 +159,9 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 		mc.SuspicionMult, mc.GossipInterval = 2, 50*time.Millisecond
 	}
 	mc.Name = cfg.NodeName
+	// A member restarted under the same name at a new address (a pod
+	// rescheduled) is taken back once its old self has been dead this long.
+	mc.DeadNodeReclaimTime = 30 * time.Second
 	mc.BindAddr, mc.BindPort = cfg.BindAddr, cfg.BindPort
 	if cfg.AdvertiseAddr != "" {
 		mc.AdvertiseAddr = cfg.AdvertiseAddr

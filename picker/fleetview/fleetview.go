@@ -81,7 +81,6 @@ type View struct {
 	conflict prometheus.Counter
 	resyncs  prometheus.Counter
 	applied  *prometheus.CounterVec
-	stale    *prometheus.GaugeVec
 	lag      prometheus.Histogram
 	closeCtx context.Context
 	close    context.CancelFunc
@@ -109,10 +108,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_picker_event_to_routable_seconds",
 			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
-		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_picker_endpoint_staleness_seconds", Help: "Time since the last update from an endpoint's sidecar, at the last refresh."}, []string{"endpoint"}),
 	}
 	if reg != nil {
-		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.applied, v.stale, v.lag)
+		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.applied, v.lag, staleness{v})
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
 	return v, nil
@@ -176,9 +174,15 @@ func (v *View) removeLocked(url string) {
 			f.Remove(ep.slot)
 		}
 		g.slots[ep.slot] = ""
+		empty := true
+		for _, u := range g.slots {
+			empty = empty && u == ""
+		}
+		if empty {
+			delete(v.groups, ep.Group) // its fleets' memory goes with it
+		}
 	}
 	delete(v.endpoints, url)
-	v.stale.DeleteLabelValues(url)
 }
 
 // FollowGossip watches every sidecar that gossip reports and forgets those
@@ -509,17 +513,32 @@ func (v *View) Match(groupID, tier string, chain []blockkey.Key) map[string]int 
 	return out
 }
 
-// Endpoints returns the endpoints known, sorted by URL, and refreshes the
-// staleness gauge.
+// staleDesc describes kvroute_picker_endpoint_staleness_seconds.
+var staleDesc = prometheus.NewDesc("kvroute_picker_endpoint_staleness_seconds",
+	"Time since the last update (delta, snapshot or load report) from an endpoint's sidecar.", []string{"endpoint"}, nil)
+
+// staleness computes each endpoint's staleness when scraped.
+type staleness struct{ v *View }
+
+func (s staleness) Describe(ch chan<- *prometheus.Desc) { ch <- staleDesc }
+
+func (s staleness) Collect(ch chan<- prometheus.Metric) {
+	s.v.mu.RLock()
+	defer s.v.mu.RUnlock()
+	for url, ep := range s.v.endpoints {
+		if !ep.LastUpdate.IsZero() {
+			ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, time.Since(ep.LastUpdate).Seconds(), url)
+		}
+	}
+}
+
+// Endpoints returns the endpoints known, sorted by URL.
 func (v *View) Endpoints() []Endpoint {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	out := make([]Endpoint, 0, len(v.endpoints))
 	for _, ep := range v.endpoints {
 		out = append(out, *ep)
-		if !ep.LastUpdate.IsZero() {
-			v.stale.WithLabelValues(ep.URL).Set(time.Since(ep.LastUpdate).Seconds())
-		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
 	return out

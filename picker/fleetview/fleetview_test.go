@@ -174,6 +174,19 @@ func TestPickersAgree(t *testing.T) {
 	for _, p := range pickers {
 		agree(t, p.view, pods, reqs, 15*time.Second)
 	}
+	families, err := pickers[0].reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := 0
+	for _, f := range families {
+		if f.GetName() == "kvroute_picker_endpoint_staleness_seconds" {
+			stale = len(f.Metric)
+		}
+	}
+	if stale != 3 {
+		t.Fatalf("staleness for %d endpoints, want 3", stale)
+	}
 	// Blocks stored after the snapshots arrive come as deltas, which carry
 	// the event-to-routable lag.
 	complete(t, pods[0].engine, tokens(32, 60000))
