@@ -195,6 +195,18 @@ func TestRealNetworkEncryptedWithRotation(t *testing.T) {
 	if len(ms[0].keyring.GetKeys()) != 1 {
 		t.Fatalf("%d keys left after rotation", len(ms[0].keyring.GetKeys()))
 	}
+	// Nobody was lost on the way: no Leave during the rotation.
+	for {
+		select {
+		case ev := <-ms[0].Events():
+			if ev.Type == Leave {
+				t.Fatalf("%s left during key rotation", ev.Member.Name)
+			}
+			continue
+		default:
+		}
+		break
+	}
 }
 
 func TestMetaAndConfig(t *testing.T) {

@@ -287,3 +287,52 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	}
 	return 0
 }
+
+// TestSecondClaimantIsIgnored: two sidecars following one engine both list
+// its endpoint; the view keeps the first owner, counts the conflict, and
+// does not resynchronise over and over.
+func TestSecondClaimantIsIgnored(t *testing.T) {
+	first := startPod(t, 0, "")
+	e := first.engine
+	scfg := sidecar.DefaultConfig()
+	scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
+	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
+	scfg.StartupTimeout = 10 * time.Second
+	second, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	reg := prometheus.NewRegistry()
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	v.Watch(first.sidecar.GRPCAddr())
+	reqs := map[int][]uint32{0: tokens(80, 700)}
+	complete(t, e, reqs[0])
+	agree(t, v, []*pod{first}, reqs, 15*time.Second)
+	v.Watch(second.GRPCAddr())
+	complete(t, e, tokens(48, 9000))
+	reqs[0] = tokens(48, 9000)
+	agree(t, v, []*pod{first}, reqs, 15*time.Second)
+	time.Sleep(500 * time.Millisecond) // let the second stream try its luck
+	eps := v.Endpoints()
+	if len(eps) != 1 || eps[0].Sidecar != first.sidecar.GRPCAddr() {
+		t.Fatalf("endpoints %+v", eps)
+	}
+	families, _ := reg.Gather()
+	var conflicts, resyncs float64
+	for _, f := range families {
+		switch f.GetName() {
+		case "kvroute_picker_endpoint_conflicts_total":
+			conflicts = f.Metric[0].GetCounter().GetValue()
+		case "kvroute_picker_summary_resyncs_total":
+			resyncs = f.Metric[0].GetCounter().GetValue()
+		}
+	}
+	if conflicts == 0 || resyncs > 2 {
+		t.Fatalf("conflicts %v resyncs %v", conflicts, resyncs)
+	}
+}
