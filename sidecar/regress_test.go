@@ -18,6 +18,8 @@ import (
 	"github.com/kvroute/kvroute/sidecar"
 )
 
+// batchFor encodes a batch storing one 16-token block whose hash and
+// tokens derive from base.
 func batchFor(t *testing.T, base uint32) []byte {
 	ev := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(base))},
 		TokenIDs: make([]uint32, 16), BlockSize: 16, Medium: "GPU"}

@@ -332,16 +332,7 @@ func TestMalformedInputIsCountedAndSkipped(t *testing.T) {
 	cfg.KVEvents, cfg.Replay = ep, "" // our own publisher, no replay
 	s := startSidecar(t, cfg)
 	good := func(seq uint64, base uint32) [][]byte {
-		ev := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(base))},
-			TokenIDs: make([]uint32, 16), BlockSize: 16, Medium: "GPU"}
-		for i := range ev.TokenIDs {
-			ev.TokenIDs[i] = base + uint32(i)
-		}
-		p, err := kvevents.Encode(&kvevents.Batch{TS: 1, Events: []kvevents.Event{ev}}, kvevents.LayoutMap)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kvevents.Message{Topic: []byte{}, Seq: seq, Payload: p}.Frames()
+		return kvevents.Message{Topic: []byte{}, Seq: seq, Payload: batchFor(t, base)}.Frames()
 	}
 	// Wait for the subscription (slow joiner), then send the hostile input.
 	deadline := time.Now().Add(10 * time.Second)
