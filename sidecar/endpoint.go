@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -314,9 +315,16 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		ep.log.Warn("malformed kv event batch", zap.Uint64("seq", seq), zap.Error(derr))
 		return
 	}
+	var tierBuf [3]string
+	touched, cleared := tierBuf[:0], false
 	for i := range b.Events {
 		ev := &b.Events[i]
 		err := ep.idx.Apply(ev)
+		if ev.Type == kvevents.TypeAllBlocksCleared {
+			cleared = true
+		} else if t := index.TierOf(ev.Medium); t != "" && !slices.Contains(touched, t) {
+			touched = append(touched, t)
+		}
 		ep.s.metrics.events.WithLabelValues(ep.label(), ev.Type.String()).Inc()
 		if ev.Type == kvevents.TypeAllBlocksCleared {
 			ep.epoch++
@@ -350,7 +358,12 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 			ep.oldestPending = b.TS
 		}
 	}
-	for _, t := range ep.idx.Tiers() {
+	// Block gauges for the tiers this batch touched (all after a clear),
+	// without listing and sorting every tier on each batch.
+	if cleared {
+		touched = ep.idx.Tiers()
+	}
+	for _, t := range touched {
 		ep.s.metrics.blocks.WithLabelValues(ep.label(), t).Set(float64(ep.idx.Blocks(t)))
 	}
 }
