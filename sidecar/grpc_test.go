@@ -45,7 +45,7 @@ func (r *replica) apply(u *pb.SummaryUpdate) {
 		r.snaps[key], r.epochs[key] = &s, u.Epoch
 		r.kinds = append(r.kinds, "snapshot")
 	case *pb.SummaryUpdate_Delta:
-		d, err := summary.DecodeDelta(b.Delta.Data, r.params)
+		d, err := summary.DecodeDelta(b.Delta.Data, b.Delta.Seq, r.params)
 		if err != nil {
 			r.t.Fatal(err)
 		}

@@ -11,30 +11,100 @@ import (
 
 func TestDeltaCodec(t *testing.T) {
 	p := ForCapacity(1000)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var dense []uint32 // every position: the largest delta there is
+	for pos := uint32(0); pos < p.M; pos++ {
+		dense = append(dense, pos)
+	}
+	var random []uint32
+	for pos := uint32(0); pos < p.M; pos++ {
+		if rng.IntN(37) == 0 {
+			random = append(random, pos)
+		}
+	}
 	for _, d := range []Delta{
 		{Seq: 1, Flips: nil},
 		{Seq: 2, Flips: []uint32{0}},
 		{Seq: 1 << 40, Flips: []uint32{0, 1, 2, 511, 512, p.M - 1}},
+		{Seq: 3, Flips: []uint32{p.M - 1}},
+		{Seq: 4, Flips: dense},
+		{Seq: 5, Flips: random},
 	} {
 		b := AppendDelta(nil, d)
-		got, err := DecodeDelta(b, p)
+		got, err := DecodeDelta(b, d.Seq, p)
 		if err != nil || got.Seq != d.Seq || !slices.Equal(got.Flips, d.Flips) {
-			t.Fatalf("%+v → %+v, %v", d, got, err)
+			t.Fatalf("%d flips → %d, %v", len(d.Flips), len(got.Flips), err)
 		}
 	}
+	// A delta for the largest summary there is: row gaps need the widest
+	// Rice parameter.
+	big := Params{M: 1 << 31, K: DefaultK, Probe: ProbeV1}
+	far := Delta{Seq: 9, Flips: []uint32{3, big.M - 1}}
+	if got, err := DecodeDelta(AppendDelta(nil, far), 9, big); err != nil || !slices.Equal(got.Flips, far.Flips) {
+		t.Fatalf("far rows: %v, %v", got.Flips, err)
+	}
+	one := AppendDelta(nil, Delta{Flips: []uint32{3}})
 	bad := map[string][]byte{
-		"empty":         {},
-		"version":       {2, 1, 0},
-		"no seq":        {1},
-		"count too big": {1, 1, 0xff, 0x01},
-		"beyond m":      AppendDelta(nil, Delta{Seq: 1, Flips: []uint32{p.M}}),
-		"trailing":      append(AppendDelta(nil, Delta{Seq: 1, Flips: []uint32{3}}), 0),
-		"truncated":     AppendDelta(nil, Delta{Seq: 1, Flips: []uint32{3, 300000}})[:5],
+		"empty":           {},
+		"version":         {1, 0},
+		"no rows count":   {2},
+		"rows beyond m":   {2, 9, 0, 0xff, 0xff},
+		"no parameters":   {2, 1},
+		"offset param":    {2, 1, 0x0a, 0xff},
+		"beyond m":        AppendDelta(nil, Delta{Flips: []uint32{p.M}}),
+		"trailing":        append(slices.Clone(one), 0),
+		"empty trailing":  {2, 0, 0},
+		"truncated":       AppendDelta(nil, Delta{Flips: []uint32{3, 3000, 3001, 3900}})[:5],
+		"padding":         append(slices.Clone(one[:len(one)-1]), one[len(one)-1]|0x80),
+		"unary too long":  {2, 1, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00},
+		"count too large": {2, 1, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00},
 	}
 	for name, b := range bad {
-		if _, err := DecodeDelta(b, p); !errors.Is(err, ErrCorrupt) {
+		if _, err := DecodeDelta(b, 1, p); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestDeltaBytesPerBlock pins the code's efficiency at the operating
+// point: a full summary where each delta carries the flips of 10 stored and
+// 10 evicted blocks must cost at most 8 bytes a block, and a block's flips
+// must cost well under the 2 bytes a flip of plain varint gaps.
+func TestDeltaBytesPerBlock(t *testing.T) {
+	const capacity = 65536
+	p := ForCapacity(capacity)
+	c := NewCounting(p)
+	rng := rand.New(rand.NewPCG(5, 6))
+	held := randKeys(rng, capacity)
+	for _, k := range held {
+		c.Add(k)
+	}
+	c.TakeDelta()
+	bytes, blocks, flips := 0, 0, 0
+	for round := 0; round < 2000; round++ {
+		for i := 0; i < 10; i++ {
+			j := rng.IntN(len(held))
+			c.Remove(held[j])
+			held[j] = blockkey.Key(rng.Uint64())
+			c.Add(held[j])
+			blocks += 2
+		}
+		d, ok := c.TakeDelta()
+		if !ok {
+			continue
+		}
+		b := AppendDelta(nil, d)
+		bytes += len(b)
+		flips += len(d.Flips)
+		got, err := DecodeDelta(b, d.Seq, p)
+		if err != nil || !slices.Equal(got.Flips, d.Flips) {
+			t.Fatal("delta does not round-trip", err)
+		}
+	}
+	perBlock, perFlip := float64(bytes)/float64(blocks), float64(bytes)/float64(flips)
+	t.Logf("%.2f bytes a block, %.2f flips a block, %.2f bytes a flip", perBlock, float64(flips)/float64(blocks), perFlip)
+	if perBlock > 8 || perFlip > 1.6 {
+		t.Fatalf("%.2f bytes a block (%.2f a flip): the delta code regressed", perBlock, perFlip)
 	}
 }
 
@@ -80,13 +150,13 @@ func TestSnapshotCodec(t *testing.T) {
 }
 
 // FuzzDecodeDelta: any bytes decode to a delta within m or an error; a
-// decoded delta re-encodes to the same bytes.
+// decoded delta re-encodes to the same flips.
 func FuzzDecodeDelta(f *testing.F) {
 	p := ForCapacity(1000)
-	f.Add(AppendDelta(nil, Delta{Seq: 5, Flips: []uint32{1, 2, 900}}))
-	f.Add([]byte{1, 1, 0})
+	f.Add(AppendDelta(nil, Delta{Seq: 5, Flips: []uint32{1, 2, 900, 15000}}))
+	f.Add([]byte{2, 1, 0x33, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := DecodeDelta(b, p)
+		d, err := DecodeDelta(b, 5, p)
 		if err != nil {
 			return
 		}
@@ -95,7 +165,7 @@ func FuzzDecodeDelta(f *testing.F) {
 				t.Fatalf("decoded flips %v", d.Flips)
 			}
 		}
-		if again, err := DecodeDelta(AppendDelta(nil, d), p); err != nil || !slices.Equal(again.Flips, d.Flips) || again.Seq != d.Seq {
+		if again, err := DecodeDelta(AppendDelta(nil, d), d.Seq, p); err != nil || !slices.Equal(again.Flips, d.Flips) {
 			t.Fatal("delta does not round-trip")
 		}
 	})

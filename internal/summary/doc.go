@@ -12,6 +12,8 @@
 //     accumulate until TakeDelta, which returns the positions whose bit
 //     differs from the previous delta, numbered 1, 2, … within an epoch.
 //     Flips that cancel out before a delta is taken are never sent.
+//     A delta is coded row by row (Rice-coded row gaps, Elias-gamma counts,
+//     Rice-coded offsets in the row), ≈ 7 bytes a block at capacity.
 //   - A Snapshot is the whole bitmap as of a delta sequence number; applying
 //     the following deltas to it gives the current bitmap.
 //   - The wire encodings (AppendDelta/DecodeDelta, AppendSnapshot/

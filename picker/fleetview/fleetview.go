@@ -381,7 +381,7 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 		}
 		dec.snap = &snap
 	case *pb.SummaryUpdate_Delta:
-		d, err := summary.DecodeDelta(b.Delta.GetData(), v.cfg.Params)
+		d, err := summary.DecodeDelta(b.Delta.GetData(), b.Delta.GetSeq(), v.cfg.Params)
 		if err != nil {
 			return err
 		}
