@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -9,8 +10,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
-
-	"context"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvroute/kvroute/internal/summary"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
@@ -84,15 +84,16 @@ func (g *grpcServer) WatchSummaries(req *pb.WatchRequest, stream grpc.ServerStre
 	s.metrics.watchers.Inc()
 	defer s.metrics.watchers.Dec()
 	defer s.hub.remove(sub)
+	feeds := feedNumbers{}
 	for _, u := range initial {
-		if err := g.send(stream, u); err != nil {
+		if err := g.send(stream, feeds.compact(u)); err != nil {
 			return err
 		}
 	}
 	for {
 		select {
 		case u := <-sub.ch:
-			if err := g.send(stream, u); err != nil {
+			if err := g.send(stream, feeds.compact(u)); err != nil {
 				return err
 			}
 		case <-sub.cut:
@@ -101,6 +102,35 @@ func (g *grpcServer) WatchSummaries(req *pb.WatchRequest, stream grpc.ServerStre
 			return stream.Context().Err()
 		}
 	}
+}
+
+// feedNumbers is one stream's numbering of its (endpoint, tier) pairs and
+// the epoch last sent in full for each (SummaryUpdate.feed).
+type feedNumbers map[string]*feedNumber
+
+type feedNumber struct {
+	id    uint32
+	epoch uint64
+}
+
+// compact returns u numbered for this stream: a delta of a pair already
+// sent in full in the same epoch goes as its number alone. u is shared by
+// every watcher and is never modified.
+func (f feedNumbers) compact(u *pb.SummaryUpdate) *pb.SummaryUpdate {
+	if u.Tier == "" {
+		return u // a load report: no feed
+	}
+	key := feedKey(u.Endpoint, u.Tier)
+	n := f[key]
+	if n != nil && n.epoch == u.Epoch && u.GetDelta() != nil {
+		return &pb.SummaryUpdate{Feed: n.id, Body: u.Body}
+	}
+	if n == nil {
+		n = &feedNumber{id: uint32(len(f) + 1)}
+		f[key] = n
+	}
+	n.epoch = u.Epoch
+	return &pb.SummaryUpdate{Endpoint: u.Endpoint, Tier: u.Tier, Epoch: u.Epoch, Feed: n.id, Body: u.Body}
 }
 
 func (g *grpcServer) send(stream grpc.ServerStreamingServer[pb.SummaryUpdate], u *pb.SummaryUpdate) error {
@@ -112,6 +142,9 @@ func (g *grpcServer) send(stream grpc.ServerStreamingServer[pb.SummaryUpdate], u
 		kind = "delta"
 	}
 	g.s.metrics.updates.WithLabelValues(kind).Inc()
+	// The bytes on the wire for this watcher: the message and gRPC's
+	// 5-byte length prefix (HTTP/2 framing not included).
+	g.s.metrics.streamBytes.WithLabelValues(kind).Add(float64(proto.Size(u) + 5))
 	if err := stream.Send(u); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil

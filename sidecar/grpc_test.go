@@ -32,9 +32,18 @@ type replica struct {
 	epochs map[string]uint64
 	kinds  []string
 	loads  int
+	feeds  pb.Feeds
+	// compact counts deltas that came as a feed number alone.
+	compact int
 }
 
 func (r *replica) apply(u *pb.SummaryUpdate) {
+	if u.Endpoint == "" && u.Feed != 0 {
+		r.compact++
+	}
+	if err := r.feeds.Resolve(u); err != nil {
+		r.t.Fatal(err)
+	}
 	key := u.Endpoint + "|" + u.Tier
 	switch b := u.Body.(type) {
 	case *pb.SummaryUpdate_Snapshot:
@@ -148,7 +157,18 @@ func TestWatchSummaries(t *testing.T) {
 			t.Log("a false positive (rate ≤ 1e-3 per probe)")
 		}
 	}
-	// A second watcher that knows this position gets no snapshot.
+	// Every delta after the snapshot came as a feed number alone.
+	deltas := 0
+	for _, k := range r.kinds {
+		if k == "delta" {
+			deltas++
+		}
+	}
+	if deltas == 0 || r.compact != deltas {
+		t.Fatalf("%d of %d deltas compact", r.compact, deltas)
+	}
+	// A second watcher that knows this position gets no snapshot (and its
+	// stream names each feed in full before numbering it: Resolve checks).
 	pos := r.known()
 	stream.CloseSend()
 	r2 := &replica{t: t, params: cfg.Params(), snaps: map[string]*summary.Snapshot{}, epochs: map[string]uint64{}}

@@ -9,7 +9,7 @@ type metrics struct {
 	malformed, gaps, restarts          *prometheus.CounterVec
 	unresolved, invalid, scrapeErrors  *prometheus.CounterVec
 	deltas, deltaFlips, deltaBytes     *prometheus.CounterVec
-	updates                            *prometheus.CounterVec
+	updates, streamBytes               *prometheus.CounterVec
 	watchers                           prometheus.Gauge
 	watchersCut                        prometheus.Counter
 	blocks, partial, epoch, load, fill *prometheus.GaugeVec
@@ -40,6 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		deltaFlips:   cv("summary_delta_flips_total", "Bit flips carried by summary deltas.", "endpoint", "tier"),
 		deltaBytes:   cv("summary_delta_bytes_total", "Encoded size of summary deltas.", "endpoint", "tier"),
 		updates:      cv("stream_updates_total", "Updates sent to watching pickers, by kind (snapshot, delta, load).", "kind"),
+		streamBytes:  cv("stream_bytes_total", "Bytes of updates sent to watching pickers (message and gRPC prefix), by kind.", "kind"),
 		blocks:       gv("blocks", "Engine blocks indexed, by tier.", "endpoint", "tier"),
 		partial:      gv("partial", "1 when the endpoint's state may miss blocks (lost events that replay could not recover).", "endpoint"),
 		epoch:        gv("epoch", "The endpoint's epoch: bumped on every clear and engine restart.", "endpoint"),

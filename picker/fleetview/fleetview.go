@@ -76,14 +76,15 @@ type View struct {
 	streams   map[string]*streamRef
 	closed    bool
 
-	wg       sync.WaitGroup
-	refused  prometheus.Counter
-	conflict prometheus.Counter
-	resyncs  prometheus.Counter
-	applied  *prometheus.CounterVec
-	lag      prometheus.Histogram
-	closeCtx context.Context
-	close    context.CancelFunc
+	wg        sync.WaitGroup
+	refused   prometheus.Counter
+	conflict  prometheus.Counter
+	resyncs   prometheus.Counter
+	malformed prometheus.Counter
+	applied   *prometheus.CounterVec
+	lag       prometheus.Histogram
+	closeCtx  context.Context
+	close     context.CancelFunc
 }
 
 // New returns an empty view.
@@ -101,16 +102,17 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 		log = zap.NewNop()
 	}
 	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*Endpoint{}, streams: map[string]*streamRef{},
-		refused:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
-		conflict: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
-		resyncs:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
-		applied:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_summary_updates_total", Help: "Summary updates applied, by kind."}, []string{"kind"}),
+		refused:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
+		conflict:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
+		resyncs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_malformed_total", Help: "Updates refused as malformed (undecodable summary, unknown feed number); the stream restarts."}),
+		applied:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_summary_updates_total", Help: "Summary updates applied, by kind."}, []string{"kind"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_picker_event_to_routable_seconds",
 			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.applied, v.lag, staleness{v})
+		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, staleness{v})
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
 	return v, nil
@@ -281,14 +283,21 @@ func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string)
 	if err != nil {
 		return err
 	}
+	var feeds pb.Feeds
 	for {
 		u, err := ws.Recv()
 		if err != nil {
 			return err
 		}
+		if err := feeds.Resolve(u); err != nil {
+			v.malformed.Inc()
+			return fmt.Errorf("fleetview: %w", err)
+		}
 		if err := v.apply(ctx, addr, u); err != nil {
 			if errors.Is(err, errResync) {
 				v.resyncs.Inc()
+			} else if ctx.Err() == nil {
+				v.malformed.Inc()
 			}
 			return err
 		}

@@ -133,7 +133,13 @@ type SummaryUpdate struct {
 	//	*SummaryUpdate_Snapshot
 	//	*SummaryUpdate_Delta
 	//	*SummaryUpdate_Load
-	Body          isSummaryUpdate_Body `protobuf_oneof:"body"`
+	Body isSummaryUpdate_Body `protobuf_oneof:"body"`
+	// feed is a number this stream gives an (endpoint, tier) pair, from 1.
+	// The first update of a pair, every snapshot and every update in a new
+	// epoch carry endpoint, tier, epoch and feed; later deltas of the pair
+	// carry only feed (endpoint and tier empty, epoch 0) and mean the pair
+	// and epoch last sent in full under that number. Saves ~40 bytes a delta.
+	Feed          uint32 `protobuf:"varint,7,opt,name=feed,proto3" json:"feed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -221,6 +227,13 @@ func (x *SummaryUpdate) GetLoad() *LoadReport {
 		}
 	}
 	return nil
+}
+
+func (x *SummaryUpdate) GetFeed() uint32 {
+	if x != nil {
+		return x.Feed
+	}
+	return 0
 }
 
 type isSummaryUpdate_Body interface {
@@ -651,14 +664,15 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\n" +
 	"KnownEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12*\n" +
-	"\x05value\x18\x02 \x01(\v2\x14.kvroute.v1.PositionR\x05value:\x028\x01\"\xea\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.kvroute.v1.PositionR\x05value:\x028\x01\"\xfe\x01\n" +
 	"\rSummaryUpdate\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x122\n" +
 	"\bsnapshot\x18\x04 \x01(\v2\x14.kvroute.v1.SnapshotH\x00R\bsnapshot\x12)\n" +
 	"\x05delta\x18\x05 \x01(\v2\x11.kvroute.v1.DeltaH\x00R\x05delta\x12,\n" +
-	"\x04load\x18\x06 \x01(\v2\x16.kvroute.v1.LoadReportH\x00R\x04loadB\x06\n" +
+	"\x04load\x18\x06 \x01(\v2\x16.kvroute.v1.LoadReportH\x00R\x04load\x12\x12\n" +
+	"\x04feed\x18\a \x01(\rR\x04feedB\x06\n" +
 	"\x04body\"0\n" +
 	"\bSnapshot\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
