@@ -95,8 +95,19 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 	defer sub.Close()
 	_ = sub.SetLinger(0)
 	_ = sub.SetRcvhwm(0)
-	// Wake often enough to take deltas on time even when events are sparse.
-	_ = sub.SetRcvtimeo(max(time.Millisecond, min(ep.s.cfg.DeltaInterval/4, 5*time.Millisecond)))
+	// While blocks flow, wake often enough to take deltas on time; when a
+	// delta interval passes with nothing to send, wake rarely (an idle
+	// sidecar polling every few milliseconds burns CPU in every pod).
+	busyWake := max(time.Millisecond, min(ep.s.cfg.DeltaInterval/4, 5*time.Millisecond))
+	idleWake := max(busyWake, min(ep.s.cfg.IdleCheck/2, 100*time.Millisecond))
+	wake := busyWake
+	_ = sub.SetRcvtimeo(wake)
+	setWake := func(d time.Duration) {
+		if d != wake {
+			wake = d
+			_ = sub.SetRcvtimeo(d)
+		}
+	}
 	_ = sub.SetSubscribe(ep.s.cfg.Topic)
 	if ep.s.cfg.Bind {
 		err = sub.Bind(ep.events)
@@ -126,6 +137,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 		select {
 		case start := <-ep.restartCh:
 			if ep.engineStarted(start) {
+				setWake(busyWake)
 				if ep.replay != "" {
 					ep.fill(zctx, &dec, 0, ^uint64(0), true)
 				}
@@ -144,11 +156,14 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 				from = ep.lastSeq + 1
 			}
 			ep.mu.Unlock()
+			setWake(busyWake)
 			ep.fill(zctx, &dec, from, ^uint64(0), true)
 			lastHeard = time.Now()
 		}
 		if now := time.Now(); now.After(nextDelta) {
-			ep.takeDeltas()
+			if !ep.takeDeltas() {
+				setWake(idleWake)
+			}
 			nextDelta = now.Add(ep.s.cfg.DeltaInterval)
 		}
 		if err != nil {
@@ -159,6 +174,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 			continue
 		}
 		lastHeard = time.Now()
+		setWake(busyWake)
 		m, err := kvevents.ParseMessage(frames)
 		if err != nil {
 			ep.count(func(c *endpointCounters) { c.Malformed++ })
@@ -412,8 +428,8 @@ func (ep *endpoint) engineStarted(start float64) bool {
 
 // takeDeltas batches each tier's bit flips into a numbered delta and hands
 // it to the watchers; a tier they have not seen in this epoch gets a
-// snapshot first.
-func (ep *endpoint) takeDeltas() {
+// snapshot first. It reports whether it sent anything.
+func (ep *endpoint) takeDeltas() (sent bool) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	id := ep.identity.Endpoint
@@ -423,11 +439,13 @@ func (ep *endpoint) takeDeltas() {
 		sum := ep.idx.Summary(t)
 		if !ep.s.hub.hasFeed(id, t, ep.epoch) {
 			ep.s.hub.snapshot(snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
+			sent = true
 		}
 		d, ok := sum.TakeDelta()
 		if !ok {
 			continue
 		}
+		sent = true
 		ep.deltaSeq[t] = d.Seq
 		data := summary.AppendDelta(nil, d)
 		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t, Epoch: ep.epoch,
@@ -436,6 +454,7 @@ func (ep *endpoint) takeDeltas() {
 		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t).Add(float64(len(d.Flips)))
 		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t).Add(float64(len(data)))
 	}
+	return sent
 }
 
 // newEpochLocked announces a cleared endpoint: every tier's (now empty)

@@ -1,34 +1,46 @@
 package fleetview_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/fleetview"
 )
 
-// BenchmarkFleetLagAndBandwidth runs 8 engines with sidecars and one
-// picker in this process, stores and evicts blocks on every engine, and
-// reports the picker's event-to-routable lag (histogram bucket bounds) and
-// the summary bytes sent per block stored or removed. (The scale is
-// 64 endpoints × 1,000 blocks/s; 8 real engine+sidecar pairs are what two
-// cores carry beside the picker.)
+// BenchmarkFleetLagAndBandwidth runs 8 engines with sidecars and one picker
+// in this process at the per-endpoint rate: each engine stores
+// 1,000 blocks/s (a 1,024-token prompt every 64 ms) into a full cache, so
+// every store also evicts. Two prompt sizes: 64 blocks a request (one
+// delta carries a request's stores and evictions) and 16. It reports the picker's event-to-routable lag
+// (histogram bucket bounds) and the bytes sent per block stored or removed
+// over the measured window only (after a warm-up that fills the caches):
+// the summary payload, and the whole stream message with gRPC's prefix.
+// (64 engine+sidecar pairs do not fit two cores; the lag at 64 endpoints is
+// BenchmarkFleetLag64.)
 func BenchmarkFleetLagAndBandwidth(b *testing.B) {
-	const pods = 8
+	for _, promptTokens := range []int{1024, 256} {
+		b.Run(fmt.Sprintf("prompt=%d", promptTokens), func(b *testing.B) { benchLag(b, promptTokens) })
+	}
+}
+
+func benchLag(b *testing.B, promptTokens int) {
+	const pods, gpuBlocks = 8, 4096
 	var ps []*pod
 	for i := 0; i < pods; i++ {
 		join := ""
 		if i > 0 {
 			join = ps[0].members.LocalAddr()
 		}
-		ps = append(ps, startPod(b, i, join))
+		ps = append(ps, startPodWith(b, i, join, podOptions{gpuBlocks: gpuBlocks, capacity: gpuBlocks, gossip: true}))
 	}
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(gpuBlocks), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,58 +48,160 @@ func BenchmarkFleetLagAndBandwidth(b *testing.B) {
 	for _, p := range ps {
 		v.Watch(p.sidecar.GRPCAddr())
 	}
+	// Warm-up: twice each cache's size, unpaced.
+	base := uint32(1000)
+	for i := 0; i < 2*pods*gpuBlocks/(promptTokens/16); i++ {
+		complete(b, ps[i%pods].engine, tokens(promptTokens, base))
+		base += 100
+	}
+	time.Sleep(300 * time.Millisecond)
+	before := fleetCounters(b, ps, reg)
 	b.ResetTimer()
 	start := time.Now()
+	interval := time.Duration(promptTokens/16) * time.Second / (1000 * pods) // 1,000 blocks/s per engine
 	for i := 0; i < b.N; i++ {
-		complete(b, ps[i%pods].engine, tokens(64, uint32(1000+i*100)))
-		if d := time.Until(start.Add(time.Duration(i+1) * 2 * time.Millisecond)); d > 0 {
-			time.Sleep(d) // paced: 500 requests/s, 2,000 blocks/s across the fleet
+		complete(b, ps[i%pods].engine, tokens(promptTokens, base))
+		base += 100
+		if d := time.Until(start.Add(time.Duration(i+1) * interval)); d > 0 {
+			time.Sleep(d)
 		}
 	}
+	elapsed := time.Since(start)
 	b.StopTimer()
 	time.Sleep(300 * time.Millisecond)
-	families, _ := reg.Gather()
-	for _, f := range families {
-		if f.GetName() != "kvroute_picker_event_to_routable_seconds" {
-			continue
-		}
-		h := f.Metric[0].GetHistogram()
-		q := func(p float64) float64 {
-			for _, bk := range h.Bucket {
-				if float64(bk.GetCumulativeCount()) >= p*float64(h.GetSampleCount()) {
-					return bk.GetUpperBound() * 1000
-				}
-			}
-			return -1
-		}
-		b.ReportMetric(q(0.5), "lag-p50-ms≤")
-		b.ReportMetric(q(0.99), "lag-p99-ms≤")
-	}
-	var bytes, blocks float64
-	for _, p := range ps {
-		for _, st := range p.sidecar.State() {
-			blocks += float64(st.Index.StoredBlocks + st.Index.RemovedBlocks)
-		}
-		bytes += sidecarDeltaBytes(b, p)
-	}
-	if blocks > 0 {
-		b.ReportMetric(bytes/blocks, "delta-bytes/block")
-	}
+	after := fleetCounters(b, ps, reg)
+	blocks := after.blocks - before.blocks
+	b.ReportMetric(blocks/2/elapsed.Seconds()/pods, "stored-blocks/s/engine")
+	b.ReportMetric((after.payload-before.payload)/blocks, "payload-B/block")
+	b.ReportMetric((after.wire-before.wire)/blocks, "stream-B/block")
+	b.ReportMetric(quantile(before.lag, after.lag, 0.5)*1000, "lag-p50-ms≤")
+	b.ReportMetric(quantile(before.lag, after.lag, 0.99)*1000, "lag-p99-ms≤")
 }
 
-// sidecarDeltaBytes reads a sidecar's kvroute_sidecar_summary_delta_bytes_total.
-func sidecarDeltaBytes(b *testing.B, p *pod) float64 {
-	families, err := p.sidecar.Registry().Gather()
+// BenchmarkFleetLag64 is the scale: 64 engines with a sidecar each
+// (no gossip: the picker is given the addresses; engine scrapes every
+// second, not 200 ms, as 64 pods' scrapes would have 64 pods' CPUs) and
+// one picker, every
+// engine storing 1,000 blocks/s into a full cache (a 2,048-token prompt
+// every 128 ms), driven by 8 workers of 8 engines each. b.N is the number
+// of requests. It reports the picker's event-to-routable lag over the
+// measured window and the rate reached.
+func BenchmarkFleetLag64(b *testing.B) {
+	const pods, workers, gpuBlocks, promptTokens = 64, 8, 2048, 2048
+	ps := make([]*pod, pods)
+	for i := range ps {
+		ps[i] = startPodWith(b, i, "", podOptions{gpuBlocks: gpuBlocks, capacity: gpuBlocks, scrape: time.Second})
+	}
+	reg := prometheus.NewRegistry()
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(gpuBlocks), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() == "kvroute_sidecar_summary_delta_bytes_total" {
+	defer v.Close()
+	for _, p := range ps {
+		v.Watch(p.sidecar.GRPCAddr())
+	}
+	// run sends n requests from each worker, round-robin over its engines,
+	// paced at 1,000 blocks/s per engine when pace is set.
+	run := func(n int, base uint32, pace bool) {
+		interval := time.Duration(promptTokens/16) * time.Second / (1000 * pods / workers)
+		done := make(chan struct{})
+		for w := 0; w < workers; w++ {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				start := time.Now()
+				for i := 0; i < n; i++ {
+					e := ps[w*pods/workers+i%(pods/workers)].engine
+					complete(b, e, tokens(promptTokens, base+uint32((w*n+i)*100)))
+					if d := time.Until(start.Add(time.Duration(i+1) * interval)); pace && d > 0 {
+						time.Sleep(d)
+					}
+				}
+			}()
+		}
+		for range workers {
+			<-done
+		}
+	}
+	run(2*gpuBlocks/(promptTokens/16)*pods/workers, 1000, false) // fill every cache twice
+	time.Sleep(500 * time.Millisecond)
+	before := fleetCounters(b, ps, reg)
+	b.ResetTimer()
+	start := time.Now()
+	run(max(1, b.N/workers), 1<<22, true)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	time.Sleep(500 * time.Millisecond)
+	after := fleetCounters(b, ps, reg)
+	if n := len(v.Endpoints()); n != pods {
+		b.Fatalf("the picker holds %d endpoints", n)
+	}
+	b.ReportMetric((after.blocks-before.blocks)/2/elapsed.Seconds()/pods, "stored-blocks/s/engine")
+	b.ReportMetric((after.wire-before.wire)/(after.blocks-before.blocks), "stream-B/block")
+	b.ReportMetric(quantile(before.lag, after.lag, 0.5)*1000, "lag-p50-ms≤")
+	b.ReportMetric(quantile(before.lag, after.lag, 0.99)*1000, "lag-p99-ms≤")
+}
+
+type counters struct {
+	blocks, payload, wire float64
+	lag                   *dto.Histogram
+}
+
+// fleetCounters reads the blocks stored and removed on every engine, the
+// sidecars' delta payload and stream bytes, and the picker's lag histogram.
+func fleetCounters(b *testing.B, ps []*pod, picker *prometheus.Registry) counters {
+	var c counters
+	for _, p := range ps {
+		for _, st := range p.sidecar.State() {
+			c.blocks += float64(st.Index.StoredBlocks + st.Index.RemovedBlocks)
+		}
+		families, err := p.sidecar.Registry().Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range families {
 			for _, m := range f.Metric {
-				total += m.GetCounter().GetValue()
+				switch {
+				case f.GetName() == "kvroute_sidecar_summary_delta_bytes_total":
+					c.payload += m.GetCounter().GetValue()
+				case f.GetName() == "kvroute_sidecar_stream_bytes_total" && label(m, "kind") == "delta":
+					c.wire += m.GetCounter().GetValue()
+				}
 			}
 		}
 	}
-	return total
+	families, err := picker.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "kvroute_picker_event_to_routable_seconds" {
+			c.lag = f.Metric[0].GetHistogram()
+		}
+	}
+	if c.lag == nil {
+		b.Fatal("no lag histogram")
+	}
+	return c
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.Label {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// quantile returns the upper bound of the bucket holding quantile q of the
+// observations made between two reads of a histogram.
+func quantile(before, after *dto.Histogram, q float64) float64 {
+	n := float64(after.GetSampleCount() - before.GetSampleCount())
+	for i, bk := range after.Bucket {
+		if float64(bk.GetCumulativeCount()-before.Bucket[i].GetCumulativeCount()) >= q*n {
+			return bk.GetUpperBound()
+		}
+	}
+	return -1
 }

@@ -29,10 +29,22 @@ type pod struct {
 }
 
 func startPod(t testing.TB, i int, join string) *pod {
+	return startPodWith(t, i, join, podOptions{gpuBlocks: 2048, capacity: capacity, gossip: true})
+}
+
+// podOptions size a test pod.
+type podOptions struct {
+	gpuBlocks, capacity int           // engine blocks; summary capacity
+	gossip              bool          // the sidecar joins gossip
+	scrape              time.Duration // the sidecar's scrape interval; 0: default
+}
+
+// startPodWith starts an engine and its sidecar as o says.
+func startPodWith(t testing.TB, i int, join string, o podOptions) *pod {
 	t.Helper()
 	ecfg := enginesim.DefaultConfig()
 	ecfg.Host, ecfg.Port = "127.0.0.1", 0
-	ecfg.NumGPUBlocks, ecfg.MaxModelLen = 2048, 4096
+	ecfg.NumGPUBlocks, ecfg.MaxModelLen = o.gpuBlocks, 4096
 	ecfg.Sim.TimeScale = 0
 	replay := "tcp://127.0.0.1:*"
 	ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
@@ -44,13 +56,18 @@ func startPod(t testing.TB, i int, join string) *pod {
 	e := p.Engines()[0]
 	scfg := sidecar.DefaultConfig()
 	scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
+	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", o.capacity
 	scfg.StartupTimeout = 10 * time.Second
-	gcfg := gossip.LocalConfig(fmt.Sprintf("sidecar-%d", i))
-	if join != "" {
-		gcfg.Join = []string{join}
+	if o.scrape > 0 {
+		scfg.ScrapeInterval = o.scrape
 	}
-	scfg.Gossip = &gcfg // the sidecar gossips its own gRPC address
+	if o.gossip {
+		gcfg := gossip.LocalConfig(fmt.Sprintf("sidecar-%d", i))
+		if join != "" {
+			gcfg.Join = []string{join}
+		}
+		scfg.Gossip = &gcfg // the sidecar gossips its own gRPC address
+	}
 	s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)

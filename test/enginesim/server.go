@@ -549,6 +549,9 @@ func parsePrompts(raw json.RawMessage) ([][]uint32, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("prompt is required")
 	}
+	if ids, ok := tokenIDs(raw); ok { // the common token-id prompt, fast
+		return [][]uint32{ids}, checkIDs(ids)
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
 		return [][]uint32{chat.Encode(s)}, nil
@@ -580,6 +583,56 @@ func parsePrompts(raw json.RawMessage) ([][]uint32, error) {
 		out = append(out, ids)
 	}
 	return out, nil
+}
+
+// tokenIDs parses a JSON array of plain non-negative integers (no sign,
+// fraction, exponent or leading zero) below 2^32; anything else is left to
+// encoding/json (ok=false), which also words the errors.
+func tokenIDs(raw json.RawMessage) (ids []uint32, ok bool) {
+	i := 0
+	space := func() {
+		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+			i++
+		}
+	}
+	space()
+	if i == len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	i++
+	space()
+	if i < len(raw) && raw[i] == ']' {
+		return nil, false // empty: the general path's error
+	}
+	ids = make([]uint32, 0, len(raw)/4)
+	for {
+		start, v := i, uint64(0)
+		for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+			v = v*10 + uint64(raw[i]-'0')
+			if v > 1<<32-1 {
+				return nil, false
+			}
+			i++
+		}
+		if i == start || (raw[start] == '0' && i-start > 1) {
+			return nil, false
+		}
+		ids = append(ids, uint32(v))
+		space()
+		if i == len(raw) {
+			return nil, false
+		}
+		if raw[i] == ']' {
+			i++
+			space()
+			return ids, i == len(raw)
+		}
+		if raw[i] != ',' {
+			return nil, false
+		}
+		i++
+		space()
+	}
 }
 
 func checkIDs(ids []uint32) error {
