@@ -83,11 +83,11 @@ func benchLag(b *testing.B, promptTokens int) {
 // second, not 200 ms, as 64 pods' scrapes would have 64 pods' CPUs) and
 // one picker, every
 // engine storing 1,000 blocks/s into a full cache (a 2,048-token prompt
-// every 128 ms), driven by 8 workers of 8 engines each. b.N is the number
+// every 128 ms), driven by 32 workers of 2 engines each. b.N is the number
 // of requests. It reports the picker's event-to-routable lag over the
 // measured window and the rate reached.
 func BenchmarkFleetLag64(b *testing.B) {
-	const pods, workers, gpuBlocks, promptTokens = 64, 8, 2048, 2048
+	const pods, workers, gpuBlocks, promptTokens = 64, 32, 2048, 2048
 	ps := make([]*pod, pods)
 	for i := range ps {
 		ps[i] = startPodWith(b, i, "", podOptions{gpuBlocks: gpuBlocks, capacity: gpuBlocks, scrape: time.Second})
@@ -170,19 +170,23 @@ func fleetCounters(b *testing.B, ps []*pod, picker *prometheus.Registry) counter
 			}
 		}
 	}
+	c.lag = pickerLag(b, picker)
+	return c
+}
+
+// pickerLag reads the picker's event-to-routable histogram.
+func pickerLag(b *testing.B, picker *prometheus.Registry) *dto.Histogram {
 	families, err := picker.Gather()
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, f := range families {
 		if f.GetName() == "kvroute_picker_event_to_routable_seconds" {
-			c.lag = f.Metric[0].GetHistogram()
+			return f.Metric[0].GetHistogram()
 		}
 	}
-	if c.lag == nil {
-		b.Fatal("no lag histogram")
-	}
-	return c
+	b.Fatal("no lag histogram")
+	return nil
 }
 
 func label(m *dto.Metric, name string) string {
