@@ -35,8 +35,10 @@ func BenchmarkAddRemove(b *testing.B) {
 
 // fleetBench fills a fleet of n endpoints, each holding 16,384 blocks of
 // its own; holders of them (all when holders ≥ n) also hold a prefix, at a
-// random depth, of each of 16 request chains of depth keys.
-func fleetBench(b *testing.B, n, depth, holders int) (*Fleet, [][]blockkey.Key) {
+// random depth, of each of 16 request chains of depth keys. With shared >
+// 0, every endpoint also holds the chains' first shared keys (a system
+// prompt every replica has).
+func fleetBench(b *testing.B, n, depth, holders int, shared ...int) (*Fleet, [][]blockkey.Key) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	p := ForCapacity(65536)
 	f, err := NewFleet(p, n)
@@ -51,6 +53,13 @@ func fleetBench(b *testing.B, n, depth, holders int) (*Fleet, [][]blockkey.Key) 
 		c := NewCounting(p)
 		for _, k := range randKeys(rng, 16384) {
 			c.Add(k)
+		}
+		for _, sh := range shared {
+			for _, chain := range chains {
+				for _, k := range chain[:sh] {
+					c.Add(k)
+				}
+			}
 		}
 		if e < holders {
 			for _, chain := range chains {
@@ -72,19 +81,23 @@ func fleetBench(b *testing.B, n, depth, holders int) (*Fleet, [][]blockkey.Key) 
 // Targets: 8k tokens (512 keys) × 64 endpoints p99 ≤ 20 µs; 128k tokens
 // (8,192 keys) × 256 endpoints ≤ 500 µs. "all" has every endpoint hold the
 // prefix at its own random depth (the worst case for the search); "two"
-// has two endpoints hold it, the usual shape of a conversation's traffic.
+// has two endpoints hold it, the usual shape of a conversation's traffic;
+// "shared" has every endpoint hold a 2k-token system prompt and two hold
+// the conversation beyond it at random depths (an agent fleet).
 func BenchmarkFleetMatch(b *testing.B) {
 	for _, c := range []struct {
-		name                     string
-		endpoints, keys, holders int
+		name                             string
+		endpoints, keys, holders, shared int
 	}{
-		{"8k-tokens-64-endpoints-all", 64, 512, 64},
-		{"8k-tokens-64-endpoints-two", 64, 512, 2},
-		{"128k-tokens-256-endpoints-all", 256, 8192, 256},
-		{"128k-tokens-256-endpoints-two", 256, 8192, 2},
+		{"8k-tokens-64-endpoints-all", 64, 512, 64, 0},
+		{"8k-tokens-64-endpoints-two", 64, 512, 2, 0},
+		{"8k-tokens-64-endpoints-shared", 64, 512, 2, 128},
+		{"128k-tokens-256-endpoints-all", 256, 8192, 256, 0},
+		{"128k-tokens-256-endpoints-two", 256, 8192, 2, 0},
+		{"128k-tokens-256-endpoints-shared", 256, 8192, 2, 128},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			f, chains := fleetBench(b, c.endpoints, c.keys, c.holders)
+			f, chains := fleetBench(b, c.endpoints, c.keys, c.holders, c.shared)
 			matched := make([]int, f.Slots())
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()

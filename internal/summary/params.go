@@ -89,14 +89,12 @@ func (p Params) Probes(key blockkey.Key, dst *[MaxK]uint32) []uint32 {
 	nblocks := uint64(p.M / BlockBits)
 	base := uint32(((h >> 32) * nblocks) >> 32 * BlockBits) // fast range reduction of the high half
 	k := int(p.K)
-	x := splitmix(h + 1)
-	for i, round := 0, uint64(1); i < k; i++ {
-		if i%7 == 0 && i > 0 {
-			round++
-			x = splitmix(h + round)
+	for i, round := 0, uint64(1); i < k; round++ {
+		x := splitmix(h + round)
+		for end := min(i+7, k); i < end; i++ {
+			dst[i] = base + uint32(x&(BlockBits-1))
+			x >>= 9
 		}
-		dst[i] = base + uint32(x&(BlockBits-1))
-		x >>= 9
 	}
 	return dst[:k]
 }
