@@ -1,6 +1,7 @@
 package summary
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 
@@ -26,7 +27,9 @@ type Fleet struct {
 }
 
 type slotState struct {
-	used  bool
+	used  bool   // holds a complete summary
+	dirty bool   // its rows may have bits set (used, or a load begun)
+	gen   uint64 // bumped by every replacement or removal
 	epoch uint64
 	seq   uint64
 }
@@ -60,26 +63,82 @@ func (f *Fleet) Position(slot int) (epoch, seq uint64, ok bool) {
 
 // SetSnapshot replaces slot's summary with snap (of epoch).
 func (f *Fleet) SetSnapshot(slot int, epoch uint64, snap Snapshot) error {
-	if slot < 0 || slot >= len(f.slots) {
-		return fmt.Errorf("summary: slot %d of %d", slot, len(f.slots))
-	}
-	if err := f.p.Compatible(snap.Params); err != nil {
+	l, err := f.LoadSnapshot(slot, epoch, snap)
+	if err != nil {
 		return err
 	}
-	if len(snap.Words) != int(f.p.M/64) {
-		return errCorrupt("snapshot of %d words, want %d", len(snap.Words), f.p.M/64)
+	_, err = l.Step(len(snap.Words))
+	return err
+}
+
+// ErrAbandoned reports a snapshot load overtaken by another change to its
+// slot.
+var ErrAbandoned = errors.New("summary: snapshot load abandoned: the slot changed meanwhile")
+
+// SnapshotLoad writes a snapshot into a slot a part at a time.
+type SnapshotLoad struct {
+	f     *Fleet
+	slot  int
+	gen   uint64
+	epoch uint64
+	snap  Snapshot
+	next  int  // the next word of snap.Words to write
+	clean bool // the slot's rows were all clear: only set bits need writing
+}
+
+// LoadSnapshot starts replacing slot's summary with snap (of epoch), for a
+// caller that guards the fleet with a lock and should not hold it through
+// the whole rewrite (m rows: milliseconds at m = 2^20, a fifth of a second
+// at 2^24): it may release the lock between Steps. Until the last Step the
+// slot reads as absent — no position, matched length 0 — so a lookup never
+// sees half a summary. Any other change to the slot meanwhile (Remove,
+// SetSnapshot, another load) abandons this one.
+func (f *Fleet) LoadSnapshot(slot int, epoch uint64, snap Snapshot) (*SnapshotLoad, error) {
+	if slot < 0 || slot >= len(f.slots) {
+		return nil, fmt.Errorf("summary: slot %d of %d", slot, len(f.slots))
 	}
-	f.clearSlot(slot)
-	w, bit := slot/64, uint64(1)<<(slot%64)
-	for i, word := range snap.Words {
-		for word != 0 {
-			pos := i*64 + bits.TrailingZeros64(word)
-			f.rows[pos*f.words+w] |= bit
-			word &= word - 1
+	if err := f.p.Compatible(snap.Params); err != nil {
+		return nil, err
+	}
+	if len(snap.Words) != int(f.p.M/64) {
+		return nil, errCorrupt("snapshot of %d words, want %d", len(snap.Words), f.p.M/64)
+	}
+	gen, clean := f.slots[slot].gen+1, !f.slots[slot].dirty
+	f.slots[slot] = slotState{dirty: true, gen: gen}
+	return &SnapshotLoad{f: f, slot: slot, gen: gen, epoch: epoch, snap: snap, clean: clean}, nil
+}
+
+// Step writes the slot's rows for up to words more snapshot words (64 rows
+// a word) and reports whether the load is complete; the slot is then in
+// use at the snapshot's position. It returns ErrAbandoned when the slot
+// changed since LoadSnapshot.
+func (l *SnapshotLoad) Step(words int) (done bool, err error) {
+	f := l.f
+	if f.slots[l.slot].gen != l.gen {
+		return false, ErrAbandoned
+	}
+	w, shift := l.slot/64, uint(l.slot%64)
+	end := min(l.next+max(words, 1), len(l.snap.Words))
+	for i := l.next; i < end; i++ {
+		word := l.snap.Words[i]
+		if l.clean {
+			for ; word != 0; word &= word - 1 {
+				f.rows[(i*64+bits.TrailingZeros64(word))*f.words+w] |= 1 << shift
+			}
+			continue
+		}
+		row := i * 64 * f.words
+		for b := 0; b < 64; b, row = b+1, row+f.words {
+			f.rows[row+w] = f.rows[row+w]&^(1<<shift) | (word>>b&1)<<shift
 		}
 	}
-	f.slots[slot] = slotState{used: true, epoch: epoch, seq: snap.Seq}
-	return nil
+	l.next = end
+	if end < len(l.snap.Words) {
+		return false, nil
+	}
+	s := &f.slots[l.slot]
+	s.used, s.epoch, s.seq = true, l.epoch, l.snap.Seq
+	return true, nil
 }
 
 // ApplyDelta flips slot's bits. The delta must be the next in the slot's
@@ -111,11 +170,11 @@ func (f *Fleet) Remove(slot int) {
 		return
 	}
 	f.clearSlot(slot)
-	f.slots[slot] = slotState{}
+	f.slots[slot] = slotState{gen: f.slots[slot].gen + 1}
 }
 
 func (f *Fleet) clearSlot(slot int) {
-	if !f.slots[slot].used {
+	if !f.slots[slot].dirty {
 		return
 	}
 	w, mask := slot/64, ^(uint64(1) << (slot % 64))

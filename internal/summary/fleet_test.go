@@ -239,3 +239,91 @@ func TestFleetGrowKeepsSlots(t *testing.T) {
 		t.Fatal("position of an out-of-range slot")
 	}
 }
+
+// TestSnapshotLoadInSteps: a load written a part at a time leaves the slot
+// absent until its last step, then equals SetSnapshot; a change to the
+// slot meanwhile abandons it without leaving its bits behind.
+func TestSnapshotLoadInSteps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	p := ForCapacity(4096)
+	f, err := NewFleet(p, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, fresh := randKeys(rng, 40), randKeys(rng, 40)
+	snapOf := func(keys []blockkey.Key) Snapshot {
+		c := NewCounting(p)
+		for _, k := range keys {
+			c.Add(k)
+		}
+		c.TakeDelta()
+		return c.Snapshot()
+	}
+	if err := f.SetSnapshot(0, 1, snapOf(old)); err != nil {
+		t.Fatal(err)
+	}
+	matched := make([]int, f.Slots())
+	l, err := f.LoadSnapshot(0, 2, snapOf(fresh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	for {
+		done, err := l.Step(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps++
+		if done {
+			break
+		}
+		if _, _, ok := f.Position(0); ok {
+			t.Fatal("a half-loaded slot has a position")
+		}
+		if f.Match(fresh, matched); matched[0] != 0 {
+			t.Fatal("Match sees a half-loaded slot")
+		}
+		if f.MatchLinear(old, matched); matched[0] != 0 {
+			t.Fatal("MatchLinear sees a half-loaded slot")
+		}
+		if f.Verify(fresh, 0, len(fresh)) != 0 {
+			t.Fatal("Verify sees a half-loaded slot")
+		}
+	}
+	if want := int(p.M/64+6) / 7; steps != want {
+		t.Fatalf("%d steps, want %d", steps, want)
+	}
+	if e, _, ok := f.Position(0); !ok || e != 2 {
+		t.Fatal("loaded slot has no position")
+	}
+	if f.Match(fresh, matched); matched[0] != len(fresh) {
+		t.Fatalf("loaded slot matches %d of %d", matched[0], len(fresh))
+	}
+	if f.MatchLinear(old, matched); matched[0] > 1 {
+		t.Fatalf("the replaced summary's keys still match %d deep", matched[0])
+	}
+	// Abandoned by a removal: the next owner of the slot starts clean.
+	l, _ = f.LoadSnapshot(1, 1, snapOf(old))
+	if done, err := l.Step(int(p.M / 128)); done || err != nil {
+		t.Fatalf("half a load: %v %v", done, err)
+	}
+	f.Remove(1)
+	if _, err := l.Step(1); !errors.Is(err, ErrAbandoned) {
+		t.Fatalf("step after removal: %v", err)
+	}
+	if err := f.SetSnapshot(1, 1, snapOf(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if f.MatchLinear(old, matched); matched[1] > 1 {
+		t.Fatalf("an abandoned load's bits match %d deep", matched[1])
+	}
+	// Abandoned by a newer load.
+	l1, _ := f.LoadSnapshot(1, 2, snapOf(old))
+	l2, _ := f.LoadSnapshot(1, 3, snapOf(fresh))
+	if _, err := l1.Step(1); !errors.Is(err, ErrAbandoned) {
+		t.Fatalf("overtaken load stepped: %v", err)
+	}
+	if done, err := l2.Step(int(p.M / 64)); !done || err != nil {
+		t.Fatalf("newer load: %v %v", done, err)
+	}
+}

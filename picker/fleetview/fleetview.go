@@ -397,15 +397,46 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 		dec.delta = &d
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	load, err := v.applyLocked(ctx, addr, u, dec)
+	v.mu.Unlock()
+	if load == nil || err != nil {
+		return err
+	}
+	// A snapshot is written a part at a time, the lock released between
+	// parts so that lookups never wait for a whole summary's rewrite; the
+	// endpoint reads as absent in that tier until the last part.
+	for {
+		v.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			v.mu.Unlock()
+			return err
+		}
+		done, err := load.Step(snapshotStepWords)
+		v.mu.Unlock()
+		if errors.Is(err, summary.ErrAbandoned) {
+			return errResync // the slot changed under the load: start over
+		}
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// snapshotStepWords is how much of a snapshot one locked step writes:
+// 64Ki rows, well under a millisecond.
+const snapshotStepWords = 1024
+
+// applyLocked applies u to its endpoint, or starts the load of a snapshot
+// (returned for the caller to step). Callers hold v.mu.
+func (v *View) applyLocked(ctx context.Context, addr string, u *pb.SummaryUpdate, dec decoded) (*summary.SnapshotLoad, error) {
 	if err := ctx.Err(); err != nil {
-		return err // forgotten meanwhile
+		return nil, err // forgotten meanwhile
 	}
 	ep := v.endpoints[u.Endpoint]
 	if ep == nil || ep.Sidecar != addr {
-		return nil // refused, forgotten, or another sidecar's
+		return nil, nil // refused, forgotten, or another sidecar's
 	}
-	err := v.applyLocked(ep, u, dec)
+	load, err := v.applyEndpointLocked(ep, u, dec)
 	if err != nil && !errors.Is(err, errResync) {
 		// A bad update: drop the slot so nothing routes on a broken base;
 		// the stream restarts and takes a snapshot.
@@ -413,7 +444,7 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 			g.tiers[u.Tier].Remove(ep.slot)
 		}
 	}
-	return err
+	return load, err
 }
 
 // decoded is an update's payload, decoded outside the view's lock.
@@ -422,43 +453,43 @@ type decoded struct {
 	delta *summary.Delta
 }
 
-func (v *View) applyLocked(ep *Endpoint, u *pb.SummaryUpdate, dec decoded) error {
+func (v *View) applyEndpointLocked(ep *Endpoint, u *pb.SummaryUpdate, dec decoded) (*summary.SnapshotLoad, error) {
 	ep.LastUpdate = time.Now()
 	g := v.groups[ep.Group]
 	switch b := u.Body.(type) {
 	case *pb.SummaryUpdate_Load:
 		ep.Load = b.Load
 		v.applied.WithLabelValues("load").Inc()
-		return nil
+		return nil, nil
 	case *pb.SummaryUpdate_Snapshot:
 		snap := *dec.snap
 		snap.Seq = b.Snapshot.GetSeq()
 		f, err := v.fleetLocked(g, u.Tier)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		v.applied.WithLabelValues("snapshot").Inc()
-		return f.SetSnapshot(ep.slot, u.Epoch, snap)
+		return f.LoadSnapshot(ep.slot, u.Epoch, snap)
 	case *pb.SummaryUpdate_Delta:
 		d := *dec.delta
 		f, err := v.fleetLocked(g, u.Tier)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := f.ApplyDelta(ep.slot, u.Epoch, d); err != nil {
 			var se *summary.SeqError
 			if errors.As(err, &se) {
 				f.Remove(ep.slot) // stale: drop it until the snapshot arrives
-				return errResync
+				return nil, errResync
 			}
-			return err
+			return nil, err
 		}
 		v.applied.WithLabelValues("delta").Inc()
 		if ns := b.Delta.GetOldestEventUnixNanos(); ns > 0 {
 			v.lag.Observe(max(0, time.Since(time.Unix(0, ns)).Seconds()))
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 func (v *View) fleetLocked(g *group, tier string) (*summary.Fleet, error) {
