@@ -99,7 +99,9 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 	// delta interval passes with nothing to send, wake rarely (an idle
 	// sidecar polling every few milliseconds burns CPU in every pod).
 	busyWake := max(time.Millisecond, min(ep.s.cfg.DeltaInterval/4, 5*time.Millisecond))
-	idleWake := max(busyWake, min(ep.s.cfg.IdleCheck/2, 100*time.Millisecond))
+	// An engine restart seen by the scraper is acted on at the next wake:
+	// keep that well under a scrape interval.
+	idleWake := max(busyWake, min(ep.s.cfg.IdleCheck/2, ep.s.cfg.ScrapeInterval/4, 100*time.Millisecond))
 	wake := busyWake
 	_ = sub.SetRcvtimeo(wake)
 	setWake := func(d time.Duration) {

@@ -196,7 +196,9 @@ func DecodeDelta(b []byte, seq uint64, p Params) (Delta, error) {
 	if nrows > rows || nrows > r.left()/3 {
 		return Delta{}, errCorrupt("%d rows in %d bits (m = %d)", nrows, r.left(), p.M)
 	}
-	flips := make([]uint32, 0, min(r.left(), uint64(p.M)))
+	// Grown as flips decode: a hostile stream of zero bits must not buy an
+	// allocation of 32 times its size up front.
+	flips := make([]uint32, 0, min(r.left(), uint64(p.M), 4096))
 	next := uint64(0) // the lowest row the next one may take
 	for i := uint64(0); i < nrows; i++ {
 		g, err := r.rice(kr, rows)

@@ -3,6 +3,7 @@ package summary
 import (
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -196,4 +197,24 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestDeltaDecodeAllocation: a long run of zero bits (hostile padding of a
+// row gap) costs no allocation proportional to its length before failing.
+func TestDeltaDecodeAllocation(t *testing.T) {
+	p := Params{M: 1 << 31, K: DefaultK, Probe: ProbeV1}
+	b := make([]byte, 1<<20)
+	b[0], b[1] = 2, 1
+	allocs := testing.AllocsPerRun(3, func() {
+		if _, err := DecodeDelta(b, 1, p); err == nil {
+			t.Fatal("decoded a megabyte of zeros")
+		}
+	})
+	var ms1, ms2 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	_, _ = DecodeDelta(b, 1, p)
+	runtime.ReadMemStats(&ms2)
+	if grew := ms2.TotalAlloc - ms1.TotalAlloc; grew > 1<<16 {
+		t.Fatalf("decoding %d hostile bytes allocated %d bytes (%v allocations)", len(b), grew, allocs)
+	}
 }

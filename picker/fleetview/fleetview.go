@@ -246,7 +246,11 @@ func (v *View) follow(ctx context.Context, addr string) {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	// A raw snapshot is m/8 bytes: above gRPC's default 4 MiB receive
+	// limit once summaries are sized for more than ~2M blocks.
+	maxMsg := int(v.cfg.Params.M/8) + 1<<16
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max(maxMsg, 4<<20))))
 	if err != nil {
 		v.log.Error("sidecar address", zap.String("sidecar", addr), zap.Error(err))
 		return
