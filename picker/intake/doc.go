@@ -1,0 +1,20 @@
+// Package intake reads the bodies the picker routes — OpenAI chat
+// completions, completions, Responses, and the decision API's token body —
+// into what routing needs: the model, the cache identity (cache_salt),
+// token ids when the caller sent them, whether the request streams, and the
+// body of its anchor (the conversation up to its first user message) for
+// the prefix hash.
+//
+// Contract:
+//   - Pure: no I/O. Parse never panics on any input, bounds what it
+//     allocates by the body's size, and words every refusal as an *Error
+//     carrying the HTTP status and an OpenAI-style error (type, code,
+//     param, message).
+//   - A Responses request still carrying previous_response_id is refused
+//     (400, code "unresolved_previous_response"): the caller must rehydrate
+//     the conversation first. Other identities that cannot be resolved
+//     exactly (several prompts in one completion request) are not refused
+//     here but reported in Request.Unresolved, for the picker's
+//     --unresolved policy.
+//   - The body is forwarded as received; Parse never rewrites it.
+package intake

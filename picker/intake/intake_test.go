@@ -1,0 +1,179 @@
+package intake
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestParseChat(t *testing.T) {
+	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"cache_salt":"s1",
+		"messages":[{"role":"system","content":"sys"},{"role":"user","content":"u1"},{"role":"assistant","content":"a1"},{"role":"user","content":"u2"}],
+		"tools":[{"type":"function","function":{"name":"f"}}]}`
+	r, err := Parse(Chat, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Model != "m" || !r.Stream || !r.IncludeUsage || r.CacheSalt != "s1" || !r.Anchorable || r.TokenIDs != nil || r.Unresolved != "" {
+		t.Fatalf("%+v", r)
+	}
+	var anchor struct {
+		Messages            []map[string]string `json:"messages"`
+		AddGenerationPrompt *bool               `json:"add_generation_prompt"`
+		Stream              bool                `json:"stream"`
+		StreamOptions       any                 `json:"stream_options"`
+		Tools               []any               `json:"tools"`
+		CacheSalt           string              `json:"cache_salt"`
+	}
+	if err := json.Unmarshal(r.AnchorBody, &anchor); err != nil {
+		t.Fatal(err)
+	}
+	if len(anchor.Messages) != 2 || anchor.Messages[1]["content"] != "u1" || anchor.AddGenerationPrompt == nil || *anchor.AddGenerationPrompt ||
+		anchor.Stream || anchor.StreamOptions != nil || len(anchor.Tools) != 1 || anchor.CacheSalt != "s1" {
+		t.Fatalf("anchor %s", r.AnchorBody)
+	}
+	// No user message: the leading system messages; none at all: no anchor.
+	r, _ = Parse(Chat, []byte(`{"model":"m","messages":[{"role":"developer","content":"d"},{"role":"assistant","content":"a"}]}`))
+	if !r.Anchorable || r.AnchorBody == nil {
+		t.Fatalf("developer-only anchor: %+v", r)
+	}
+	r, _ = Parse(Chat, []byte(`{"model":"m","messages":[{"role":"assistant","content":"a"}]}`))
+	if r.Anchorable {
+		t.Fatal("an assistant-only chat is anchorable")
+	}
+}
+
+func TestParseCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		body       string
+		ids        []uint32
+		unresolved string
+	}{
+		{`{"model":"m","prompt":"hello"}`, nil, ""},
+		{`{"model":"m","prompt":[1,2,3]}`, []uint32{1, 2, 3}, ""},
+		{`{"model":"m","prompt":[[4,5]]}`, []uint32{4, 5}, ""},
+		{`{"model":"m","prompt":["a"]}`, nil, ""},
+		{`{"model":"m","prompt":["a","b"]}`, nil, UnresolvedMultiplePrompts},
+		{`{"model":"m","prompt":[[1],[2]]}`, nil, UnresolvedMultiplePrompts},
+	} {
+		r, err := Parse(Completion, []byte(tc.body))
+		if err != nil || !slices.Equal(r.TokenIDs, tc.ids) || r.Unresolved != tc.unresolved || r.AnchorBody != nil {
+			t.Fatalf("%s: %+v, %v", tc.body, r, err)
+		}
+	}
+}
+
+func TestParseResponses(t *testing.T) {
+	r, err := Parse(Responses, []byte(`{"model":"m","instructions":"be brief","input":[
+		{"role":"user","content":"q1"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},
+		{"type":"function_call_output","call_id":"c","output":"42"},{"role":"user","content":"q2"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var anchor struct {
+		Input        []map[string]any `json:"input"`
+		Instructions string           `json:"instructions"`
+	}
+	if err := json.Unmarshal(r.AnchorBody, &anchor); err != nil || len(anchor.Input) != 1 || anchor.Instructions != "be brief" {
+		t.Fatalf("anchor %s %v", r.AnchorBody, err)
+	}
+	r, err = Parse(Responses, []byte(`{"model":"m","input":"just text"}`))
+	if err != nil || r.AnchorBody != nil || !r.Anchorable {
+		t.Fatalf("string input: %+v %v", r, err)
+	}
+	r, err = Parse(Responses, []byte(`{"model":"m","input":[{"role":"user","content":"only"}]}`))
+	if err != nil || r.AnchorBody != nil || !r.Anchorable {
+		t.Fatalf("one user item: the anchor is the request: %+v %v", r, err)
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	r, err := Parse(Tokens, []byte(`{"model":"m","token_ids":[9,8],"cache_salt":"t","lora":"adapter"}`))
+	if err != nil || !slices.Equal(r.TokenIDs, []uint32{9, 8}) || r.LoRA != "adapter" || r.CacheSalt != "t" {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		kind  Kind
+		body  string
+		param string
+		code  string
+	}{
+		{Chat, `not json`, "", ""},
+		{Chat, `[1,2]`, "", ""},
+		{Chat, `{"messages":[{"role":"user","content":"x"}]}`, "model", ""},
+		{Chat, `{"model":"","messages":[{"role":"user"}]}`, "model", ""},
+		{Chat, `{"model":"m"}`, "messages", ""},
+		{Chat, `{"model":"m","messages":[]}`, "messages", ""},
+		{Chat, `{"model":"m","messages":[1]}`, "messages", ""},
+		{Chat, `{"model":"m","messages":[{"role":"user"}],"cache_salt":""}`, "cache_salt", ""},
+		{Chat, `{"model":"m","messages":[{"role":"user"}],"cache_salt":5}`, "cache_salt", ""},
+		{Completion, `{"model":"m"}`, "prompt", ""},
+		{Completion, `{"model":"m","prompt":[]}`, "prompt", ""},
+		{Completion, `{"model":"m","prompt":[-1]}`, "prompt", ""},
+		{Completion, `{"model":"m","prompt":[{"a":1}]}`, "prompt", ""},
+		{Responses, `{"model":"m","input":"x","previous_response_id":"resp_1"}`, "previous_response_id", "unresolved_previous_response"},
+		{Responses, `{"model":"m"}`, "input", ""},
+		{Responses, `{"model":"m","input":[3]}`, "input", ""},
+		{Tokens, `{"model":"m","token_ids":[]}`, "token_ids", ""},
+		{Tokens, `{"model":"m","token_ids":[1],"lora":7}`, "lora", ""},
+	} {
+		_, err := Parse(tc.kind, []byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 400 || e.Param != tc.param || e.Code != tc.code || e.Type != "invalid_request_error" {
+			t.Errorf("%s %s: %+v", tc.kind, tc.body, err)
+			continue
+		}
+		var wire struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Code    *string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(e.Body(), &wire); err != nil || wire.Error.Message == "" || wire.Error.Type != e.Type || (tc.code != "" && (wire.Error.Code == nil || *wire.Error.Code != tc.code)) {
+			t.Errorf("%s: error body %s", tc.body, e.Body())
+		}
+	}
+}
+
+func TestDetect(t *testing.T) {
+	for body, want := range map[string]Kind{
+		`{"messages":[]}`:  Chat,
+		`{"input":"x"}`:    Responses,
+		`{"prompt":"x"}`:   Completion,
+		`{"token_ids":[]}`: Tokens,
+	} {
+		if k, err := Detect([]byte(body)); err != nil || k != want {
+			t.Errorf("%s: %v %v", body, k, err)
+		}
+	}
+	for _, body := range []string{`{}`, `x`, `[]`} {
+		if _, err := Detect([]byte(body)); err == nil {
+			t.Errorf("%s detected", body)
+		}
+	}
+}
+
+// FuzzParse: no body panics any parser, and a refusal is always an *Error.
+func FuzzParse(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}]}`)
+	f.Add(`{"model":"m","prompt":[1,2]}`)
+	f.Add(`{"model":"m","input":[{"role":"user"}],"previous_response_id":"x"}`)
+	f.Add(`{"model":"m","token_ids":[1],"lora":"a"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, k := range []Kind{Chat, Completion, Responses, Tokens} {
+			if _, err := Parse(k, []byte(body)); err != nil {
+				var e *Error
+				if !errors.As(err, &e) || e.Status < 400 || e.Status > 499 {
+					t.Fatalf("%s: %v", k, err)
+				}
+			}
+		}
+		_, _ = Detect([]byte(body))
+	})
+}
