@@ -13,7 +13,8 @@
 //     tokens plus the work queued ahead of it, in prefill tokens. The
 //     lowest estimate wins among the candidates under the bounded-load cap
 //     ⌈(1+ε)·mean⌉ in-flight requests (mean over healthy candidates,
-//     counting this request); an endpoint at the cap is skipped while any
+//     counting this request; never below MinCap, so that at low load a
+//     conversation is not scattered); an endpoint at the cap is skipped while any
 //     is under it, and skipping the best-cached one is reported as a load
 //     override with the tokens it cost.
 //   - Cold prefixes (no candidate holds MinMatchTokens of the prompt) are

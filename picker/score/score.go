@@ -65,6 +65,12 @@ type Config struct {
 	// Epsilon is the bounded-load factor: no candidate above ⌈(1+ε)·mean⌉
 	// requests in flight while another is under it. Default 0.25.
 	Epsilon float64
+	// MinCap is the least the cap may be. At low load ⌈(1+ε)·mean⌉ is 1,
+	// and a conversation whose previous turn the picker still counts in
+	// flight (until the engine's next load report) would be pushed off its
+	// warm endpoint, though an engine batching a few sequences is not
+	// overloaded. Default 4; 1 applies the formula alone.
+	MinCap int
 	// MinMatchTokens: a prefix shorter than this is cold. Default 16 (one
 	// block of vLLM's default size).
 	MinMatchTokens int
@@ -81,7 +87,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Policy: Precise, Epsilon: 0.25, MinMatchTokens: 16, TierWeights: [NumTiers]float64{1, 0.8, 0.5},
+	return Config{Policy: Precise, Epsilon: 0.25, MinCap: 4, MinMatchTokens: 16, TierWeights: [NumTiers]float64{1, 0.8, 0.5},
 		WaitingTokens: 1024, RunningTokens: 32}
 }
 
@@ -93,6 +99,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.Epsilon >= 0 && c.Epsilon <= 100) {
 		errs = append(errs, fmt.Errorf("load epsilon %v: want 0..100", c.Epsilon))
+	}
+	if c.MinCap < 1 {
+		errs = append(errs, fmt.Errorf("min load cap %d: want at least 1", c.MinCap))
 	}
 	if c.MinMatchTokens < 1 {
 		errs = append(errs, fmt.Errorf("min match tokens %d: want at least 1", c.MinMatchTokens))
@@ -205,8 +214,8 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 		d.Reason = ReasonNoneHealthy
 		return d
 	}
-	// The cap counts this request: ⌈(1+ε)·(total+1)/n⌉.
-	d.Cap = int(math.Ceil((1 + cfg.Epsilon) * (total + 1) / float64(len(healthy))))
+	// The cap counts this request: ⌈(1+ε)·(total+1)/n⌉, at least MinCap.
+	d.Cap = max(cfg.MinCap, int(math.Ceil((1+cfg.Epsilon)*(total+1)/float64(len(healthy)))))
 	anyUnder := false
 	for j := range healthy {
 		healthy[j].underCap = healthy[j].inFlight+1 <= float64(d.Cap)

@@ -17,7 +17,8 @@ func healthy(id string, matched [NumTiers]int, running float64) Candidate {
 func TestDecideRules(t *testing.T) {
 	def := DefaultConfig()
 	policy := func(p Policy) *Config { c := DefaultConfig(); c.Policy = p; return &c }
-	epsilon := func(e float64) *Config { c := DefaultConfig(); c.Epsilon = e; return &c }
+	epsilon := func(e float64) *Config { c := DefaultConfig(); c.Epsilon, c.MinCap = e, 1; return &c }
+	def.MinCap = 1 // the formula alone; TestMinCap covers the floor
 	anchored := Request{PromptTokens: 4096, Anchor: 42, HasAnchor: true}
 	// The anchor's rendezvous order over a, b, c, d.
 	order := []string{"a", "b", "c", "d"}
@@ -125,13 +126,28 @@ func TestBoundedLoadCap(t *testing.T) {
 			total += cs[i].Running
 		}
 		d := Decide(&cfg, Request{PromptTokens: 2048, Anchor: rng.Uint64(), HasAnchor: rng.IntN(2) == 0}, cs)
-		wantCap := int(ceil((1 + cfg.Epsilon) * (total + 1) / float64(n)))
+		wantCap := max(cfg.MinCap, int(ceil((1+cfg.Epsilon)*(total+1)/float64(n))))
 		if d.Cap != wantCap {
 			t.Fatalf("cap %d, want %d", d.Cap, wantCap)
 		}
 		if cs[d.Index].Running+1 > float64(d.Cap) {
 			t.Fatalf("chose %v at %v in flight over the cap %d", cs[d.Index].ID, cs[d.Index].Running, d.Cap)
 		}
+	}
+}
+
+// TestMinCap: at low load the floor keeps a conversation on its warm
+// endpoint although the picker still counts its previous turn in flight.
+func TestMinCap(t *testing.T) {
+	cs := []Candidate{{ID: "warm", Healthy: true, Matched: gpu(960), Sent: 1, SentTokens: 40}, healthy("b", gpu(0), 0), healthy("c", gpu(0), 0)}
+	r := Request{PromptTokens: 1000, Anchor: 1, HasAnchor: true}
+	cfg := DefaultConfig()
+	if d := Decide(&cfg, r, cs); cs[d.Index].ID != "warm" || d.Cap != 4 {
+		t.Fatalf("with the floor: chose %s, cap %d", cs[d.Index].ID, d.Cap)
+	}
+	cfg.MinCap = 1
+	if d := Decide(&cfg, r, cs); cs[d.Index].ID == "warm" || d.Override == nil {
+		t.Fatalf("without the floor the formula's cap of 1 must skip warm: chose %s", cs[d.Index].ID)
 	}
 }
 
@@ -200,6 +216,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Policy = "random" },
 		func(c *Config) { c.Epsilon = -1 },
 		func(c *Config) { c.MinMatchTokens = 0 },
+		func(c *Config) { c.MinCap = 0 },
 		func(c *Config) { c.TierWeights[CPU] = 2 },
 		func(c *Config) { c.WaitingTokens = -1 },
 	} {

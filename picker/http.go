@@ -1,0 +1,167 @@
+package picker
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/render"
+)
+
+// HandlerOptions configure the picker's HTTP API.
+type HandlerOptions struct {
+	// DecisionToken, when set, is the bearer token the decision API
+	// requires (Authorization: Bearer <token>).
+	DecisionToken string
+	// Metrics serves /metrics; nil leaves it out.
+	Metrics http.Handler
+}
+
+// Handler serves the decision API (POST /routing/v1/pick), /healthz,
+// /readyz, /debug/endpoints and, when given, /metrics.
+func (r *Router) Handler(o HandlerOptions) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /routing/v1/pick", func(w http.ResponseWriter, req *http.Request) { r.handlePick(w, req, o.DecisionToken) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", r.handleReady)
+	mux.HandleFunc("GET /debug/endpoints", r.handleDebugEndpoints)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	return mux
+}
+
+// writeError answers err in OpenAI's error format: the picker's own
+// refusals, an engine's refusal as the engine worded it, anything else as
+// a 502 from the engine or a 500.
+func writeError(w http.ResponseWriter, err error) {
+	var ie *intake.Error
+	var re *render.RefusedError
+	switch {
+	case errors.As(err, &ie):
+		writeRaw(w, ie.Status, ie.Body())
+	case errors.As(err, &re):
+		writeRaw(w, re.Status, re.Body)
+	default:
+		e := &intake.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
+		writeRaw(w, e.Status, e.Body())
+	}
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeRaw(w, status, b)
+}
+
+// readBody reads a request body of at most max bytes; a larger one is a
+// 413 in OpenAI's format.
+func readBody(w http.ResponseWriter, req *http.Request, max int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, req.Body, max))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, &intake.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			Message: "The request body is larger than this picker accepts (--max-body-bytes)."}
+	case err != nil:
+		return nil, intake.BadRequest("", "", "Could not read the request body: %v", err)
+	}
+	return b, nil
+}
+
+// cacheOff reports the X-KVRoute-Cache: off opt-out.
+func cacheOff(h http.Header) bool {
+	return strings.EqualFold(strings.TrimSpace(h.Get("X-KVRoute-Cache")), "off")
+}
+
+func authorized(req *http.Request, token string) bool {
+	if token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token string) {
+	if !authorized(req, token) {
+		r.m.refused.WithLabelValues("unauthorized").Inc()
+		writeRaw(w, http.StatusUnauthorized, (&intake.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error",
+			Code: "invalid_api_key", Message: "The decision API needs a valid bearer token."}).Body())
+		return
+	}
+	body, err := readBody(w, req, r.cfg.MaxBodyBytes)
+	if err != nil {
+		r.m.refused.WithLabelValues("too_large").Inc()
+		writeError(w, err)
+		return
+	}
+	kind, err := intake.Detect(body)
+	if err != nil {
+		r.m.refused.WithLabelValues("bad_request").Inc()
+		writeError(w, err)
+		return
+	}
+	explain := req.URL.Query().Get("explain") == "true"
+	p, err := r.Pick(req.Context(), kind, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if len(r.view.Endpoints()) == 0 {
+		http.Error(w, "no endpoints known yet", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// debugEndpoint is one endpoint on /debug/endpoints.
+type debugEndpoint struct {
+	Endpoint   string  `json:"endpoint"`
+	EndpointID string  `json:"endpoint_id"`
+	Sidecar    string  `json:"sidecar"`
+	Group      string  `json:"group"`
+	Model      string  `json:"model"`
+	BlockSize  int32   `json:"block_size"`
+	Epoch      uint64  `json:"epoch"`
+	Partial    bool    `json:"partial"`
+	Waiting    float64 `json:"waiting"`
+	Running    float64 `json:"running"`
+	KVUsage    float64 `json:"kv_cache_usage"`
+	StaleSecs  float64 `json:"seconds_since_update"`
+}
+
+func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
+	out := []debugEndpoint{}
+	for _, e := range r.view.Endpoints() {
+		d := debugEndpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
+		if e.Info != nil {
+			d.Model, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
+		}
+		if e.Load != nil {
+			d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KvCacheUsage
+		}
+		if !e.LastUpdate.IsZero() {
+			d.StaleSecs = time.Since(e.LastUpdate).Seconds()
+		}
+		out = append(out, d)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out})
+}

@@ -1,0 +1,64 @@
+package picker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the picker's series (kvroute_picker_*); the fleet view adds
+// staleness, lag, resyncs and refusals of its own.
+type metrics struct {
+	decisions      *prometheus.CounterVec
+	refused        *prometheus.CounterVec
+	unresolved     *prometheus.CounterVec
+	fallbacks      *prometheus.CounterVec
+	selected       *prometheus.CounterVec
+	tokenize       *prometheus.HistogramVec
+	tokenizeErrors *prometheus.CounterVec
+	matchedBlocks  prometheus.Histogram
+	overrides      prometheus.Counter
+	overrideTokens prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "picker", Name: name, Help: help}
+	}
+	m := &metrics{
+		decisions:      prometheus.NewCounterVec(opts("decisions_total", "Routing decisions, by policy and reason."), []string{"policy", "reason"}),
+		refused:        prometheus.NewCounterVec(opts("refused_total", "Requests refused before a decision, by reason."), []string{"reason"}),
+		unresolved:     prometheus.NewCounterVec(opts("unresolved_total", "Requests whose cache identity could not be resolved exactly, by reason."), []string{"reason"}),
+		fallbacks:      prometheus.NewCounterVec(opts("fallbacks_total", "Decisions that fell back from precise routing, by reason."), []string{"reason"}),
+		selected:       prometheus.NewCounterVec(opts("selected_total", "Decisions per chosen endpoint."), []string{"endpoint"}),
+		tokenizeErrors: prometheus.NewCounterVec(opts("tokenize_errors_total", "Failed render or tokenize calls, by kind (timeout, refused, error)."), []string{"kind"}),
+		overrides:      prometheus.NewCounter(opts("load_overrides_total", "Decisions that skipped the best-cached endpoint because it was at the load cap.")),
+		overrideTokens: prometheus.NewCounter(opts("load_override_tokens_total", "Cached tokens given up by load overrides.")),
+		tokenize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "tokenize_seconds",
+			Help:    "Render or tokenize call latency, by path (chat_render, completions_render, responses_render, responses_as_chat, tokenize).",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}}, []string{"via"}),
+		matchedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "matched_blocks",
+			Help:    "GPU blocks the chosen endpoint held of the request's prefix.",
+			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
+			m.matchedBlocks, m.overrides, m.overrideTokens, endpointsByGroup{r})
+	}
+	return m
+}
+
+// endpointsByGroup exports kvroute_picker_endpoints{group} at scrape time.
+type endpointsByGroup struct{ r *Router }
+
+var endpointsDesc = prometheus.NewDesc("kvroute_picker_endpoints", "Endpoints known, by identity group.", []string{"group"}, nil)
+
+func (e endpointsByGroup) Describe(ch chan<- *prometheus.Desc) { ch <- endpointsDesc }
+
+func (e endpointsByGroup) Collect(ch chan<- prometheus.Metric) {
+	n := map[string]int{}
+	for _, ep := range e.r.view.Endpoints() {
+		n[ep.Group]++
+	}
+	for g, c := range n {
+		ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(c), g)
+	}
+}

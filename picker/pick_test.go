@@ -1,0 +1,286 @@
+package picker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/sidecar"
+	"github.com/kvroute/kvroute/test/enginesim"
+)
+
+const capacity = 4096
+
+type fleet struct {
+	engines []*enginesim.Engine
+	view    *fleetview.View
+	router  *picker.Router
+	api     *httptest.Server
+}
+
+// startFleet starts n engines with a sidecar each, a fleet view following
+// them, and a router with its HTTP API.
+func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
+	t.Helper()
+	f := &fleet{}
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	f.view = v
+	for i := 0; i < n; i++ {
+		ecfg := enginesim.DefaultConfig()
+		ecfg.Host, ecfg.Port = "127.0.0.1", 0
+		ecfg.NumGPUBlocks, ecfg.MaxModelLen = 2048, 8192
+		ecfg.Sim.TimeScale = 0
+		ecfg.EnableScaleOutEndpoints = true
+		ecfg.EnablePromptTokensDetails = true
+		replay := "tcp://127.0.0.1:*"
+		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
+		p, err := enginesim.Start(ecfg, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		e := p.Engines()[0]
+		scfg := sidecar.DefaultConfig()
+		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
+		scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
+		scfg.ScrapeInterval = 50 * time.Millisecond
+		s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		v.Watch(s.GRPCAddr())
+		f.engines = append(f.engines, e)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(v.Endpoints()) < n || !loaded(v) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the view knows %d of %d endpoints", len(v.Endpoints()), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r, err := picker.NewRouter(cfg, v, zap.NewNop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	f.router = r
+	f.api = httptest.NewServer(r.Handler(picker.HandlerOptions{DecisionToken: token}))
+	t.Cleanup(f.api.Close)
+	return f
+}
+
+func loaded(v *fleetview.View) bool {
+	for _, e := range v.Endpoints() {
+		if e.Load == nil {
+			return false
+		}
+	}
+	return true
+}
+
+type pickAnswer struct {
+	Endpoint      string `json:"endpoint"`
+	EndpointID    string `json:"endpoint_id"`
+	Model         string `json:"model"`
+	PromptTokens  int    `json:"prompt_tokens"`
+	MatchedTokens int    `json:"matched_tokens"`
+	MatchedBlocks int    `json:"matched_blocks"`
+	PrefixHash    string `json:"prefix_hash"`
+	Policy        string `json:"policy"`
+	Reason        string `json:"reason"`
+	Candidates    []struct {
+		Endpoint string `json:"endpoint"`
+		Why      string `json:"why"`
+	} `json:"candidates"`
+}
+
+func (f *fleet) pick(t *testing.T, body string, header http.Header, query string) (int, pickAnswer, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, f.api.URL+"/routing/v1/pick"+query, strings.NewReader(body))
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var a pickAnswer
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(raw, &a); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+	}
+	return resp.StatusCode, a, raw
+}
+
+func (f *fleet) engine(t *testing.T, url string) *enginesim.Engine {
+	for _, e := range f.engines {
+		if e.URL() == url {
+			return e
+		}
+	}
+	t.Fatalf("no engine %s", url)
+	return nil
+}
+
+// send runs a request on an engine and returns its cached prompt tokens.
+func send(t *testing.T, url, path, body string) int {
+	t.Helper()
+	resp, err := http.Post(url+path, "application/json", bytes.NewReader([]byte(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %d %s", path, resp.StatusCode, raw)
+	}
+	var out struct {
+		Usage struct {
+			PromptTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+			InputTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+		} `json:"usage"`
+	}
+	_ = json.Unmarshal(raw, &out)
+	switch {
+	case out.Usage.PromptTokensDetails != nil:
+		return out.Usage.PromptTokensDetails.CachedTokens
+	case out.Usage.InputTokensDetails != nil:
+		return out.Usage.InputTokensDetails.CachedTokens
+	}
+	return 0
+}
+
+func chatBody(salt string, turns ...string) string {
+	msgs := []map[string]string{{"role": "system", "content": strings.Repeat("You are a careful assistant with tools. ", 40)}}
+	for i, t := range turns {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, map[string]string{"role": role, "content": t})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "messages": msgs, "cache_salt": salt, "max_tokens": 8})
+	return string(b)
+}
+
+// TestDecisionAPI: a conversation's second turn is sent where its first
+// ran, with the first turn's prefix hash; another tenant's identical
+// conversation gets its own hash and is not drawn to the warm endpoint.
+func TestDecisionAPI(t *testing.T) {
+	f := startFleet(t, 3, picker.DefaultConfig(), "")
+	first := chatBody("tenant-a", strings.Repeat("Tell me about caches. ", 30))
+	code, p1, raw := f.pick(t, first, nil, "")
+	if code != http.StatusOK || p1.Reason != "cold_anchor" || len(p1.PrefixHash) != 16 || p1.PromptTokens == 0 || p1.EndpointID == "" {
+		t.Fatalf("turn 1: %d %s", code, raw)
+	}
+	send(t, p1.Endpoint, "/v1/chat/completions", first)
+	second := chatBody("tenant-a", strings.Repeat("Tell me about caches. ", 30), "Caches keep things.", "And KV caches?")
+	deadline := time.Now().Add(10 * time.Second)
+	var p2 pickAnswer
+	for {
+		code, p2, raw = f.pick(t, second, nil, "?explain=true")
+		if code != http.StatusOK {
+			t.Fatalf("turn 2: %d %s", code, raw)
+		}
+		if p2.Reason == "cache_hit" || time.Now().After(deadline) {
+			break
+		}
+		// Every pick counts as in flight on its endpoint until the engine's
+		// next load report (every 50 ms here): poll slower than that, or
+		// the polls themselves load the warm endpoint.
+		time.Sleep(150 * time.Millisecond)
+	}
+	if p2.Endpoint != p1.Endpoint || p2.Reason != "cache_hit" || p2.MatchedTokens < p1.PromptTokens/2 || p2.PrefixHash != p1.PrefixHash {
+		t.Fatalf("turn 2 went to %s (%s, %d matched of turn 1's %d, hash %s vs %s) %s", p2.Endpoint, p2.Reason, p2.MatchedTokens, p1.PromptTokens, p2.PrefixHash, p1.PrefixHash, raw)
+	}
+	if len(p2.Candidates) != 3 {
+		t.Fatalf("explain gave %d candidates", len(p2.Candidates))
+	}
+	if cached := send(t, p2.Endpoint, "/v1/chat/completions", second); cached < p2.MatchedTokens {
+		t.Fatalf("engine cached %d tokens, the picker predicted %d", cached, p2.MatchedTokens)
+	}
+	// Opting out of the cache hash (after the picks above are covered by
+	// a load report).
+	time.Sleep(150 * time.Millisecond)
+	_, po, rawOff := f.pick(t, second, http.Header{"X-Kvroute-Cache": {"off"}}, "?explain=true")
+	if po.PrefixHash != "" || po.Endpoint != p1.Endpoint {
+		t.Fatalf("cache off: %s", rawOff)
+	}
+	// Another tenant, same words: its own hash, no match anywhere.
+	_, pb, _ := f.pick(t, chatBody("tenant-b", strings.Repeat("Tell me about caches. ", 30), "Caches keep things.", "And KV caches?"), nil, "")
+	if pb.PrefixHash == p1.PrefixHash || pb.MatchedTokens != 0 || pb.Reason != "cold_anchor" {
+		t.Fatalf("tenant b: %+v", pb)
+	}
+	// Token-id bodies skip rendering and carry their own anchor.
+	ids := make([]int, 300)
+	for i := range ids {
+		ids[i] = 1000 + i
+	}
+	tb, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "token_ids": ids, "cache_salt": "t"})
+	code, pt, raw := f.pick(t, string(tb), nil, "")
+	if code != http.StatusOK || pt.PromptTokens != 300 || pt.PrefixHash == "" {
+		t.Fatalf("token body: %d %s", code, raw)
+	}
+}
+
+// TestDecisionAPIRefusals: each refusal comes with its status and an
+// OpenAI-style error body.
+func TestDecisionAPIRefusals(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.MaxBodyBytes = 4096
+	f := startFleet(t, 1, cfg, "secret")
+	auth := http.Header{"Authorization": {"Bearer secret"}}
+	for _, tc := range []struct {
+		name   string
+		body   string
+		header http.Header
+		status int
+		code   string
+	}{
+		{"no token", chatBody("s", "hi"), nil, 401, "invalid_api_key"},
+		{"wrong token", chatBody("s", "hi"), http.Header{"Authorization": {"Bearer nope"}}, 401, "invalid_api_key"},
+		{"malformed", `{"messages": [`, auth, 400, ""},
+		{"no model", `{"messages":[{"role":"user","content":"x"}]}`, auth, 400, ""},
+		{"unknown model", `{"model":"gpt-nothing","messages":[{"role":"user","content":"x"}]}`, auth, 404, "model_not_found"},
+		{"previous response", `{"model":"Qwen/Qwen3-0.6B","input":"more","previous_response_id":"resp_1"}`, auth, 400, "unresolved_previous_response"},
+		{"several prompts", `{"model":"Qwen/Qwen3-0.6B","prompt":["a","b"]}`, auth, 400, "unresolved_identity"},
+		{"too large", `{"model":"Qwen/Qwen3-0.6B","prompt":"` + strings.Repeat("x", 5000) + `"}`, auth, 413, ""},
+	} {
+		code, _, raw := f.pick(t, tc.body, tc.header, "")
+		var e struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Code    *string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(raw, &e); code != tc.status || err != nil || e.Error.Message == "" ||
+			(tc.code != "" && (e.Error.Code == nil || *e.Error.Code != tc.code)) {
+			t.Errorf("%s: %d %s", tc.name, code, raw)
+		}
+	}
+}
