@@ -47,12 +47,17 @@ type Config struct {
 	// StaleLoad: an endpoint whose last load report is older is unhealthy.
 	// Default 10 s.
 	StaleLoad time.Duration
+	// PrefillTokensPerSecond is an engine's prefill rate, used to age the
+	// picks the engine's load report does not cover yet: a pick's queued
+	// prefill work shrinks at this rate from the moment it was made.
+	// Default 5,000.
+	PrefillTokensPerSecond float64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
-		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, StaleLoad: 10 * time.Second}
+		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, StaleLoad: 10 * time.Second, PrefillTokensPerSecond: 5000}
 }
 
 // Validate checks c.
@@ -74,6 +79,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes %d: want at least 1024", c.MaxBodyBytes))
+	}
+	if !(c.PrefillTokensPerSecond > 0) {
+		errs = append(errs, fmt.Errorf("prefill rate %v tokens/s: want a positive rate", c.PrefillTokensPerSecond))
 	}
 	if c.StaleLoad <= 0 {
 		errs = append(errs, errors.New("stale-load interval must be positive"))
@@ -447,7 +455,7 @@ func (r *Router) candidates(group string, eps []fleetview.Endpoint, chain []bloc
 			kept = append(kept, s)
 			if s.at.After(reported) {
 				c.Sent++
-				c.SentTokens += s.tokens
+				c.SentTokens += max(0, s.tokens-now.Sub(s.at).Seconds()*r.cfg.PrefillTokensPerSecond)
 			}
 		}
 		r.sends[e.URL] = kept
