@@ -22,11 +22,15 @@ type HandlerOptions struct {
 	Metrics http.Handler
 }
 
-// Handler serves the decision API (POST /routing/v1/pick), /healthz,
+// Handler serves the OpenAI endpoints (proxied), the decision API (POST
+// /routing/v1/pick), /healthz,
 // /readyz, /debug/endpoints and, when given, /metrics.
 func (r *Router) Handler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /routing/v1/pick", func(w http.ResponseWriter, req *http.Request) { r.handlePick(w, req, o.DecisionToken) })
+	mux.HandleFunc("POST /v1/chat/completions", r.handleProxy(intake.Chat, "/v1/chat/completions"))
+	mux.HandleFunc("POST /v1/completions", r.handleProxy(intake.Completion, "/v1/completions"))
+	mux.HandleFunc("POST /v1/responses", r.handleProxy(intake.Responses, "/v1/responses"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", r.handleReady)
 	mux.HandleFunc("GET /debug/endpoints", r.handleDebugEndpoints)

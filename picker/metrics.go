@@ -17,6 +17,10 @@ type metrics struct {
 	matchedBlocks  prometheus.Histogram
 	overrides      prometheus.Counter
 	overrideTokens prometheus.Counter
+	outcomes       *prometheus.CounterVec
+	promptTokens   prometheus.Counter
+	predicted      prometheus.Counter
+	reported       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -32,6 +36,11 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		tokenizeErrors: prometheus.NewCounterVec(opts("tokenize_errors_total", "Failed render or tokenize calls, by kind (timeout, refused, error)."), []string{"kind"}),
 		overrides:      prometheus.NewCounter(opts("load_overrides_total", "Decisions that skipped the best-cached endpoint because it was at the load cap.")),
 		overrideTokens: prometheus.NewCounter(opts("load_override_tokens_total", "Cached tokens given up by load overrides.")),
+		outcomes: prometheus.NewCounterVec(opts("outcomes_total", "Proxied requests by outcome: as_predicted, fewer_cached_than_predicted and another_endpoint_held_more "+
+			"(wrong-pod outcomes), no_usage (the engine reported none)."), []string{"outcome"}),
+		promptTokens: prometheus.NewCounter(opts("prompt_tokens_total", "Prompt tokens of proxied requests, as the engines reported them.")),
+		predicted:    prometheus.NewCounter(opts("predicted_cached_tokens_total", "Cached prompt tokens the picker predicted for proxied requests.")),
+		reported:     prometheus.NewCounter(opts("reported_cached_tokens_total", "Cached prompt tokens the engines reported (usage.prompt_tokens_details.cached_tokens).")),
 		tokenize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "tokenize_seconds",
 			Help:    "Render or tokenize call latency, by path (chat_render, completions_render, responses_render, responses_as_chat, tokenize).",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}}, []string{"via"}),
@@ -41,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
-			m.matchedBlocks, m.overrides, m.overrideTokens, endpointsByGroup{r})
+			m.matchedBlocks, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported, endpointsByGroup{r})
 	}
 	return m
 }
@@ -54,6 +63,9 @@ var endpointsDesc = prometheus.NewDesc("kvroute_picker_endpoints", "Endpoints kn
 func (e endpointsByGroup) Describe(ch chan<- *prometheus.Desc) { ch <- endpointsDesc }
 
 func (e endpointsByGroup) Collect(ch chan<- prometheus.Metric) {
+	if e.r.view == nil {
+		return
+	}
 	n := map[string]int{}
 	for _, ep := range e.r.view.Endpoints() {
 		n[ep.Group]++

@@ -25,6 +25,7 @@ const capacity = 4096
 
 type fleet struct {
 	engines []*enginesim.Engine
+	procs   []*enginesim.Process
 	view    *fleetview.View
 	router  *picker.Router
 	api     *httptest.Server
@@ -67,6 +68,7 @@ func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
 		t.Cleanup(s.Close)
 		v.Watch(s.GRPCAddr())
 		f.engines = append(f.engines, e)
+		f.procs = append(f.procs, p)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(v.Endpoints()) < n || !loaded(v) {
@@ -130,6 +132,17 @@ func (f *fleet) pick(t *testing.T, body string, header http.Header, query string
 		}
 	}
 	return resp.StatusCode, a, raw
+}
+
+// kill stops the engine at url (its sidecar lives on).
+func (f *fleet) kill(t *testing.T, url string) {
+	for i, e := range f.engines {
+		if e.URL() == url {
+			f.procs[i].Close()
+			return
+		}
+	}
+	t.Fatalf("no engine %s", url)
 }
 
 func (f *fleet) engine(t *testing.T, url string) *enginesim.Engine {

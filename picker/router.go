@@ -97,6 +97,7 @@ type Router struct {
 	view   *fleetview.View
 	render *render.Client
 	hc     *http.Client // model lists
+	proxy  *http.Client // requests to engines
 	m      *metrics
 
 	counter atomic.Uint64 // round-robin position
@@ -130,13 +131,17 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		log = zap.NewNop()
 	}
 	r := &Router{cfg: cfg, log: log, view: view, render: render.New(cfg.TokenizeTimeout, 64<<20), hc: &http.Client{Timeout: cfg.TokenizeTimeout},
+		proxy:  &http.Client{Transport: newProxyTransport()},
 		models: map[string]modelRef{}, sends: map[string][]send{}}
 	r.m = newMetrics(reg, r)
 	return r, nil
 }
 
 // Close drops the router's pooled connections.
-func (r *Router) Close() { r.render.Close() }
+func (r *Router) Close() {
+	r.render.Close()
+	r.proxy.CloseIdleConnections()
+}
 
 // Pick is a decision, as the decision API answers it.
 type Pick struct {
@@ -152,9 +157,11 @@ type Pick struct {
 	// Candidates explain the decision (?explain=true).
 	Candidates []Candidate `json:"candidates,omitempty"`
 
-	send    uint64  // the in-flight record, for Done
-	cached  float64 // credited cached tokens predicted
-	request *intake.Request
+	send            uint64  // the in-flight record, for Done
+	cached          float64 // credited cached tokens predicted
+	blockSize       int
+	anotherHeldMore bool // a healthy endpoint held a longer GPU prefix
+	request         *intake.Request
 }
 
 // Candidate is one endpoint as the decision saw it.
@@ -173,6 +180,7 @@ type Candidate struct {
 type PickOptions struct {
 	CacheOff bool // X-KVRoute-Cache: off — no prefix_hash
 	Explain  bool
+	Exclude  map[string]bool // endpoints already tried
 }
 
 // unresolvedError refuses an unresolved identity.
@@ -245,6 +253,11 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 		}
 	}
 	cands := r.candidates(ref.group, eps, chain, blockSize)
+	for i := range cands {
+		if opt.Exclude[cands[i].ID] {
+			cands[i].Healthy = false
+		}
+	}
 	d := score.Decide(&cfg, sr, cands)
 	if d.Index < 0 {
 		return nil, noEndpoints(req.Model)
@@ -252,7 +265,12 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	chosen := cands[d.Index]
 	pick.Endpoint, pick.EndpointID = chosen.ID, endpointID(chosen.ID)
 	pick.MatchedTokens, pick.MatchedBlocks = chosen.Matched[score.GPU], chosen.Matched[score.GPU]/blockSize
-	pick.Reason, pick.cached = string(d.Reason), d.Cached
+	pick.Reason, pick.cached, pick.blockSize = string(d.Reason), d.Cached, blockSize
+	for _, c := range cands {
+		if c.Healthy && c.Matched[score.GPU] > chosen.Matched[score.GPU] {
+			pick.anotherHeldMore = true
+		}
+	}
 	if opt.Explain {
 		for _, e := range d.Explain {
 			pick.Candidates = append(pick.Candidates, Candidate{Endpoint: e.ID, MatchedTokens: e.Matched[score.GPU],

@@ -1,0 +1,113 @@
+package picker
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestSnifferFindsUsage(t *testing.T) {
+	chat := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":96}}}\n\n" +
+		"data: [DONE]\n\n"
+	responses := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n" +
+		"event: response.completed\r\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":50,\"input_tokens_details\":{\"cached_tokens\":48}}}}\r\n\r\n"
+	for _, tc := range []struct {
+		name    string
+		sse     bool
+		body    string
+		prompt  int
+		cached  int
+		seen    bool
+		chunked int
+	}{
+		{"chat stream", true, chat, 100, 96, true, 7},
+		{"responses stream", true, responses, 50, 48, true, 5},
+		{"json", false, `{"usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":0}}}`, 10, 0, true, 3},
+		{"json without details", false, `{"usage":{"prompt_tokens":10}}`, 10, 0, true, 100},
+		{"responses json", false, `{"object":"response","usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4}}}`, 9, 4, true, 2},
+		{"no usage", true, "data: {\"choices\":[]}\n\n", 0, 0, false, 1},
+		{"last line without newline", true, "data: {\"usage\":{\"prompt_tokens\":3}}", 3, 0, true, 4},
+	} {
+		s := &sniffer{sse: tc.sse, limit: 1 << 20}
+		b := []byte(tc.body)
+		for len(b) > 0 { // odd chunk sizes: lines split across writes
+			n := min(tc.chunked, len(b))
+			_, _ = s.Write(b[:n])
+			b = b[n:]
+		}
+		u := s.result()
+		if u.Seen != tc.seen || u.Prompt != tc.prompt || u.Cached != tc.cached {
+			t.Errorf("%s: %+v", tc.name, u)
+		}
+	}
+	big := &sniffer{sse: false, limit: 8}
+	_, _ = big.Write([]byte(`{"usage":{"prompt_tokens":10}}`))
+	if big.result().Seen {
+		t.Error("a body over the bound was parsed")
+	}
+}
+
+// TestForwardIsByteExact: an upstream's SSE, written in odd pieces with
+// flushes, reaches the client byte for byte, with the picker's headers,
+// and its usage is accounted.
+func TestForwardIsByteExact(t *testing.T) {
+	stream := []byte("data: {\"a\":1}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"prompt_tokens_details\":{\"cached_tokens\":16}}}\n\ndata: [DONE]\n\n")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < len(stream); i += 11 {
+			_, _ = w.Write(stream[i:min(i+11, len(stream))])
+			w.(http.Flusher).Flush()
+			time.Sleep(time.Millisecond)
+		}
+	}))
+	defer up.Close()
+	reg := prometheus.NewRegistry()
+	r := &Router{cfg: DefaultConfig(), proxy: &http.Client{Transport: newProxyTransport()}}
+	r.m = newMetrics(reg, r)
+	p := &Pick{Endpoint: up.URL, MatchedTokens: 32, PrefixHash: "00112233aabbccdd", blockSize: 16}
+	rec := httptest.NewRecorder()
+	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(nil))
+	done, err := r.forward(rec, in, p, "/v1/chat/completions", []byte(`{}`))
+	if !done || err != nil {
+		t.Fatal(done, err)
+	}
+	got, _ := io.ReadAll(rec.Result().Body)
+	if !bytes.Equal(got, stream) {
+		t.Fatalf("got %q", got)
+	}
+	h := rec.Result().Header
+	if h.Get("X-Kvroute-Endpoint") != up.URL || h.Get("X-Kvroute-Matched-Tokens") != "32" || h.Get("X-Kvroute-Prefix-Hash") != "00112233aabbccdd" {
+		t.Fatalf("headers %v", h)
+	}
+	// Predicted 32 (capped at 32 = (40-1)/16*16), reported 16: wrong pod.
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "fewer_cached_than_predicted"); n != 1 {
+		t.Fatalf("outcome counted %v times", n)
+	}
+}
+
+func testCounter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,175 @@
+package picker
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/picker/intake"
+)
+
+// maxAttempts bounds the endpoints one request is offered to.
+const maxAttempts = 3
+
+// hopHeaders are not forwarded (RFC 9110 §7.6.1), nor is the length (the
+// transport sets it) or the encoding we ask for.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
+	"Transfer-Encoding", "Upgrade", "Content-Length", "Accept-Encoding"}
+
+// newProxyTransport pools connections to the engines.
+func newProxyTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // a long prefill may take a while before the first byte
+		DisableCompression:    true,
+	}
+}
+
+// handleProxy serves an OpenAI endpoint: decide, forward the body as
+// received, stream the answer back byte for byte. A request goes to
+// another endpoint only when the chosen one could not be reached or
+// answered 502/503/504 — before any byte went to the client.
+func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		body, err := readBody(w, req, r.cfg.MaxBodyBytes)
+		if err != nil {
+			r.m.refused.WithLabelValues("too_large").Inc()
+			writeError(w, err)
+			return
+		}
+		opt := PickOptions{CacheOff: cacheOff(req.Header), Exclude: map[string]bool{}}
+		var lastErr error
+		for attempt := 0; attempt < maxAttempts; attempt++ {
+			p, err := r.Pick(req.Context(), kind, body, opt)
+			if err != nil {
+				if lastErr != nil && isNoEndpoint(err) {
+					err = lastErr // say why the tried endpoints failed
+				}
+				writeError(w, err)
+				return
+			}
+			done, err := r.forward(w, req, p, path, body)
+			r.Done(p)
+			if done {
+				return
+			}
+			r.m.fallbacks.WithLabelValues("endpoint_failed").Inc()
+			r.log.Debug("endpoint failed before answering; trying another", zap.String("endpoint", p.Endpoint), zap.Error(err))
+			opt.Exclude[p.Endpoint] = true
+			lastErr = &intake.Error{Status: http.StatusBadGateway, Type: "bad_gateway", Code: "engine_unavailable",
+				Message: "The chosen engines could not answer: " + err.Error()}
+		}
+		writeError(w, lastErr)
+	}
+}
+
+func isNoEndpoint(err error) bool {
+	var ie *intake.Error
+	return errors.As(err, &ie) && ie.Code == "no_healthy_endpoint"
+}
+
+// forward sends body to p's endpoint and copies the answer to w. done is
+// false when nothing was written and another endpoint may be tried.
+func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path string, body []byte) (done bool, err error) {
+	out, err := http.NewRequestWithContext(in.Context(), http.MethodPost, p.Endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	for k, vs := range in.Header {
+		out.Header[k] = vs
+	}
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	out.Header.Del("X-Kvroute-Cache")
+	resp, err := r.proxy.Do(out)
+	if err != nil {
+		if in.Context().Err() != nil {
+			return true, err // the client left
+		}
+		return false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		return false, errors.New(resp.Status)
+	}
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	for _, x := range hopHeaders {
+		if x != "Content-Length" {
+			h.Del(x)
+		}
+	}
+	h.Set("X-Kvroute-Endpoint", p.Endpoint)
+	h.Set("X-Kvroute-Matched-Tokens", strconv.Itoa(p.MatchedTokens))
+	if p.PrefixHash != "" {
+		h.Set("X-Kvroute-Prefix-Hash", p.PrefixHash)
+	}
+	w.WriteHeader(resp.StatusCode)
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	sn := &sniffer{sse: sse, limit: 4 << 20}
+	flusher, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			_, _ = sn.Write(buf[:n])
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return true, werr // the client left
+			}
+			if sse && flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return true, rerr // mid-answer: nothing more can be done
+		}
+	}
+	if resp.StatusCode == http.StatusOK {
+		r.account(p, sn.result())
+	}
+	return true, nil
+}
+
+// account compares the engine's reported cached tokens with the
+// prediction.
+func (r *Router) account(p *Pick, u usage) {
+	if !u.Seen {
+		r.m.outcomes.WithLabelValues("no_usage").Inc()
+		return
+	}
+	predicted := p.MatchedTokens
+	if bs := p.blockSize; bs > 0 && u.Prompt > 0 {
+		// vLLM recomputes at least the last prompt token: a fully cached
+		// prompt reports the whole blocks before it.
+		predicted = min(predicted, (u.Prompt-1)/bs*bs)
+	}
+	r.m.promptTokens.Add(float64(u.Prompt))
+	r.m.predicted.Add(float64(predicted))
+	r.m.reported.Add(float64(u.Cached))
+	switch {
+	case u.Cached < predicted:
+		r.m.outcomes.WithLabelValues("fewer_cached_than_predicted").Inc()
+	case p.anotherHeldMore:
+		r.m.outcomes.WithLabelValues("another_endpoint_held_more").Inc()
+	default:
+		r.m.outcomes.WithLabelValues("as_predicted").Inc()
+	}
+}

@@ -1,0 +1,176 @@
+package picker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/kvroute/kvroute/picker"
+)
+
+func sdk(url string, hdr *http.Header) openai.Client {
+	opts := []option.RequestOption{option.WithBaseURL(url + "/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0)}
+	if hdr != nil {
+		opts = append(opts, option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			resp, err := next(req)
+			if err == nil {
+				*hdr = resp.Header.Clone()
+			}
+			return resp, err
+		}))
+	}
+	return openai.NewClient(opts...)
+}
+
+func withTimeout(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// TestProxyAgenticConversation: a two-turn Responses conversation sent as
+// agentic-api sends it — the full input again on turn 2, a fresh
+// cache_salt per conversation — returns to turn 1's endpoint, and the
+// engine reports at least 95% of turn 2's prompt cached; streaming passes
+// through the OpenAI SDK intact.
+func TestProxyAgenticConversation(t *testing.T) {
+	f := startFleet(t, 3, picker.DefaultConfig(), "")
+	var hdr http.Header
+	c := sdk(f.api.URL, &hdr)
+	instructions := strings.Repeat("You are an agent with a long fixed system prompt describing tools and policies. ", 60)
+	turn1 := responses.ResponseInputParam{
+		responses.ResponseInputItemParamOfMessage("Look up the order status for order 1234, then summarise it.", responses.EasyInputMessageRoleUser),
+	}
+	params := responses.ResponseNewParams{Model: "Qwen/Qwen3-0.6B", Instructions: openai.String(instructions),
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: turn1}, MaxOutputTokens: openai.Int(16)}
+	salt := option.WithJSONSet("cache_salt", "conversation-7f3a")
+	r1, err := c.Responses.New(withTimeout(t), params, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := hdr.Get("X-Kvroute-Endpoint")
+	if first == "" || len(hdr.Get("X-Kvroute-Prefix-Hash")) != 16 {
+		t.Fatalf("turn 1 headers: %v", hdr)
+	}
+	turn2 := append(turn1,
+		responses.ResponseInputItemParamOfOutputMessage([]responses.ResponseOutputMessageContentUnionParam{{OfOutputText: &responses.ResponseOutputTextParam{Text: r1.OutputText()}}}, "msg_1", responses.ResponseOutputMessageStatusCompleted),
+		responses.ResponseInputItemParamOfMessage("Thanks. Now cancel it.", responses.EasyInputMessageRoleUser))
+	params.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: turn2}
+	r2, err := c.Responses.New(withTimeout(t), params, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hdr.Get("X-Kvroute-Endpoint"); got != first {
+		t.Fatalf("turn 2 went to %s, turn 1 ran on %s", got, first)
+	}
+	cached, prompt := r2.Usage.InputTokensDetails.CachedTokens, r2.Usage.InputTokens
+	if float64(cached) < 0.95*float64(prompt) {
+		t.Fatalf("turn 2: %d of %d prompt tokens cached (< 95%%)", cached, prompt)
+	}
+	// The same turn, streamed: events arrive whole and in order.
+	stream := c.Responses.NewStreaming(withTimeout(t), params, salt)
+	var deltas strings.Builder
+	var completed *responses.Response
+	for stream.Next() {
+		ev := stream.Current()
+		switch ev.Type {
+		case "response.output_text.delta":
+			deltas.WriteString(ev.Delta)
+		case "response.completed":
+			r := ev.AsResponseCompleted().Response
+			completed = &r
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if completed == nil || deltas.String() != completed.OutputText() || deltas.String() == "" {
+		t.Fatalf("stream: %q vs %+v", deltas.String(), completed)
+	}
+	// A chat stream through the proxy equals the engine's own, byte for byte.
+	body := `{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"Count to five."}],"max_tokens":12,"stream":true,"stream_options":{"include_usage":true},"seed":3}`
+	viaPicker := post(t, f.api.URL+"/v1/chat/completions", body)
+	direct := post(t, hdr.Get("X-Kvroute-Endpoint")+"/v1/chat/completions", body)
+	if normalize(viaPicker) != normalize(direct) {
+		t.Fatalf("streams differ:\n%s\n---\n%s", viaPicker, direct)
+	}
+	// previous_response_id is refused with the rehydration hint.
+	_, err = c.Responses.New(withTimeout(t), responses.ResponseNewParams{Model: "Qwen/Qwen3-0.6B",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("more")}, PreviousResponseID: openai.String(r2.ID)})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "unresolved_previous_response" {
+		t.Fatalf("previous_response_id: %v", err)
+	}
+}
+
+func post(t *testing.T, url, body string) string {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", bytes.NewReader([]byte(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// normalize drops what differs between two runs of one request (ids,
+// timestamps, cached-token details) from each SSE data line, keeping the
+// framing (every other line) as it is.
+func normalize(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if data, ok := strings.CutPrefix(l, "data: "); ok && strings.HasPrefix(data, "{") {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(data), &v); err == nil {
+				delete(v, "id")
+				delete(v, "created")
+				if u, ok := v["usage"].(map[string]any); ok {
+					delete(u, "prompt_tokens_details")
+				}
+				b, _ := json.Marshal(v)
+				l = "data: " + string(b)
+			}
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestProxyFailover: an engine that is gone when its request arrives is
+// skipped before any byte is sent; the client sees a normal answer.
+func TestProxyFailover(t *testing.T) {
+	f := startFleet(t, 2, picker.DefaultConfig(), "")
+	body := `{"model":"Qwen/Qwen3-0.6B","prompt":"` + strings.Repeat("warm prefix ", 100) + `","max_tokens":4,"cache_salt":"x"}`
+	resp, err := http.Post(f.api.URL+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	first := resp.Header.Get("X-Kvroute-Endpoint")
+	f.kill(t, first)
+	for i := 0; i < 5; i++ {
+		resp, err := http.Post(f.api.URL+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Kvroute-Endpoint") == first {
+			t.Fatalf("request %d after the engine died: %d via %s: %s", i, resp.StatusCode, resp.Header.Get("X-Kvroute-Endpoint"), b)
+		}
+	}
+}
