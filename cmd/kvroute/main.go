@@ -72,10 +72,7 @@ the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
 	root.AddCommand(
 		newEngineCommand(),
 		newSidecarCommand(),
-		pending("picker", "Route requests to the endpoint holding the longest cached prefix",
-			`OpenAI-compatible proxy and decision API (/routing/v1/pick): tokenizes each
-request through the engine's render endpoint, computes its block keys, and
-picks by cached prefix under a bounded-load cap.`),
+		newPickerCommand(),
 		pending("bench", "Run a routing benchmark scenario and write a report",
 			`Runs a fleet of simulated engines under a workload with several routing
 policies side by side, and writes a table, JSON results and an HTML report.`),

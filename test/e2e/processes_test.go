@@ -138,3 +138,81 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestPickerProcess runs the real binaries as a fleet: two engines, a
+// sidecar each, and a picker, all finding one another through gossip on
+// loopback; a conversation sent through the picker runs its second turn
+// where its first ran, with the engine reporting the first turn cached.
+func TestPickerProcess(t *testing.T) {
+	bin := buildKvroute(t)
+	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	for i := 0; i < 2; i++ {
+		httpPort, replay := testnet.FreePort(t), testnet.FreePort(t)
+		events := testnet.FreePort(t)
+		kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d"}`, events, replay)
+		run(t, bin, "engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--sim-time-scale", "0", "--enable-prompt-tokens-details",
+			"--num-gpu-blocks", "1024", "--max-model-len", "8192", "--kv-events-config", kvcfg, "--log-level", "warn")
+		gossipBind, join := "127.0.0.1:0", seed
+		if i == 0 {
+			gossipBind, join = seed, ""
+		}
+		args := []string{"sidecar", "--engine-url", fmt.Sprintf("http://127.0.0.1:%d", httpPort), "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events),
+			"--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0",
+			"--grpc-listen", "127.0.0.1:0", "--gossip-bind", gossipBind, "--node-name", fmt.Sprint("sidecar-", i), "--capacity", "4096", "--log-level", "warn"}
+		if join != "" {
+			args = append(args, "--join", join)
+		}
+		run(t, bin, args...)
+	}
+	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
+		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var dbg struct {
+			Endpoints []struct{} `json:"endpoints"`
+		}
+		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err == nil && len(dbg.Endpoints) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the picker never found both endpoints")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	system := strings.Repeat("You are a helpful agent with a long, fixed system prompt. ", 40)
+	turn := func(msgs ...string) (string, int, int) {
+		var list []map[string]string
+		list = append(list, map[string]string{"role": "system", "content": system})
+		for i, m := range msgs {
+			role := "user"
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			list = append(list, map[string]string{"role": role, "content": m})
+		}
+		body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "messages": list, "max_tokens": 8, "cache_salt": "e2e"})
+		resp, err := http.Post("http://"+api+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Usage struct {
+				PromptTokens        int `json:"prompt_tokens"`
+				PromptTokensDetails struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&out) != nil {
+			t.Fatalf("chat through the picker: %d", resp.StatusCode)
+		}
+		return resp.Header.Get("X-Kvroute-Endpoint"), out.Usage.PromptTokens, out.Usage.PromptTokensDetails.CachedTokens
+	}
+	first, _, _ := turn("Plan the migration.")
+	second, prompt, cached := turn("Plan the migration.", "Step one: inventory.", "Continue.")
+	if second != first || cached < prompt*8/10 {
+		t.Fatalf("turn 2 on %s (turn 1 on %s), %d of %d prompt tokens cached", second, first, cached, prompt)
+	}
+}

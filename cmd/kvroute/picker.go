@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/gossip"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/score"
+)
+
+func newPickerCommand() *cobra.Command {
+	cmd, _, _ := pickerCommand()
+	return cmd
+}
+
+// pickerCommand builds `kvroute picker`; finish applies --config and the
+// derived settings and validates (tests call it without running).
+func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
+	cfg := picker.DefaultServerConfig()
+	gcfg := gossip.DefaultConfig()
+	var policy, configFile, logLevel, gossipBind, gossipAdvertise, tokenFile string
+	var cmd *cobra.Command
+	finish := func() error {
+		if configFile != "" {
+			if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
+				return err
+			}
+		}
+		p, err := score.ParsePolicy(policy)
+		if err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+		cfg.Router.Score.Policy = p
+		cfg.Gossip = nil
+		if gossipBind != "" {
+			if err := applyGossipFlags(&gcfg, gossipBind, gossipAdvertise); err != nil {
+				return err
+			}
+			cfg.Gossip = &gcfg
+		}
+		cfg.DecisionToken = ""
+		if tokenFile != "" {
+			b, err := os.ReadFile(tokenFile)
+			if err != nil {
+				return fmt.Errorf("--decision-token-file: %w", err)
+			}
+			if cfg.DecisionToken = strings.TrimSpace(string(b)); cfg.DecisionToken == "" {
+				return fmt.Errorf("--decision-token-file %s is empty", tokenFile)
+			}
+		}
+		return cfg.Validate()
+	}
+	cmd = &cobra.Command{
+		Use:   "picker",
+		Short: "Route requests to the endpoint holding the longest cached prefix",
+		Long: `Serve the OpenAI endpoints (/v1/chat/completions, /v1/completions,
+/v1/responses; proxied, streams passed through byte for byte) and the decision
+API (POST /routing/v1/pick, and gRPC kvroute.v1.Picker/Pick) that answers the
+endpoint and a prefix_hash without sending the request.
+
+Each request's exact tokens come from an engine of its identity group (vLLM's
+render endpoints); its canonical block keys, salted by cache_salt, are matched
+against every endpoint's summary (followed from the sidecars found through
+gossip, or given with --sidecars); the endpoint with the lowest estimated time
+to first token wins under a bounded-load cap. Cold prefixes go by rendezvous
+hashing on the request's anchor, so replicas agree without talking.
+
+A Responses request carrying previous_response_id is refused (400): rehydrate
+the conversation first. Debug: /healthz, /readyz, /metrics, /debug/endpoints,
+and ?explain=true on the decision API.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := finish(); err != nil {
+				return usageError(err)
+			}
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return usageError(err)
+			}
+			defer func() { _ = log.Sync() }()
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			s, err := picker.Start(ctx, cfg, log, prometheus.NewRegistry())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "picker on http://%s", s.Addr())
+			if a := s.GRPCAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), ", gRPC on %s", a)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-ctx.Done():
+					s.Close()
+					return nil
+				case <-hup:
+					if m := s.Members(); m != nil {
+						if err := m.ReloadKeys(); err != nil {
+							log.Error("reloading gossip keys", zap.Error(err))
+						} else {
+							log.Info("gossip keys reloaded")
+						}
+					}
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	r := &cfg.Router
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP address: OpenAI endpoints, decision API, /metrics, debug")
+	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address of kvroute.v1.Picker; empty disables")
+	f.StringSliceVar(&cfg.Sidecars, "sidecars", nil, "sidecar gRPC addresses to follow besides those gossip finds")
+	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
+	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", "gossip address (UDP and TCP); empty disables gossip")
+	f.StringVar(&gossipAdvertise, "gossip-advertise", "", "gossip address others dial (default: the bind address)")
+	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read on SIGHUP")
+	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, "unique gossip member name (default: the host name)")
+	f.StringVar(&policy, "policy", string(score.Precise), "routing policy: precise, prefix-hash, least-loaded or round-robin (the last three are baselines)")
+	f.Float64Var(&r.Score.Epsilon, "load-epsilon", r.Score.Epsilon, "bounded-load factor ε: no endpoint above ⌈(1+ε)·mean⌉ in flight while another is under it")
+	f.IntVar(&r.Score.MinCap, "min-load-cap", r.Score.MinCap, "the load cap never goes below this many requests in flight")
+	f.DurationVar(&r.TokenizeTimeout, "tokenize-timeout", r.TokenizeTimeout, "bound on one render call; past it the request is placed by consistent hashing (counted)")
+	f.StringVar(&r.Unresolved, "unresolved", r.Unresolved, "requests whose cache identity cannot be resolved exactly: reject (400), precise-only (score what is known) or load-only")
+	f.IntVar(&r.AnchorTokens, "anchor-tokens", r.AnchorTokens, "anchor of a raw prompt (completions, token ids): its first N tokens")
+	f.Int64Var(&r.MaxBodyBytes, "max-body-bytes", r.MaxBodyBytes, "largest request body accepted (413 beyond)")
+	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for: the sidecars' --capacity")
+	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the bearer token the decision API requires (HTTP and gRPC); none: open")
+	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd, &cfg, finish
+}

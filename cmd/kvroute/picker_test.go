@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/score"
+)
+
+// TestPickerFlags: flags reach the configuration, and bad values are usage
+// errors naming the flag.
+func TestPickerFlags(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, cfg, finish := pickerCommand()
+	if err := cmd.ParseFlags([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "", "--gossip-bind", "", "--sidecars", "127.0.0.1:9090,127.0.0.1:9091",
+		"--policy", "least-loaded", "--load-epsilon", "0.5", "--min-load-cap", "2", "--tokenize-timeout", "300ms", "--unresolved", "load-only",
+		"--anchor-tokens", "512", "--max-body-bytes", "65536", "--capacity", "8192", "--decision-token-file", token}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Router
+	if r.Score.Policy != score.LeastLoaded || r.Score.Epsilon != 0.5 || r.Score.MinCap != 2 || r.TokenizeTimeout.Milliseconds() != 300 ||
+		r.Unresolved != picker.UnresolvedLoadOnly || r.AnchorTokens != 512 || r.MaxBodyBytes != 65536 || cfg.Capacity != 8192 ||
+		cfg.DecisionToken != "s3cret" || cfg.Gossip != nil || len(cfg.Sidecars) != 2 || cfg.GRPCListen != "" {
+		t.Fatalf("%+v", cfg)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--policy random", "--policy"},
+		{"--unresolved maybe", "--unresolved"},
+		{"--anchor-tokens 0", "--anchor-tokens"},
+		{"--tokenize-timeout 0s", "--tokenize-timeout"},
+		{"--gossip-bind=", "no way to find sidecars"},
+		{"--decision-token-file /nonexistent", "--decision-token-file"},
+		{"--gossip-bind nope", "--gossip-bind"},
+	} {
+		cmd, _, finish := pickerCommand()
+		if err := cmd.ParseFlags(strings.Fields(tc.args)); err != nil {
+			t.Fatal(err)
+		}
+		if err := finish(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", tc.args, err)
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package picker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/render"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// grpcPicker serves kvroute.v1.Picker.
+type grpcPicker struct {
+	pb.UnimplementedPickerServer
+	r     *Router
+	token string
+}
+
+// RegisterGRPC adds the Picker service to s; token, when set, is the
+// bearer token calls must carry.
+func (r *Router) RegisterGRPC(s *grpc.Server, token string) {
+	pb.RegisterPickerServer(s, &grpcPicker{r: r, token: token})
+}
+
+func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickResponse, error) {
+	if g.token != "" {
+		md, _ := metadata.FromIncomingContext(ctx)
+		hdr := http.Header{}
+		for _, v := range md.Get("authorization") {
+			hdr.Add("Authorization", v)
+		}
+		if !authorized(&http.Request{Header: hdr}, g.token) {
+			g.r.m.refused.WithLabelValues("unauthorized").Inc()
+			return nil, status.Error(codes.Unauthenticated, "the decision API needs a valid bearer token")
+		}
+	}
+	if int64(len(req.GetBody())) > g.r.cfg.MaxBodyBytes {
+		g.r.m.refused.WithLabelValues("too_large").Inc()
+		return nil, status.Error(codes.InvalidArgument, "the request body is larger than this picker accepts (--max-body-bytes)")
+	}
+	kind, err := intake.Detect(req.GetBody())
+	if err != nil {
+		g.r.m.refused.WithLabelValues("bad_request").Inc()
+		return nil, grpcError(err)
+	}
+	p, err := g.r.Pick(ctx, kind, req.GetBody(), PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	out := &pb.PickResponse{Endpoint: p.Endpoint, EndpointId: p.EndpointID, Model: p.Model, PromptTokens: int32(p.PromptTokens),
+		MatchedTokens: int32(p.MatchedTokens), MatchedBlocks: int32(p.MatchedBlocks), PrefixHash: p.PrefixHash, Policy: p.Policy, Reason: p.Reason}
+	for _, c := range p.Candidates {
+		out.Candidates = append(out.Candidates, &pb.PickCandidate{Endpoint: c.Endpoint, MatchedTokens: int32(c.MatchedTokens),
+			CpuMatchedTokens: int32(c.CPUTokens), StorageMatchedTokens: int32(c.StorageTokens), InFlight: c.InFlight,
+			EstimatedCostTokens: c.Cost, UnderLoadCap: c.UnderCap, Why: c.Why})
+	}
+	return out, nil
+}
+
+// grpcError maps a refusal to a status whose message is the error body.
+func grpcError(err error) error {
+	var ie *intake.Error
+	var re *render.RefusedError
+	switch {
+	case errors.As(err, &ie):
+		return status.Error(httpCode(ie.Status), string(ie.Body()))
+	case errors.As(err, &re):
+		return status.Error(httpCode(re.Status), strings.TrimSpace(string(re.Body)))
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func httpCode(s int) codes.Code {
+	switch s {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return codes.InvalidArgument
+	case http.StatusNotFound:
+		return codes.NotFound
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusServiceUnavailable:
+		return codes.Unavailable
+	}
+	return codes.Unknown
+}

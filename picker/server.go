@@ -1,0 +1,199 @@
+package picker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/kvroute/kvroute/gossip"
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/picker/fleetview"
+)
+
+// ServerConfig configures a picker process. DefaultServerConfig gives the
+// documented defaults.
+type ServerConfig struct {
+	Router Config
+	// Listen serves the OpenAI endpoints, the decision API, /metrics and
+	// the debug endpoints. Default ":8080".
+	Listen string
+	// GRPCListen serves kvroute.v1.Picker; empty disables it. Default ":9000".
+	GRPCListen string
+	// Gossip, when set, finds sidecars through memberlist.
+	Gossip *gossip.Config
+	// Sidecars are sidecar gRPC addresses to follow besides (or instead
+	// of) those gossip finds.
+	Sidecars []string
+	// Capacity sizes the summaries, as the sidecars' --capacity (fleet-wide).
+	// Default 65536.
+	Capacity int
+	// DecisionToken, when set, protects the decision API (HTTP and gRPC).
+	DecisionToken string
+}
+
+// DefaultServerConfig returns the defaults.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536}
+}
+
+// Validate checks c.
+func (c *ServerConfig) Validate() error {
+	var errs []error
+	if err := c.Router.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Listen == "" {
+		errs = append(errs, errors.New("--listen is required"))
+	}
+	if c.Capacity < 1 || c.Capacity > 1<<26 {
+		errs = append(errs, fmt.Errorf("--capacity %d: want 1..%d blocks", c.Capacity, 1<<26))
+	}
+	if c.Gossip == nil && len(c.Sidecars) == 0 {
+		errs = append(errs, errors.New("no way to find sidecars: give --join (gossip) or --sidecars"))
+	}
+	if c.Gossip != nil {
+		if err := c.Gossip.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a running picker.
+type Server struct {
+	log     *zap.Logger
+	reg     *prometheus.Registry
+	view    *fleetview.View
+	router  *Router
+	members *gossip.Members
+	http    *http.Server
+	httpLn  net.Listener
+	grpc    *grpc.Server
+	grpcLn  net.Listener
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Start runs a picker: the fleet view (gossip and/or static sidecars),
+// the router, its HTTP API and its gRPC service.
+func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *prometheus.Registry) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s := &Server{log: log, reg: reg, done: make(chan struct{})}
+	var err error
+	if s.view, err = fleetview.New(fleetview.Config{Params: summary.ForCapacity(cfg.Capacity)}, log.Named("view"), reg); err != nil {
+		return nil, err
+	}
+	if s.router, err = NewRouter(cfg.Router, s.view, log.Named("router"), reg); err != nil {
+		s.view.Close()
+		return nil, err
+	}
+	fail := func(err error) (*Server, error) {
+		s.Close()
+		return nil, err
+	}
+	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fail(fmt.Errorf("--listen %s: %w", cfg.Listen, err))
+	}
+	if cfg.GRPCListen != "" {
+		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+			return fail(fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err))
+		}
+	}
+	for _, addr := range cfg.Sidecars {
+		s.view.Watch(addr)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if cfg.Gossip != nil {
+		if s.members, err = gossip.New(*cfg.Gossip, gossip.Meta{Role: gossip.RolePicker}, log.Named("gossip"), reg); err != nil {
+			return fail(err)
+		}
+		go s.view.FollowGossip(runCtx, s.members)
+	}
+	handler := s.router.Handler(HandlerOptions{DecisionToken: cfg.DecisionToken,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", zap.Error(err))
+		}
+	}()
+	if s.grpcLn != nil {
+		s.grpc = grpc.NewServer()
+		s.router.RegisterGRPC(s.grpc, cfg.DecisionToken)
+		go func() { _ = s.grpc.Serve(s.grpcLn) }()
+	}
+	go func() {
+		defer close(s.done)
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-runCtx.Done():
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the HTTP address.
+func (s *Server) Addr() string { return s.httpLn.Addr().String() }
+
+// GRPCAddr is the gRPC address ("" when disabled).
+func (s *Server) GRPCAddr() string {
+	if s.grpcLn == nil {
+		return ""
+	}
+	return s.grpcLn.Addr().String()
+}
+
+// Members is the gossip membership (nil without gossip).
+func (s *Server) Members() *gossip.Members { return s.members }
+
+// Router is the routing core.
+func (s *Server) Router() *Router { return s.router }
+
+// View is the fleet view.
+func (s *Server) View() *fleetview.View { return s.view }
+
+// Close stops serving and leaves the gossip; it is idempotent.
+func (s *Server) Close() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.http.Shutdown(ctx)
+		cancel()
+	} else if s.httpLn != nil {
+		_ = s.httpLn.Close()
+	}
+	if s.grpc != nil {
+		s.grpc.Stop()
+	} else if s.grpcLn != nil {
+		_ = s.grpcLn.Close()
+	}
+	if s.members != nil {
+		_ = s.members.Close() // leaves, then shuts down
+	}
+	if s.view != nil {
+		s.view.Close()
+	}
+	if s.router != nil {
+		s.router.Close()
+	}
+}
