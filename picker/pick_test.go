@@ -28,12 +28,19 @@ type fleet struct {
 	procs   []*enginesim.Process
 	view    *fleetview.View
 	router  *picker.Router
+	reg     *prometheus.Registry
 	api     *httptest.Server
 }
 
 // startFleet starts n engines with a sidecar each, a fleet view following
 // them, and a router with its HTTP API.
 func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
+	t.Helper()
+	return startFleetWith(t, n, cfg, token, nil)
+}
+
+// startFleetWith is startFleet with each engine's configuration adjusted.
+func startFleetWith(t *testing.T, n int, cfg picker.Config, token string, adjust func(*enginesim.Config)) *fleet {
 	t.Helper()
 	f := &fleet{}
 	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
@@ -51,6 +58,9 @@ func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
 		ecfg.EnablePromptTokensDetails = true
 		replay := "tcp://127.0.0.1:*"
 		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
+		if adjust != nil {
+			adjust(&ecfg)
+		}
 		p, err := enginesim.Start(ecfg, zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
@@ -77,7 +87,8 @@ func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r, err := picker.NewRouter(cfg, v, zap.NewNop(), prometheus.NewRegistry())
+	f.reg = prometheus.NewRegistry()
+	r, err := picker.NewRouter(cfg, v, zap.NewNop(), f.reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,17 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/test/enginesim"
 )
 
 func sdk(url string, hdr *http.Header) openai.Client {
@@ -173,4 +177,74 @@ func TestProxyFailover(t *testing.T) {
 			t.Fatalf("request %d after the engine died: %d via %s: %s", i, resp.StatusCode, resp.Header.Get("X-Kvroute-Endpoint"), b)
 		}
 	}
+}
+
+// TestOverloadedWarmEndpointIsSkipped: requests sharing a warm prefix pile
+// onto its endpoint until it reaches the bounded-load cap; the next ones
+// go to the other endpoint, counted as load overrides.
+func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
+	f := startFleetWith(t, 2, picker.DefaultConfig(), "", func(c *enginesim.Config) {
+		c.Sim.TimeScale = 1 // requests take real time: they stay in flight
+	})
+	system := strings.Repeat("A long shared system prompt for every agent session. ", 40)
+	body := func(i int) string {
+		b, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 60, "ignore_eos": true, "cache_salt": "shared",
+			"messages": []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": fmt.Sprint("Session ", i, ": start.")}}})
+		return string(b)
+	}
+	warm := post2(t, f.api.URL+"/v1/chat/completions", body(0))
+	time.Sleep(300 * time.Millisecond) // its blocks reach the picker
+	var wg sync.WaitGroup
+	got := make([]string, 10)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = post2(t, f.api.URL+"/v1/chat/completions", body(i+1))
+		}()
+		time.Sleep(30 * time.Millisecond)
+	}
+	wg.Wait()
+	onWarm := 0
+	for _, e := range got {
+		if e == warm {
+			onWarm++
+		}
+	}
+	overrides := counter(t, f.reg, "kvroute_picker_load_overrides_total")
+	if onWarm < 4 || onWarm == len(got) || overrides == 0 {
+		t.Fatalf("%d of %d concurrent sessions on the warm endpoint, %v load overrides", onWarm, len(got), overrides)
+	}
+}
+
+// post2 sends a request and returns the endpoint that served it.
+func post2(t *testing.T, url, body string) string {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+	return resp.Header.Get("X-Kvroute-Endpoint")
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.Metric {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
 }
