@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kvroute's build and tests need on a Debian machine that has
-# only Go: libzmq (cgo, through pkg-config) and protoc from apt, and the Go
-# tools pinned in go.mod. Idempotent: installs only what is missing.
+# only Go: libzmq (cgo, through pkg-config), protoc and nginx from apt, and
+# the Go tools pinned in go.mod. Idempotent: installs only what is missing.
 set -euo pipefail
 
 need_apt=()
@@ -13,6 +13,8 @@ command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 # The well-known protobuf types protoc needs next to it.
 [ -e /usr/include/google/protobuf/timestamp.proto ] || need_apt+=(libprotobuf-dev)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+# nginx: the end-to-end test of a gateway hashing on x-kvroute-prefix-hash.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -35,4 +37,5 @@ if ! { go mod download && go build tool; } >/tmp/kvroute-go.log 2>&1; then
   echo "make deps: could not fetch or build the Go modules and tools in go.mod (log: /tmp/kvroute-go.log)" >&2
   exit 1
 fi
-echo "make deps: ok (libzmq $(pkg-config --modversion libzmq), $(protoc --version))"
+nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+echo "make deps: ok (libzmq $(pkg-config --modversion libzmq), $(protoc --version), $("$nginx_bin" -v 2>&1 | sed 's/.*: //'))"

@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/sidecar"
+	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/testnet"
+)
+
+// nginxBinary finds the nginx that make deps installs.
+func nginxBinary(t *testing.T) string {
+	if p, err := exec.LookPath("nginx"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
+		return "/usr/sbin/nginx"
+	}
+	t.Fatal("nginx is not installed: make deps installs it")
+	return ""
+}
+
+// startNginx runs nginx in the foreground as a gateway over upstreams,
+// hashing consistently on the x-kvroute-prefix-hash request header, and
+// stops it at the end of the test.
+func startNginx(t *testing.T, upstreams []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	port := testnet.FreePort(t)
+	var servers strings.Builder
+	for _, u := range upstreams {
+		fmt.Fprintf(&servers, "    server %s;\n", strings.TrimPrefix(u, "http://"))
+	}
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  upstream engines {
+    hash $http_x_kvroute_prefix_hash consistent;
+%[2]s  }
+  server {
+    listen 127.0.0.1:%[3]d;
+    location / {
+      proxy_pass http://engines;
+      proxy_buffering off;
+      add_header X-Upstream $upstream_addr always;
+    }
+  }
+}
+`, dir, servers.String(), port)
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(nginxBinary(t), "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Logf("nginx output:\n%s\n%s", out.String(), log)
+		}
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			return url
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nginx never answered: %v\n%s", err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestNginxKeyedOnPrefixHash: a gateway that dispatches requests itself
+// asks the picker's decision API for the prefix hash and keys nginx's
+// consistent hashing on it; every turn of a conversation then lands on
+// one upstream, and the engine reports the earlier turns cached.
+func TestNginxKeyedOnPrefixHash(t *testing.T) {
+	cfg := picker.DefaultServerConfig()
+	cfg.Listen, cfg.GRPCListen, cfg.Capacity = "127.0.0.1:0", "", 4096
+	var engines []string
+	for i := 0; i < 3; i++ {
+		ecfg := enginesim.DefaultConfig()
+		ecfg.Host, ecfg.Port = "127.0.0.1", 0
+		ecfg.NumGPUBlocks, ecfg.MaxModelLen = 1024, 8192
+		ecfg.Sim.TimeScale = 0
+		ecfg.EnablePromptTokensDetails = true
+		replay := "tcp://127.0.0.1:*"
+		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
+		p, err := enginesim.Start(ecfg, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		e := p.Engines()[0]
+		scfg := sidecar.DefaultConfig()
+		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
+		scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", 4096
+		s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		cfg.Sidecars = append(cfg.Sidecars, s.GRPCAddr())
+		engines = append(engines, e.URL())
+	}
+	pk, err := picker.Start(context.Background(), cfg, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pk.Close)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pk.View().Endpoints()) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the picker never found the endpoints")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gateway := startNginx(t, engines)
+	system := strings.Repeat("You are the support agent of a large shop; follow the policies below. ", 30)
+	conversation := []string{"Where is my order 55?"}
+	var upstream string
+	for turn := 0; turn < 4; turn++ {
+		msgs := []map[string]string{{"role": "system", "content": system}}
+		for i, m := range conversation {
+			role := "user"
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			msgs = append(msgs, map[string]string{"role": role, "content": m})
+		}
+		body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "messages": msgs, "max_tokens": 8, "cache_salt": "shop-1"})
+		// 1. Ask the picker for the hash.
+		resp, err := http.Post("http://"+pk.Addr()+"/routing/v1/pick", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pick struct {
+			PrefixHash string `json:"prefix_hash"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&pick); err != nil || resp.StatusCode != 200 || len(pick.PrefixHash) != 16 {
+			t.Fatalf("turn %d pick: %d %v %+v", turn, resp.StatusCode, err, pick)
+		}
+		resp.Body.Close()
+		// 2. Send the request through nginx, keyed on it.
+		req, _ := http.NewRequest(http.MethodPost, gateway+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-KVRoute-Prefix-Hash", pick.PrefixHash)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+			Usage struct {
+				PromptTokens        int `json:"prompt_tokens"`
+				PromptTokensDetails struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || len(out.Choices) == 0 {
+			t.Fatalf("turn %d via nginx: %d %s", turn, resp.StatusCode, raw)
+		}
+		got := resp.Header.Get("X-Upstream")
+		if turn == 0 {
+			upstream = got
+		} else if got != upstream {
+			t.Fatalf("turn %d went to %s, the conversation is on %s", turn, got, upstream)
+		} else if cached := out.Usage.PromptTokensDetails.CachedTokens; cached < out.Usage.PromptTokens/2 {
+			t.Fatalf("turn %d: %d of %d prompt tokens cached", turn, cached, out.Usage.PromptTokens)
+		}
+		conversation = append(conversation, out.Choices[0].Message.Content, fmt.Sprintf("And question %d?", turn+2))
+	}
+}
