@@ -2,10 +2,23 @@
 // cached prefix under a bounded-load cap, and answers the decision API with
 // a prefix_hash (DESIGN.md §7).
 //
-// Contract: a request is scored only when its whole cache identity is known
-// (model, LoRA, cache_salt, multimodal identifiers, exact tokens from the
-// engine's render endpoint); anything else is rejected or routed load-only,
-// by configuration, and counted by reason — never silently scored as zero.
-//
-// Status: contract only. The implementation lands with the picker issue.
+// Contract:
+//   - A request is scored only when its whole cache identity is known
+//     (model or LoRA adapter, cache_salt, multimodal identifiers from the
+//     engine's render features, exact tokens from the engine's render
+//     endpoint); anything else is rejected or routed load-only, by
+//     configuration (Config.Unresolved), and counted by reason — never
+//     silently scored as zero. previous_response_id is always refused.
+//   - Router.Pick is the decision: the fleet view's per-tier matches and
+//     loads, the picker's own picks not yet covered by an engine load
+//     report (aged at the engine's prefill rate), and the pure scoring core
+//     (picker/score). It never sends anything to an engine except render
+//     and model-list calls.
+//   - The proxy forwards the body as received and streams the answer back
+//     byte for byte; it offers a request to another endpoint only when the
+//     chosen one could not be reached or answered 502/503/504, before any
+//     byte went to the client. It reads the engine's reported cached
+//     tokens and counts wrong-pod outcomes.
+//   - Server owns the sockets and goroutines: gossip membership, the fleet
+//     view, the HTTP API and the gRPC kvroute.v1.Picker service.
 package picker
