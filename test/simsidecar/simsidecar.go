@@ -1,0 +1,165 @@
+package simsidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/summary"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// Config describes one simulated endpoint.
+type Config struct {
+	Index    int            // names the endpoint http://sim-<Index>:8000 and seeds its keys
+	Params   summary.Params // the fleet's summary parameters
+	Rate     int            // blocks stored (and evicted) per second; 0: none
+	Interval time.Duration  // between deltas; default 10 ms
+	Model    string         // default "sim"
+}
+
+// Sidecar is a running simulated sidecar.
+type Sidecar struct {
+	pb.UnimplementedSidecarServer
+	cfg      Config
+	endpoint string
+	addr     string
+
+	mu   sync.Mutex
+	c    *summary.Counting
+	subs map[chan *pb.SummaryUpdate]struct{}
+}
+
+// Start serves a simulated sidecar on 127.0.0.1 until the test ends.
+func Start(t testing.TB, cfg Config) *Sidecar {
+	t.Helper()
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Millisecond
+	}
+	if cfg.Model == "" {
+		cfg.Model = "sim"
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Sidecar{cfg: cfg, endpoint: fmt.Sprintf("http://sim-%d:8000", cfg.Index), addr: ln.Addr().String(),
+		c: summary.NewCounting(cfg.Params), subs: map[chan *pb.SummaryUpdate]struct{}{}}
+	rng := rand.New(rand.NewPCG(uint64(cfg.Index), 99))
+	held := make([]blockkey.Key, cfg.Params.M/summary.BitsPerBlock)
+	for j := range held {
+		held[j] = blockkey.Key(rng.Uint64())
+		s.c.Add(held[j])
+	}
+	s.c.TakeDelta()
+	srv := grpc.NewServer()
+	pb.RegisterSidecarServer(srv, s)
+	go func() { _ = srv.Serve(ln) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		perTick := cfg.Rate * int(cfg.Interval) / int(time.Second)
+		tick := time.NewTicker(cfg.Interval)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				s.mu.Lock()
+				for range perTick {
+					j := rng.IntN(len(held))
+					s.c.Remove(held[j])
+					held[j] = blockkey.Key(rng.Uint64())
+					s.c.Add(held[j])
+				}
+				s.publishLocked(last)
+				s.mu.Unlock()
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; srv.Stop() })
+	return s
+}
+
+// publishLocked sends the pending flips as a delta. Callers hold s.mu.
+func (s *Sidecar) publishLocked(oldest time.Time) {
+	d, ok := s.c.TakeDelta()
+	if !ok {
+		return
+	}
+	u := &pb.SummaryUpdate{Feed: 1, Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{
+		Seq: d.Seq, Data: summary.AppendDelta(nil, d), OldestEventUnixNanos: oldest.UnixNano()}}}
+	for ch := range s.subs {
+		select {
+		case ch <- u:
+		default: // too far behind: cut, as a sidecar does
+			delete(s.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// Hold adds keys the endpoint keeps (never turned over); they reach
+// watchers with the next delta.
+func (s *Sidecar) Hold(keys ...blockkey.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		s.c.Add(k)
+	}
+}
+
+// Addr is the gRPC address.
+func (s *Sidecar) Addr() string { return s.addr }
+
+// Endpoint is the simulated engine URL.
+func (s *Sidecar) Endpoint() string { return s.endpoint }
+
+// Info describes the endpoint.
+func (s *Sidecar) Info(context.Context, *pb.InfoRequest) (*pb.InfoResponse, error) {
+	return &pb.InfoResponse{Endpoints: []*pb.EndpointInfo{{Endpoint: s.endpoint, Model: s.cfg.Model, BlockSize: 16,
+		KeyFormat: blockkey.FormatV1, SummaryParams: s.cfg.Params.String(), Epoch: 1}}}, nil
+}
+
+// WatchSummaries sends a snapshot, then every delta.
+func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.SummaryUpdate]) error {
+	ch := make(chan *pb.SummaryUpdate, 1024)
+	s.mu.Lock()
+	snap := s.c.Snapshot()
+	s.subs[ch] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.subs, ch)
+		s.mu.Unlock()
+	}()
+	if err := stream.Send(&pb.SummaryUpdate{Endpoint: s.endpoint, Tier: "GPU", Epoch: 1, Feed: 1,
+		Body: &pb.SummaryUpdate_Snapshot{Snapshot: &pb.Snapshot{Seq: snap.Seq, Data: summary.AppendSnapshot(nil, snap)}}}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case u, ok := <-ch:
+			if !ok {
+				return errors.New("watcher cut: too far behind")
+			}
+			if err := stream.Send(u); err != nil {
+				return err
+			}
+		}
+	}
+}
