@@ -1,10 +1,12 @@
 package intake
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+
+	"github.com/valyala/fastjson"
 )
 
 // Kind is a body's API.
@@ -94,84 +96,104 @@ type Request struct {
 // Detect tells the kind of a decision-API body by its fields: messages →
 // chat, input → responses, prompt → completion, token_ids → tokens.
 func Detect(body []byte) (Kind, error) {
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(body, &probe); err != nil {
-		return 0, BadRequest("", "", "The body is not a JSON object: %v", err)
+	var p fastjson.Parser
+	v, err := p.ParseBytes(body)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		return 0, BadRequest("", "", "The body is not a JSON object.")
 	}
 	switch {
-	case probe["messages"] != nil:
+	case v.Exists("messages"):
 		return Chat, nil
-	case probe["input"] != nil:
+	case v.Exists("input"):
 		return Responses, nil
-	case probe["prompt"] != nil:
+	case v.Exists("prompt"):
 		return Completion, nil
-	case probe["token_ids"] != nil:
+	case v.Exists("token_ids"):
 		return Tokens, nil
 	}
 	return 0, BadRequest("", "", "The body has none of messages, input, prompt or token_ids.")
 }
 
-// common is what every body may carry.
-type common struct {
-	Model         *string         `json:"model"`
-	Stream        bool            `json:"stream"`
-	CacheSalt     json.RawMessage `json:"cache_salt"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
+// present reports a field that is there and not null.
+func present(v *fastjson.Value) bool { return v != nil && v.Type() != fastjson.TypeNull }
 
-// Parse reads a body of the given kind.
+// Parse reads a body of the given kind. The body is parsed once, by a
+// validating parser that bounds nesting; only the fields routing uses are
+// read (the engine validates the rest of what it is forwarded).
 func Parse(kind Kind, body []byte) (*Request, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(body)
+	if err != nil || v.Type() != fastjson.TypeObject {
 		return nil, BadRequest("", "", "We could not parse the JSON body of your request: it must be a JSON object.")
 	}
-	var c common
-	if err := json.Unmarshal(body, &c); err != nil {
-		return nil, BadRequest("", "", "Invalid request body: %v", err)
-	}
-	if c.Model == nil || *c.Model == "" {
+	model := v.Get("model")
+	if model == nil || model.Type() != fastjson.TypeString || len(model.GetStringBytes()) == 0 {
 		return nil, BadRequest("model", "", "you must provide a model parameter")
 	}
-	r := &Request{Kind: kind, Model: *c.Model, Stream: c.Stream, Anchorable: true}
-	r.IncludeUsage = c.Stream && c.StreamOptions != nil && c.StreamOptions.IncludeUsage
-	if c.CacheSalt != nil && string(c.CacheSalt) != "null" {
-		var salt string
-		if err := json.Unmarshal(c.CacheSalt, &salt); err != nil || salt == "" {
+	r := &Request{Kind: kind, Model: string(model.GetStringBytes()), Anchorable: true}
+	if st := v.Get("stream"); present(st) {
+		if r.Stream, err = st.Bool(); err != nil {
+			return nil, BadRequest("stream", "", "stream must be a boolean")
+		}
+	}
+	r.IncludeUsage = r.Stream && v.GetBool("stream_options", "include_usage")
+	if salt := v.Get("cache_salt"); present(salt) {
+		b, err := salt.StringBytes()
+		if err != nil || len(b) == 0 {
 			return nil, BadRequest("cache_salt", "", "Parameter 'cache_salt' must be a non-empty string if provided.")
 		}
-		r.CacheSalt = salt
+		r.CacheSalt = string(b)
 	}
 	switch kind {
 	case Chat:
-		return r, r.parseChat(fields)
+		return r, r.parseChat(v)
 	case Completion:
-		return r, r.parseCompletion(fields)
+		return r, r.parseCompletion(v)
 	case Responses:
-		return r, r.parseResponses(fields)
+		return r, r.parseResponses(v)
 	case Tokens:
-		return r, r.parseTokens(fields)
+		return r, r.parseTokens(v)
 	}
 	return nil, BadRequest("", "", "unknown request kind")
 }
 
-type message struct {
-	Role string `json:"role"`
+// ids reads an array of token ids (integers below 2^32); ok is false for
+// anything else.
+func ids(v *fastjson.Value) ([]uint32, bool) {
+	if v == nil {
+		return nil, false
+	}
+	items, err := v.Array()
+	if err != nil {
+		return nil, false
+	}
+	out := make([]uint32, len(items))
+	for i, it := range items {
+		if it.Type() != fastjson.TypeNumber {
+			return nil, false
+		}
+		n, err := it.Uint64()
+		if err != nil || n > 1<<32-1 {
+			return nil, false
+		}
+		out[i] = uint32(n)
+	}
+	return out, true
 }
 
-func (r *Request) parseChat(fields map[string]json.RawMessage) error {
-	var msgs []json.RawMessage
-	if err := json.Unmarshal(fields["messages"], &msgs); err != nil || len(msgs) == 0 {
+func role(v *fastjson.Value) (string, bool) {
+	if v.Type() != fastjson.TypeObject {
+		return "", false
+	}
+	return string(v.GetStringBytes("role")), true
+}
+
+func (r *Request) parseChat(v *fastjson.Value) error {
+	msgs := v.GetArray("messages")
+	if len(msgs) == 0 {
 		return BadRequest("messages", "", "messages must be a non-empty array of chat messages")
 	}
-	cut := anchorCut(len(msgs), func(i int) (string, bool) {
-		var m message
-		if json.Unmarshal(msgs[i], &m) != nil {
-			return "", false
-		}
-		return m.Role, true
-	})
+	cut := anchorCut(len(msgs), func(i int) (string, bool) { return role(msgs[i]) })
 	if cut < 0 {
 		return BadRequest("messages", "", "every message must be an object with a role")
 	}
@@ -179,17 +201,67 @@ func (r *Request) parseChat(fields map[string]json.RawMessage) error {
 		r.Anchorable = false
 		return nil
 	}
-	anchor := make(map[string]json.RawMessage, len(fields))
-	for k, v := range fields {
-		anchor[k] = v
-	}
-	anchor["messages"], _ = json.Marshal(msgs[:cut])
-	anchor["add_generation_prompt"] = json.RawMessage("false")
-	anchor["continue_final_message"] = json.RawMessage("false")
-	anchor["stream"] = json.RawMessage("false")
-	delete(anchor, "stream_options")
-	r.AnchorBody, _ = json.Marshal(anchor)
+	var a fastjson.Arena
+	r.AnchorBody = rebuild(v, map[string]*fastjson.Value{
+		"messages":               truncated(&a, msgs[:cut]),
+		"add_generation_prompt":  a.NewFalse(),
+		"continue_final_message": a.NewFalse(),
+		"stream":                 a.NewFalse(),
+	}, "stream_options")
 	return nil
+}
+
+// truncated is a new array of the given items.
+func truncated(a *fastjson.Arena, items []*fastjson.Value) *fastjson.Value {
+	arr := a.NewArray()
+	for i, it := range items {
+		arr.SetArrayItem(i, it)
+	}
+	return arr
+}
+
+// rebuild writes object v with some fields replaced (or added) and others
+// dropped. v itself is not modified.
+func rebuild(v *fastjson.Value, set map[string]*fastjson.Value, drop ...string) []byte {
+	out := []byte{'{'}
+	done := map[string]bool{}
+	v.GetObject().Visit(func(key []byte, val *fastjson.Value) {
+		k := string(key)
+		if slices.Contains(drop, k) || done[k] {
+			return
+		}
+		if nv, ok := set[k]; ok {
+			val, done[k] = nv, true
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = appendString(out, k)
+		out = append(out, ':')
+		out = val.MarshalTo(out)
+	})
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		if !done[k] {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = appendString(out, k)
+		out = append(out, ':')
+		out = set[k].MarshalTo(out)
+	}
+	return append(out, '}')
+}
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
 }
 
 // anchorCut returns how many leading messages (or input items) form the
@@ -215,74 +287,65 @@ func anchorCut(n int, role func(int) (string, bool)) int {
 	return leading
 }
 
-func (r *Request) parseCompletion(fields map[string]json.RawMessage) error {
-	raw := fields["prompt"]
-	if raw == nil || string(raw) == "null" {
+func (r *Request) parseCompletion(v *fastjson.Value) error {
+	prompt := v.Get("prompt")
+	if !present(prompt) {
 		return BadRequest("prompt", "", "prompt is required")
 	}
-	var text string
-	if json.Unmarshal(raw, &text) == nil {
+	if prompt.Type() == fastjson.TypeString {
 		return nil // rendered by the engine
 	}
-	var ids []uint32
-	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
-		r.TokenIDs = ids
+	if got, ok := ids(prompt); ok && len(got) > 0 {
+		r.TokenIDs = got
 		return nil
 	}
-	var many []json.RawMessage
-	if err := json.Unmarshal(raw, &many); err != nil || len(many) == 0 {
+	many, err := prompt.Array()
+	if err != nil || len(many) == 0 {
 		return BadRequest("prompt", "", "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids")
 	}
+	var first []uint32
 	for i, p := range many {
-		var s string
-		var ids []uint32
-		if json.Unmarshal(p, &s) != nil && json.Unmarshal(p, &ids) != nil {
+		got, ok := ids(p)
+		if p.Type() != fastjson.TypeString && !ok {
 			return BadRequest("prompt", "", "prompt[%d] must be a string or a list of token ids", i)
+		}
+		if i == 0 {
+			first = got
 		}
 	}
 	if len(many) > 1 {
 		r.Unresolved = UnresolvedMultiplePrompts
 		return nil
 	}
-	var one []uint32
-	if json.Unmarshal(many[0], &one) == nil {
-		r.TokenIDs = one
-	}
+	r.TokenIDs = first
 	return nil
 }
 
-type inputItem struct {
-	Type string `json:"type"`
-	Role string `json:"role"`
-}
-
-func (r *Request) parseResponses(fields map[string]json.RawMessage) error {
-	if prev := fields["previous_response_id"]; prev != nil && string(prev) != "null" && string(prev) != `""` {
+func (r *Request) parseResponses(v *fastjson.Value) error {
+	if prev := v.Get("previous_response_id"); present(prev) && !(prev.Type() == fastjson.TypeString && len(prev.GetStringBytes()) == 0) {
 		return BadRequest("previous_response_id", "unresolved_previous_response",
 			"previous_response_id cannot be routed: the conversation it names lives in a Responses server's store. "+
 				"Rehydrate the conversation (send the full input) before routing.")
 	}
-	raw := fields["input"]
-	if raw == nil || string(raw) == "null" {
+	input := v.Get("input")
+	if !present(input) {
 		return BadRequest("input", "", "input is required")
 	}
-	var text string
-	if json.Unmarshal(raw, &text) == nil {
+	if input.Type() == fastjson.TypeString {
 		return nil // the whole input is the first user message: the anchor is the prompt
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
+	items, err := input.Array()
+	if err != nil || len(items) == 0 {
 		return BadRequest("input", "", "input must be a string or a non-empty array of input items")
 	}
 	cut := anchorCut(len(items), func(i int) (string, bool) {
-		var it inputItem
-		if json.Unmarshal(items[i], &it) != nil {
+		if items[i].Type() != fastjson.TypeObject {
 			return "", false
 		}
-		if it.Type != "" && it.Type != "message" {
+		if t := string(items[i].GetStringBytes("type")); t != "" && t != "message" {
 			return "", true // a tool call or output: not a message
 		}
-		return it.Role, true
+		return role(items[i])
 	})
 	if cut < 0 {
 		return BadRequest("input", "", "every input item must be an object")
@@ -290,32 +353,29 @@ func (r *Request) parseResponses(fields map[string]json.RawMessage) error {
 	if cut == 0 {
 		// No message to anchor on: the instructions alone, rendered with
 		// the whole request, or nothing.
-		_, r.Anchorable = fields["instructions"]
+		r.Anchorable = present(v.Get("instructions"))
 		return nil
 	}
 	if cut == len(items) {
 		return nil // the anchor is the whole request
 	}
-	anchor := make(map[string]json.RawMessage, len(fields))
-	for k, v := range fields {
-		anchor[k] = v
-	}
-	anchor["input"], _ = json.Marshal(items[:cut])
-	anchor["stream"] = json.RawMessage("false")
-	r.AnchorBody, _ = json.Marshal(anchor)
+	var a fastjson.Arena
+	r.AnchorBody = rebuild(v, map[string]*fastjson.Value{"input": truncated(&a, items[:cut]), "stream": a.NewFalse()}, "stream_options")
 	return nil
 }
 
-func (r *Request) parseTokens(fields map[string]json.RawMessage) error {
-	var ids []uint32
-	if err := json.Unmarshal(fields["token_ids"], &ids); err != nil || len(ids) == 0 {
+func (r *Request) parseTokens(v *fastjson.Value) error {
+	got, ok := ids(v.Get("token_ids"))
+	if !ok || len(got) == 0 {
 		return BadRequest("token_ids", "", "token_ids must be a non-empty array of token ids")
 	}
-	r.TokenIDs = ids
-	if l := fields["lora"]; l != nil && !bytes.Equal(l, []byte("null")) {
-		if err := json.Unmarshal(l, &r.LoRA); err != nil {
+	r.TokenIDs = got
+	if l := v.Get("lora"); present(l) {
+		b, err := l.StringBytes()
+		if err != nil {
 			return BadRequest("lora", "", "lora must be the name of a LoRA adapter")
 		}
+		r.LoRA = string(b)
 	}
 	return nil
 }
