@@ -96,6 +96,7 @@ type Router struct {
 	log    *zap.Logger
 	view   *fleetview.View
 	render *render.Client
+	parser intake.Parser
 	hc     *http.Client // model lists
 	proxy  *http.Client // requests to engines
 	m      *metrics
@@ -191,7 +192,7 @@ func unresolvedError(reason string) *intake.Error {
 
 // Pick decides where a request of kind goes.
 func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt PickOptions) (*Pick, error) {
-	req, err := intake.Parse(kind, body)
+	req, err := r.parser.Parse(kind, body)
 	if err != nil {
 		r.m.refused.WithLabelValues("bad_request").Inc()
 		return nil, err

@@ -117,11 +117,25 @@ func Detect(body []byte) (Kind, error) {
 // present reports a field that is there and not null.
 func present(v *fastjson.Value) bool { return v != nil && v.Type() != fastjson.TypeNull }
 
+// Parser parses bodies, reusing its parsers' memory across calls; the
+// zero value is ready and safe for concurrent use.
+type Parser struct {
+	pool fastjson.ParserPool
+}
+
+// Parse reads a body of the given kind with a fresh parser.
+func Parse(kind Kind, body []byte) (*Request, error) {
+	var p Parser
+	return p.Parse(kind, body)
+}
+
 // Parse reads a body of the given kind. The body is parsed once, by a
 // validating parser that bounds nesting; only the fields routing uses are
-// read (the engine validates the rest of what it is forwarded).
-func Parse(kind Kind, body []byte) (*Request, error) {
-	var p fastjson.Parser
+// read (the engine validates the rest of what it is forwarded). Nothing in
+// the Request refers to the parser's memory.
+func (pp *Parser) Parse(kind Kind, body []byte) (*Request, error) {
+	p := pp.pool.Get()
+	defer pp.pool.Put(p)
 	v, err := p.ParseBytes(body)
 	if err != nil || v.Type() != fastjson.TypeObject {
 		return nil, BadRequest("", "", "We could not parse the JSON body of your request: it must be a JSON object.")
