@@ -45,12 +45,7 @@ func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickRes
 		g.r.m.refused.WithLabelValues("too_large").Inc()
 		return nil, status.Error(codes.InvalidArgument, "the request body is larger than this picker accepts (--max-body-bytes)")
 	}
-	kind, err := intake.Detect(req.GetBody())
-	if err != nil {
-		g.r.m.refused.WithLabelValues("bad_request").Inc()
-		return nil, grpcError(err)
-	}
-	p, err := g.r.Pick(ctx, kind, req.GetBody(), PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
+	p, err := g.r.Pick(ctx, intake.Any, req.GetBody(), PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -113,14 +113,8 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		writeError(w, err)
 		return
 	}
-	kind, err := intake.Detect(body)
-	if err != nil {
-		r.m.refused.WithLabelValues("bad_request").Inc()
-		writeError(w, err)
-		return
-	}
 	explain := req.URL.Query().Get("explain") == "true"
-	p, err := r.Pick(req.Context(), kind, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain})
+	p, err := r.Pick(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain})
 	if err != nil {
 		writeError(w, err)
 		return

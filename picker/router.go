@@ -190,7 +190,8 @@ func unresolvedError(reason string) *intake.Error {
 		"This request's cache identity cannot be resolved exactly (%s); the picker is configured to refuse such requests.", reason)
 }
 
-// Pick decides where a request of kind goes.
+// Pick decides where a request of kind (intake.Any: told by its fields)
+// goes.
 func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt PickOptions) (*Pick, error) {
 	req, err := r.parser.Parse(kind, body)
 	if err != nil {
@@ -226,7 +227,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	var chain []blockkey.Key
 	cfg := r.cfg.Score
 	if !loadOnly {
-		toks, err := r.tokens(ctx, req, kind, body, eps, group)
+		toks, err := r.tokens(ctx, req, req.Kind, body, eps, group)
 		switch {
 		case err == nil:
 			kr := blockkey.Request{Tokens: toks.full, LoRA: lora, CacheSalt: req.CacheSalt, MM: toks.mm}
@@ -466,16 +467,16 @@ func (r *Router) candidates(group string, eps []fleetview.Endpoint, chain []bloc
 				c.Healthy = false
 			}
 		}
+		// Picks the engine's report covers (or too old to matter) are
+		// forgotten; the rest count as in flight.
 		kept := r.sends[e.URL][:0]
 		for _, s := range r.sends[e.URL] {
-			if now.Sub(s.at) > 30*time.Second {
+			if !s.at.After(reported) || now.Sub(s.at) > 30*time.Second {
 				continue
 			}
 			kept = append(kept, s)
-			if s.at.After(reported) {
-				c.Sent++
-				c.SentTokens += max(0, s.tokens-now.Sub(s.at).Seconds()*r.cfg.PrefillTokensPerSecond)
-			}
+			c.Sent++
+			c.SentTokens += max(0, s.tokens-now.Sub(s.at).Seconds()*r.cfg.PrefillTokensPerSecond)
 		}
 		r.sends[e.URL] = kept
 		out = append(out, c)

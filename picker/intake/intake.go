@@ -101,6 +101,10 @@ func Detect(body []byte) (Kind, error) {
 	if err != nil || v.Type() != fastjson.TypeObject {
 		return 0, BadRequest("", "", "The body is not a JSON object.")
 	}
+	return kindOf(v)
+}
+
+func kindOf(v *fastjson.Value) (Kind, error) {
 	switch {
 	case v.Exists("messages"):
 		return Chat, nil
@@ -129,7 +133,10 @@ func Parse(kind Kind, body []byte) (*Request, error) {
 	return p.Parse(kind, body)
 }
 
-// Parse reads a body of the given kind. The body is parsed once, by a
+// Any is the kind of a decision-API body: told by its fields (Detect).
+const Any Kind = 0
+
+// Parse reads a body of the given kind (or Any). The body is parsed once, by a
 // validating parser that bounds nesting; only the fields routing uses are
 // read (the engine validates the rest of what it is forwarded). Nothing in
 // the Request refers to the parser's memory.
@@ -139,6 +146,11 @@ func (pp *Parser) Parse(kind Kind, body []byte) (*Request, error) {
 	v, err := p.ParseBytes(body)
 	if err != nil || v.Type() != fastjson.TypeObject {
 		return nil, BadRequest("", "", "We could not parse the JSON body of your request: it must be a JSON object.")
+	}
+	if kind == Any {
+		if kind, err = kindOf(v); err != nil {
+			return nil, err
+		}
 	}
 	model := v.Get("model")
 	if model == nil || model.Type() != fastjson.TypeString || len(model.GetStringBytes()) == 0 {

@@ -133,7 +133,8 @@ func (s *Sidecar) Info(context.Context, *pb.InfoRequest) (*pb.InfoResponse, erro
 		KeyFormat: blockkey.FormatV1, SummaryParams: s.cfg.Params.String(), Epoch: 1}}}, nil
 }
 
-// WatchSummaries sends a snapshot, then every delta.
+// WatchSummaries sends a snapshot, then every delta, and an idle load
+// report every 200 ms.
 func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.SummaryUpdate]) error {
 	ch := make(chan *pb.SummaryUpdate, 1024)
 	s.mu.Lock()
@@ -149,10 +150,17 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 		Body: &pb.SummaryUpdate_Snapshot{Snapshot: &pb.Snapshot{Seq: snap.Seq, Data: summary.AppendSnapshot(nil, snap)}}}); err != nil {
 		return err
 	}
+	load := time.NewTicker(200 * time.Millisecond) // an idle engine's load report, as a sidecar scrapes it
+	defer load.Stop()
 	for {
 		select {
 		case <-stream.Context().Done():
 			return nil
+		case now := <-load.C:
+			if err := stream.Send(&pb.SummaryUpdate{Endpoint: s.endpoint, Epoch: 1,
+				Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{ScrapedUnixNanos: now.UnixNano()}}}); err != nil {
+				return err
+			}
 		case u, ok := <-ch:
 			if !ok {
 				return errors.New("watcher cut: too far behind")
