@@ -504,8 +504,8 @@ func (r *Router) resolveModel(ctx context.Context, name string) (modelRef, strin
 	ref, ok := r.models[name]
 	stale := time.Since(r.lastRefresh) > time.Second
 	r.mu.Unlock()
-	if ok && len(r.groupEndpoints(ref.group)) > 0 {
-		return ref, ref.group, nil
+	if ok {
+		return ref, ref.group, nil // a group gone empty answers 503, and the next unknown name refreshes
 	}
 	if stale {
 		r.refreshModels(ctx)

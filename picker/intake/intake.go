@@ -91,6 +91,8 @@ type Request struct {
 	// Unresolved names why the identity cannot be resolved exactly ("" when
 	// it can).
 	Unresolved string
+
+	pre map[string][]uint32 // token arrays parsed ahead of the body
 }
 
 // Detect tells the kind of a decision-API body by its fields: messages →
@@ -141,8 +143,18 @@ const Any Kind = 0
 // read (the engine validates the rest of what it is forwarded). Nothing in
 // the Request refers to the parser's memory.
 func (pp *Parser) Parse(kind Kind, body []byte) (*Request, error) {
+	return pp.parse(kind, body, true)
+}
+
+// parse is Parse, with the token-array fast path or without (tests check
+// the two agree).
+func (pp *Parser) parse(kind Kind, body []byte, fast bool) (*Request, error) {
 	p := pp.pool.Get()
 	defer pp.pool.Put(p)
+	var pre map[string][]uint32
+	if fast {
+		body, pre = fastArrays(body, "token_ids", "prompt")
+	}
 	v, err := p.ParseBytes(body)
 	if err != nil || v.Type() != fastjson.TypeObject {
 		return nil, BadRequest("", "", "We could not parse the JSON body of your request: it must be a JSON object.")
@@ -156,7 +168,7 @@ func (pp *Parser) Parse(kind Kind, body []byte) (*Request, error) {
 	if model == nil || model.Type() != fastjson.TypeString || len(model.GetStringBytes()) == 0 {
 		return nil, BadRequest("model", "", "you must provide a model parameter")
 	}
-	r := &Request{Kind: kind, Model: string(model.GetStringBytes()), Anchorable: true}
+	r := &Request{Kind: kind, Model: string(model.GetStringBytes()), Anchorable: true, pre: pre}
 	if st := v.Get("stream"); present(st) {
 		if r.Stream, err = st.Bool(); err != nil {
 			return nil, BadRequest("stream", "", "stream must be a boolean")
@@ -321,6 +333,10 @@ func (r *Request) parseCompletion(v *fastjson.Value) error {
 	if prompt.Type() == fastjson.TypeString {
 		return nil // rendered by the engine
 	}
+	if got := r.pre["prompt"]; got != nil {
+		r.TokenIDs = got
+		return nil
+	}
 	if got, ok := ids(prompt); ok && len(got) > 0 {
 		r.TokenIDs = got
 		return nil
@@ -391,7 +407,10 @@ func (r *Request) parseResponses(v *fastjson.Value) error {
 }
 
 func (r *Request) parseTokens(v *fastjson.Value) error {
-	got, ok := ids(v.Get("token_ids"))
+	got, ok := r.pre["token_ids"], r.pre["token_ids"] != nil
+	if !ok {
+		got, ok = ids(v.Get("token_ids"))
+	}
 	if !ok || len(got) == 0 {
 		return BadRequest("token_ids", "", "token_ids must be a non-empty array of token ids")
 	}

@@ -3,6 +3,7 @@ package intake
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -175,5 +176,36 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		_, _ = Detect([]byte(body))
+	})
+}
+
+// FuzzFastArrays: the token-array fast path reads every body exactly as
+// the generic parser does: the same request or the same refusal.
+func FuzzFastArrays(f *testing.F) {
+	f.Add(`{"model":"m","token_ids":[1, 2,3],"cache_salt":"s"}`)
+	f.Add(`{"model":"m","prompt":[01]}`)
+	f.Add(`{"prompt":[1],"model":"m","prompt":[2]}`)
+	f.Add(`{"model":"m","prompt":[[1,2]],"x":"]"}`)
+	f.Add(`{"model":"m","token_ids":[4294967296]}`)
+	f.Add(` {"model":"m", "x": {"token_ids":[1]}, "token_ids" : [ 7 ] } `)
+	f.Fuzz(func(t *testing.T, body string) {
+		var p Parser
+		for _, k := range []Kind{Completion, Tokens, Any} {
+			a, errA := p.parse(k, []byte(body), true)
+			b, errB := p.parse(k, []byte(body), false)
+			if (errA == nil) != (errB == nil) {
+				t.Fatalf("%s: fast %v, generic %v", k, errA, errB)
+			}
+			if errA != nil {
+				if errA.Error() != errB.Error() {
+					t.Fatalf("%s: fast %v, generic %v", k, errA, errB)
+				}
+				continue
+			}
+			a.pre, b.pre = nil, nil
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("%s: fast %+v, generic %+v", k, a, b)
+			}
+		}
 	})
 }
