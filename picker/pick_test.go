@@ -34,13 +34,19 @@ type fleet struct {
 
 // startFleet starts n engines with a sidecar each, a fleet view following
 // them, and a router with its HTTP API.
+// startFleetB is startFleet for benchmarks.
+func startFleetB(b *testing.B, n int) *fleet {
+	b.Helper()
+	return startFleetWith(b, n, picker.DefaultConfig(), "", nil)
+}
+
 func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
 	t.Helper()
 	return startFleetWith(t, n, cfg, token, nil)
 }
 
 // startFleetWith is startFleet with each engine's configuration adjusted.
-func startFleetWith(t *testing.T, n int, cfg picker.Config, token string, adjust func(*enginesim.Config)) *fleet {
+func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust func(*enginesim.Config)) *fleet {
 	t.Helper()
 	f := &fleet{}
 	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
