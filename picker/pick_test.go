@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,10 +14,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/fleetview"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
 )
@@ -312,5 +319,67 @@ func TestDecisionAPIRefusals(t *testing.T) {
 			(tc.code != "" && (e.Error.Code == nil || *e.Error.Code != tc.code)) {
 			t.Errorf("%s: %d %s", tc.name, code, raw)
 		}
+	}
+}
+
+// TestGRPCPickAgreesWithHTTP: gRPC kvroute.v1.Picker/Pick answers what the
+// HTTP decision API answers, and wants the same bearer token.
+func TestGRPCPickAgreesWithHTTP(t *testing.T) {
+	f := startFleet(t, 2, picker.DefaultConfig(), "tok")
+	srv := grpc.NewServer()
+	f.router.RegisterGRPC(srv, "tok")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewPickerClient(conn)
+	body := chatBody("g", strings.Repeat("A question that is long enough to fill blocks. ", 20))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok")
+	got, err := client.Pick(ctx, &pb.PickRequest{Body: []byte(body), Explain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, want, raw := f.pick(t, body, http.Header{"Authorization": {"Bearer tok"}}, "")
+	if code != 200 || got.Endpoint != want.Endpoint || got.PrefixHash != want.PrefixHash || got.PromptTokens != int32(want.PromptTokens) ||
+		got.Reason != want.Reason || len(got.Candidates) != 2 {
+		t.Fatalf("gRPC %+v, HTTP %s", got, raw)
+	}
+	if _, err := client.Pick(context.Background(), &pb.PickRequest{Body: []byte(body)}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v", err)
+	}
+	_, err = client.Pick(ctx, &pb.PickRequest{Body: []byte(`{"model":"Qwen/Qwen3-0.6B","input":"x","previous_response_id":"r"}`)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "unresolved_previous_response") {
+		t.Fatalf("previous_response_id: %v", err)
+	}
+}
+
+// TestTokenizeTimeoutFallsBack: a render that does not answer in time
+// leaves the request placed by consistent hashing on its raw anchor —
+// the same endpoint for the same anchor — and counted.
+func TestTokenizeTimeoutFallsBack(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.TokenizeTimeout = time.Nanosecond // every render is late
+	f := startFleet(t, 3, cfg, "")
+	var first string
+	for i := 0; i < 3; i++ {
+		code, p, raw := f.pick(t, chatBody("s", "Same conversation start."), nil, "")
+		if code != 200 || p.Reason != "prefix_hash" || p.Policy != "prefix-hash" || p.PrefixHash != "" {
+			t.Fatalf("%d %s", code, raw)
+		}
+		if i == 0 {
+			first = p.Endpoint
+		} else if p.Endpoint != first {
+			t.Fatalf("the fallback moved the anchor from %s to %s", first, p.Endpoint)
+		}
+	}
+	if n := counter(t, f.reg, "kvroute_picker_fallbacks_total"); n < 3 {
+		t.Fatalf("%v fallbacks counted", n)
 	}
 }

@@ -252,6 +252,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 			r.log.Debug("tokenize failed; consistent-hash fallback", zap.Error(err))
 			sr.Anchor, sr.HasAnchor = rawAnchor(req, body), true
 			cfg.Policy = score.PrefixHash
+			pick.Policy = string(score.PrefixHash)
 		}
 	}
 	cands := r.candidates(ref.group, eps, chain, blockSize)
