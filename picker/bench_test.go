@@ -158,7 +158,6 @@ func BenchmarkDecisionAPIThroughput(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "decisions/s")
 }
 
-
 // BenchmarkProxyOverhead: short token-id completions at 1,000 requests/s,
 // through the picker and straight to an engine, one after the other on
 // the same fleet; reports p50/p99 of each and the difference. Target: the
@@ -202,7 +201,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	via := paced(f.api.URL+"/v1/completions", b.N)
 	direct := paced(f.engines[0].URL()+"/v1/completions", b.N)
 	b.StopTimer()
-	q := func(l []time.Duration, p float64) float64 { return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000 }
+	q := func(l []time.Duration, p float64) float64 {
+		return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000
+	}
 	b.ReportMetric(q(via, 0.5), "picker-p50-ms")
 	b.ReportMetric(q(via, 0.99), "picker-p99-ms")
 	b.ReportMetric(q(direct, 0.5), "direct-p50-ms")
