@@ -169,15 +169,6 @@ func (f *fleet) kill(t *testing.T, url string) {
 	t.Fatalf("no engine %s", url)
 }
 
-func (f *fleet) engine(t *testing.T, url string) *enginesim.Engine {
-	for _, e := range f.engines {
-		if e.URL() == url {
-			return e
-		}
-	}
-	t.Fatalf("no engine %s", url)
-	return nil
-}
 
 // send runs a request on an engine and returns its cached prompt tokens.
 func send(t *testing.T, url, path, body string) int {
