@@ -15,6 +15,7 @@ type metrics struct {
 	tokenize       *prometheus.HistogramVec
 	tokenizeErrors *prometheus.CounterVec
 	matchedBlocks  prometheus.Histogram
+	overhead       prometheus.Histogram
 	overrides      prometheus.Counter
 	overrideTokens prometheus.Counter
 	outcomes       *prometheus.CounterVec
@@ -44,13 +45,16 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		tokenize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "tokenize_seconds",
 			Help:    "Render or tokenize call latency, by path (chat_render, completions_render, responses_render, responses_as_chat, tokenize).",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}}, []string{"via"}),
+		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "proxy_overhead_seconds",
+			Help:    "From a proxied request's arrival to its dispatch to the chosen engine (body read, tokens, decision), per attempt.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}}),
 		matchedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "matched_blocks",
 			Help:    "GPU blocks the chosen endpoint held of the request's prefix.",
 			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
-			m.matchedBlocks, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported, endpointsByGroup{r})
+			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported, endpointsByGroup{r})
 	}
 	return m
 }

@@ -169,7 +169,6 @@ func (f *fleet) kill(t *testing.T, url string) {
 	t.Fatalf("no engine %s", url)
 }
 
-
 // send runs a request on an engine and returns its cached prompt tokens.
 func send(t *testing.T, url, path, body string) int {
 	t.Helper()
@@ -372,5 +371,40 @@ func TestTokenizeTimeoutFallsBack(t *testing.T) {
 	}
 	if n := counter(t, f.reg, "kvroute_picker_fallbacks_total"); n < 3 {
 		t.Fatalf("%v fallbacks counted", n)
+	}
+}
+
+// TestLoRAKeys: a request naming a LoRA adapter (resolved through the
+// engines' model list) is keyed under the adapter, so its second turn
+// finds the first; the base model with the same words finds nothing.
+func TestLoRAKeys(t *testing.T) {
+	f := startFleetWith(t, 2, picker.DefaultConfig(), "", func(c *enginesim.Config) {
+		c.EnableLoRA = true
+		c.LoRAModules = []enginesim.LoRAModule{{Name: "support-adapter", Path: "/adapters/support"}}
+	})
+	body := func(model string) string {
+		b, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 4, "messages": []map[string]string{
+			{"role": "system", "content": strings.Repeat("Adapter-specific instructions. ", 40)}, {"role": "user", "content": "Hello there."}}})
+		return string(b)
+	}
+	code, p1, raw := f.pick(t, body("support-adapter"), nil, "")
+	if code != 200 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	send(t, p1.Endpoint, "/v1/chat/completions", body("support-adapter"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, p2, _ := f.pick(t, body("support-adapter"), nil, "")
+		if p2.Reason == "cache_hit" && p2.Endpoint == p1.Endpoint && p2.MatchedTokens > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the adapter's blocks never matched: %+v", p2)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	_, base, _ := f.pick(t, body("Qwen/Qwen3-0.6B"), nil, "")
+	if base.MatchedTokens != 0 || base.PrefixHash == p1.PrefixHash {
+		t.Fatalf("the base model matched the adapter's blocks: %+v", base)
 	}
 }

@@ -41,6 +41,7 @@ func newProxyTransport() *http.Transport {
 // answered 502/503/504 — before any byte went to the client.
 func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
+		arrived := time.Now()
 		body, err := readBody(w, req, r.cfg.MaxBodyBytes)
 		if err != nil {
 			r.m.refused.WithLabelValues("too_large").Inc()
@@ -58,6 +59,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 				writeError(w, err)
 				return
 			}
+			r.m.overhead.Observe(time.Since(arrived).Seconds())
 			done, err := r.forward(w, req, p, path, body)
 			r.Done(p)
 			if done {
@@ -123,7 +125,13 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	sn := &sniffer{sse: sse, limit: 4 << 20}
 	flusher, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
+	bp, _ := r.bufs.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, 32<<10)
+		bp = &b
+	}
+	defer r.bufs.Put(bp)
+	buf := *bp
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {

@@ -99,6 +99,7 @@ type Router struct {
 	parser intake.Parser
 	hc     *http.Client // model lists
 	proxy  *http.Client // requests to engines
+	bufs   sync.Pool    // *[]byte copy buffers for answers
 	m      *metrics
 
 	counter atomic.Uint64 // round-robin position
