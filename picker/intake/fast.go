@@ -140,26 +140,35 @@ func skipValue(b []byte, i int) int {
 // uintArray parses the array at b[i] ('[') if it holds only plain
 // integers (no sign, fraction, exponent or leading zero) below 2^32.
 func uintArray(b []byte, i int) (ids []uint32, end int, ok bool) {
+	n := len(b)
 	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
+	if i < n && b[i] == ']' {
 		return nil, i + 1, true
 	}
-	ids = make([]uint32, 0, (len(b)-i)/4)
+	ids = make([]uint32, 0, (n-i)/4)
 	for {
-		start, v := i, uint64(0)
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			v = v*10 + uint64(b[i]-'0')
-			if v > 1<<32-1 {
-				return nil, 0, false
-			}
-			i++
+		if i >= n || b[i] < '0' || b[i] > '9' {
+			return nil, 0, false
 		}
-		if i == start || (b[start] == '0' && i-start > 1) {
+		start := i
+		v := uint64(b[i] - '0')
+		for i++; i < n && b[i] >= '0' && b[i] <= '9'; i++ {
+			v = v*10 + uint64(b[i]-'0')
+		}
+		if digits := i - start; digits > 10 || v > 1<<32-1 || (b[start] == '0' && digits > 1) {
 			return nil, 0, false
 		}
 		ids = append(ids, uint32(v))
+		if i < n && b[i] == ',' { // the common case: "1,2,3"
+			i++
+			if i < n && b[i] >= '0' && b[i] <= '9' {
+				continue
+			}
+			i = skipSpace(b, i)
+			continue
+		}
 		i = skipSpace(b, i)
-		if i >= len(b) {
+		if i >= n {
 			return nil, 0, false
 		}
 		switch b[i] {
