@@ -1,5 +1,10 @@
 package intake
 
+import (
+	"slices"
+	"strings"
+)
+
 // Token-id arrays are most of a token-id body's bytes; parsing them as
 // generic JSON values costs several times what a dedicated loop does. The
 // functions here find a top-level field's plain array of integers and
@@ -19,6 +24,7 @@ func fastArrays(body []byte, keys ...string) ([]byte, map[string][]uint32) {
 		ids        []uint32
 	}
 	var hits []found
+	seen := map[string]bool{}
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return body, nil
@@ -45,14 +51,20 @@ func fastArrays(body []byte, keys ...string) ([]byte, map[string][]uint32) {
 			return body, nil
 		}
 		key := string(body[kStart : kEnd-1])
+		if strings.IndexByte(key, '\\') >= 0 {
+			return body, nil // an escaped key may spell a wanted one: let the parser decide
+		}
 		i = skipSpace(body, kEnd)
 		if i >= len(body) || body[i] != ':' {
 			return body, nil
 		}
 		i = skipSpace(body, i+1)
-		wanted := false
-		for _, k := range keys {
-			wanted = wanted || k == key
+		wanted := slices.Contains(keys, key)
+		if wanted {
+			if seen[key] {
+				return body, nil // a repeated key: let the parser decide
+			}
+			seen[key] = true
 		}
 		if wanted && i < len(body) && body[i] == '[' {
 			if ids, end, ok := uintArray(body, i); ok && len(ids) > 0 {
@@ -72,9 +84,6 @@ func fastArrays(body []byte, keys ...string) ([]byte, map[string][]uint32) {
 	vals := map[string][]uint32{}
 	prev := 0
 	for _, h := range hits {
-		if _, dup := vals[h.key]; dup {
-			return body, nil // a repeated key: let the parser decide
-		}
 		vals[h.key] = h.ids
 		out = append(out, body[prev:h.start]...)
 		out = append(out, '[', ']')

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -208,4 +210,28 @@ func FuzzFastArrays(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFastArraysBounded: repeated or escaped keys leave the fast path, and
+// what it keeps is bounded by the body.
+func TestFastArraysBounded(t *testing.T) {
+	for _, body := range []string{
+		`{"token_ids":"x","token_ids":[1,2]}`,
+		`{"prompt":{"a":1},"prompt":[1,2]}`,
+		`{"prom\u0070t":[3],"prompt":[1,2]}`,
+		`{"prompt":[1],"prompt":[1],"prompt":[1]}`,
+	} {
+		if _, pre := fastArrays([]byte(body), "token_ids", "prompt"); pre != nil {
+			t.Errorf("%s: fast path taken", body)
+		}
+	}
+	body := []byte(`{"model":"m","prompt":[1],` + strings.Repeat(`"x":[1],`, 20000) + `"y":1}`)
+	allocs := testing.AllocsPerRun(2, func() { fastArrays(body, "token_ids", "prompt") })
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fastArrays(body, "token_ids", "prompt")
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(4*len(body)) {
+		t.Fatalf("%d bytes allocated for a %d-byte body (%v allocations)", grew, len(body), allocs)
+	}
 }
