@@ -226,3 +226,38 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}
 	}
 }
+
+// TestUnknownBlockSizeRoutesByLoad: an endpoint whose block size the
+// sidecar has not learnt yet cannot be keyed; its requests go by load,
+// counted, instead of failing.
+func TestUnknownBlockSizeRoutesByLoad(t *testing.T) {
+	params := summary.ForCapacity(1024)
+	v, err := fleetview.New(fleetview.Config{Params: params, Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	for i := range 2 {
+		v.Watch(simsidecar.Start(t, simsidecar.Config{Index: i, Params: params, NoBlockSize: true}).Addr())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(v.Endpoints()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("not followed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	reg := prometheus.NewRegistry()
+	r, err := picker.NewRouter(picker.DefaultConfig(), v, zap.NewNop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := r.Pick(context.Background(), intake.Any, tokenBody(make([]uint32, 64), "s"), picker.PickOptions{})
+	if err != nil || p.Reason != "load_only" || p.PrefixHash != "" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if n := counter(t, reg, "kvroute_picker_fallbacks_total"); n != 1 {
+		t.Fatalf("%v fallbacks", n)
+	}
+}

@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		overrides:      prometheus.NewCounter(opts("load_overrides_total", "Decisions that skipped the best-cached endpoint because it was at the load cap.")),
 		overrideTokens: prometheus.NewCounter(opts("load_override_tokens_total", "Cached tokens given up by load overrides.")),
 		outcomes: prometheus.NewCounterVec(opts("outcomes_total", "Proxied requests by outcome: as_predicted, fewer_cached_than_predicted and another_endpoint_held_more "+
-			"(wrong-pod outcomes), no_usage (the engine reported none)."), []string{"outcome"}),
+			"(wrong-pod outcomes), no_usage (the engine reported none), no_cached_details (a hit was predicted and the engine gave no details)."), []string{"outcome"}),
 		promptTokens: prometheus.NewCounter(opts("prompt_tokens_total", "Prompt tokens of proxied requests, as the engines reported them.")),
 		predicted:    prometheus.NewCounter(opts("predicted_cached_tokens_total", "Cached prompt tokens the picker predicted for proxied requests.")),
 		reported:     prometheus.NewCounter(opts("reported_cached_tokens_total", "Cached prompt tokens the engines reported (usage.prompt_tokens_details.cached_tokens).")),

@@ -7,14 +7,15 @@ import (
 
 // usage is what an engine reports of a request's prompt: the chat and
 // completions form (prompt_tokens, prompt_tokens_details) or the Responses
-// form (input_tokens, input_tokens_details). Cached is -1 when the engine
-// reported no details (vLLM omits them when nothing was cached, and always
-// without --enable-prompt-tokens-details): callers treat that as 0 cached
-// only when the usage object itself was seen.
+// form (input_tokens, input_tokens_details). Details is false when the
+// engine sent no cached-token details: vLLM omits them when nothing was
+// cached, and always without --enable-prompt-tokens-details, so their
+// absence is not evidence of a miss.
 type usage struct {
-	Prompt int
-	Cached int
-	Seen   bool
+	Prompt  int
+	Cached  int
+	Details bool
+	Seen    bool
 }
 
 type usageJSON struct {
@@ -40,9 +41,9 @@ func (u usageJSON) usage() usage {
 	}
 	switch {
 	case u.PromptTokensDetails != nil:
-		out.Cached = u.PromptTokensDetails.CachedTokens
+		out.Cached, out.Details = u.PromptTokensDetails.CachedTokens, true
 	case u.InputTokensDetails != nil:
-		out.Cached = u.InputTokensDetails.CachedTokens
+		out.Cached, out.Details = u.InputTokensDetails.CachedTokens, true
 	}
 	return out
 }

@@ -111,3 +111,19 @@ func testCounter(t *testing.T, reg *prometheus.Registry, name, label string) flo
 	}
 	return 0
 }
+
+// TestAccountWithoutDetails: an engine that gives no cached-token details
+// is not a wrong pod.
+func TestAccountWithoutDetails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := &Router{cfg: DefaultConfig()}
+	r.m = newMetrics(reg, r)
+	r.account(&Pick{MatchedTokens: 64, blockSize: 16}, usageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
+	r.account(&Pick{MatchedTokens: 0, blockSize: 16}, usageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "no_cached_details"); n != 1 {
+		t.Fatalf("no_cached_details %v", n)
+	}
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "fewer_cached_than_predicted"); n != 0 {
+		t.Fatalf("counted as a wrong pod %v times", n)
+	}
+}

@@ -173,6 +173,10 @@ func (r *Router) account(p *Pick, u usage) {
 	r.m.predicted.Add(float64(predicted))
 	r.m.reported.Add(float64(u.Cached))
 	switch {
+	case !u.Details && predicted > 0:
+		// No details: the engine cached nothing, or does not say (no
+		// --enable-prompt-tokens-details); not counted as a wrong pod.
+		r.m.outcomes.WithLabelValues("no_cached_details").Inc()
 	case u.Cached < predicted:
 		r.m.outcomes.WithLabelValues("fewer_cached_than_predicted").Inc()
 	case p.anotherHeldMore:

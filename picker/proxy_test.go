@@ -166,15 +166,20 @@ func TestProxyFailover(t *testing.T) {
 	resp.Body.Close()
 	first := resp.Header.Get("X-Kvroute-Endpoint")
 	f.kill(t, first)
-	for i := 0; i < 5; i++ {
-		resp, err := http.Post(f.api.URL+"/v1/completions", "application/json", strings.NewReader(body))
+	chat := `{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"` + strings.Repeat("warm prefix ", 100) + `"}],"max_tokens":4,"cache_salt":"x"}`
+	for i := 0; i < 6; i++ {
+		path, b := "/v1/completions", body
+		if i%2 == 1 { // chat requests need a render: the dead engine must not be the one asked
+			path, b = "/v1/chat/completions", chat
+		}
+		resp, err := http.Post(f.api.URL+path, "application/json", strings.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := io.ReadAll(resp.Body)
+		answer, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 || resp.Header.Get("X-Kvroute-Endpoint") == first {
-			t.Fatalf("request %d after the engine died: %d via %s: %s", i, resp.StatusCode, resp.Header.Get("X-Kvroute-Endpoint"), b)
+			t.Fatalf("request %d after the engine died: %d via %s: %s", i, resp.StatusCode, resp.Header.Get("X-Kvroute-Endpoint"), answer)
 		}
 	}
 }

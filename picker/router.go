@@ -102,7 +102,8 @@ type Router struct {
 	bufs   sync.Pool    // *[]byte copy buffers for answers
 	m      *metrics
 
-	counter atomic.Uint64 // round-robin position
+	counter    atomic.Uint64 // round-robin position
+	refreshing atomic.Bool   // a model-list refresh is running
 
 	mu          sync.Mutex
 	models      map[string]modelRef // request model name → where it is served
@@ -214,6 +215,11 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	model, blockSize := eps[0].Info.Model, int(eps[0].Info.BlockSize)
 	loadOnly := false
+	if blockSize <= 0 {
+		// The sidecar has not learnt the engine's block size yet: no keys.
+		loadOnly = true
+		r.m.fallbacks.WithLabelValues("unknown_block_size").Inc()
+	}
 	if req.Unresolved != "" {
 		r.m.unresolved.WithLabelValues(req.Unresolved).Inc()
 		switch r.cfg.Unresolved {
@@ -221,6 +227,11 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 			return nil, unresolvedError(req.Unresolved)
 		case UnresolvedLoadOnly:
 			loadOnly = true
+		case UnresolvedPreciseOnly:
+			// Score what is known: the first prompt when it came as token
+			// ids (intake keeps it); text prompts cannot be rendered one by
+			// one here, so they go by load.
+			loadOnly = req.TokenIDs == nil
 		}
 	}
 	sr := score.Request{Counter: r.counter.Add(1) - 1, LoadOnly: loadOnly}
@@ -268,7 +279,10 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	chosen := cands[d.Index]
 	pick.Endpoint, pick.EndpointID = chosen.ID, endpointID(chosen.ID)
-	pick.MatchedTokens, pick.MatchedBlocks = chosen.Matched[score.GPU], chosen.Matched[score.GPU]/blockSize
+	pick.MatchedTokens = chosen.Matched[score.GPU]
+	if blockSize > 0 {
+		pick.MatchedBlocks = pick.MatchedTokens / blockSize
+	}
 	pick.Reason, pick.cached, pick.blockSize = string(d.Reason), d.Cached, blockSize
 	for _, c := range cands {
 		if c.Healthy && c.Matched[score.GPU] > chosen.Matched[score.GPU] {
@@ -357,7 +371,11 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		}
 		return tokensOf{full: req.TokenIDs, anchor: min(len(req.TokenIDs), r.cfg.AnchorTokens)}, nil
 	}
-	engine := renderEngine(eps)
+	engines := r.renderEngines(eps)
+	if len(engines) == 0 {
+		return tokensOf{}, errors.New("no healthy engine to render with")
+	}
+	engine := engines[0]
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
 	defer cancel()
 	type result struct {
@@ -376,6 +394,13 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 	}
 	t0 := time.Now()
 	full, err := r.render.Render(ctx, engine, kind, body)
+	if err != nil && !isRefusal(err) && ctx.Err() == nil && len(engines) > 1 {
+		// That engine could not be reached: another of the group renders
+		// the same tokens (the anchor, if it failed too, only costs the
+		// prefix hash).
+		r.m.tokenizeErrors.WithLabelValues(errKind(err)).Inc()
+		full, err = r.render.Render(ctx, engines[1], kind, body)
+	}
 	r.m.tokenize.WithLabelValues(full.Via).Observe(time.Since(t0).Seconds())
 	if err != nil {
 		r.m.tokenizeErrors.WithLabelValues(errKind(err)).Inc()
@@ -415,15 +440,27 @@ func errKind(err error) string {
 	return "error"
 }
 
-// renderEngine picks the engine that renders: the least loaded, ties by URL.
-func renderEngine(eps []fleetview.Endpoint) string {
-	best := eps[0]
-	for _, e := range eps[1:] {
-		if loadOf(e) < loadOf(best) || (loadOf(e) == loadOf(best) && e.URL < best.URL) {
-			best = e
+// renderEngines orders the engines that may render: those with a fresh
+// load report (or none yet), least loaded first, ties by URL.
+func (r *Router) renderEngines(eps []fleetview.Endpoint) []string {
+	var ok []fleetview.Endpoint
+	now := time.Now()
+	for _, e := range eps {
+		if e.Load == nil || now.Sub(e.LoadAt) <= r.cfg.StaleLoad {
+			ok = append(ok, e)
 		}
 	}
-	return best.URL
+	sort.Slice(ok, func(i, j int) bool {
+		if loadOf(ok[i]) != loadOf(ok[j]) {
+			return loadOf(ok[i]) < loadOf(ok[j])
+		}
+		return ok[i].URL < ok[j].URL
+	})
+	out := make([]string, len(ok))
+	for i, e := range ok {
+		out[i] = e.URL
+	}
+	return out
 }
 
 func loadOf(e fleetview.Endpoint) float64 {
@@ -463,8 +500,10 @@ func (r *Router) candidates(group string, eps []fleetview.Endpoint, chain []bloc
 		}
 		var reported time.Time
 		if e.Load != nil {
+			// Judged by when the report arrived here, not by the sidecar's
+			// clock: clocks of different machines disagree.
 			c.Waiting, c.Running = e.Load.Waiting, e.Load.Running
-			reported = time.Unix(0, e.Load.ScrapedUnixNanos)
+			reported = e.LoadAt
 			if now.Sub(reported) > r.cfg.StaleLoad {
 				c.Healthy = false
 			}
@@ -509,8 +548,12 @@ func (r *Router) resolveModel(ctx context.Context, name string) (modelRef, strin
 	if ok {
 		return ref, ref.group, nil // a group gone empty answers 503, and the next unknown name refreshes
 	}
-	if stale {
-		r.refreshModels(ctx)
+	if stale && r.refreshing.CompareAndSwap(false, true) {
+		r.mu.Lock()
+		r.lastRefresh = time.Now() // one refresh a second, whatever its outcome
+		r.mu.Unlock()
+		r.refreshModels(context.Background())
+		r.refreshing.Store(false)
 		r.mu.Lock()
 		ref, ok = r.models[name]
 		r.mu.Unlock()
@@ -540,14 +583,27 @@ func (r *Router) refreshModels(ctx context.Context) {
 		}
 		return ids[i] < ids[j]
 	})
+	r.mu.Lock()
+	old := r.models
+	r.mu.Unlock()
 	models := map[string]modelRef{}
 	for _, g := range ids {
 		eps := groups[g]
 		sort.Slice(eps, func(i, j int) bool { return eps[i].URL < eps[j].URL })
-		list, err := r.listModels(ctx, eps[0].URL)
+		var list []modelEntry
+		var err error
+		for _, e := range eps[:min(len(eps), 3)] { // an engine that does not answer is not the group
+			if list, err = r.listModels(ctx, e.URL); err == nil {
+				break
+			}
+			r.log.Debug("model list", zap.String("engine", e.URL), zap.Error(err))
+		}
 		if err != nil {
-			r.log.Debug("model list", zap.String("engine", eps[0].URL), zap.Error(err))
-			list = nil
+			for name, ref := range old { // keep what the group was known to serve
+				if ref.group == g {
+					models[name] = ref
+				}
+			}
 		}
 		base := eps[0].Info.Model
 		if _, ok := models[base]; !ok {
@@ -565,7 +621,7 @@ func (r *Router) refreshModels(ctx context.Context) {
 		}
 	}
 	r.mu.Lock()
-	r.models, r.lastRefresh = models, time.Now()
+	r.models = models
 	r.mu.Unlock()
 }
 

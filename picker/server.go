@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/summary"
@@ -128,14 +130,17 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	handler := s.router.Handler(HandlerOptions{DecisionToken: cfg.DecisionToken,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// A client gets a minute to send its request, and an idle connection
+	// two; answers (streams) are not bounded: the client's leaving ends them.
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	go func() {
 		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", zap.Error(err))
 		}
 	}()
 	if s.grpcLn != nil {
-		s.grpc = grpc.NewServer()
+		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes)+4096),
+			grpc.ChainUnaryInterceptor(recoverUnary(log)))
 		s.router.RegisterGRPC(s.grpc, cfg.DecisionToken)
 		go func() { _ = s.grpc.Serve(s.grpcLn) }()
 	}
@@ -195,5 +200,19 @@ func (s *Server) Close() {
 	}
 	if s.router != nil {
 		s.router.Close()
+	}
+}
+
+// recoverUnary turns a panic in a call into an Internal error (logged)
+// instead of the end of the process.
+func recoverUnary(log *zap.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in a gRPC call", zap.String("method", info.FullMethod), zap.Any("panic", p))
+				err = status.Errorf(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
 	}
 }

@@ -56,6 +56,7 @@ type Endpoint struct {
 	Group      string
 	Info       *pb.EndpointInfo
 	Load       *pb.LoadReport
+	LoadAt     time.Time // when Load arrived (this process's clock)
 	LastUpdate time.Time
 	slot       int
 }
@@ -462,7 +463,7 @@ func (v *View) applyEndpointLocked(ep *Endpoint, u *pb.SummaryUpdate, dec decode
 	g := v.groups[ep.Group]
 	switch b := u.Body.(type) {
 	case *pb.SummaryUpdate_Load:
-		ep.Load = b.Load
+		ep.Load, ep.LoadAt = b.Load, ep.LastUpdate
 		v.applied.WithLabelValues("load").Inc()
 		return nil, nil
 	case *pb.SummaryUpdate_Snapshot:

@@ -355,11 +355,12 @@ func (r *Request) parseCompletion(v *fastjson.Value) error {
 			first = got
 		}
 	}
+	// Several prompts go to one endpoint: unresolved. The first one's ids
+	// are kept for --unresolved precise-only.
+	r.TokenIDs = first
 	if len(many) > 1 {
 		r.Unresolved = UnresolvedMultiplePrompts
-		return nil
 	}
-	r.TokenIDs = first
 	return nil
 }
 

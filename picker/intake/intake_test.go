@@ -58,7 +58,7 @@ func TestParseCompletion(t *testing.T) {
 		{`{"model":"m","prompt":[[4,5]]}`, []uint32{4, 5}, ""},
 		{`{"model":"m","prompt":["a"]}`, nil, ""},
 		{`{"model":"m","prompt":["a","b"]}`, nil, UnresolvedMultiplePrompts},
-		{`{"model":"m","prompt":[[1],[2]]}`, nil, UnresolvedMultiplePrompts},
+		{`{"model":"m","prompt":[[1],[2]]}`, []uint32{1}, UnresolvedMultiplePrompts},
 	} {
 		r, err := Parse(Completion, []byte(tc.body))
 		if err != nil || !slices.Equal(r.TokenIDs, tc.ids) || r.Unresolved != tc.unresolved || r.AnchorBody != nil {
@@ -190,6 +190,9 @@ func FuzzFastArrays(f *testing.F) {
 	f.Add(`{"model":"m","prompt":[[1,2]],"x":"]"}`)
 	f.Add(`{"model":"m","token_ids":[4294967296]}`)
 	f.Add(` {"model":"m", "x": {"token_ids":[1]}, "token_ids" : [ 7 ] } `)
+	f.Add(`{"model":"m","token_ids":"x","token_ids":[1,2]}`)
+	f.Add(`{"model":"m","prompt":{"a":1},"prompt":[1,2]}`)
+	f.Add(`{"model":"m","prom\u0070t":[3],"prompt":[1,2]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		var p Parser
 		for _, k := range []Kind{Completion, Tokens, Any} {

@@ -24,6 +24,9 @@ type Config struct {
 	Rate     int            // blocks stored (and evicted) per second; 0: none
 	Interval time.Duration  // between deltas; default 10 ms
 	Model    string         // default "sim"
+	// NoBlockSize reports block size 0, as a sidecar does before it has
+	// learnt the engine's.
+	NoBlockSize bool
 }
 
 // Sidecar is a running simulated sidecar.
@@ -129,7 +132,11 @@ func (s *Sidecar) Endpoint() string { return s.endpoint }
 
 // Info describes the endpoint.
 func (s *Sidecar) Info(context.Context, *pb.InfoRequest) (*pb.InfoResponse, error) {
-	return &pb.InfoResponse{Endpoints: []*pb.EndpointInfo{{Endpoint: s.endpoint, Model: s.cfg.Model, BlockSize: 16,
+	bs := int32(16)
+	if s.cfg.NoBlockSize {
+		bs = 0
+	}
+	return &pb.InfoResponse{Endpoints: []*pb.EndpointInfo{{Endpoint: s.endpoint, Model: s.cfg.Model, BlockSize: bs,
 		KeyFormat: blockkey.FormatV1, SummaryParams: s.cfg.Params.String(), Epoch: 1}}}, nil
 }
 
