@@ -62,8 +62,8 @@ func TestProxyAgenticConversation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := hdr.Get("X-Kvroute-Endpoint")
-	if first == "" || len(hdr.Get("X-Kvroute-Prefix-Hash")) != 16 {
+	first, hash := hdr.Get("X-Kvroute-Endpoint"), hdr.Get("X-Kvroute-Prefix-Hash")
+	if first == "" || len(hash) != 16 {
 		t.Fatalf("turn 1 headers: %v", hdr)
 	}
 	turn2 := append(turn1,
@@ -76,6 +76,9 @@ func TestProxyAgenticConversation(t *testing.T) {
 	}
 	if got := hdr.Get("X-Kvroute-Endpoint"); got != first {
 		t.Fatalf("turn 2 went to %s, turn 1 ran on %s", got, first)
+	}
+	if got := hdr.Get("X-Kvroute-Prefix-Hash"); got != hash {
+		t.Fatalf("the prefix hash changed between turns: %s then %s", hash, got)
 	}
 	cached, prompt := r2.Usage.InputTokensDetails.CachedTokens, r2.Usage.InputTokens
 	if float64(cached) < 0.95*float64(prompt) {

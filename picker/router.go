@@ -388,7 +388,16 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		anchorCh = make(chan result, 1)
 		go func() {
 			t0 := time.Now()
-			a, err := r.render.Render(ctx, engine, kind, req.AnchorBody)
+			body, kind := req.AnchorBody, kind
+			if kind == intake.Responses {
+				var err error
+				if body, err = render.ResponsesAnchor(body); err != nil {
+					anchorCh <- result{err: err}
+					return
+				}
+				kind = intake.Chat
+			}
+			a, err := r.render.Render(ctx, engine, kind, body)
 			anchorCh <- result{a, err, time.Since(t0)}
 		}()
 	}

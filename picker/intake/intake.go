@@ -79,9 +79,10 @@ type Request struct {
 	// completion prompts); nil when it must be rendered.
 	TokenIDs []uint32
 	// AnchorBody is the request cut after its first user message (chat:
-	// with add_generation_prompt false), to render for the prefix hash;
-	// nil when the anchor is the prompt's first tokens (completions, token
-	// bodies) or the whole prompt (a Responses string input).
+	// with add_generation_prompt false; Responses: rendered as chat without
+	// the generation prompt, so every turn finds the same anchor), to
+	// render for the prefix hash; nil when the anchor is the prompt's first
+	// tokens (completions, token bodies).
 	AnchorBody []byte
 	// Anchorable is false when the request has no anchor part at all (a
 	// chat without system, developer or user messages).
@@ -374,8 +375,11 @@ func (r *Request) parseResponses(v *fastjson.Value) error {
 	if !present(input) {
 		return BadRequest("input", "", "input is required")
 	}
+	var a fastjson.Arena
 	if input.Type() == fastjson.TypeString {
-		return nil // the whole input is the first user message: the anchor is the prompt
+		// The whole input is the first user message.
+		r.AnchorBody = rebuild(v, map[string]*fastjson.Value{"stream": a.NewFalse()}, "stream_options")
+		return nil
 	}
 	items, err := input.Array()
 	if err != nil || len(items) == 0 {
@@ -394,15 +398,13 @@ func (r *Request) parseResponses(v *fastjson.Value) error {
 		return BadRequest("input", "", "every input item must be an object")
 	}
 	if cut == 0 {
-		// No message to anchor on: the instructions alone, rendered with
-		// the whole request, or nothing.
-		r.Anchorable = present(v.Get("instructions"))
+		// No message to anchor on: the instructions and tools alone, or
+		// nothing.
+		if r.Anchorable = present(v.Get("instructions")); r.Anchorable {
+			r.AnchorBody = rebuild(v, map[string]*fastjson.Value{"input": a.NewArray(), "stream": a.NewFalse()}, "stream_options")
+		}
 		return nil
 	}
-	if cut == len(items) {
-		return nil // the anchor is the whole request
-	}
-	var a fastjson.Arena
 	r.AnchorBody = rebuild(v, map[string]*fastjson.Value{"input": truncated(&a, items[:cut]), "stream": a.NewFalse()}, "stream_options")
 	return nil
 }

@@ -81,13 +81,19 @@ func TestParseResponses(t *testing.T) {
 	if err := json.Unmarshal(r.AnchorBody, &anchor); err != nil || len(anchor.Input) != 1 || anchor.Instructions != "be brief" {
 		t.Fatalf("anchor %s %v", r.AnchorBody, err)
 	}
-	r, err = Parse(Responses, []byte(`{"model":"m","input":"just text"}`))
-	if err != nil || r.AnchorBody != nil || !r.Anchorable {
-		t.Fatalf("string input: %+v %v", r, err)
+	// The anchor of a one-message request is the request (rendered as chat
+	// without the generation prompt, like every Responses anchor).
+	r, err = Parse(Responses, []byte(`{"model":"m","input":"just text","stream":true}`))
+	if err != nil || !r.Anchorable || string(r.AnchorBody) != `{"model":"m","input":"just text","stream":false}` {
+		t.Fatalf("string input: %s %v", r.AnchorBody, err)
 	}
 	r, err = Parse(Responses, []byte(`{"model":"m","input":[{"role":"user","content":"only"}]}`))
-	if err != nil || r.AnchorBody != nil || !r.Anchorable {
-		t.Fatalf("one user item: the anchor is the request: %+v %v", r, err)
+	if err != nil || !r.Anchorable || !strings.Contains(string(r.AnchorBody), `"only"`) {
+		t.Fatalf("one user item: %s %v", r.AnchorBody, err)
+	}
+	r, err = Parse(Responses, []byte(`{"model":"m","instructions":"i","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}`))
+	if err != nil || !r.Anchorable || !strings.Contains(string(r.AnchorBody), `"input":[]`) {
+		t.Fatalf("instructions only: %s %v", r.AnchorBody, err)
 	}
 }
 

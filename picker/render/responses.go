@@ -144,3 +144,22 @@ func chatContent(raw json.RawMessage) (any, error) {
 	}
 	return out, nil
 }
+
+// ResponsesAnchor maps a Responses request's anchor (the request cut after
+// its first user message) to a chat request rendered without the
+// generation prompt: the anchor's tokens then end where the conversation's
+// stable part does, on every turn, whatever the template appends for the
+// assistant's turn.
+func ResponsesAnchor(body []byte) ([]byte, error) {
+	chat, err := ResponsesAsChat(body)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(chat, &m); err != nil {
+		return nil, err
+	}
+	m["add_generation_prompt"] = json.RawMessage("false")
+	m["continue_final_message"] = json.RawMessage("false")
+	return json.Marshal(m)
+}
