@@ -47,6 +47,10 @@ type Config struct {
 	// StaleLoad: an endpoint whose last load report is older is unhealthy.
 	// Default 10 s.
 	StaleLoad time.Duration
+	// EngineAPIKey, when set, is sent as a bearer token on the picker's own
+	// calls to engines (render, model lists), for engines started with
+	// --api-key; proxied requests carry the client's own header.
+	EngineAPIKey string
 	// PrefillTokensPerSecond is an engine's prefill rate, used to age the
 	// picks the engine's load report does not cover yet: a pick's queued
 	// prefill work shrinks at this rate from the moment it was made.
@@ -133,7 +137,7 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 	if log == nil {
 		log = zap.NewNop()
 	}
-	r := &Router{cfg: cfg, log: log, view: view, render: render.New(cfg.TokenizeTimeout, 64<<20), hc: &http.Client{Timeout: cfg.TokenizeTimeout},
+	r := &Router{cfg: cfg, log: log, view: view, render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey), hc: &http.Client{Timeout: cfg.TokenizeTimeout},
 		proxy:  &http.Client{Transport: newProxyTransport()},
 		models: map[string]modelRef{}, sends: map[string][]send{}}
 	r.m = newMetrics(reg, r)
@@ -645,6 +649,9 @@ func (r *Router) listModels(ctx context.Context, base string) ([]modelEntry, err
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
 	if err != nil {
 		return nil, err
+	}
+	if r.cfg.EngineAPIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.EngineAPIKey)
 	}
 	resp, err := r.hc.Do(req)
 	if err != nil {

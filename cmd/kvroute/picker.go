@@ -27,7 +27,7 @@ func newPickerCommand() *cobra.Command {
 func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 	cfg := picker.DefaultServerConfig()
 	gcfg := gossip.DefaultConfig()
-	var policy, configFile, logLevel, gossipBind, gossipAdvertise, tokenFile string
+	var policy, configFile, logLevel, gossipBind, gossipAdvertise, tokenFile, engineKeyFile string
 	var cmd *cobra.Command
 	finish := func() error {
 		if configFile != "" {
@@ -55,6 +55,16 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 			}
 			if cfg.DecisionToken = strings.TrimSpace(string(b)); cfg.DecisionToken == "" {
 				return fmt.Errorf("--decision-token-file %s is empty", tokenFile)
+			}
+		}
+		cfg.Router.EngineAPIKey = ""
+		if engineKeyFile != "" {
+			b, err := os.ReadFile(engineKeyFile)
+			if err != nil {
+				return fmt.Errorf("--engine-api-key-file: %w", err)
+			}
+			if cfg.Router.EngineAPIKey = strings.TrimSpace(string(b)); cfg.Router.EngineAPIKey == "" {
+				return fmt.Errorf("--engine-api-key-file %s is empty", engineKeyFile)
 			}
 		}
 		return cfg.Validate()
@@ -137,6 +147,7 @@ and ?explain=true on the decision API.`,
 	f.Int64Var(&r.MaxBodyBytes, "max-body-bytes", r.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for: the sidecars' --capacity")
 	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the bearer token the decision API requires (HTTP and gRPC); none: open")
+	f.StringVar(&engineKeyFile, "engine-api-key-file", "", "file holding the engines' --api-key, sent on the picker's own render and model-list calls")
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, finish

@@ -45,6 +45,14 @@ func (e *RefusedError) Error() string {
 type Client struct {
 	hc      *http.Client
 	maxBody int64
+	apiKey  string
+}
+
+// WithAPIKey makes every call carry "Authorization: Bearer key", for
+// engines started with --api-key.
+func (c *Client) WithAPIKey(key string) *Client {
+	c.apiKey = key
+	return c
 }
 
 // New returns a client whose calls take at most timeout and read at most
@@ -213,6 +221,9 @@ func (c *Client) post(ctx context.Context, url string, body []byte) ([]byte, err
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

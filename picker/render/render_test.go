@@ -96,3 +96,21 @@ func TestRenderTimeout(t *testing.T) {
 		t.Fatalf("took %v", d)
 	}
 }
+
+// TestRenderAPIKey: with an engine key, every render call carries it.
+func TestRenderAPIKey(t *testing.T) {
+	var got string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"token_ids":[1,2,3],"cache_salt":null,"features":null}`))
+	})}
+	ln := listen(t)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	c := render.New(time.Second, 1<<20).WithAPIKey("k3y")
+	r, err := c.Render(context.Background(), "http://"+ln.Addr().String(), intake.Chat, []byte(`{}`))
+	if err != nil || got != "Bearer k3y" || len(r.TokenIDs) != 3 {
+		t.Fatalf("%+v %v, header %q", r, err, got)
+	}
+}
