@@ -262,6 +262,23 @@ func TestDecisionAPI(t *testing.T) {
 	if pb.PrefixHash == p1.PrefixHash || pb.MatchedTokens != 0 || pb.Reason != "cold_anchor" {
 		t.Fatalf("tenant b: %+v", pb)
 	}
+	// A request whose anchor holds no full block has no prefix hash.
+	_, short, _ := f.pick(t, `{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"hi"}]}`, nil, "")
+	if short.PrefixHash != "" || short.Endpoint == "" {
+		t.Fatalf("a short request: %+v", short)
+	}
+	// Health, readiness and the endpoints' debug view.
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/debug/endpoints": p1.Endpoint} {
+		resp, err := http.Get(f.api.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+	}
 	// Token-id bodies skip rendering and carry their own anchor.
 	ids := make([]int, 300)
 	for i := range ids {
