@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/picker"
@@ -108,24 +107,9 @@ and ?explain=true on the decision API.`,
 				fmt.Fprintf(cmd.OutOrStdout(), ", gRPC on %s", a)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			for {
-				select {
-				case <-ctx.Done():
-					s.Close()
-					return nil
-				case <-hup:
-					if m := s.Members(); m != nil {
-						if err := m.ReloadKeys(); err != nil {
-							log.Error("reloading gossip keys", zap.Error(err))
-						} else {
-							log.Info("gossip keys reloaded")
-						}
-					}
-				}
-			}
+			serveUntilSignal(ctx, s.Members(), log)
+			s.Close()
+			return nil
 		},
 	}
 	f := cmd.Flags()

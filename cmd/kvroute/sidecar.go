@@ -138,24 +138,9 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "sidecar debug server on http://%s\n", s.DebugAddr())
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			for {
-				select {
-				case <-ctx.Done():
-					s.Close()
-					return nil
-				case <-hup:
-					if m := s.Members(); m != nil {
-						if err := m.ReloadKeys(); err != nil {
-							log.Error("reloading gossip keys", zap.Error(err))
-						} else {
-							log.Info("gossip keys reloaded")
-						}
-					}
-				}
-			}
+			serveUntilSignal(ctx, s.Members(), log)
+			s.Close()
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -185,4 +170,27 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, finish
+}
+
+// serveUntilSignal waits for ctx (SIGINT, SIGTERM) and meanwhile re-reads
+// the gossip keyring on SIGHUP (rotation without downtime).
+func serveUntilSignal(ctx context.Context, m *gossip.Members, log *zap.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if m == nil {
+				continue
+			}
+			if err := m.ReloadKeys(); err != nil {
+				log.Error("reloading gossip keys", zap.Error(err))
+			} else {
+				log.Info("gossip keys reloaded")
+			}
+		}
+	}
 }
