@@ -24,8 +24,8 @@ import (
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
-	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	testpod "github.com/kvroute/kvroute/test/pod"
 )
 
 const capacity = 4096
@@ -63,35 +63,10 @@ func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust
 	t.Cleanup(v.Close)
 	f.view = v
 	for i := 0; i < n; i++ {
-		ecfg := enginesim.DefaultConfig()
-		ecfg.Host, ecfg.Port = "127.0.0.1", 0
-		ecfg.NumGPUBlocks, ecfg.MaxModelLen = 2048, 8192
-		ecfg.Sim.TimeScale = 0
-		ecfg.EnableScaleOutEndpoints = true
-		ecfg.EnablePromptTokensDetails = true
-		replay := "tcp://127.0.0.1:*"
-		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
-		if adjust != nil {
-			adjust(&ecfg)
-		}
-		p, err := enginesim.Start(ecfg, zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		e := p.Engines()[0]
-		scfg := sidecar.DefaultConfig()
-		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-		scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
-		scfg.ScrapeInterval = 50 * time.Millisecond
-		s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		v.Watch(s.GRPCAddr())
-		f.engines = append(f.engines, e)
-		f.procs = append(f.procs, p)
+		p := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond, Engine: adjust})
+		v.Watch(p.Sidecar.GRPCAddr())
+		f.engines = append(f.engines, p.Engine)
+		f.procs = append(f.procs, p.Process)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(v.Endpoints()) < n || !loaded(v) {

@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	testpod "github.com/kvroute/kvroute/test/pod"
 )
 
 const capacity = 4096
@@ -42,39 +43,16 @@ type podOptions struct {
 // startPodWith starts an engine and its sidecar as o says.
 func startPodWith(t testing.TB, i int, join string, o podOptions) *pod {
 	t.Helper()
-	ecfg := enginesim.DefaultConfig()
-	ecfg.Host, ecfg.Port = "127.0.0.1", 0
-	ecfg.NumGPUBlocks, ecfg.MaxModelLen = o.gpuBlocks, 4096
-	ecfg.Sim.TimeScale = 0
-	replay := "tcp://127.0.0.1:*"
-	ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
-	p, err := enginesim.Start(ecfg, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	e := p.Engines()[0]
-	scfg := sidecar.DefaultConfig()
-	scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", o.capacity
-	scfg.StartupTimeout = 10 * time.Second
-	if o.scrape > 0 {
-		scfg.ScrapeInterval = o.scrape
-	}
+	po := testpod.Options{GPUBlocks: o.gpuBlocks, MaxModelLen: 4096, Capacity: o.capacity, Scrape: o.scrape}
 	if o.gossip {
 		gcfg := gossip.LocalConfig(fmt.Sprintf("sidecar-%d", i))
 		if join != "" {
 			gcfg.Join = []string{join}
 		}
-		scfg.Gossip = &gcfg // the sidecar gossips its own gRPC address
+		po.Gossip = &gcfg // the sidecar gossips its own gRPC address
 	}
-	s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	m := s.Members()
-	return &pod{engine: e, sidecar: s, members: m}
+	p := testpod.Start(t, po)
+	return &pod{engine: p.Engine, sidecar: p.Sidecar, members: p.Sidecar.Members()}
 }
 
 type picker struct {

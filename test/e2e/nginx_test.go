@@ -18,8 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/picker"
-	"github.com/kvroute/kvroute/sidecar"
-	"github.com/kvroute/kvroute/test/enginesim"
+	testpod "github.com/kvroute/kvroute/test/pod"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -121,29 +120,9 @@ func TestNginxKeyedOnPrefixHash(t *testing.T) {
 	cfg.Listen, cfg.GRPCListen, cfg.Capacity = "127.0.0.1:0", "", 4096
 	var engines []string
 	for i := 0; i < 3; i++ {
-		ecfg := enginesim.DefaultConfig()
-		ecfg.Host, ecfg.Port = "127.0.0.1", 0
-		ecfg.NumGPUBlocks, ecfg.MaxModelLen = 1024, 8192
-		ecfg.Sim.TimeScale = 0
-		ecfg.EnablePromptTokensDetails = true
-		replay := "tcp://127.0.0.1:*"
-		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
-		p, err := enginesim.Start(ecfg, zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		e := p.Engines()[0]
-		scfg := sidecar.DefaultConfig()
-		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-		scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", 4096
-		s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		cfg.Sidecars = append(cfg.Sidecars, s.GRPCAddr())
-		engines = append(engines, e.URL())
+		p := testpod.Start(t, testpod.Options{GPUBlocks: 1024})
+		cfg.Sidecars = append(cfg.Sidecars, p.Sidecar.GRPCAddr())
+		engines = append(engines, p.Engine.URL())
 	}
 	pk, err := picker.Start(context.Background(), cfg, zap.NewNop(), nil)
 	if err != nil {
