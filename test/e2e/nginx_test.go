@@ -75,26 +75,10 @@ http {
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
 	cmd := exec.Command(nginxBinary(t), "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGQUIT)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Logf("nginx output:\n%s\n%s", out.String(), log)
-		}
+	out := startProcess(t, cmd, syscall.SIGQUIT, func(out string) {
+		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		t.Logf("nginx output:\n%s\n%s", out, log)
 	})
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	deadline := time.Now().Add(10 * time.Second)

@@ -31,14 +31,22 @@ func buildKvroute(t *testing.T) string {
 // end of the test; its output is kept for failure messages.
 func run(t *testing.T, bin string, args ...string) *bytes.Buffer {
 	t.Helper()
+	return startProcess(t, exec.Command(bin, args...), syscall.SIGTERM, func(out string) {
+		t.Logf("%s %s output:\n%s", filepath.Base(bin), args[0], out)
+	})
+}
+
+// startProcess starts cmd, and at the end of the test sends it stop, then
+// kills it after 10 s; on failure it hands the output to report.
+func startProcess(t *testing.T, cmd *exec.Cmd, stop syscall.Signal, report func(out string)) *bytes.Buffer {
+	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(stop)
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
 		select {
@@ -48,7 +56,7 @@ func run(t *testing.T, bin string, args ...string) *bytes.Buffer {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("%s %s output:\n%s", filepath.Base(bin), args[0], out.String())
+			report(out.String())
 		}
 	})
 	return &out
