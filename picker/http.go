@@ -87,6 +87,15 @@ func readBody(w http.ResponseWriter, req *http.Request, max int64) ([]byte, erro
 	return b, nil
 }
 
+// bodyErrorReason labels a body that could not be read.
+func bodyErrorReason(err error) string {
+	var ie *intake.Error
+	if errors.As(err, &ie) && ie.Status == http.StatusRequestEntityTooLarge {
+		return "too_large"
+	}
+	return "unreadable_body"
+}
+
 // cacheOff reports the X-KVRoute-Cache: off opt-out.
 func cacheOff(h http.Header) bool {
 	return strings.EqualFold(strings.TrimSpace(h.Get("X-KVRoute-Cache")), "off")
@@ -109,7 +118,7 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 	}
 	body, err := readBody(w, req, r.cfg.MaxBodyBytes)
 	if err != nil {
-		r.m.refused.WithLabelValues("too_large").Inc()
+		r.m.refused.WithLabelValues(bodyErrorReason(err)).Inc()
 		writeError(w, err)
 		return
 	}

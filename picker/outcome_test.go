@@ -127,3 +127,17 @@ func TestAccountWithoutDetails(t *testing.T) {
 		t.Fatalf("counted as a wrong pod %v times", n)
 	}
 }
+
+func TestDropHop(t *testing.T) {
+	h := http.Header{"Connection": {"keep-alive, X-Secret"}, "X-Secret": {"s"}, "Keep-Alive": {"1"}, "Te": {"trailers"},
+		"Authorization": {"Bearer k"}, "Content-Type": {"application/json"}}
+	dropHop(h)
+	for _, gone := range []string{"Connection", "X-Secret", "Keep-Alive", "Te"} {
+		if h.Get(gone) != "" {
+			t.Errorf("%s forwarded", gone)
+		}
+	}
+	if h.Get("Authorization") == "" || h.Get("Content-Type") == "" {
+		t.Fatalf("end-to-end headers dropped: %v", h)
+	}
+}

@@ -44,7 +44,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 		arrived := time.Now()
 		body, err := readBody(w, req, r.cfg.MaxBodyBytes)
 		if err != nil {
-			r.m.refused.WithLabelValues("too_large").Inc()
+			r.m.refused.WithLabelValues(bodyErrorReason(err)).Inc()
 			writeError(w, err)
 			return
 		}
@@ -68,10 +68,27 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			r.m.fallbacks.WithLabelValues("endpoint_failed").Inc()
 			r.log.Debug("endpoint failed before answering; trying another", zap.String("endpoint", p.Endpoint), zap.Error(err))
 			opt.Exclude[p.Endpoint] = true
+			// The client is not told the engines' addresses (they are in the
+			// picker's debug log).
 			lastErr = &intake.Error{Status: http.StatusBadGateway, Type: "bad_gateway", Code: "engine_unavailable",
-				Message: "The chosen engines could not answer: " + err.Error()}
+				Message: "No engine chosen for this request could answer it; try again."}
 		}
 		writeError(w, lastErr)
+	}
+}
+
+// dropHop removes hop-by-hop headers, those the Connection header names
+// included.
+func dropHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, x := range hopHeaders {
+		h.Del(x)
 	}
 }
 
@@ -90,9 +107,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 	for k, vs := range in.Header {
 		out.Header[k] = vs
 	}
-	for _, h := range hopHeaders {
-		out.Header.Del(h)
-	}
+	dropHop(out.Header)
 	out.Header.Del("X-Kvroute-Cache")
 	resp, err := r.proxy.Do(out)
 	if err != nil {
@@ -108,13 +123,13 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 		return false, errors.New(resp.Status)
 	}
 	h := w.Header()
+	length := resp.Header.Get("Content-Length")
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	for _, x := range hopHeaders {
-		if x != "Content-Length" {
-			h.Del(x)
-		}
+	dropHop(h)
+	if length != "" {
+		h.Set("Content-Length", length)
 	}
 	h.Set("X-Kvroute-Endpoint", p.Endpoint)
 	h.Set("X-Kvroute-Matched-Tokens", strconv.Itoa(p.MatchedTokens))
