@@ -261,3 +261,44 @@ func TestUnknownBlockSizeRoutesByLoad(t *testing.T) {
 		t.Fatalf("%v fallbacks", n)
 	}
 }
+
+// TestConcurrentFirstRequests: requests arriving while the model lists are
+// first read wait for them instead of being told the model is unknown.
+func TestConcurrentFirstRequests(t *testing.T) {
+	params := summary.ForCapacity(1024)
+	v, err := fleetview.New(fleetview.Config{Params: params, Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	for i := range 2 {
+		v.Watch(simsidecar.Start(t, simsidecar.Config{Index: i, Params: params}).Addr())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(v.Endpoints()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("not followed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r, err := picker.NewRouter(picker.DefaultConfig(), v, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = r.Pick(context.Background(), intake.Any, tokenBody(make([]uint32, 64), "s"), picker.PickOptions{})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+}

@@ -106,8 +106,8 @@ type Router struct {
 	bufs   sync.Pool    // *[]byte copy buffers for answers
 	m      *metrics
 
-	counter    atomic.Uint64 // round-robin position
-	refreshing atomic.Bool   // a model-list refresh is running
+	counter   atomic.Uint64 // round-robin position
+	refreshMu sync.Mutex    // one model-list refresh at a time
 
 	mu          sync.Mutex
 	models      map[string]modelRef // request model name → where it is served
@@ -554,25 +554,29 @@ func (r *Router) record(url string, tokens float64) uint64 {
 // resolveModel finds the group serving a model name (refreshing the model
 // lists at most once a second when a name is unknown).
 func (r *Router) resolveModel(ctx context.Context, name string) (modelRef, string, error) {
-	r.mu.Lock()
-	ref, ok := r.models[name]
-	stale := time.Since(r.lastRefresh) > time.Second
-	r.mu.Unlock()
-	if ok {
+	lookup := func() (modelRef, bool, bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		ref, ok := r.models[name]
+		return ref, ok, time.Since(r.lastRefresh) > time.Second
+	}
+	if ref, ok, _ := lookup(); ok {
 		return ref, ref.group, nil // a group gone empty answers 503, and the next unknown name refreshes
 	}
-	if stale && r.refreshing.CompareAndSwap(false, true) {
+	// One refresh at a time, at most one a second, whatever its outcome;
+	// requests arriving meanwhile wait for it rather than miss.
+	r.refreshMu.Lock()
+	ref, ok, stale := lookup()
+	if !ok && stale {
 		r.mu.Lock()
-		r.lastRefresh = time.Now() // one refresh a second, whatever its outcome
+		r.lastRefresh = time.Now()
 		r.mu.Unlock()
 		r.refreshModels(context.Background())
-		r.refreshing.Store(false)
-		r.mu.Lock()
-		ref, ok = r.models[name]
-		r.mu.Unlock()
-		if ok {
-			return ref, ref.group, nil
-		}
+		ref, ok, _ = lookup()
+	}
+	r.refreshMu.Unlock()
+	if ok {
+		return ref, ref.group, nil
 	}
 	return modelRef{}, "", &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Param: "model", Code: "model_not_found",
 		Message: fmt.Sprintf("The model `%s` does not exist.", name)}
