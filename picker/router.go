@@ -266,7 +266,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 			// anchor, salted, so retries and siblings still meet.
 			r.m.fallbacks.WithLabelValues("tokenize_failed").Inc()
 			r.log.Debug("tokenize failed; consistent-hash fallback", zap.Error(err))
-			sr.Anchor, sr.HasAnchor = rawAnchor(req, body), true
+			sr.Anchor, sr.HasAnchor = rawAnchor(req, body, r.cfg.AnchorTokens), true
 			cfg.Policy = score.PrefixHash
 			pick.Policy = string(score.PrefixHash)
 		}
@@ -340,17 +340,17 @@ func endpointID(url string) string { return fmt.Sprintf("%016x", xxh3.HashString
 
 // rawAnchor is a salted hash of what the request's anchor is made of, for
 // placing it without tokens.
-func rawAnchor(req *intake.Request, body []byte) uint64 {
+func rawAnchor(req *intake.Request, body []byte, anchorTokens int) uint64 {
 	h := xxh3.New()
 	_, _ = h.WriteString(req.Model)
 	_, _ = h.Write([]byte{0})
 	_, _ = h.WriteString(req.CacheSalt)
 	_, _ = h.Write([]byte{0})
 	switch {
-	case req.AnchorBody != nil:
-		_, _ = h.Write(req.AnchorBody)
+	case req.RawAnchor != nil:
+		_, _ = h.Write(req.RawAnchor)
 	case req.TokenIDs != nil:
-		for _, t := range req.TokenIDs[:min(len(req.TokenIDs), 4096)] {
+		for _, t := range req.TokenIDs[:min(len(req.TokenIDs), anchorTokens)] {
 			_, _ = h.Write([]byte{byte(t), byte(t >> 8), byte(t >> 16), byte(t >> 24)})
 		}
 	default:

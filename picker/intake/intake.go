@@ -87,6 +87,11 @@ type Request struct {
 	// Anchorable is false when the request has no anchor part at all (a
 	// chat without system, developer or user messages).
 	Anchorable bool
+	// RawAnchor is the anchor as sent, for placing the request when no
+	// tokens can be had: the anchor's messages (or input items) with the
+	// instructions and tools, or a text prompt's first 4 KiB — never the
+	// sampling parameters, so every turn and sibling gives the same bytes.
+	RawAnchor []byte
 	// IncludeUsage: a streaming request asked for the final usage chunk.
 	IncludeUsage bool
 	// Unresolved names why the identity cannot be resolved exactly ("" when
@@ -241,6 +246,7 @@ func (r *Request) parseChat(v *fastjson.Value) error {
 		return nil
 	}
 	var a fastjson.Arena
+	r.RawAnchor = rawAnchor(v, "messages", msgs[:cut], "tools")
 	r.AnchorBody = rebuild(v, map[string]*fastjson.Value{
 		"messages":               truncated(&a, msgs[:cut]),
 		"add_generation_prompt":  a.NewFalse(),
@@ -248,6 +254,24 @@ func (r *Request) parseChat(v *fastjson.Value) error {
 		"stream":                 a.NewFalse(),
 	}, "stream_options")
 	return nil
+}
+
+// rawAnchor writes the anchor's parts: the named fields of v as sent, then
+// the anchor items.
+func rawAnchor(v *fastjson.Value, itemsName string, items []*fastjson.Value, fields ...string) []byte {
+	var out []byte
+	for _, f := range fields {
+		if fv := v.Get(f); fv != nil {
+			out = appendString(out, f)
+			out = fv.MarshalTo(append(out, ':'))
+		}
+	}
+	out = appendString(out, itemsName)
+	out = append(out, ':')
+	for _, it := range items {
+		out = it.MarshalTo(out)
+	}
+	return out
 }
 
 // truncated is a new array of the given items.
@@ -332,6 +356,8 @@ func (r *Request) parseCompletion(v *fastjson.Value) error {
 		return BadRequest("prompt", "", "prompt is required")
 	}
 	if prompt.Type() == fastjson.TypeString {
+		text := prompt.GetStringBytes()
+		r.RawAnchor = append([]byte(nil), text[:min(len(text), 4096)]...)
 		return nil // rendered by the engine
 	}
 	if got := r.pre["prompt"]; got != nil {
@@ -378,6 +404,7 @@ func (r *Request) parseResponses(v *fastjson.Value) error {
 	var a fastjson.Arena
 	if input.Type() == fastjson.TypeString {
 		// The whole input is the first user message.
+		r.RawAnchor = rawAnchor(v, "input", []*fastjson.Value{input}, "instructions", "tools")
 		r.AnchorBody = rebuild(v, map[string]*fastjson.Value{"stream": a.NewFalse()}, "stream_options")
 		return nil
 	}
@@ -401,10 +428,12 @@ func (r *Request) parseResponses(v *fastjson.Value) error {
 		// No message to anchor on: the instructions and tools alone, or
 		// nothing.
 		if r.Anchorable = present(v.Get("instructions")); r.Anchorable {
+			r.RawAnchor = rawAnchor(v, "input", nil, "instructions", "tools")
 			r.AnchorBody = rebuild(v, map[string]*fastjson.Value{"input": a.NewArray(), "stream": a.NewFalse()}, "stream_options")
 		}
 		return nil
 	}
+	r.RawAnchor = rawAnchor(v, "input", items[:cut], "instructions", "tools")
 	r.AnchorBody = rebuild(v, map[string]*fastjson.Value{"input": truncated(&a, items[:cut]), "stream": a.NewFalse()}, "stream_options")
 	return nil
 }

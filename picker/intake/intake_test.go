@@ -244,3 +244,18 @@ func TestFastArraysBounded(t *testing.T) {
 		t.Fatalf("%d bytes allocated for a %d-byte body (%v allocations)", grew, len(body), allocs)
 	}
 }
+
+// TestRawAnchorIgnoresSamplingAndLaterTurns: the raw anchor of a chat is
+// the same on every turn and whatever the sampling parameters.
+func TestRawAnchorIgnoresSamplingAndLaterTurns(t *testing.T) {
+	a, _ := Parse(Chat, []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}`))
+	b, _ := Parse(Chat, []byte(`{"model":"m","temperature":0.2,"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"assistant","content":"a"},{"role":"user","content":"v"}]}`))
+	c, _ := Parse(Chat, []byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"other"}]}`))
+	if string(a.RawAnchor) != string(b.RawAnchor) || string(a.RawAnchor) == string(c.RawAnchor) || len(a.RawAnchor) == 0 {
+		t.Fatalf("%s / %s / %s", a.RawAnchor, b.RawAnchor, c.RawAnchor)
+	}
+	p, _ := Parse(Completion, []byte(`{"model":"m","prompt":"`+strings.Repeat("x", 5000)+`","max_tokens":3}`))
+	if len(p.RawAnchor) != 4096 {
+		t.Fatalf("text prompt anchor of %d bytes", len(p.RawAnchor))
+	}
+}
