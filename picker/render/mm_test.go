@@ -32,3 +32,16 @@ func TestMMItems(t *testing.T) {
 		t.Fatal("no features")
 	}
 }
+
+func TestHasMedia(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"messages":[{"role":"user","content":"plain"}]}`:                                                          false,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`:                                     false,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}}]}]}`: true,
+		`{"prompt":"x"}`: false,
+	} {
+		if got := hasMedia([]byte(body)); got != want {
+			t.Errorf("%s: %v", body, got)
+		}
+	}
+}

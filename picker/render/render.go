@@ -201,7 +201,42 @@ func sortMM(items []blockkey.MMItem) {
 
 // tokenize is the last resort: /tokenize with the chat or completion form
 // (it ignores cache_salt and never echoes it).
+// ErrMultimodalTokenize refuses the /tokenize fallback for a request with
+// media: /tokenize returns no multimodal features, and keys without them
+// would claim matches the engine does not have.
+var ErrMultimodalTokenize = errors.New("render: no render endpoint, and /tokenize cannot identify this request's media")
+
+// hasMedia reports whether a chat body has a content part that is not
+// text.
+func hasMedia(body []byte) bool {
+	var req struct {
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	for _, m := range req.Messages {
+		var parts []struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(m.Content, &parts) != nil {
+			continue // a string
+		}
+		for _, p := range parts {
+			if p.Type != "text" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (c *Client) tokenize(ctx context.Context, base string, body []byte) (Rendered, error) {
+	if hasMedia(body) {
+		return Rendered{}, ErrMultimodalTokenize
+	}
 	raw, err := c.post(ctx, base+"/tokenize", body)
 	if err != nil {
 		return Rendered{}, err
