@@ -256,3 +256,22 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return total
 }
+
+// TestIdenticalPromptsBackToBack: identical prompts sent back to back,
+// before any KV event of the first can arrive, land on one endpoint (the
+// blind spot between routing and the event; llm-d #659): a cold prefix is
+// placed by its anchor, not by chance.
+func TestIdenticalPromptsBackToBack(t *testing.T) {
+	f := startFleet(t, 3, picker.DefaultConfig(), "")
+	body := `{"model":"Qwen/Qwen3-0.6B","max_tokens":2,"messages":[{"role":"system","content":"` + strings.Repeat("Same long system prompt. ", 30) +
+		`"},{"role":"user","content":"Same question."}]}`
+	var first string
+	for i := 0; i < 4; i++ {
+		got := post2(t, f.api.URL+"/v1/chat/completions", body)
+		if i == 0 {
+			first = got
+		} else if got != first {
+			t.Fatalf("request %d went to %s, the first to %s", i, got, first)
+		}
+	}
+}
