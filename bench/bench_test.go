@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvroute/kvroute/picker/score"
+)
+
+// TestSeedContinuation runs the seed scenario (4 conversations, no
+// simulated waiting) under precise and round-robin routing: precise brings
+// every second turn back to its first turn's engine with most of the
+// prompt cached; round-robin, on two engines, sends each second turn to the
+// other one. results.json and summary.txt are written with the schema's
+// names.
+func TestSeedContinuation(t *testing.T) {
+	res, err := Run(context.Background(), Options{Scenario: SeedContinuation{Conversations: 4, OutputTokens: 8},
+		Policies: []score.Policy{score.Precise, score.RoundRobin}, TimeScale: 0, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, rr := res.Policies["precise"], res.Policies["round-robin"]
+	if p.Errors != 0 || p.Requests != 8 || p.WarmReturns != 4 || p.Conversations != 4 {
+		t.Fatalf("precise: %+v", p)
+	}
+	if rr.WarmReturns != 0 {
+		t.Fatalf("round-robin on two engines: %d warm returns", rr.WarmReturns)
+	}
+	if p.HitRate <= rr.HitRate || p.HitRate < 0.4 || res.PooledBoundHitRate < p.HitRate-0.01 {
+		t.Fatalf("hit rates: precise %.3f, round-robin %.3f, pooled bound %.3f", p.HitRate, rr.HitRate, res.PooledBoundHitRate)
+	}
+	dir := t.TempDir()
+	table, err := Write(dir, res)
+	if err != nil || !strings.Contains(table, "precise") {
+		t.Fatalf("%v\n%s", err, table)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"scenario", "seed", "fleet", "pooled_bound_hit_rate", "policies"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("results.json lacks %s", k)
+		}
+	}
+	pol := doc["policies"].(map[string]any)["precise"].(map[string]any)
+	for _, k := range []string{"requests", "errors", "hit_rate", "ttft_ms", "continuation_ttft_ms", "conversations", "warm_returns", "load_imbalance", "throughput_rps"} {
+		if _, ok := pol[k]; !ok {
+			t.Errorf("policy result lacks %s", k)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "summary.txt")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/sidecar"
+	"github.com/kvroute/kvroute/test/enginesim"
+)
+
+// FleetConfig shapes a benchmark fleet.
+type FleetConfig struct {
+	Engines   int           // default 2
+	GPUBlocks int           // KV blocks per engine; default 2048
+	BlockSize int           // default 16
+	TimeScale float64       // engine time scale: 1 real time, 0 no waiting
+	Policy    score.Policy  // the picker's policy
+	Log       *zap.Logger   // nil: quiet
+	Ready     time.Duration // bound on the fleet coming up; default 30 s
+}
+
+// Fleet is a running benchmark fleet.
+type Fleet struct {
+	cfg      FleetConfig
+	procs    []*enginesim.Process
+	engines  []*enginesim.Engine
+	sidecars []*sidecar.Sidecar
+	picker   *picker.Server
+}
+
+// StartFleet starts engines, sidecars and a picker on 127.0.0.1.
+func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
+	if cfg.Engines == 0 {
+		cfg.Engines = 2
+	}
+	if cfg.GPUBlocks == 0 {
+		cfg.GPUBlocks = 2048
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.Ready == 0 {
+		cfg.Ready = 30 * time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	f := &Fleet{cfg: cfg}
+	fail := func(err error) (*Fleet, error) {
+		f.Close()
+		return nil, err
+	}
+	pcfg := picker.DefaultServerConfig()
+	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = "127.0.0.1:0", "", cfg.GPUBlocks
+	pcfg.Router.Score.Policy = cfg.Policy
+	for i := 0; i < cfg.Engines; i++ {
+		ecfg := enginesim.DefaultConfig()
+		ecfg.Host, ecfg.Port = "127.0.0.1", 0
+		ecfg.NumGPUBlocks, ecfg.BlockSize = cfg.GPUBlocks, cfg.BlockSize
+		ecfg.MaxModelLen = min(32768, (cfg.GPUBlocks-1)*cfg.BlockSize)
+		ecfg.Sim.TimeScale = cfg.TimeScale
+		ecfg.EnableScaleOutEndpoints, ecfg.EnablePromptTokensDetails = true, true
+		replay := "tcp://127.0.0.1:*"
+		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
+		p, err := enginesim.Start(ecfg, log.Named(fmt.Sprint("engine-", i)))
+		if err != nil {
+			return fail(fmt.Errorf("engine %d: %w", i, err))
+		}
+		f.procs = append(f.procs, p)
+		e := p.Engines()[0]
+		f.engines = append(f.engines, e)
+		scfg := sidecar.DefaultConfig()
+		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
+		scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", cfg.GPUBlocks
+		scfg.ScrapeInterval = 100 * time.Millisecond
+		s, err := sidecar.Start(ctx, scfg, log.Named(fmt.Sprint("sidecar-", i)), nil)
+		if err != nil {
+			return fail(fmt.Errorf("sidecar %d: %w", i, err))
+		}
+		f.sidecars = append(f.sidecars, s)
+		pcfg.Sidecars = append(pcfg.Sidecars, s.GRPCAddr())
+	}
+	pk, err := picker.Start(ctx, pcfg, log.Named("picker"), nil)
+	if err != nil {
+		return fail(fmt.Errorf("picker: %w", err))
+	}
+	f.picker = pk
+	deadline := time.Now().Add(cfg.Ready)
+	for len(pk.View().Endpoints()) < cfg.Engines {
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("the picker knows %d of %d endpoints after %v", len(pk.View().Endpoints()), cfg.Engines, cfg.Ready))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return f, nil
+}
+
+// PickerURL is the picker's HTTP base URL.
+func (f *Fleet) PickerURL() string { return "http://" + f.picker.Addr() }
+
+// EngineURLs lists the engines' base URLs.
+func (f *Fleet) EngineURLs() []string {
+	out := make([]string, len(f.engines))
+	for i, e := range f.engines {
+		out[i] = e.URL()
+	}
+	return out
+}
+
+// Close stops everything.
+func (f *Fleet) Close() {
+	if f.picker != nil {
+		f.picker.Close()
+	}
+	for _, s := range f.sidecars {
+		s.Close()
+	}
+	for _, p := range f.procs {
+		p.Close()
+	}
+}

@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/picker/score"
+)
+
+// Options configure a run.
+type Options struct {
+	Scenario  Scenario
+	Policies  []score.Policy // default: all four
+	Engines   int            // default: the scenario's
+	GPUBlocks int            // default 2048
+	TimeScale float64        // engine time scale (1 real time)
+	Seed      uint64
+	Log       *zap.Logger
+	// Progress, when set, is told of each request done.
+	Progress func(policy string, done int)
+}
+
+// Quantiles are latency figures in milliseconds (or µs where named).
+type Quantiles struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+}
+
+// PolicyResult is one policy's figures (results.json schema).
+type PolicyResult struct {
+	Requests            int       `json:"requests"`
+	Errors              int       `json:"errors"`
+	HitRate             float64   `json:"hit_rate"`
+	TTFTms              Quantiles `json:"ttft_ms"`
+	ContinuationTTFTms  Quantiles `json:"continuation_ttft_ms"`
+	Conversations       int       `json:"conversations"`
+	WarmReturns         int       `json:"warm_returns"`
+	LoadImbalance       float64   `json:"load_imbalance"`
+	ThroughputRPS       float64   `json:"throughput_rps"`
+	RequestsPerEndpoint []int     `json:"requests_per_engine"`
+}
+
+// Results is results.json.
+type Results struct {
+	Scenario string `json:"scenario"`
+	Seed     uint64 `json:"seed"`
+	Fleet    struct {
+		Engines            int `json:"engines"`
+		GPUBlocksPerEngine int `json:"gpu_blocks_per_engine"`
+		BlockSize          int `json:"block_size"`
+	} `json:"fleet"`
+	PooledBoundHitRate float64                  `json:"pooled_bound_hit_rate"`
+	Policies           map[string]*PolicyResult `json:"policies"`
+	Order              []string                 `json:"policy_order"`
+}
+
+// Run runs the scenario once per policy, each on a fresh fleet.
+func Run(ctx context.Context, o Options) (*Results, error) {
+	if len(o.Policies) == 0 {
+		o.Policies = score.Policies
+	}
+	if o.Engines == 0 {
+		o.Engines = o.Scenario.Engines()
+	}
+	if o.GPUBlocks == 0 {
+		o.GPUBlocks = 2048
+	}
+	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}}
+	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
+	for i, p := range o.Policies {
+		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, TimeScale: o.TimeScale, Policy: p, Log: o.Log})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		start := time.Now()
+		outcomes, err := o.Scenario.Run(ctx, NewClient(f.PickerURL()), rand.New(rand.NewPCG(o.Seed, 1)))
+		elapsed := time.Since(start)
+		if err == nil && i == 0 {
+			res.PooledBoundHitRate, err = pooledBound(ctx, f.EngineURLs()[0], outcomes, o.Engines*o.GPUBlocks, 16)
+		}
+		engines := f.EngineURLs()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		res.Policies[string(p)] = summarize(outcomes, engines, elapsed)
+		res.Order = append(res.Order, string(p))
+	}
+	return res, nil
+}
+
+func summarize(outs []Outcome, engines []string, elapsed time.Duration) *PolicyResult {
+	r := &PolicyResult{RequestsPerEndpoint: make([]int, len(engines))}
+	var prompt, cached int
+	var ttft, cont []float64
+	first := map[int]string{}
+	convs := map[int]bool{}
+	for _, o := range outs {
+		r.Requests++
+		if o.Err != nil {
+			r.Errors++
+			continue
+		}
+		convs[o.Conversation] = true
+		prompt += o.PromptTokens
+		cached += o.CachedTokens
+		ms := float64(o.TTFT.Microseconds()) / 1000
+		ttft = append(ttft, ms)
+		if o.Turn == 1 {
+			first[o.Conversation] = o.Endpoint
+		} else {
+			cont = append(cont, ms)
+			if first[o.Conversation] == o.Endpoint {
+				r.WarmReturns++
+			}
+		}
+		if i := slices.Index(engines, o.Endpoint); i >= 0 {
+			r.RequestsPerEndpoint[i]++
+		}
+	}
+	r.Conversations = len(convs)
+	if prompt > 0 {
+		r.HitRate = float64(cached) / float64(prompt)
+	}
+	r.TTFTms, r.ContinuationTTFTms = quantiles(ttft), quantiles(cont)
+	mx, sum := 0, 0
+	for _, n := range r.RequestsPerEndpoint {
+		mx, sum = max(mx, n), sum+n
+	}
+	if sum > 0 {
+		r.LoadImbalance = float64(mx) / (float64(sum) / float64(len(engines)))
+	}
+	if elapsed > 0 {
+		r.ThroughputRPS = float64(r.Requests) / elapsed.Seconds()
+	}
+	return r
+}
+
+func quantiles(v []float64) Quantiles {
+	if len(v) == 0 {
+		return Quantiles{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	q := func(p float64) float64 { return s[int(math.Ceil(p*float64(len(s))))-1] }
+	sum := 0.0
+	for _, x := range s {
+		sum += x
+	}
+	return Quantiles{Mean: sum / float64(len(s)), P50: q(0.5), P90: q(0.9), P99: q(0.99)}
+}
+
+// pooledBound replays the requests through one LRU of capacity blocks:
+// the hit rate a single cache the size of the whole fleet would reach.
+// Tokens come from the engine's render endpoint, keys as the picker makes
+// them.
+func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, blockSize int) (float64, error) {
+	lru := list.New()
+	at := map[blockkey.Key]*list.Element{}
+	var hit, total int
+	for _, o := range outs {
+		if o.Err != nil {
+			continue
+		}
+		var req struct {
+			CacheSalt string `json:"cache_salt"`
+		}
+		_ = json.Unmarshal(o.Body, &req)
+		toks, err := render(ctx, engine, o.Path, o.Body)
+		if err != nil {
+			return 0, fmt.Errorf("pooled bound: %w", err)
+		}
+		keys := (&blockkey.Request{Tokens: toks, CacheSalt: req.CacheSalt}).AppendKeys(nil, "Qwen/Qwen3-0.6B", blockSize)
+		n := 0
+		for n < len(keys) && at[keys[n]] != nil {
+			n++
+		}
+		total += len(toks)
+		if len(toks) > 0 {
+			hit += min(n*blockSize, (len(toks)-1)/blockSize*blockSize)
+		}
+		for _, k := range keys {
+			if e := at[k]; e != nil {
+				lru.MoveToFront(e)
+				continue
+			}
+			at[k] = lru.PushFront(k)
+			if lru.Len() > capacity {
+				old := lru.Back()
+				lru.Remove(old)
+				delete(at, old.Value.(blockkey.Key))
+			}
+		}
+	}
+	if total == 0 {
+		return 0, nil
+	}
+	return float64(hit) / float64(total), nil
+}
+
+func render(ctx context.Context, engine, path string, body []byte) ([]uint32, error) {
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "stream")
+	b, _ := json.Marshal(m)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engine+path+"/render", strings.NewReader(string(b)))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/render: %d %s", path, resp.StatusCode, raw)
+	}
+	var g struct {
+		TokenIDs []uint32 `json:"token_ids"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return nil, err
+	}
+	return g.TokenIDs, nil
+}
+
+// Write stores results.json and summary.txt in dir and returns the table.
+func Write(dir string, r *Results) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return "", err
+	}
+	t := Table(r)
+	return t, os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(t), 0o644)
+}
+
+// Table is the side-by-side summary.
+func Table(r *Results) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; pooled-cache bound hit rate %.1f%%\n\n",
+		r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, 100*r.PooledBoundHitRate)
+	fmt.Fprintf(&b, "%-13s %8s %6s %8s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "ttft mean", "ttft p90", "cont. mean", "warm", "imbalance")
+	for _, p := range r.Order {
+		x := r.Policies[p]
+		fmt.Fprintf(&b, "%-13s %8d %6d %7.1f%% %9.0fms %9.0fms %9.0fms %4d/%-4d %9.2f\n", p, x.Requests, x.Errors, 100*x.HitRate,
+			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Conversations, x.LoadImbalance)
+	}
+	return b.String()
+}

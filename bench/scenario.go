@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Outcome is one request as the client saw it.
+type Outcome struct {
+	Conversation int
+	Turn         int // 1, 2, …
+	Endpoint     string
+	PromptTokens int
+	CachedTokens int
+	TTFT         time.Duration // to the first streamed output
+	Start, End   time.Time
+	Err          error
+	// Path and Body are the request as sent (for the pooled bound).
+	Path string
+	Body []byte
+}
+
+// Scenario drives a fleet.
+type Scenario interface {
+	Name() string
+	Engines() int
+	Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, error)
+}
+
+// Client sends requests through the picker.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// NewClient returns a client of the picker at base.
+func NewClient(base string) *Client {
+	return &Client{base: base, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+}
+
+// Responses sends a streaming Responses request and returns the outcome
+// and the output text.
+func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, string) {
+	body["stream"] = true
+	b, _ := json.Marshal(body)
+	o := Outcome{Path: "/v1/responses", Body: b, Start: time.Now()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/responses", bytes.NewReader(b))
+	if err != nil {
+		o.Err = err
+		return o, ""
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		o.Err = err
+		return o, ""
+	}
+	defer resp.Body.Close()
+	o.Endpoint = resp.Header.Get("X-Kvroute-Endpoint")
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, msg)
+		return o, ""
+	}
+	var text strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type     string `json:"type"`
+			Delta    string `json:"delta"`
+			Response *struct {
+				Usage *struct {
+					InputTokens        int `json:"input_tokens"`
+					InputTokensDetails *struct {
+						CachedTokens int `json:"cached_tokens"`
+					} `json:"input_tokens_details"`
+				} `json:"usage"`
+			} `json:"response"`
+		}
+		if json.Unmarshal([]byte(data), &ev) != nil {
+			continue
+		}
+		switch ev.Type {
+		case "response.output_text.delta":
+			if o.TTFT == 0 {
+				o.TTFT = time.Since(o.Start)
+			}
+			text.WriteString(ev.Delta)
+		case "response.completed":
+			if u := ev.Response; u != nil && u.Usage != nil {
+				o.PromptTokens = u.Usage.InputTokens
+				if u.Usage.InputTokensDetails != nil {
+					o.CachedTokens = u.Usage.InputTokensDetails.CachedTokens
+				}
+			}
+		}
+	}
+	o.End = time.Now()
+	if err := sc.Err(); err != nil {
+		o.Err = err
+	} else if o.PromptTokens == 0 {
+		o.Err = fmt.Errorf("no usage in the stream")
+	}
+	return o, text.String()
+}
+
+// words returns n pseudo-random words from rng (≈ n tokens).
+func words(rng *rand.Rand, n int) string {
+	vocab := []string{"cache", "block", "router", "engine", "prefix", "token", "agent", "tool", "policy", "order",
+		"status", "latency", "replica", "summary", "request", "stream", "tenant", "salt", "event", "shard"}
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(vocab[rng.IntN(len(vocab))])
+		if rng.IntN(12) == 0 {
+			fmt.Fprintf(&b, "%d", rng.IntN(1000))
+		}
+	}
+	return b.String()
+}
+
+// SeedContinuation is the seed run's shape: two engines and 12 two-turn
+// Responses conversations run one after another as agentic-api runs them —
+// turn 2 carries the full rehydrated input (≈ 6.6k tokens), every
+// conversation its own cache_salt.
+type SeedContinuation struct {
+	Conversations int // default 12
+	OutputTokens  int // per turn; default 32
+}
+
+// Name is the scenario's name.
+func (SeedContinuation) Name() string { return "seed-continuation" }
+
+// Engines is the fleet size the scenario is defined for.
+func (SeedContinuation) Engines() int { return 2 }
+
+// Run sends the conversations.
+func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, error) {
+	n, out := s.Conversations, s.OutputTokens
+	if n == 0 {
+		n = 12
+	}
+	if out == 0 {
+		out = 32
+	}
+	var outcomes []Outcome
+	for conv := 0; conv < n; conv++ {
+		instructions := words(rng, 5200)
+		input := []any{map[string]any{"role": "user", "content": words(rng, 600)}}
+		salt := fmt.Sprintf("conversation-%d-%x", conv, rng.Uint64())
+		body := func() map[string]any {
+			return map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": instructions, "input": input,
+				"max_output_tokens": out, "cache_salt": salt}
+		}
+		o1, text := c.Responses(ctx, body())
+		o1.Conversation, o1.Turn = conv, 1
+		outcomes = append(outcomes, o1)
+		if o1.Err != nil {
+			return outcomes, fmt.Errorf("conversation %d turn 1: %w", conv, o1.Err)
+		}
+		input = append(input,
+			map[string]any{"role": "assistant", "content": text},
+			map[string]any{"role": "user", "content": words(rng, 600)})
+		o2, _ := c.Responses(ctx, body())
+		o2.Conversation, o2.Turn = conv, 2
+		outcomes = append(outcomes, o2)
+		if o2.Err != nil {
+			return outcomes, fmt.Errorf("conversation %d turn 2: %w", conv, o2.Err)
+		}
+	}
+	return outcomes, nil
+}
