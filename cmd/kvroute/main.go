@@ -73,9 +73,7 @@ the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
 		newEngineCommand(),
 		newSidecarCommand(),
 		newPickerCommand(),
-		pending("bench", "Run a routing benchmark scenario and write a report",
-			`Runs a fleet of simulated engines under a workload with several routing
-policies side by side, and writes a table, JSON results and an HTML report.`),
+		newBenchCommand(),
 		pending("demo", "Run the embedded demo: a small fleet, an agentic workload, a report",
 			`Starts a small local fleet (simulated engines, sidecars, a picker), drives a
 short agentic workload through it, and prints a side-by-side report.`),

@@ -22,7 +22,9 @@
 //     anchor, so siblings of a new prefix co-locate before any KV event
 //     arrives. Requests without an anchor go to the least-loaded endpoint.
 //   - Ties break by the rendezvous weight of the anchor (or of the
-//     request's first key), never by input order or a random source.
+//     request's first key; of the request count for load-only choices, so
+//     the least-loaded baseline has no accidental affinity), never by
+//     input order or a random source.
 //   - The baseline policies (prefix-hash, least-loaded, round-robin) use
 //     the same candidates and cap rules, so the bench compares like with
 //     like.

@@ -195,6 +195,12 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 	if r.HasAnchor {
 		key = r.Anchor
 	}
+	if r.LoadOnly || cfg.Policy == LeastLoaded {
+		// Load-only choices break ties by the request count: breaking them
+		// by the prefix would give the baseline an affinity it does not
+		// have by design.
+		key = mix(r.Counter)
+	}
 	var healthy []cand
 	total := 0.0
 	for i := range cs {

@@ -230,3 +230,18 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeastLoadedTiesIgnoreThePrefix: the load-only baseline breaks ties by
+// the request count, so one prefix does not stick to one endpoint.
+func TestLeastLoadedTiesIgnoreThePrefix(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Policy = LeastLoaded
+	cs := []Candidate{healthy("a", gpu(0), 0), healthy("b", gpu(0), 0)}
+	seen := map[string]bool{}
+	for n := uint64(0); n < 32; n++ {
+		seen[cs[Decide(&cfg, Request{PromptTokens: 10, Anchor: 42, HasAnchor: true, Counter: n}, cs).Index].ID] = true
+	}
+	if len(seen) != 2 {
+		t.Fatalf("one prefix always went to %v", seen)
+	}
+}
