@@ -30,6 +30,9 @@ func TestSeedContinuation(t *testing.T) {
 	if rr.WarmReturns != 0 {
 		t.Fatalf("round-robin on two engines: %d warm returns", rr.WarmReturns)
 	}
+	if p.ContinuationHitRate < 0.9 || rr.ContinuationHitRate > 0.1 {
+		t.Fatalf("continuation hit rates: precise %.3f, round-robin %.3f", p.ContinuationHitRate, rr.ContinuationHitRate)
+	}
 	if p.HitRate <= rr.HitRate || p.HitRate < 0.4 || res.PooledBoundHitRate < p.HitRate-0.01 {
 		t.Fatalf("hit rates: precise %.3f, round-robin %.3f, pooled bound %.3f", p.HitRate, rr.HitRate, res.PooledBoundHitRate)
 	}

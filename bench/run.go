@@ -47,6 +47,7 @@ type PolicyResult struct {
 	Requests            int       `json:"requests"`
 	Errors              int       `json:"errors"`
 	HitRate             float64   `json:"hit_rate"`
+	ContinuationHitRate float64   `json:"continuation_hit_rate"` // turns after the first`
 	TTFTms              Quantiles `json:"ttft_ms"`
 	ContinuationTTFTms  Quantiles `json:"continuation_ttft_ms"`
 	Conversations       int       `json:"conversations"`
@@ -107,7 +108,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 
 func summarize(outs []Outcome, engines []string, elapsed time.Duration) *PolicyResult {
 	r := &PolicyResult{RequestsPerEndpoint: make([]int, len(engines))}
-	var prompt, cached int
+	var prompt, cached, contPrompt, contCached int
 	var ttft, cont []float64
 	first := map[int]string{}
 	convs := map[int]bool{}
@@ -126,6 +127,8 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration) *PolicyR
 			first[o.Conversation] = o.Endpoint
 		} else {
 			cont = append(cont, ms)
+			contPrompt += o.PromptTokens
+			contCached += o.CachedTokens
 			if first[o.Conversation] == o.Endpoint {
 				r.WarmReturns++
 			}
@@ -137,6 +140,9 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration) *PolicyR
 	r.Conversations = len(convs)
 	if prompt > 0 {
 		r.HitRate = float64(cached) / float64(prompt)
+	}
+	if contPrompt > 0 {
+		r.ContinuationHitRate = float64(contCached) / float64(contPrompt)
 	}
 	r.TTFTms, r.ContinuationTTFTms = quantiles(ttft), quantiles(cont)
 	mx, sum := 0, 0
@@ -265,10 +271,10 @@ func Table(r *Results) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; pooled-cache bound hit rate %.1f%%\n\n",
 		r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, 100*r.PooledBoundHitRate)
-	fmt.Fprintf(&b, "%-13s %8s %6s %8s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "ttft mean", "ttft p90", "cont. mean", "warm", "imbalance")
+	fmt.Fprintf(&b, "%-13s %8s %6s %8s %9s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "imbalance")
 	for _, p := range r.Order {
 		x := r.Policies[p]
-		fmt.Fprintf(&b, "%-13s %8d %6d %7.1f%% %9.0fms %9.0fms %9.0fms %4d/%-4d %9.2f\n", p, x.Requests, x.Errors, 100*x.HitRate,
+		fmt.Fprintf(&b, "%-13s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %4d/%-4d %9.2f\n", p, x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
 			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Conversations, x.LoadImbalance)
 	}
 	return b.String()
