@@ -160,7 +160,7 @@ func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([
 	}
 	var outcomes []Outcome
 	for conv := 0; conv < n; conv++ {
-		instructions := words(rng, 5200)
+		instructions := words(rng, 5800)
 		input := []any{map[string]any{"role": "user", "content": words(rng, 600)}}
 		salt := fmt.Sprintf("conversation-%d-%x", conv, rng.Uint64())
 		body := func() map[string]any {
@@ -175,7 +175,7 @@ func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([
 		}
 		input = append(input,
 			map[string]any{"role": "assistant", "content": text},
-			map[string]any{"role": "user", "content": words(rng, 600)})
+			map[string]any{"role": "user", "content": words(rng, 20)}) // a short follow-up, as in the seed run
 		o2, _ := c.Responses(ctx, body())
 		o2.Conversation, o2.Turn = conv, 2
 		outcomes = append(outcomes, o2)
