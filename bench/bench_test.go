@@ -55,7 +55,10 @@ func TestSeedContinuation(t *testing.T) {
 		}
 	}
 	pol := doc["policies"].(map[string]any)["precise"].(map[string]any)
-	for _, k := range []string{"requests", "errors", "hit_rate", "ttft_ms", "continuation_ttft_ms", "conversations", "warm_returns", "load_imbalance", "throughput_rps"} {
+	if p.PickOverheadUs.P99 <= 0 || p.PickOverheadUs.P99 < p.PickOverheadUs.P50 || p.WrongPodRate > 0.5 {
+		t.Fatalf("picker figures: %+v, wrong-pod rate %v", p.PickOverheadUs, p.WrongPodRate)
+	}
+	for _, k := range []string{"requests", "errors", "hit_rate", "ttft_ms", "continuation_ttft_ms", "conversations", "warm_returns", "load_imbalance", "throughput_rps", "pick_overhead_us", "wrong_pod_rate"} {
 		if _, ok := pol[k]; !ok {
 			t.Errorf("policy result lacks %s", k)
 		}

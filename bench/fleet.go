@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"go.uber.org/zap"
 
@@ -31,6 +34,48 @@ type Fleet struct {
 	engines  []*enginesim.Engine
 	sidecars []*sidecar.Sidecar
 	picker   *picker.Server
+	reg      *prometheus.Registry // the picker's metrics
+}
+
+// PickerStats are figures read from the picker's metrics.
+type PickerStats struct {
+	OverheadP50us, OverheadP99us float64 // arrival → dispatch, bucket upper bounds
+	Outcomes                     map[string]float64
+}
+
+// PickerStats reads the picker's metrics.
+func (f *Fleet) PickerStats() (PickerStats, error) {
+	st := PickerStats{Outcomes: map[string]float64{}}
+	families, err := f.reg.Gather()
+	if err != nil {
+		return st, err
+	}
+	for _, fam := range families {
+		switch fam.GetName() {
+		case "kvroute_picker_proxy_overhead_seconds":
+			h := fam.Metric[0].GetHistogram()
+			q := func(p float64) float64 {
+				for _, b := range h.Bucket {
+					if float64(b.GetCumulativeCount()) >= p*float64(h.GetSampleCount()) {
+						return b.GetUpperBound() * 1e6
+					}
+				}
+				return math.Inf(1)
+			}
+			if h.GetSampleCount() > 0 {
+				st.OverheadP50us, st.OverheadP99us = q(0.5), q(0.99)
+			}
+		case "kvroute_picker_outcomes_total":
+			for _, m := range fam.Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "outcome" {
+						st.Outcomes[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return st, nil
 }
 
 // StartFleet starts engines, sidecars and a picker on 127.0.0.1.
@@ -86,7 +131,8 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		f.sidecars = append(f.sidecars, s)
 		pcfg.Sidecars = append(pcfg.Sidecars, s.GRPCAddr())
 	}
-	pk, err := picker.Start(ctx, pcfg, log.Named("picker"), nil)
+	f.reg = prometheus.NewRegistry()
+	pk, err := picker.Start(ctx, pcfg, log.Named("picker"), f.reg)
 	if err != nil {
 		return fail(fmt.Errorf("picker: %w", err))
 	}

@@ -54,7 +54,16 @@ type PolicyResult struct {
 	WarmReturns         int       `json:"warm_returns"`
 	LoadImbalance       float64   `json:"load_imbalance"`
 	ThroughputRPS       float64   `json:"throughput_rps"`
-	RequestsPerEndpoint []int     `json:"requests_per_engine"`
+	// PickOverheadUs is the picker's own time per request (arrival to
+	// dispatch), from its histogram: bucket upper bounds.
+	PickOverheadUs struct {
+		P50 float64 `json:"p50"`
+		P99 float64 `json:"p99"`
+	} `json:"pick_overhead_us"`
+	// WrongPodRate is the share of answered requests whose engine cached
+	// fewer tokens than predicted or while another endpoint held more.
+	WrongPodRate        float64 `json:"wrong_pod_rate"`
+	RequestsPerEndpoint []int   `json:"requests_per_engine"`
 }
 
 // Results is results.json.
@@ -96,11 +105,24 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			res.PooledBoundHitRate, err = pooledBound(ctx, f.EngineURLs()[0], outcomes, o.Engines*o.GPUBlocks, 16)
 		}
 		engines := f.EngineURLs()
+		stats, serr := f.PickerStats()
 		f.Close()
+		if err == nil {
+			err = serr
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		res.Policies[string(p)] = summarize(outcomes, engines, elapsed)
+		pr := summarize(outcomes, engines, elapsed)
+		pr.PickOverheadUs.P50, pr.PickOverheadUs.P99 = stats.OverheadP50us, stats.OverheadP99us
+		total, wrong := 0.0, stats.Outcomes["fewer_cached_than_predicted"]+stats.Outcomes["another_endpoint_held_more"]
+		for _, n := range stats.Outcomes {
+			total += n
+		}
+		if total > 0 {
+			pr.WrongPodRate = wrong / total
+		}
+		res.Policies[string(p)] = pr
 		res.Order = append(res.Order, string(p))
 	}
 	return res, nil
