@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kvroute/kvroute/picker/score"
@@ -18,10 +19,25 @@ import (
 // other one. results.json and summary.txt are written with the schema's
 // names.
 func TestSeedContinuation(t *testing.T) {
+	var mu sync.Mutex
+	progress := map[string]int{}
+	ends := 0
 	res, err := Run(context.Background(), Options{Scenario: SeedContinuation{Conversations: 4, OutputTokens: 8},
-		Policies: []score.Policy{score.Precise, score.RoundRobin}, TimeScale: 0, Seed: 7})
+		Policies: []score.Policy{score.Precise, score.RoundRobin}, TimeScale: 0, Seed: 7,
+		Progress: func(policy string, done int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if done < 0 {
+				ends++
+			} else {
+				progress[policy] = max(progress[policy], done)
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if progress["precise"] != 8 || progress["round-robin"] != 8 || ends != 2 {
+		t.Fatalf("progress %v, %d ends", progress, ends)
 	}
 	p, rr := res.Policies["precise"], res.Policies["round-robin"]
 	if p.Errors != 0 || p.Requests != 8 || p.WarmReturns != 4 || p.Conversations != 4 {

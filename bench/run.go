@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,7 +31,8 @@ type Options struct {
 	TimeScale float64        // engine time scale (1 real time)
 	Seed      uint64
 	Log       *zap.Logger
-	// Progress, when set, is told of each request done.
+	// Progress, when set, is told of each request done (from the
+	// scenario's goroutines) and of each policy's end (done < 0).
 	Progress func(policy string, done int)
 }
 
@@ -98,9 +100,17 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
+		client := NewClient(f.PickerURL())
+		var done atomic.Int64
+		if o.Progress != nil {
+			client.done = func() { o.Progress(string(p), int(done.Add(1))) }
+		}
 		start := time.Now()
-		outcomes, err := o.Scenario.Run(ctx, NewClient(f.PickerURL()), rand.New(rand.NewPCG(o.Seed, 1)))
+		outcomes, err := o.Scenario.Run(ctx, client, rand.New(rand.NewPCG(o.Seed, 1)))
 		elapsed := time.Since(start)
+		if o.Progress != nil {
+			o.Progress(string(p), -1)
+		}
 		if err == nil && i == 0 {
 			res.PooledBoundHitRate, err = pooledBound(ctx, f.EngineURLs()[0], outcomes, o.Engines*o.GPUBlocks, 16)
 		}

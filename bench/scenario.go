@@ -39,6 +39,7 @@ type Scenario interface {
 type Client struct {
 	base string
 	hc   *http.Client
+	done func() // called after each request, when set
 }
 
 // NewClient returns a client of the picker at base.
@@ -49,6 +50,9 @@ func NewClient(base string) *Client {
 // Responses sends a streaming Responses request and returns the outcome
 // and the output text.
 func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, string) {
+	if c.done != nil {
+		defer c.done()
+	}
 	body["stream"] = true
 	b, _ := json.Marshal(body)
 	o := Outcome{Path: "/v1/responses", Body: b, Start: time.Now()}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -64,7 +66,8 @@ scenarios, and report.html, are not built yet.`,
 			defer stop()
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d\n", scenario, policies, timeScale, seed)
-			res, err := bench.Run(ctx, bench.Options{Scenario: sc, Policies: ps, Engines: engines, TimeScale: timeScale, Seed: seed, Log: log})
+			res, err := bench.Run(ctx, bench.Options{Scenario: sc, Policies: ps, Engines: engines, TimeScale: timeScale, Seed: seed, Log: log,
+				Progress: progress(w, isTerminal(w))})
 			if err != nil {
 				return err
 			}
@@ -91,4 +94,42 @@ scenarios, and report.html, are not built yet.`,
 	f.StringVar(&out, "out", "", "directory for results.json and summary.txt")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	return cmd
+}
+
+// progress reports requests done per policy: a line redrawn in place on a
+// terminal, otherwise a plain line every 10 requests and at each policy's
+// end.
+func progress(w io.Writer, tty bool) func(policy string, done int) {
+	var mu sync.Mutex
+	last := 0
+	return func(policy string, done int) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case done < 0 && tty:
+			fmt.Fprintf(w, "\r%-13s %5d requests, done\n", policy, last)
+			last = 0
+		case done < 0:
+			fmt.Fprintf(w, "%s: %d requests, done\n", policy, last)
+			last = 0
+		case tty:
+			last = done
+			fmt.Fprintf(w, "\r%-13s %5d requests", policy, done)
+		default:
+			last = done
+			if done%10 == 0 {
+				fmt.Fprintf(w, "%s: %d requests\n", policy, done)
+			}
+		}
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -51,3 +51,22 @@ func TestPickerFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchProgress: plain lines when not on a terminal, one redrawn line
+// on one.
+func TestBenchProgress(t *testing.T) {
+	var plain, tty strings.Builder
+	p, q := progress(&plain, false), progress(&tty, true)
+	for i := 1; i <= 24; i++ {
+		p("precise", i)
+		q("precise", i)
+	}
+	p("precise", -1)
+	q("precise", -1)
+	if plain.String() != "precise: 10 requests\nprecise: 20 requests\nprecise: 24 requests, done\n" {
+		t.Fatalf("plain: %q", plain.String())
+	}
+	if strings.Count(tty.String(), "\n") != 1 || !strings.HasSuffix(tty.String(), "24 requests, done\n") {
+		t.Fatalf("tty: %q", tty.String())
+	}
+}
