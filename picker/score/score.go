@@ -327,55 +327,35 @@ func mix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// better reports whether a outranks b on the tie-break weight.
-func better(a, b cand) bool { return a.weight > b.weight }
+// argmin returns the candidate (under the cap, unless all is set) with
+// the least key, ties going to the higher rendezvous weight; -1 when none
+// qualifies.
+func argmin(cs []cand, all bool, key func(cand) float64) int {
+	pick := -1
+	for j, x := range cs {
+		if !x.underCap && !all {
+			continue
+		}
+		if pick < 0 {
+			pick = j
+			continue
+		}
+		kx, kp := key(x), key(cs[pick])
+		if kx < kp || (kx == kp && x.weight > cs[pick].weight) {
+			pick = j
+		}
+	}
+	return pick
+}
 
 // rendezvous picks the highest-weight candidate under the cap.
-func rendezvous(cs []cand) int {
-	pick := -1
-	for j, x := range cs {
-		if x.underCap && (pick < 0 || better(x, cs[pick])) {
-			pick = j
-		}
-	}
-	return pick
-}
+func rendezvous(cs []cand) int { return argmin(cs, false, func(cand) float64 { return 0 }) }
 
 // leastLoaded picks the fewest in flight (under the cap by construction).
-func leastLoaded(cs []cand) int {
-	pick := -1
-	for j, x := range cs {
-		if !x.underCap {
-			continue
-		}
-		if pick < 0 || x.inFlight < cs[pick].inFlight || (x.inFlight == cs[pick].inFlight && better(x, cs[pick])) {
-			pick = j
-		}
-	}
-	return pick
-}
+func leastLoaded(cs []cand) int { return argmin(cs, false, func(x cand) float64 { return x.inFlight }) }
 
 // cheapest picks the lowest estimated cost under the cap.
-func cheapest(cs []cand) int {
-	pick := -1
-	for j, x := range cs {
-		if !x.underCap {
-			continue
-		}
-		if pick < 0 || x.cost < cs[pick].cost || (x.cost == cs[pick].cost && better(x, cs[pick])) {
-			pick = j
-		}
-	}
-	return pick
-}
+func cheapest(cs []cand) int { return argmin(cs, false, func(x cand) float64 { return x.cost }) }
 
 // bestCached is the candidate holding most, cap or not.
-func bestCached(cs []cand) int {
-	pick := 0
-	for j, x := range cs {
-		if x.cached > cs[pick].cached || (x.cached == cs[pick].cached && better(x, cs[pick])) {
-			pick = j
-		}
-	}
-	return pick
-}
+func bestCached(cs []cand) int { return argmin(cs, true, func(x cand) float64 { return -x.cached }) }
