@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -88,16 +85,11 @@ the conversation first. Debug: /healthz, /readyz, /metrics, /debug/endpoints,
 and ?explain=true on the decision API.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := finish(); err != nil {
-				return usageError(err)
-			}
-			log, err := newLogger(logLevel)
+			log, ctx, done, err := prepare(finish, logLevel)
 			if err != nil {
-				return usageError(err)
+				return err
 			}
-			defer func() { _ = log.Sync() }()
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
+			defer done()
 			s, err := picker.Start(ctx, cfg, log, prometheus.NewRegistry())
 			if err != nil {
 				return err

@@ -123,16 +123,11 @@ and summary positions (memberlist; encrypted with --gossip-key-file, whose
 keys are re-read on SIGHUP for rotation without downtime).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := finish(); err != nil {
-				return usageError(err)
-			}
-			log, err := newLogger(logLevel)
+			log, ctx, done, err := prepare(finish, logLevel)
 			if err != nil {
-				return usageError(err)
+				return err
 			}
-			defer func() { _ = log.Sync() }()
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
+			defer done()
 			s, err := sidecar.Start(ctx, cfg, log, prometheus.NewRegistry())
 			if err != nil {
 				return err
@@ -193,4 +188,19 @@ func serveUntilSignal(ctx context.Context, m *gossip.Members, log *zap.Logger) {
 			}
 		}
 	}
+}
+
+// prepare is a long-running command's start: settings checked (a usage
+// error otherwise), a logger, and a context ended by SIGINT or SIGTERM;
+// done releases them.
+func prepare(finish func() error, logLevel string) (*zap.Logger, context.Context, func(), error) {
+	if err := finish(); err != nil {
+		return nil, nil, nil, usageError(err)
+	}
+	log, err := newLogger(logLevel)
+	if err != nil {
+		return nil, nil, nil, usageError(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	return log, ctx, func() { stop(); _ = log.Sync() }, nil
 }
