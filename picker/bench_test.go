@@ -26,44 +26,58 @@ import (
 	"github.com/kvroute/kvroute/test/simsidecar"
 )
 
+// simView is a fleet view following n simulated sidecars, each started
+// as cfg says (its Index set), once it knows all of them.
+func simView(t testing.TB, n int, cfg simsidecar.Config) (*fleetview.View, []*simsidecar.Sidecar) {
+	t.Helper()
+	v, err := fleetview.New(fleetview.Config{Params: cfg.Params, Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	var sims []*simsidecar.Sidecar
+	for i := range n {
+		cfg.Index = i
+		s := simsidecar.Start(t, cfg)
+		sims = append(sims, s)
+		v.Watch(s.Addr())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(v.Endpoints()) < n {
+		if time.Now().After(deadline) {
+			t.Fatal("simulated sidecars not followed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return v, sims
+}
+
+// simRouter is a router over v, closed when the test ends.
+func simRouter(t testing.TB, v *fleetview.View, reg prometheus.Registerer) *picker.Router {
+	t.Helper()
+	r, err := picker.NewRouter(picker.DefaultConfig(), v, zap.NewNop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
 // simFleet is a router over n simulated sidecars (summaries sized for
 // 65,536 blocks, full), each also holding, for each of the given prompts
 // held by it, a prefix at a random depth: two endpoints hold each prompt.
 func simFleet(b *testing.B, n int, prompts [][]uint32, salt string) *picker.Router {
 	b.Helper()
-	params := summary.ForCapacity(65536)
-	v, err := fleetview.New(fleetview.Config{Params: params, Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(v.Close)
+	v, sims := simView(b, n, simsidecar.Config{Params: summary.ForCapacity(65536)})
 	rng := rand.New(rand.NewPCG(1, 2))
-	var sims []*simsidecar.Sidecar
-	for i := range n {
-		s := simsidecar.Start(b, simsidecar.Config{Index: i, Params: params, Rate: 0})
-		sims = append(sims, s)
-		v.Watch(s.Addr())
-	}
 	for _, p := range prompts {
 		chain := (&blockkey.Request{Tokens: p, CacheSalt: salt}).AppendKeys(nil, "sim", 16)
 		for range 2 {
 			sims[rng.IntN(n)].Hold(chain[:rng.IntN(len(chain)+1)]...)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(v.Endpoints()) < n {
-		if time.Now().After(deadline) {
-			b.Fatal("simulated sidecars not followed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	time.Sleep(200 * time.Millisecond) // the held prefixes' deltas
-	r, err := picker.NewRouter(picker.DefaultConfig(), v, zap.NewNop(), prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(r.Close)
-	return r
+	return simRouter(b, v, prometheus.NewRegistry())
 }
 
 func randomPrompts(n, tokens int) [][]uint32 {
@@ -231,28 +245,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 // sidecar has not learnt yet cannot be keyed; its requests go by load,
 // counted, instead of failing.
 func TestUnknownBlockSizeRoutesByLoad(t *testing.T) {
-	params := summary.ForCapacity(1024)
-	v, err := fleetview.New(fleetview.Config{Params: params, Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
-	for i := range 2 {
-		v.Watch(simsidecar.Start(t, simsidecar.Config{Index: i, Params: params, NoBlockSize: true}).Addr())
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(v.Endpoints()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("not followed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	v, _ := simView(t, 2, simsidecar.Config{Params: summary.ForCapacity(1024), NoBlockSize: true})
 	reg := prometheus.NewRegistry()
-	r, err := picker.NewRouter(picker.DefaultConfig(), v, zap.NewNop(), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := simRouter(t, v, reg)
 	p, err := r.Pick(context.Background(), intake.Any, tokenBody(make([]uint32, 64), "s"), picker.PickOptions{})
 	if err != nil || p.Reason != "load_only" || p.PrefixHash != "" {
 		t.Fatalf("%+v %v", p, err)
@@ -265,27 +260,8 @@ func TestUnknownBlockSizeRoutesByLoad(t *testing.T) {
 // TestConcurrentFirstRequests: requests arriving while the model lists are
 // first read wait for them instead of being told the model is unknown.
 func TestConcurrentFirstRequests(t *testing.T) {
-	params := summary.ForCapacity(1024)
-	v, err := fleetview.New(fleetview.Config{Params: params, Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
-	for i := range 2 {
-		v.Watch(simsidecar.Start(t, simsidecar.Config{Index: i, Params: params}).Addr())
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(v.Endpoints()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("not followed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r, err := picker.NewRouter(picker.DefaultConfig(), v, zap.NewNop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	v, _ := simView(t, 2, simsidecar.Config{Params: summary.ForCapacity(1024)})
+	r := simRouter(t, v, nil)
 	var wg sync.WaitGroup
 	errs := make([]error, 16)
 	for i := range errs {
