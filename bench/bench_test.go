@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/picker/score"
 )
@@ -23,7 +24,7 @@ func TestSeedContinuation(t *testing.T) {
 	progress := map[string]int{}
 	ends := 0
 	res, err := Run(context.Background(), Options{Scenario: SeedContinuation{Conversations: 4, OutputTokens: 8},
-		Policies: []score.Policy{score.Precise, score.RoundRobin}, TimeScale: 0, Seed: 7,
+		Policies: []score.Policy{score.Precise, score.RoundRobin}, TimeScale: 0, Seed: 7, SampleEvery: 20 * time.Millisecond,
 		Progress: func(policy string, done int) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -82,4 +83,19 @@ func TestSeedContinuation(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "summary.txt")); err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range []*PolicyResult{p, rr} {
+		if tl := p.Timeline; tl == nil || len(tl.Seconds) < 2 || len(tl.Engines) != 2 || len(p.TTFTPercentiles) != 101 {
+			t.Fatalf("timeline %+v, %d percentiles", tl, len(p.TTFTPercentiles))
+		}
+		last := len(p.Timeline.Seconds) - 1
+		if n := p.Timeline.Engines[0].Requests[last] + p.Timeline.Engines[1].Requests[last]; n != 8 {
+			t.Fatalf("timeline ends with %d requests answered, want 8", n)
+		}
+		if p.Timeline.Engines[0].CachedBlocks[last] == 0 && p.Timeline.Engines[1].CachedBlocks[last] == 0 {
+			t.Fatal("timeline ends with no cached blocks")
+		}
+	}
+	// The report of a real run, in a real browser: the two summary charts
+	// and two per policy.
+	checkReportInChromium(t, filepath.Join(dir, "report.html"), "report-seed-continuation.png", 2+2*2)
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -21,6 +22,9 @@ type FleetConfig struct {
 	Engines   int           // default 2
 	GPUBlocks int           // KV blocks per engine; default 2048
 	BlockSize int           // default 16
+	// MaxModelLen is the engines' context length; default the cache's
+	// size less a block, at most 32768.
+	MaxModelLen int
 	TimeScale float64       // engine time scale: 1 real time, 0 no waiting
 	Policy    score.Policy  // the picker's policy
 	Log       *zap.Logger   // nil: quiet
@@ -108,7 +112,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		ecfg := enginesim.DefaultConfig()
 		ecfg.Host, ecfg.Port = "127.0.0.1", 0
 		ecfg.NumGPUBlocks, ecfg.BlockSize = cfg.GPUBlocks, cfg.BlockSize
-		ecfg.MaxModelLen = min(32768, (cfg.GPUBlocks-1)*cfg.BlockSize)
+		ecfg.MaxModelLen = cmp.Or(cfg.MaxModelLen, min(32768, (cfg.GPUBlocks-1)*cfg.BlockSize))
 		ecfg.Sim.TimeScale = cfg.TimeScale
 		ecfg.EnableScaleOutEndpoints, ecfg.EnablePromptTokensDetails = true, true
 		replay := "tcp://127.0.0.1:*"
@@ -155,6 +159,21 @@ func (f *Fleet) EngineURLs() []string {
 	out := make([]string, len(f.engines))
 	for i, e := range f.engines {
 		out[i] = e.URL()
+	}
+	return out
+}
+
+// MaxModelLen is the engines' context length in tokens.
+func (f *Fleet) MaxModelLen() int {
+	return cmp.Or(f.cfg.MaxModelLen, min(32768, (f.cfg.GPUBlocks-1)*f.cfg.BlockSize))
+}
+
+// EngineStats snapshots every engine (zero values for one that does not
+// answer, e.g. while closing).
+func (f *Fleet) EngineStats() []enginesim.Stats {
+	out := make([]enginesim.Stats, len(f.engines))
+	for i, e := range f.engines {
+		out[i], _ = e.Stats()
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bytes"
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/json"
@@ -27,10 +29,16 @@ type Options struct {
 	Scenario  Scenario
 	Policies  []score.Policy // default: all four
 	Engines   int            // default: the scenario's
-	GPUBlocks int            // default 2048
-	TimeScale float64        // engine time scale (1 real time)
+	GPUBlocks int            // default: the scenario's, else 2048
+	// TimeScale is the engines' time scale (1 real time, 0.1 ten times
+	// faster, 0 no waiting); scenarios scale their own waits by it and
+	// latencies are reported in simulated time (wall time / TimeScale).
+	TimeScale float64
 	Seed      uint64
-	Log       *zap.Logger
+	// SampleEvery is the period of the per-engine timeline; default 250 ms
+	// of wall time, doubled as needed to keep ≤ 400 samples.
+	SampleEvery time.Duration
+	Log         *zap.Logger
 	// Progress, when set, is told of each request done (from the
 	// scenario's goroutines) and of each policy's end (done < 0).
 	Progress func(policy string, done int)
@@ -66,6 +74,24 @@ type PolicyResult struct {
 	// fewer tokens than predicted or while another endpoint held more.
 	WrongPodRate        float64 `json:"wrong_pod_rate"`
 	RequestsPerEndpoint []int   `json:"requests_per_engine"`
+	// TTFTPercentiles are the TTFT's 0th to 100th percentiles in ms (101
+	// values), for the distribution chart.
+	TTFTPercentiles []float64 `json:"ttft_percentiles_ms"`
+	Timeline        *Timeline `json:"timeline,omitempty"`
+}
+
+// Timeline is the fleet sampled during a policy's run.
+type Timeline struct {
+	Seconds []float64        `json:"t_s"` // simulated seconds since the start
+	Engines []EngineTimeline `json:"engines"`
+}
+
+// EngineTimeline is one engine's samples.
+type EngineTimeline struct {
+	URL          string `json:"url"`
+	Requests     []int  `json:"requests"`      // answered so far (cumulative)
+	CachedBlocks []int  `json:"cached_blocks"` // KV blocks holding a cached prefix
+	Queued       []int  `json:"queued"`        // running + waiting requests
 }
 
 // Results is results.json.
@@ -87,27 +113,42 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if len(o.Policies) == 0 {
 		o.Policies = score.Policies
 	}
+	fc := o.Scenario.Fleet()
 	if o.Engines == 0 {
-		o.Engines = o.Scenario.Engines()
+		o.Engines = cmp.Or(fc.Engines, 2)
 	}
 	if o.GPUBlocks == 0 {
-		o.GPUBlocks = 2048
+		o.GPUBlocks = cmp.Or(fc.GPUBlocks, 2048)
+	}
+	if o.SampleEvery == 0 {
+		o.SampleEvery = 250 * time.Millisecond
+	}
+	scale := o.TimeScale
+	if scale <= 0 {
+		scale = 1 // no simulated waiting: wall time is all there is
 	}
 	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}}
 	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
 	for i, p := range o.Policies {
-		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, TimeScale: o.TimeScale, Policy: p, Log: o.Log})
+		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: fc.MaxModelLen,
+			TimeScale: o.TimeScale, Policy: p, Log: o.Log})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		client := NewClient(f.PickerURL())
+		client.TimeScale, client.MaxModelLen = o.TimeScale, f.MaxModelLen()
 		var done atomic.Int64
 		if o.Progress != nil {
 			client.done = func() { o.Progress(string(p), int(done.Add(1))) }
 		}
 		start := time.Now()
+		sampled := make(chan *Timeline, 1)
+		sctx, stopSampling := context.WithCancel(ctx)
+		go func() { sampled <- sample(sctx, f, client, start, o.SampleEvery, scale) }()
 		outcomes, err := o.Scenario.Run(ctx, client, rand.New(rand.NewPCG(o.Seed, 1)))
 		elapsed := time.Since(start)
+		stopSampling()
+		timeline := <-sampled
 		if o.Progress != nil {
 			o.Progress(string(p), -1)
 		}
@@ -123,7 +164,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		pr := summarize(outcomes, engines, elapsed)
+		pr := summarize(outcomes, engines, elapsed, scale)
+		pr.Timeline = timeline
 		pr.PickOverheadUs.P50, pr.PickOverheadUs.P99 = stats.OverheadP50us, stats.OverheadP99us
 		total, wrong := 0.0, stats.Outcomes["fewer_cached_than_predicted"]+stats.Outcomes["another_endpoint_held_more"]
 		for _, n := range stats.Outcomes {
@@ -138,11 +180,67 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	return res, nil
 }
 
-func summarize(outs []Outcome, engines []string, elapsed time.Duration) *PolicyResult {
+// sample records, every period until ctx ends, each engine's answered
+// requests, cached blocks and queue; the period doubles (and the samples so
+// far are thinned) whenever 400 would be exceeded.
+func sample(ctx context.Context, f *Fleet, c *Client, start time.Time, period time.Duration, scale float64) *Timeline {
+	const most = 400
+	tl := &Timeline{}
+	urls := f.EngineURLs()
+	for _, u := range urls {
+		tl.Engines = append(tl.Engines, EngineTimeline{URL: u})
+	}
+	take := func() {
+		routed := c.Routed()
+		tl.Seconds = append(tl.Seconds, time.Since(start).Seconds()/scale)
+		for i, st := range f.EngineStats() {
+			e := &tl.Engines[i]
+			e.Requests = append(e.Requests, routed[urls[i]])
+			e.CachedBlocks = append(e.CachedBlocks, st.CachedBlocks)
+			e.Queued = append(e.Queued, st.Running+st.Waiting)
+		}
+	}
+	thin := func() {
+		tl.Seconds = everyOther(tl.Seconds)
+		for i := range tl.Engines {
+			e := &tl.Engines[i]
+			e.Requests, e.CachedBlocks, e.Queued = everyOther(e.Requests), everyOther(e.CachedBlocks), everyOther(e.Queued)
+		}
+	}
+	take()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			take() // the final state
+			return tl
+		case <-t.C:
+			take()
+			if len(tl.Seconds) >= most {
+				thin()
+				period *= 2
+				t.Reset(period)
+			}
+		}
+	}
+}
+
+// everyOther keeps the elements at even indexes.
+func everyOther[T any](s []T) []T {
+	out := s[:0]
+	for i := 0; i < len(s); i += 2 {
+		out = append(out, s[i])
+	}
+	return out
+}
+
+// summarize turns outcomes into a policy's figures; latencies are divided
+// by scale (wall → simulated time).
+func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale float64) *PolicyResult {
 	r := &PolicyResult{RequestsPerEndpoint: make([]int, len(engines))}
 	var prompt, cached, contPrompt, contCached int
 	var ttft, cont []float64
-	first := map[int]string{}
 	convs := map[int]bool{}
 	for _, o := range outs {
 		r.Requests++
@@ -153,15 +251,13 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration) *PolicyR
 		convs[o.Conversation] = true
 		prompt += o.PromptTokens
 		cached += o.CachedTokens
-		ms := float64(o.TTFT.Microseconds()) / 1000
+		ms := float64(o.TTFT.Microseconds()) / 1000 / scale
 		ttft = append(ttft, ms)
-		if o.Turn == 1 {
-			first[o.Conversation] = o.Endpoint
-		} else {
+		if o.Turn > 1 {
 			cont = append(cont, ms)
 			contPrompt += o.PromptTokens
 			contCached += o.CachedTokens
-			if first[o.Conversation] == o.Endpoint {
+			if o.PrevEndpoint != "" && o.PrevEndpoint == o.Endpoint {
 				r.WarmReturns++
 			}
 		}
@@ -177,6 +273,7 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration) *PolicyR
 		r.ContinuationHitRate = float64(contCached) / float64(contPrompt)
 	}
 	r.TTFTms, r.ContinuationTTFTms = quantiles(ttft), quantiles(cont)
+	r.TTFTPercentiles = percentiles(ttft)
 	mx, sum := 0, 0
 	for _, n := range r.RequestsPerEndpoint {
 		mx, sum = max(mx, n), sum+n
@@ -202,6 +299,20 @@ func quantiles(v []float64) Quantiles {
 		sum += x
 	}
 	return Quantiles{Mean: sum / float64(len(s)), P50: q(0.5), P90: q(0.9), P99: q(0.99)}
+}
+
+// percentiles returns the 0th…100th percentiles of v (nil when empty).
+func percentiles(v []float64) []float64 {
+	if len(v) == 0 {
+		return nil
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	out := make([]float64, 101)
+	for p := range out {
+		out[p] = s[max(0, int(math.Ceil(float64(p)/100*float64(len(s))))-1)]
+	}
+	return out
 }
 
 // pooledBound replays the requests through one LRU of capacity blocks:
@@ -282,7 +393,8 @@ func render(ctx context.Context, engine, path string, body []byte) ([]uint32, er
 	return g.TokenIDs, nil
 }
 
-// Write stores results.json and summary.txt in dir and returns the table.
+// Write stores results.json, summary.txt and report.html in dir and
+// returns the table.
 func Write(dir string, r *Results) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -295,7 +407,14 @@ func Write(dir string, r *Results) (string, error) {
 		return "", err
 	}
 	t := Table(r)
-	return t, os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(t), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(t), 0o644); err != nil {
+		return "", err
+	}
+	var page bytes.Buffer
+	if err := WriteReport(&page, r); err != nil {
+		return "", fmt.Errorf("report.html: %w", err)
+	}
+	return t, os.WriteFile(filepath.Join(dir, "report.html"), page.Bytes(), 0o644)
 }
 
 // Table is the side-by-side summary.

@@ -9,7 +9,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"maps"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -18,6 +20,9 @@ type Outcome struct {
 	Conversation int
 	Turn         int // 1, 2, …
 	Endpoint     string
+	// PrevEndpoint is where the turn this one continues went ("" on a
+	// first turn): a warm return is a continuation landing there too.
+	PrevEndpoint string
 	PromptTokens int
 	CachedTokens int
 	TTFT         time.Duration // to the first streamed output
@@ -31,7 +36,11 @@ type Outcome struct {
 // Scenario drives a fleet.
 type Scenario interface {
 	Name() string
-	Engines() int
+	// Fleet is the fleet the scenario is defined for: Engines and
+	// GPUBlocks (and MaxModelLen where it matters); Options override.
+	Fleet() FleetConfig
+	// Run sends the workload through c and returns every request's
+	// outcome; an error means the run itself failed.
 	Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, error)
 }
 
@@ -40,11 +49,46 @@ type Client struct {
 	base string
 	hc   *http.Client
 	done func() // called after each request, when set
+	// TimeScale is the engines' time scale (1 real time): scenarios wait
+	// simulated durations through Wait.
+	TimeScale float64
+	// MaxModelLen is the engines' context length in tokens.
+	MaxModelLen int
+
+	mu     sync.Mutex
+	routed map[string]int // requests answered, by endpoint
 }
 
 // NewClient returns a client of the picker at base.
 func NewClient(base string) *Client {
-	return &Client{base: base, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	return &Client{base: base, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}, TimeScale: 1,
+		routed: map[string]int{}}
+}
+
+// Wait sleeps d of simulated time (d × TimeScale of wall time); false when
+// ctx ended first.
+func (c *Client) Wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(time.Duration(float64(d) * c.TimeScale))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Routed returns the number of requests answered by each endpoint so far.
+func (c *Client) Routed() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.routed)
+}
+
+func (c *Client) count(endpoint string) {
+	c.mu.Lock()
+	c.routed[endpoint]++
+	c.mu.Unlock()
 }
 
 // Responses sends a streaming Responses request and returns the outcome
@@ -74,6 +118,7 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, msg)
 		return o, ""
 	}
+	c.count(o.Endpoint)
 	var text strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -150,8 +195,8 @@ type SeedContinuation struct {
 // Name is the scenario's name.
 func (SeedContinuation) Name() string { return "seed-continuation" }
 
-// Engines is the fleet size the scenario is defined for.
-func (SeedContinuation) Engines() int { return 2 }
+// Fleet is the fleet the scenario is defined for: two engines.
+func (SeedContinuation) Fleet() FleetConfig { return FleetConfig{Engines: 2, GPUBlocks: 2048} }
 
 // Run sends the conversations.
 func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, error) {
@@ -181,11 +226,80 @@ func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([
 			map[string]any{"role": "assistant", "content": text},
 			map[string]any{"role": "user", "content": words(rng, 20)}) // a short follow-up, as in the seed run
 		o2, _ := c.Responses(ctx, body())
-		o2.Conversation, o2.Turn = conv, 2
+		o2.Conversation, o2.Turn, o2.PrevEndpoint = conv, 2, o1.Endpoint
 		outcomes = append(outcomes, o2)
 		if o2.Err != nil {
 			return outcomes, fmt.Errorf("conversation %d turn 2: %w", conv, o2.Err)
 		}
 	}
 	return outcomes, nil
+}
+
+// Completions sends a streaming completion (prompt text or token ids),
+// asking for usage in the last chunk, and returns the outcome.
+func (c *Client) Completions(ctx context.Context, body map[string]any) Outcome {
+	if c.done != nil {
+		defer c.done()
+	}
+	body["stream"] = true
+	body["stream_options"] = map[string]any{"include_usage": true}
+	b, _ := json.Marshal(body)
+	o := Outcome{Path: "/v1/completions", Body: b, Start: time.Now()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/completions", bytes.NewReader(b))
+	if err != nil {
+		o.Err = err
+		return o
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		o.Err = err
+		return o
+	}
+	defer resp.Body.Close()
+	o.Endpoint = resp.Header.Get("X-Kvroute-Endpoint")
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, msg)
+		return o
+	}
+	c.count(o.Endpoint)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokens        int `json:"prompt_tokens"`
+				PromptTokensDetails *struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal([]byte(data), &ch) != nil {
+			continue
+		}
+		if o.TTFT == 0 && len(ch.Choices) > 0 && ch.Choices[0].Text != "" {
+			o.TTFT = time.Since(o.Start)
+		}
+		if u := ch.Usage; u != nil {
+			o.PromptTokens = u.PromptTokens
+			if u.PromptTokensDetails != nil {
+				o.CachedTokens = u.PromptTokensDetails.CachedTokens
+			}
+		}
+	}
+	o.End = time.Now()
+	if err := sc.Err(); err != nil {
+		o.Err = err
+	} else if o.PromptTokens == 0 {
+		o.Err = fmt.Errorf("no usage in the stream")
+	}
+	return o
 }

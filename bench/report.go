@@ -1,0 +1,48 @@
+package bench
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+)
+
+// chartJS is Chart.js (MIT; assets/chart.js-LICENSE.md), inlined so the
+// report is one self-contained file that opens without a network.
+//
+//go:embed assets/chart.umd.min.js
+var chartJS string
+
+//go:embed report.html.tmpl
+var reportTemplate string
+
+// reportRow is one policy's line of the report's table.
+type reportRow struct {
+	Name string
+	R    *PolicyResult
+}
+
+// WriteReport writes report.html for r: the table, hit rate against the
+// pooled bound, the TTFT distribution per policy, and requests and cached
+// blocks per engine over time — charts drawn by Chart.js from the results
+// embedded in the page.
+func WriteReport(w io.Writer, r *Results) error {
+	t, err := template.New("report").Funcs(template.FuncMap{
+		"pct": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+		"ms":  func(f float64) string { return fmt.Sprintf("%.0f ms", f) },
+	}).Parse(reportTemplate)
+	if err != nil {
+		return err
+	}
+	var rows []reportRow
+	for _, p := range r.Order {
+		if pr := r.Policies[p]; pr != nil {
+			rows = append(rows, reportRow{p, pr})
+		}
+	}
+	return t.Execute(w, struct {
+		Results *Results
+		Rows    []reportRow
+		ChartJS template.JS
+	}{r, rows, template.JS(chartJS)})
+}

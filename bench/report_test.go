@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// syntheticResults is a two-policy result with every chart's data, and a
+// scenario name that would break out of a script element if unescaped.
+func syntheticResults() *Results {
+	r := &Results{Scenario: `x</script><script>alert(1)</script>`, Seed: 3, PooledBoundHitRate: 0.8,
+		Policies: map[string]*PolicyResult{}, Order: []string{"round-robin", "precise"}}
+	r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Fleet.BlockSize = 2, 128, 16
+	for i, p := range r.Order {
+		pr := &PolicyResult{Requests: 10, HitRate: 0.2 + 0.5*float64(i), TTFTms: Quantiles{Mean: 100, P50: 90, P90: 150, P99: 200},
+			Timeline: &Timeline{Seconds: []float64{0, 1, 2}}}
+		for q := 0; q <= 100; q++ {
+			pr.TTFTPercentiles = append(pr.TTFTPercentiles, float64(10*q+100*(1-i)))
+		}
+		for e := 0; e < 2; e++ {
+			pr.Timeline.Engines = append(pr.Timeline.Engines, EngineTimeline{URL: fmt.Sprint("http://e", e),
+				Requests: []int{0, 3, 5}, CachedBlocks: []int{0, 40, 90}, Queued: []int{0, 1, 0}})
+		}
+		r.Policies[p] = pr
+	}
+	return r
+}
+
+// TestReportContents checks the page without a browser: self-contained
+// (Chart.js inline, nothing fetched), the table's rows, and the results
+// escaped inside the script.
+func TestReportContents(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteReport(&b, syntheticResults()); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, want := range []string{"Chart.js v4", "<td>precise</td>", "<td>round-robin</td>", "70.0%", "80.0%", `"ttft_percentiles_ms"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"<script>alert(1)", "src=\"http", "href=\"http", "<script src="} {
+		if strings.Contains(page, bad) {
+			t.Errorf("report contains %q", bad)
+		}
+	}
+}
+
+// TestReportInChromium opens a report in headless Chromium: every chart
+// drew on its canvas, Chart.js holds the expected datasets, and the page
+// logged no error; a screenshot is kept in the artifacts folder.
+func TestReportInChromium(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "report.html")
+	var b bytes.Buffer
+	if err := WriteReport(&b, syntheticResults()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkReportInChromium(t, path, "report-synthetic.png", 2+2*2)
+}
+
+// checkReportInChromium loads the report at path and checks that charts
+// canvases were drawn by Chart.js with data, without console errors or
+// exceptions; the full-page screenshot is saved as artifact name.
+func checkReportInChromium(t *testing.T, path, name string, charts int) {
+	t.Helper()
+	exe := chromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1400, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	cctx, cancelTab := chromedp.NewContext(actx)
+	defer cancelTab()
+
+	var mu sync.Mutex
+	var problems []string
+	err := chromedp.Listen(cctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				problems = append(problems, "console."+string(ev.Type)+": "+strings.Join(args, " "))
+			}
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError {
+				problems = append(problems, "log: "+ev.Entry.Text+" "+ev.Entry.URL)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("start Chromium (%s): %v", exe, err)
+	}
+	if _, err := chromedp.Call(cctx, log.Enable, struct{}{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(cctx, chromedp.Navigate("file://"+path), chromedp.WaitReady("body")); err != nil {
+		t.Fatal(err)
+	}
+	type canvas struct {
+		ID, Policy      string
+		Painted, Points int
+		Chart           bool
+	}
+	got, err := chromedp.Run(cctx, chromedp.Evaluate[[]canvas](`Array.from(document.querySelectorAll("canvas")).map(c => {
+		const px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+		let painted = 0;
+		for (let i = 3; i < px.length; i += 4) if (px[i] !== 0) painted++;
+		const ch = Chart.getChart(c);
+		return { ID: c.id, Policy: c.dataset.policy || "", Painted: painted, Chart: !!ch,
+		         Points: ch ? ch.data.datasets.reduce((n, d) => n + d.data.length, 0) : 0 };
+	})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	png, err := chromedp.Run(cctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(artifacts(t), name)
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", shot)
+
+	if len(got) != charts {
+		t.Errorf("%d canvases, want %d: %+v", len(got), charts, got)
+	}
+	for _, c := range got {
+		// A drawn chart covers thousands of pixels (axes, labels, bars or
+		// lines); an empty canvas none.
+		if !c.Chart || c.Points == 0 || c.Painted < 2000 {
+			t.Errorf("canvas %q (policy %q) not drawn: %+v", c.ID, c.Policy, c)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Errorf("page error: %s", p)
+	}
+}
+
+// chromium finds the browser: $CHROMIUM, else chromium on PATH (make deps
+// installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium on PATH (chromium); `make deps` installs it, or set CHROMIUM")
+	return ""
+}
+
+// artifacts is the folder for files a test keeps: $KVROUTE_ARTIFACTS, else
+// artifacts/ at the module's root.
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("KVROUTE_ARTIFACTS")
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for d := wd; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				dir = filepath.Join(d, "artifacts")
+				break
+			} else if !errors.Is(err, os.ErrNotExist) || filepath.Dir(d) == d {
+				t.Fatalf("no go.mod above %s", wd)
+			}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
