@@ -19,16 +19,16 @@ import (
 
 // FleetConfig shapes a benchmark fleet.
 type FleetConfig struct {
-	Engines   int           // default 2
-	GPUBlocks int           // KV blocks per engine; default 2048
-	BlockSize int           // default 16
+	Engines   int // default 2
+	GPUBlocks int // KV blocks per engine; default 2048
+	BlockSize int // default 16
 	// MaxModelLen is the engines' context length; default the cache's
 	// size less a block, at most 32768.
 	MaxModelLen int
-	TimeScale float64       // engine time scale: 1 real time, 0 no waiting
-	Policy    score.Policy  // the picker's policy
-	Log       *zap.Logger   // nil: quiet
-	Ready     time.Duration // bound on the fleet coming up; default 30 s
+	TimeScale   float64       // engine time scale: 1 real time, 0 no waiting
+	Policy      score.Policy  // the picker's policy
+	Log         *zap.Logger   // nil: quiet
+	Ready       time.Duration // bound on the fleet coming up; default 30 s
 }
 
 // Fleet is a running benchmark fleet.
