@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -98,4 +100,148 @@ func TestSeedContinuation(t *testing.T) {
 	// The report of a real run, in a real browser: the two summary charts
 	// and two per policy.
 	checkReportInChromium(t, filepath.Join(dir, "report.html"), "report-seed-continuation.png", 2+2*2)
+}
+
+// TestAgenticPressure runs a small agentic shape under precise and
+// round-robin routing: sessions of shared agent types, branches that start
+// mid-conversation on their parent's engine, tenants' salts; precise keeps
+// sessions warm and caches more than round-robin.
+func TestAgenticPressure(t *testing.T) {
+	sc := AgenticPressure{Engines: 3, GPUBlocks: 1024, Sessions: 10, AgentTypes: 2, Tenants: 2, MinTurns: 3, MaxTurns: 5,
+		SystemMin: 300, SystemMax: 500, ToolMin: 40, ToolMax: 120, BranchPercent: 40, OutputTokens: 8,
+		Think: 40 * time.Millisecond, Start: 100 * time.Millisecond}
+	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.RoundRobin},
+		TimeScale: 0, Seed: 11, SampleEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, rr := res.Policies["precise"], res.Policies["round-robin"]
+	t.Logf("\n%s", Table(res))
+	if res.Scenario != "agentic-pressure" || res.Fleet.Engines != 3 || res.Fleet.GPUBlocksPerEngine != 1024 {
+		t.Fatalf("results header: %+v", res)
+	}
+	if p.Errors != 0 || rr.Errors != 0 || p.Requests != rr.Requests || p.Requests < 20 || p.Conversations != 10 {
+		t.Fatalf("precise %+v\nround-robin %+v", p, rr)
+	}
+	if p.HitRate <= rr.HitRate || p.ContinuationHitRate < 0.8 || p.WarmReturns < (p.Requests-p.Conversations)*3/4 {
+		t.Fatalf("precise hit %.3f (continuations %.3f, %d warm of %d) vs round-robin %.3f", p.HitRate, p.ContinuationHitRate,
+			p.WarmReturns, p.Requests-p.Conversations, rr.HitRate)
+	}
+}
+
+// TestAgenticPlan checks the plan's shape: turns in bounds, branches start
+// within their parent's turns and share its type and tenant.
+func TestAgenticPlan(t *testing.T) {
+	a := AgenticPressure{}.withDefaults()
+	types, ss := a.plan(rand.New(rand.NewPCG(1, 2)))
+	if len(types) != 4 || len(ss) != 64 {
+		t.Fatalf("%d types, %d sessions", len(types), len(ss))
+	}
+	branches := 0
+	for _, s := range ss {
+		if len(s.thinks) != s.turns || len(s.toolWords) != s.turns {
+			t.Fatalf("session %d: %d turns, %d thinks, %d tool outputs", s.id, s.turns, len(s.thinks), len(s.toolWords))
+		}
+		if s.parent < 0 {
+			if s.turns < a.MinTurns || s.turns > a.MaxTurns {
+				t.Fatalf("session %d: %d turns", s.id, s.turns)
+			}
+			continue
+		}
+		branches++
+		p := ss[s.parent]
+		if p.parent >= 0 || s.at < 1 || s.at >= p.turns || p.forks[s.at] == nil || s.typ != p.typ || s.tenant != p.tenant || s.turns <= s.at {
+			t.Fatalf("branch %d of %d at %d: %+v", s.id, p.id, s.at, s)
+		}
+	}
+	if branches < 5 || branches > 25 {
+		t.Fatalf("%d branches of 64", branches)
+	}
+	for _, ty := range types {
+		if n := len(strings.Fields(ty.instructions)); n < a.SystemMin || n > a.SystemMax+10 {
+			t.Fatalf("system prompt of %d words", n)
+		}
+	}
+}
+
+// TestSharedPrefix runs a small shared-prefix shape under precise and
+// least-loaded routing: per-step figures exist for every step, and precise
+// keeps each customer's prefix on one engine, so it caches more.
+func TestSharedPrefix(t *testing.T) {
+	sc := SharedPrefix{Engines: 3, GPUBlocks: 512, Customers: 6, Users: 2, PrefixWords: 400, QuestionWords: 60,
+		QPS: []float64{40, 80}, StepFor: 300 * time.Millisecond, OutputTokens: 4}
+	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.LeastLoaded},
+		TimeScale: 1, Seed: 5, SampleEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", Table(res))
+	p, ll := res.Policies["precise"], res.Policies["least-loaded"]
+	for name, r := range map[string]*PolicyResult{"precise": p, "least-loaded": ll} {
+		if r.Errors != 0 || r.Requests < 10 || len(r.Steps) != 2 || r.Steps[0].Requests+r.Steps[1].Requests != r.Requests ||
+			r.Steps[1].QPS != 80 || r.Steps[1].Requests <= r.Steps[0].Requests/2 {
+			t.Fatalf("%s: %+v", name, r)
+		}
+	}
+	if p.HitRate <= ll.HitRate || p.HitRate < 0.5 {
+		t.Fatalf("hit rates: precise %.3f, least-loaded %.3f", p.HitRate, ll.HitRate)
+	}
+	if !strings.Contains(Table(res), "per load step") {
+		t.Fatal("the table lacks the per-step lines")
+	}
+}
+
+// TestTrace replays 40 records of the synthetic Mooncake trace (a window
+// with prefix reuse) as token ids, at a quarter of its rate (four engines
+// instead of the trace's cluster) with time compressed 50×: every request
+// answered, and precise reaches most of the pooled bound.
+func TestTrace(t *testing.T) {
+	sc := Trace{Path: "testdata/mooncake-3751-3790.jsonl", Engines: 4, GPUBlocks: 8192, Rate: 0.25}
+	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.RoundRobin},
+		TimeScale: 0.02, Seed: 1, SampleEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", Table(res))
+	p, rr := res.Policies["precise"], res.Policies["round-robin"]
+	if p.Requests != 40 || p.Errors != 0 || rr.Requests != 40 || rr.Errors != 0 {
+		t.Fatalf("precise %+v\nround-robin %+v", p, rr)
+	}
+	if res.PooledBoundHitRate < 0.2 || p.HitRate < 0.8*res.PooledBoundHitRate || p.HitRate < rr.HitRate {
+		t.Fatalf("hit rates: precise %.3f, round-robin %.3f, pooled bound %.3f", p.HitRate, rr.HitRate, res.PooledBoundHitRate)
+	}
+}
+
+// TestReadTrace checks the trace parser's validation, each error naming
+// its line, and the token runs: equal hash ids give equal tokens.
+func TestReadTrace(t *testing.T) {
+	good := `{"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [1, 2]}` + "\n" +
+		`{"timestamp": 5, "input_length": 600, "output_length": 1, "hash_ids": [1, 3]}` + "\n"
+	recs, err := ReadTrace(strings.NewReader(good), 0)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("%v %+v", err, recs)
+	}
+	if one, _ := ReadTrace(strings.NewReader(good), 1); len(one) != 1 {
+		t.Fatalf("limit 1: %d records", len(one))
+	}
+	a, b := TraceTokens(nil, recs[0]), TraceTokens(nil, recs[1])
+	if len(a) != 700 || len(b) != 600 || !slices.Equal(a[:512], b[:512]) || slices.Equal(a[512:600], b[512:600]) {
+		t.Fatalf("token runs: %d, %d tokens", len(a), len(b))
+	}
+	for name, in := range map[string]string{
+		"not json":        `{"timestamp": 0,`,
+		"time goes back":  good + `{"timestamp": 4, "input_length": 1, "output_length": 1, "hash_ids": [9]}`,
+		"no blocks":       `{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": []}`,
+		"input too long":  `{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [1]}`,
+		"no output":       `{"timestamp": 0, "input_length": 5, "output_length": 0, "hash_ids": [1]}`,
+		"negative time":   `{"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [1]}`,
+		"empty":           ``,
+		"too many blocks": `{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [` + strings.Repeat("1,", 5000) + `1]}`,
+	} {
+		if _, err := ReadTrace(strings.NewReader(in), 0); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if name != "empty" && !strings.Contains(err.Error(), "line") {
+			t.Errorf("%s: %v does not name the line", name, err)
+		}
+	}
 }

@@ -61,6 +61,7 @@ type PolicyResult struct {
 	TTFTms              Quantiles `json:"ttft_ms"`
 	ContinuationTTFTms  Quantiles `json:"continuation_ttft_ms"`
 	Conversations       int       `json:"conversations"`
+	Continuations       int       `json:"continuations"` // turns after a conversation's first
 	WarmReturns         int       `json:"warm_returns"`
 	LoadImbalance       float64   `json:"load_imbalance"`
 	ThroughputRPS       float64   `json:"throughput_rps"`
@@ -78,7 +79,25 @@ type PolicyResult struct {
 	// values), for the distribution chart.
 	TTFTPercentiles []float64 `json:"ttft_percentiles_ms"`
 	Timeline        *Timeline `json:"timeline,omitempty"`
+	// Steps are the figures per load step, for scenarios that step their
+	// load (shared-prefix's QPS).
+	Steps []StepResult `json:"steps,omitempty"`
 }
+
+// StepResult is one load step's figures.
+type StepResult struct {
+	Step           int       `json:"step"`
+	QPS            float64   `json:"qps,omitempty"`
+	Requests       int       `json:"requests"`
+	Errors         int       `json:"errors"`
+	HitRate        float64   `json:"hit_rate"`
+	TTFTms         Quantiles `json:"ttft_ms"`
+	ThroughputRPS  float64   `json:"throughput_rps"` // answered ÷ the step's span of arrivals
+	PromptTokensPS float64   `json:"prompt_tokens_per_s"`
+}
+
+// stepped is a scenario with load steps (their rates, in order).
+type stepped interface{ Steps() []float64 }
 
 // Timeline is the fleet sampled during a policy's run.
 type Timeline struct {
@@ -166,6 +185,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		pr := summarize(outcomes, engines, elapsed, scale)
 		pr.Timeline = timeline
+		if st, ok := o.Scenario.(stepped); ok {
+			pr.Steps = steps(outcomes, st.Steps(), scale)
+		}
 		pr.PickOverheadUs.P50, pr.PickOverheadUs.P99 = stats.OverheadP50us, stats.OverheadP99us
 		total, wrong := 0.0, stats.Outcomes["fewer_cached_than_predicted"]+stats.Outcomes["another_endpoint_held_more"]
 		for _, n := range stats.Outcomes {
@@ -254,6 +276,7 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale fl
 		ms := float64(o.TTFT.Microseconds()) / 1000 / scale
 		ttft = append(ttft, ms)
 		if o.Turn > 1 {
+			r.Continuations++
 			cont = append(cont, ms)
 			contPrompt += o.PromptTokens
 			contCached += o.CachedTokens
@@ -299,6 +322,51 @@ func quantiles(v []float64) Quantiles {
 		sum += x
 	}
 	return Quantiles{Mean: sum / float64(len(s)), P50: q(0.5), P90: q(0.9), P99: q(0.99)}
+}
+
+// steps summarises the outcomes of each load step; the throughputs are per
+// second of the step's arrivals (simulated time).
+func steps(outs []Outcome, qps []float64, scale float64) []StepResult {
+	var res []StepResult
+	for i := range qps {
+		r := StepResult{Step: i + 1, QPS: qps[i]}
+		var ttft []float64
+		var prompt, cached int
+		var first, last time.Time
+		for _, o := range outs {
+			if o.Step != i+1 {
+				continue
+			}
+			r.Requests++
+			if first.IsZero() || o.Start.Before(first) {
+				first = o.Start
+			}
+			last = maxTime(last, o.Start)
+			if o.Err != nil {
+				r.Errors++
+				continue
+			}
+			prompt, cached = prompt+o.PromptTokens, cached+o.CachedTokens
+			ttft = append(ttft, float64(o.TTFT.Microseconds())/1000/scale)
+		}
+		if prompt > 0 {
+			r.HitRate = float64(cached) / float64(prompt)
+		}
+		r.TTFTms = quantiles(ttft)
+		if span := last.Sub(first).Seconds() / scale; span > 0 {
+			r.ThroughputRPS = float64(len(ttft)) / span
+			r.PromptTokensPS = float64(prompt) / span
+		}
+		res = append(res, r)
+	}
+	return res
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // percentiles returns the 0th…100th percentiles of v (nil when empty).
@@ -369,6 +437,7 @@ func render(ctx context.Context, engine, path string, body []byte) ([]uint32, er
 		return nil, err
 	}
 	delete(m, "stream")
+	delete(m, "stream_options")
 	b, _ := json.Marshal(m)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engine+path+"/render", strings.NewReader(string(b)))
 	if err != nil {
@@ -384,9 +453,21 @@ func render(ctx context.Context, engine, path string, body []byte) ([]uint32, er
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s/render: %d %s", path, resp.StatusCode, raw)
 	}
-	var g struct {
+	type generate struct {
 		TokenIDs []uint32 `json:"token_ids"`
 	}
+	// Completions render a list (one per prompt), chat and Responses one.
+	if path == "/v1/completions" {
+		var gs []generate
+		if err := json.Unmarshal(raw, &gs); err != nil {
+			return nil, err
+		}
+		if len(gs) != 1 {
+			return nil, fmt.Errorf("%s/render: %d prompts, want 1", path, len(gs))
+		}
+		return gs[0].TokenIDs, nil
+	}
+	var g generate
 	if err := json.Unmarshal(raw, &g); err != nil {
 		return nil, err
 	}
@@ -426,7 +507,16 @@ func Table(r *Results) string {
 	for _, p := range r.Order {
 		x := r.Policies[p]
 		fmt.Fprintf(&b, "%-13s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %4d/%-4d %9.2f\n", p, x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
-			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Conversations, x.LoadImbalance)
+			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Continuations, x.LoadImbalance)
+	}
+	if len(r.Order) > 0 && len(r.Policies[r.Order[0]].Steps) > 0 {
+		fmt.Fprintf(&b, "\nper load step\n%-13s %4s %6s %8s %8s %11s %11s %11s %10s\n", "policy", "step", "qps", "requests", "hit", "ttft p50", "ttft p90", "ttft p99", "answered/s")
+		for _, p := range r.Order {
+			for _, st := range r.Policies[p].Steps {
+				fmt.Fprintf(&b, "%-13s %4d %6.1f %8d %7.1f%% %9.0fms %9.0fms %9.0fms %10.1f\n", p, st.Step, st.QPS, st.Requests, 100*st.HitRate,
+					st.TTFTms.P50, st.TTFTms.P90, st.TTFTms.P99, st.ThroughputRPS)
+			}
+		}
 	}
 	return b.String()
 }

@@ -23,6 +23,9 @@ type Outcome struct {
 	// PrevEndpoint is where the turn this one continues went ("" on a
 	// first turn): a warm return is a continuation landing there too.
 	PrevEndpoint string
+	// Step is the load step the request belongs to (1, 2, …; 0 when the
+	// scenario has no steps).
+	Step         int
 	PromptTokens int
 	CachedTokens int
 	TTFT         time.Duration // to the first streamed output
@@ -68,7 +71,20 @@ func NewClient(base string) *Client {
 // Wait sleeps d of simulated time (d × TimeScale of wall time); false when
 // ctx ended first.
 func (c *Client) Wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(time.Duration(float64(d) * c.TimeScale))
+	return c.WaitUntil(ctx, time.Now().Add(c.Wall(d)))
+}
+
+// Wall is simulated duration d in wall time.
+func (c *Client) Wall(d time.Duration) time.Duration { return time.Duration(float64(d) * c.TimeScale) }
+
+// WaitUntil sleeps until the wall-clock deadline; false when ctx ended
+// first.
+func (c *Client) WaitUntil(ctx context.Context, deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -238,12 +254,18 @@ func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([
 // Completions sends a streaming completion (prompt text or token ids),
 // asking for usage in the last chunk, and returns the outcome.
 func (c *Client) Completions(ctx context.Context, body map[string]any) Outcome {
-	if c.done != nil {
-		defer c.done()
-	}
 	body["stream"] = true
 	body["stream_options"] = map[string]any{"include_usage": true}
 	b, _ := json.Marshal(body)
+	return c.CompletionsRaw(ctx, b)
+}
+
+// CompletionsRaw sends b, an encoded streaming completion request that
+// asks for usage, and returns the outcome.
+func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
+	if c.done != nil {
+		defer c.done()
+	}
 	o := Outcome{Path: "/v1/completions", Body: b, Start: time.Now()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/completions", bytes.NewReader(b))
 	if err != nil {

@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// AgenticPressure is many concurrent agent sessions over a few agent types
+// (DESIGN.md §9): each type has its own system prompt and tools, shared by
+// its sessions; a session is a task followed by turns of tool calls whose
+// outputs go back in the next request, as agentic-api sends them (the whole
+// conversation, rehydrated, every turn). Some sessions branch from an
+// earlier turn of another. Sessions belong to tenants, each with its own
+// cache_salt, so only sessions of one tenant and type share a prompt. The
+// default shape's working set is about twice the fleet's KV capacity.
+//
+// Zero fields take the defaults in brackets.
+type AgenticPressure struct {
+	Engines    int // [8]
+	GPUBlocks  int // KV blocks per engine [4096]
+	Sessions   int // concurrent sessions, branches included [64]
+	AgentTypes int // [4]
+	Tenants    int // [4]
+	// MinTurns and MaxTurns bound a session's tool-call turns [5, 20]; a
+	// session also ends when its context would not fit the engines'.
+	MinTurns, MaxTurns int
+	// SystemMin and SystemMax bound an agent type's system prompt in
+	// words (≈ tokens) [2000, 6000].
+	SystemMin, SystemMax int
+	// ToolMin and ToolMax bound a tool output in words [200, 2000].
+	ToolMin, ToolMax int
+	// BranchPercent of sessions branch from an earlier turn of another
+	// session [20].
+	BranchPercent int
+	OutputTokens  int // per turn [48]
+	// Think is the longest pause between a session's turns (the tool
+	// running), in simulated time; pauses are uniform in [Think/4, Think]
+	// [2 s]. Start spreads the sessions' first requests [5 s].
+	Think, Start time.Duration
+	// Label names the scenario in results [agentic-pressure].
+	Label string
+}
+
+func (a AgenticPressure) withDefaults() AgenticPressure {
+	a.Engines = cmp.Or(a.Engines, 8)
+	a.GPUBlocks = cmp.Or(a.GPUBlocks, 4096)
+	a.Sessions = cmp.Or(a.Sessions, 64)
+	a.AgentTypes = cmp.Or(a.AgentTypes, 4)
+	a.Tenants = cmp.Or(a.Tenants, 4)
+	a.MinTurns, a.MaxTurns = cmp.Or(a.MinTurns, 5), cmp.Or(a.MaxTurns, 20)
+	a.SystemMin, a.SystemMax = cmp.Or(a.SystemMin, 2000), cmp.Or(a.SystemMax, 6000)
+	a.ToolMin, a.ToolMax = cmp.Or(a.ToolMin, 200), cmp.Or(a.ToolMax, 2000)
+	a.BranchPercent = cmp.Or(a.BranchPercent, 20)
+	a.OutputTokens = cmp.Or(a.OutputTokens, 48)
+	a.Think, a.Start = cmp.Or(a.Think, 2*time.Second), cmp.Or(a.Start, 5*time.Second)
+	a.Label = cmp.Or(a.Label, "agentic-pressure")
+	return a
+}
+
+// Name is the scenario's name.
+func (a AgenticPressure) Name() string { return a.withDefaults().Label }
+
+// Fleet is the fleet the scenario is defined for.
+func (a AgenticPressure) Fleet() FleetConfig {
+	a = a.withDefaults()
+	return FleetConfig{Engines: a.Engines, GPUBlocks: a.GPUBlocks}
+}
+
+// agentType is a system prompt and tools shared by the sessions of a type.
+type agentType struct {
+	instructions string
+	tools        []any
+	toolNames    []string
+}
+
+// session is one agent conversation; a branch starts from another's turn.
+type session struct {
+	id, typ, tenant, turns int
+	parent, at             int // branch: parent session and its turn; parent -1 otherwise
+	thinks                 []time.Duration
+	toolWords              []int
+	seed                   uint64
+	start                  time.Duration
+	forks                  map[int]*fork // turn → the history branches start from
+}
+
+// fork is a session's history after a turn's call, before its output.
+type fork struct {
+	ready    chan struct{}
+	input    []any
+	endpoint string
+}
+
+// plan draws the agent types and the sessions from rng.
+func (a AgenticPressure) plan(rng *rand.Rand) ([]agentType, []*session) {
+	types := make([]agentType, a.AgentTypes)
+	for t := range types {
+		n := 4 + rng.IntN(5)
+		for k := 0; k < n; k++ {
+			name := fmt.Sprintf("agent%d_%s_%d", t, words(rng, 1), k)
+			types[t].toolNames = append(types[t].toolNames, name)
+			types[t].tools = append(types[t].tools, map[string]any{"type": "function", "name": name, "description": words(rng, 20+rng.IntN(30)),
+				"parameters": map[string]any{"type": "object", "properties": map[string]any{
+					"query": map[string]any{"type": "string", "description": words(rng, 8)},
+					"limit": map[string]any{"type": "integer"}}, "required": []string{"query"}}})
+		}
+		types[t].instructions = fmt.Sprintf("You are agent type %d. ", t) + words(rng, a.SystemMin+rng.IntN(a.SystemMax-a.SystemMin+1))
+	}
+	var ss []*session
+	for i := 0; i < a.Sessions; i++ {
+		s := &session{id: i, parent: -1, seed: rng.Uint64(), forks: map[int]*fork{}}
+		s.start = time.Duration(rng.Int64N(int64(a.Start) + 1))
+		var roots []*session
+		for _, p := range ss {
+			if p.parent < 0 && p.turns >= 2 {
+				roots = append(roots, p)
+			}
+		}
+		if len(roots) > 0 && rng.IntN(100) < a.BranchPercent {
+			p := roots[rng.IntN(len(roots))]
+			s.parent, s.at, s.typ, s.tenant = p.id, 1+rng.IntN(p.turns-1), p.typ, p.tenant
+			if p.forks[s.at] == nil {
+				p.forks[s.at] = &fork{ready: make(chan struct{})}
+			}
+			s.turns = s.at + 2 + rng.IntN(max(1, a.MaxTurns-s.at-1))
+		} else {
+			s.typ, s.tenant = rng.IntN(a.AgentTypes), rng.IntN(a.Tenants)
+			s.turns = a.MinTurns + rng.IntN(a.MaxTurns-a.MinTurns+1)
+		}
+		for k := 0; k < s.turns; k++ {
+			s.thinks = append(s.thinks, a.Think/4+time.Duration(rng.Int64N(int64(a.Think-a.Think/4)+1)))
+			s.toolWords = append(s.toolWords, a.ToolMin+rng.IntN(a.ToolMax-a.ToolMin+1))
+		}
+		ss = append(ss, s)
+	}
+	return types, ss
+}
+
+// Run runs every session concurrently and returns the outcomes in the
+// order they were sent.
+func (a AgenticPressure) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, error) {
+	a = a.withDefaults()
+	if a.MinTurns < 1 || a.MaxTurns < a.MinTurns || a.SystemMax < a.SystemMin || a.ToolMax < a.ToolMin || a.Think <= 0 {
+		return nil, fmt.Errorf("agentic scenario: bad shape %+v", a)
+	}
+	types, sessions := a.plan(rng)
+	salts := make([]string, a.Tenants)
+	for t := range salts {
+		salts[t] = fmt.Sprintf("tenant-%d-%016x", t, rng.Uint64())
+	}
+	var mu sync.Mutex
+	var outcomes []Outcome
+	record := func(o Outcome) {
+		mu.Lock()
+		outcomes = append(outcomes, o)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.runSession(ctx, c, s, sessions, types[s.typ], salts[s.tenant], record)
+		}()
+	}
+	wg.Wait()
+	// Arrival order: the order the pooled bound replays.
+	slices.SortStableFunc(outcomes, func(x, y Outcome) int { return x.Start.Compare(y.Start) })
+	return outcomes, ctx.Err()
+}
+
+// runSession sends one session's turns; it publishes the forks branches
+// wait for, and on leaving releases any it did not reach.
+func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, all []*session, t agentType, salt string, record func(Outcome)) {
+	defer func() {
+		for _, f := range s.forks {
+			select {
+			case <-f.ready:
+			default:
+				close(f.ready) // not reached: the branch gives up
+			}
+		}
+	}()
+	rng := rand.New(rand.NewPCG(s.seed, uint64(s.id)))
+	var input []any
+	prev, turn := "", 1
+	if s.parent >= 0 {
+		f := all[s.parent].forks[s.at]
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.ready:
+		}
+		if f.input == nil {
+			return
+		}
+		input, prev, turn = slices.Clone(f.input), f.endpoint, s.at+1
+		input = append(input, toolOutput(rng, fmt.Sprintf("call_%d_%d", s.parent, s.at), s.toolWords[s.at-1]))
+	} else {
+		if !c.Wait(ctx, s.start) {
+			return
+		}
+		input = []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", s.id) + words(rng, 60+rng.IntN(200))}}
+	}
+	for ; turn <= s.turns; turn++ {
+		o, text := c.Responses(ctx, map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": t.instructions, "tools": t.tools,
+			"input": input, "max_output_tokens": a.OutputTokens, "cache_salt": salt})
+		o.Conversation, o.Turn, o.PrevEndpoint = s.id, turn, prev
+		record(o)
+		if o.Err != nil || turn == s.turns {
+			return
+		}
+		prev = o.Endpoint
+		call := fmt.Sprintf("call_%d_%d", s.id, turn)
+		input = append(input,
+			map[string]any{"type": "message", "role": "assistant", "content": text},
+			map[string]any{"type": "function_call", "call_id": call, "name": t.toolNames[rng.IntN(len(t.toolNames))],
+				"arguments": fmt.Sprintf(`{"query":%q,"limit":%d}`, words(rng, 6), 1+rng.IntN(50))})
+		if f := s.forks[turn]; f != nil {
+			f.input, f.endpoint = slices.Clone(input), o.Endpoint
+			close(f.ready)
+		}
+		input = append(input, toolOutput(rng, call, s.toolWords[turn-1]))
+		// The next prompt must fit the engines' context with its output
+		// (a word is at most 1.5 tokens here, the output ≤ OutputTokens,
+		// the call and the template's markers ≤ 100).
+		if c.MaxModelLen > 0 && o.PromptTokens+2*a.OutputTokens+3*s.toolWords[turn-1]/2+100 > c.MaxModelLen {
+			return
+		}
+		if !c.Wait(ctx, s.thinks[turn-1]) {
+			return
+		}
+	}
+}
+
+// toolOutput is a function_call_output item of n words.
+func toolOutput(rng *rand.Rand, callID string, n int) map[string]any {
+	return map[string]any{"type": "function_call_output", "call_id": callID, "output": words(rng, n)}
+}
