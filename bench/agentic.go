@@ -242,3 +242,13 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 func toolOutput(rng *rand.Rand, callID string, n int) map[string]any {
 	return map[string]any{"type": "function_call_output", "call_id": callID, "output": words(rng, n)}
 }
+
+// Demo is `kvroute demo`'s workload: a short agentic-pressure on four
+// engines — 16 sessions of 4 agent types for 4–8 turns, 2 tenants, a
+// working set ≈ 1.3× the fleet's KV — about a dozen seconds per policy in
+// real time.
+func Demo() AgenticPressure {
+	return AgenticPressure{Label: "demo (short agentic-pressure)", Engines: 4, GPUBlocks: 768, Sessions: 16, AgentTypes: 4, Tenants: 2,
+		MinTurns: 4, MaxTurns: 8, SystemMin: 1500, SystemMax: 3000, ToolMin: 150, ToolMax: 600, BranchPercent: 20,
+		OutputTokens: 24, Think: time.Second, Start: 2 * time.Second}
+}

@@ -29,6 +29,8 @@ type FleetConfig struct {
 	Policy      score.Policy  // the picker's policy
 	Log         *zap.Logger   // nil: quiet
 	Ready       time.Duration // bound on the fleet coming up; default 30 s
+	// PickerListen is the picker's HTTP address; default 127.0.0.1:0.
+	PickerListen string
 }
 
 // Fleet is a running benchmark fleet.
@@ -106,7 +108,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		return nil, err
 	}
 	pcfg := picker.DefaultServerConfig()
-	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = "127.0.0.1:0", "", cfg.GPUBlocks
+	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = cmp.Or(cfg.PickerListen, "127.0.0.1:0"), "", cfg.GPUBlocks
 	pcfg.Router.Score.Policy = cfg.Policy
 	for i := 0; i < cfg.Engines; i++ {
 		ecfg := enginesim.DefaultConfig()

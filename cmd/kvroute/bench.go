@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,88 +18,154 @@ import (
 	"github.com/kvroute/kvroute/picker/score"
 )
 
-// scenarios are the bench scenarios built so far.
-func scenarios() map[string]bench.Scenario {
-	return map[string]bench.Scenario{"seed-continuation": bench.SeedContinuation{}}
+// benchFlags are the settings of one bench run.
+type benchFlags struct {
+	scenario, trace, policies, out, logLevel string
+	engines, gpuBlocks, limit                int
+	timeScale, traceRate                     float64
+	seed                                     uint64
+}
+
+// scenario builds the named scenario from the flags.
+func (b *benchFlags) buildScenario() (bench.Scenario, error) {
+	switch b.scenario {
+	case "seed-continuation":
+		return bench.SeedContinuation{}, nil
+	case "agentic-pressure":
+		return bench.AgenticPressure{}, nil
+	case "shared-prefix":
+		return bench.SharedPrefix{}, nil
+	case "trace":
+		if b.trace == "" {
+			return nil, fmt.Errorf("--scenario trace needs --trace FILE (a Mooncake-format JSONL file)")
+		}
+		if _, err := os.Stat(b.trace); err != nil {
+			return nil, fmt.Errorf("--trace: %w", err)
+		}
+		if b.traceRate <= 0 {
+			return nil, fmt.Errorf("--trace-rate %v: want > 0", b.traceRate)
+		}
+		if b.limit < 0 {
+			return nil, fmt.Errorf("--limit %d: want ≥ 0", b.limit)
+		}
+		return bench.Trace{Path: b.trace, Limit: b.limit, Rate: b.traceRate}, nil
+	}
+	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, shared-prefix or trace", b.scenario)
 }
 
 func newBenchCommand() *cobra.Command {
-	var scenario, policies, out, logLevel string
-	var engines int
-	var timeScale float64
-	var seed uint64
+	var b benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run a routing benchmark scenario and write a report",
 		Long: `Run a scenario against a fleet of simulated engines (kvroute engine), a
 sidecar each and a picker, all over real sockets on 127.0.0.1 in this
 process, once per routing policy with a fresh fleet each; print the table and
-write DIR/results.json and DIR/summary.txt.
+write DIR/results.json, DIR/summary.txt and DIR/report.html.
 
-Scenarios: seed-continuation (2 engines, 12 two-turn Responses conversations
-run one after another as agentic-api runs them, ≈ 6.6k tokens on turn 2, a
-fresh cache_salt each). The agentic-pressure, shared-prefix and trace
-scenarios, and report.html, are not built yet.`,
+Scenarios:
+  seed-continuation  2 engines, 12 two-turn Responses conversations run one
+                     after another as agentic-api runs them (≈ 6.6k tokens on
+                     turn 2), a fresh cache_salt each.
+  agentic-pressure   8 engines, 64 concurrent agent sessions of 4 agent types
+                     (2k–6k-token system prompts with tools), 5–20 tool-call
+                     turns with 200–2,000-token outputs, branches, 4 tenants
+                     with their own salts; working set ≈ 2× the fleet's KV.
+  shared-prefix      8 engines, 150 customers × 6,000-token prefix, 5 users
+                     each with a 1,200-token question, QPS stepped 3 → 20;
+                     working set ≈ 73% of the fleet's KV.
+  trace              replay of a Mooncake JSONL trace (--trace FILE) as
+                     token-id prompts, each hash id a fixed run of 512 tokens.
+
+Latencies are reported in simulated engine time: --time-scale 0.5 runs twice
+as fast as real time with the same figures, as long as this machine keeps up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sc, ok := scenarios()[scenario]
-			if !ok {
-				return usageError(fmt.Errorf("--scenario %q: not available; built so far: seed-continuation", scenario))
+			sc, err := b.buildScenario()
+			if err != nil {
+				return usageError(err)
 			}
-			var ps []score.Policy
-			for _, name := range strings.Split(policies, ",") {
-				p, err := score.ParsePolicy(strings.TrimSpace(name))
-				if err != nil {
-					return usageError(fmt.Errorf("--policies: %w", err))
-				}
-				ps = append(ps, p)
+			ps, err := parsePolicies(b.policies)
+			if err != nil {
+				return usageError(err)
 			}
-			if out == "" {
+			switch {
+			case b.out == "":
 				return usageError(fmt.Errorf("--out DIR is required"))
+			case b.timeScale < 0:
+				return usageError(fmt.Errorf("--time-scale %v: want ≥ 0", b.timeScale))
+			case b.engines < 0 || b.gpuBlocks < 0:
+				return usageError(fmt.Errorf("--engines and --gpu-blocks must not be negative"))
 			}
-			if timeScale < 0 {
-				return usageError(fmt.Errorf("--time-scale %v: want ≥ 0", timeScale))
-			}
-			log, err := newLogger(logLevel)
+			log, err := newLogger(b.logLevel)
 			if err != nil {
 				return usageError(err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d\n", scenario, policies, timeScale, seed)
-			res, err := bench.Run(ctx, bench.Options{Scenario: sc, Policies: ps, Engines: engines, TimeScale: timeScale, Seed: seed, Log: log,
-				Progress: progress(w, isTerminal(w))})
-			if err != nil {
-				return err
-			}
-			table, err := bench.Write(out, res)
-			if err != nil {
-				return err
-			}
-			fmt.Fprint(w, "\n"+table)
-			fmt.Fprintf(w, "\nwrote %s and %s\n", out+string(os.PathSeparator)+"results.json", out+string(os.PathSeparator)+"summary.txt")
-			for _, p := range res.Order {
-				if res.Policies[p].Errors > 0 {
-					return fmt.Errorf("%s: %d requests failed", p, res.Policies[p].Errors)
-				}
-			}
-			return nil
+			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d\n", sc.Name(), b.policies, b.timeScale, b.seed)
+			return runBench(ctx, w, bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks,
+				TimeScale: b.timeScale, Seed: b.seed, Log: log}, b.out)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&scenario, "scenario", "seed-continuation", "scenario to run")
-	f.StringVar(&policies, "policies", "round-robin,least-loaded,prefix-hash,precise", "policies to compare, comma-separated")
-	f.IntVar(&engines, "engines", 0, "engines in the fleet (default: the scenario's)")
-	f.Float64Var(&timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
-	f.Uint64Var(&seed, "seed", 1, "workload seed")
-	f.StringVar(&out, "out", "", "directory for results.json and summary.txt")
-	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	f.StringVar(&b.scenario, "scenario", "seed-continuation", "scenario: seed-continuation, agentic-pressure, shared-prefix or trace")
+	f.StringVar(&b.trace, "trace", "", "Mooncake-format JSONL file for --scenario trace")
+	f.IntVar(&b.limit, "limit", 0, "replay only the trace's first N records (0: all)")
+	f.Float64Var(&b.traceRate, "trace-rate", 1, "scale the trace's request rate (0.5: half the rate, for a smaller fleet)")
+	f.StringVar(&b.policies, "policies", "round-robin,least-loaded,prefix-hash,precise", "policies to compare, comma-separated")
+	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
+	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
+	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
+	f.Uint64Var(&b.seed, "seed", 1, "workload seed")
+	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
+	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	return cmd
 }
 
+// parsePolicies parses a comma-separated policy list.
+func parsePolicies(s string) ([]score.Policy, error) {
+	var ps []score.Policy
+	for _, name := range strings.Split(s, ",") {
+		p, err := score.ParsePolicy(strings.TrimSpace(name))
+		if err != nil {
+			return nil, fmt.Errorf("--policies: %w", err)
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// runBench runs o with progress on w, writes the results to out, prints the
+// table, and fails if any request failed.
+func runBench(ctx context.Context, w io.Writer, o bench.Options, out string) error {
+	o.Progress = progress(w, isTerminal(w))
+	res, err := bench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	table, err := bench.Write(out, res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(w, "\n"+table)
+	fmt.Fprintf(w, "\nwrote %s, %s and %s\n", filepath.Join(out, "results.json"), filepath.Join(out, "summary.txt"), filepath.Join(out, "report.html"))
+	var failed []string
+	for _, p := range res.Order {
+		if n := res.Policies[p].Errors; n > 0 {
+			failed = append(failed, fmt.Sprintf("%s: %d of %d requests failed", p, n, res.Policies[p].Requests))
+		}
+	}
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		return fmt.Errorf("%s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
 // progress reports requests done per policy: a line redrawn in place on a
-// terminal, otherwise a plain line every 10 requests and at each policy's
+// terminal, otherwise a plain line every 25 requests and at each policy's
 // end.
 func progress(w io.Writer, tty bool) func(policy string, done int) {
 	var mu sync.Mutex
@@ -117,7 +185,7 @@ func progress(w io.Writer, tty bool) func(policy string, done int) {
 			fmt.Fprintf(w, "\r%-13s %5d requests", policy, done)
 		default:
 			last = done
-			if done%10 == 0 {
+			if done%25 == 0 {
 				fmt.Fprintf(w, "%s: %d requests\n", policy, done)
 			}
 		}

@@ -74,9 +74,7 @@ the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
 		newSidecarCommand(),
 		newPickerCommand(),
 		newBenchCommand(),
-		pending("demo", "Run the embedded demo: a small fleet, an agentic workload, a report",
-			`Starts a small local fleet (simulated engines, sidecars, a picker), drives a
-short agentic workload through it, and prints a side-by-side report.`),
+		newDemoCommand(),
 		pending("inject", "Add the kvroute sidecar to a vLLM Deployment manifest",
 			`Reads a Kubernetes Deployment manifest running vLLM and writes it back with
 the sidecar container and the vLLM flags for KV events added.`),

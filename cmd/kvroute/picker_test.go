@@ -57,16 +57,16 @@ func TestPickerFlags(t *testing.T) {
 func TestBenchProgress(t *testing.T) {
 	var plain, tty strings.Builder
 	p, q := progress(&plain, false), progress(&tty, true)
-	for i := 1; i <= 24; i++ {
+	for i := 1; i <= 54; i++ {
 		p("precise", i)
 		q("precise", i)
 	}
 	p("precise", -1)
 	q("precise", -1)
-	if plain.String() != "precise: 10 requests\nprecise: 20 requests\nprecise: 24 requests, done\n" {
+	if plain.String() != "precise: 25 requests\nprecise: 50 requests\nprecise: 54 requests, done\n" {
 		t.Fatalf("plain: %q", plain.String())
 	}
-	if strings.Count(tty.String(), "\n") != 1 || !strings.HasSuffix(tty.String(), "24 requests, done\n") {
+	if strings.Count(tty.String(), "\n") != 1 || !strings.HasSuffix(tty.String(), "54 requests, done\n") {
 		t.Fatalf("tty: %q", tty.String())
 	}
 }
