@@ -3,11 +3,14 @@ package bench
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/kvroute/kvroute/test/enginesim/chat"
 )
 
 // AgenticPressure is many concurrent agent sessions over a few agent types
@@ -29,10 +32,10 @@ type AgenticPressure struct {
 	// MinTurns and MaxTurns bound a session's tool-call turns [5, 20]; a
 	// session also ends when its context would not fit the engines'.
 	MinTurns, MaxTurns int
-	// SystemMin and SystemMax bound an agent type's system prompt in
-	// words (≈ tokens) [2000, 6000].
+	// SystemMin and SystemMax bound an agent type's system prompt with
+	// its tools, in tokens [2000, 6000].
 	SystemMin, SystemMax int
-	// ToolMin and ToolMax bound a tool output in words [200, 2000].
+	// ToolMin and ToolMax bound a tool output in tokens [200, 2000].
 	ToolMin, ToolMax int
 	// BranchPercent of sessions branch from an earlier turn of another
 	// session [20].
@@ -83,7 +86,7 @@ type session struct {
 	id, typ, tenant, turns int
 	parent, at             int // branch: parent session and its turn; parent -1 otherwise
 	thinks                 []time.Duration
-	toolWords              []int
+	toolTokens             []int
 	seed                   uint64
 	start                  time.Duration
 	forks                  map[int]*fork // turn → the history branches start from
@@ -100,16 +103,19 @@ type fork struct {
 func (a AgenticPressure) plan(rng *rand.Rand) ([]agentType, []*session) {
 	types := make([]agentType, a.AgentTypes)
 	for t := range types {
-		n := 4 + rng.IntN(5)
+		n := 3 + rng.IntN(4)
 		for k := 0; k < n; k++ {
 			name := fmt.Sprintf("agent%d_%s_%d", t, words(rng, 1), k)
 			types[t].toolNames = append(types[t].toolNames, name)
-			types[t].tools = append(types[t].tools, map[string]any{"type": "function", "name": name, "description": words(rng, 20+rng.IntN(30)),
+			types[t].tools = append(types[t].tools, map[string]any{"type": "function", "name": name, "description": text(rng, 20+rng.IntN(40)),
 				"parameters": map[string]any{"type": "object", "properties": map[string]any{
-					"query": map[string]any{"type": "string", "description": words(rng, 8)},
+					"query": map[string]any{"type": "string", "description": text(rng, 10)},
 					"limit": map[string]any{"type": "integer"}}, "required": []string{"query"}}})
 		}
-		types[t].instructions = fmt.Sprintf("You are agent type %d. ", t) + words(rng, a.SystemMin+rng.IntN(a.SystemMax-a.SystemMin+1))
+		// The system prompt is the instructions and the tools' block.
+		toolsJSON, _ := json.Marshal(types[t].tools)
+		size := a.SystemMin + rng.IntN(a.SystemMax-a.SystemMin+1)
+		types[t].instructions = fmt.Sprintf("You are agent type %d. ", t) + text(rng, max(100, size-len(chat.Encode(string(toolsJSON)))))
 	}
 	var ss []*session
 	for i := 0; i < a.Sessions; i++ {
@@ -134,7 +140,7 @@ func (a AgenticPressure) plan(rng *rand.Rand) ([]agentType, []*session) {
 		}
 		for k := 0; k < s.turns; k++ {
 			s.thinks = append(s.thinks, a.Think/4+time.Duration(rng.Int64N(int64(a.Think-a.Think/4)+1)))
-			s.toolWords = append(s.toolWords, a.ToolMin+rng.IntN(a.ToolMax-a.ToolMin+1))
+			s.toolTokens = append(s.toolTokens, a.ToolMin+rng.IntN(a.ToolMax-a.ToolMin+1))
 		}
 		ss = append(ss, s)
 	}
@@ -200,15 +206,15 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 			return
 		}
 		input, prev, turn = slices.Clone(f.input), f.endpoint, s.at+1
-		input = append(input, toolOutput(rng, fmt.Sprintf("call_%d_%d", s.parent, s.at), s.toolWords[s.at-1]))
+		input = append(input, toolOutput(rng, fmt.Sprintf("call_%d_%d", s.parent, s.at), s.toolTokens[s.at-1]))
 	} else {
 		if !c.Wait(ctx, s.start) {
 			return
 		}
-		input = []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", s.id) + words(rng, 60+rng.IntN(200))}}
+		input = []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", s.id) + text(rng, 60+rng.IntN(200))}}
 	}
 	for ; turn <= s.turns; turn++ {
-		o, text := c.Responses(ctx, map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": t.instructions, "tools": t.tools,
+		o, answer := c.Responses(ctx, map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": t.instructions, "tools": t.tools,
 			"input": input, "max_output_tokens": a.OutputTokens, "cache_salt": salt})
 		o.Conversation, o.Turn, o.PrevEndpoint = s.id, turn, prev
 		record(o)
@@ -217,19 +223,20 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 		}
 		prev = o.Endpoint
 		call := fmt.Sprintf("call_%d_%d", s.id, turn)
+		args := fmt.Sprintf(`{"query":%q,"limit":%d}`, words(rng, 6), 1+rng.IntN(50))
 		input = append(input,
-			map[string]any{"type": "message", "role": "assistant", "content": text},
-			map[string]any{"type": "function_call", "call_id": call, "name": t.toolNames[rng.IntN(len(t.toolNames))],
-				"arguments": fmt.Sprintf(`{"query":%q,"limit":%d}`, words(rng, 6), 1+rng.IntN(50))})
+			map[string]any{"type": "message", "role": "assistant", "content": answer},
+			map[string]any{"type": "function_call", "call_id": call, "name": t.toolNames[rng.IntN(len(t.toolNames))], "arguments": args})
 		if f := s.forks[turn]; f != nil {
 			f.input, f.endpoint = slices.Clone(input), o.Endpoint
 			close(f.ready)
 		}
-		input = append(input, toolOutput(rng, call, s.toolWords[turn-1]))
+		out := toolOutput(rng, call, s.toolTokens[turn-1])
+		input = append(input, out)
 		// The next prompt must fit the engines' context with its output
-		// (a word is at most 1.5 tokens here, the output ≤ OutputTokens,
-		// the call and the template's markers ≤ 100).
-		if c.MaxModelLen > 0 && o.PromptTokens+2*a.OutputTokens+3*s.toolWords[turn-1]/2+100 > c.MaxModelLen {
+		// (the template's markers and the tool's name ≤ 100 tokens).
+		next := o.PromptTokens + len(chat.Encode(answer)) + len(chat.Encode(args)) + len(chat.Encode(out["output"].(string))) + 100
+		if c.MaxModelLen > 0 && next+a.OutputTokens > c.MaxModelLen {
 			return
 		}
 		if !c.Wait(ctx, s.thinks[turn-1]) {
@@ -238,9 +245,9 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 	}
 }
 
-// toolOutput is a function_call_output item of n words.
+// toolOutput is a function_call_output item of n tokens.
 func toolOutput(rng *rand.Rand, callID string, n int) map[string]any {
-	return map[string]any{"type": "function_call_output", "call_id": callID, "output": words(rng, n)}
+	return map[string]any{"type": "function_call_output", "call_id": callID, "output": text(rng, n)}
 }
 
 // Demo is `kvroute demo`'s workload: a short agentic-pressure on four

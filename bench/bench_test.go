@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/enginesim/chat"
 )
 
 // TestSeedContinuation runs the seed scenario (4 conversations, no
@@ -139,8 +140,8 @@ func TestAgenticPlan(t *testing.T) {
 	}
 	branches := 0
 	for _, s := range ss {
-		if len(s.thinks) != s.turns || len(s.toolWords) != s.turns {
-			t.Fatalf("session %d: %d turns, %d thinks, %d tool outputs", s.id, s.turns, len(s.thinks), len(s.toolWords))
+		if len(s.thinks) != s.turns || len(s.toolTokens) != s.turns {
+			t.Fatalf("session %d: %d turns, %d thinks, %d tool outputs", s.id, s.turns, len(s.thinks), len(s.toolTokens))
 		}
 		if s.parent < 0 {
 			if s.turns < a.MinTurns || s.turns > a.MaxTurns {
@@ -158,8 +159,9 @@ func TestAgenticPlan(t *testing.T) {
 		t.Fatalf("%d branches of 64", branches)
 	}
 	for _, ty := range types {
-		if n := len(strings.Fields(ty.instructions)); n < a.SystemMin || n > a.SystemMax+10 {
-			t.Fatalf("system prompt of %d words", n)
+		tools, _ := json.Marshal(ty.tools)
+		if n := len(chat.Encode(ty.instructions)) + len(chat.Encode(string(tools))); n < a.SystemMin || n > a.SystemMax+20 {
+			t.Fatalf("system prompt of %d tokens", n)
 		}
 	}
 }
@@ -168,7 +170,7 @@ func TestAgenticPlan(t *testing.T) {
 // least-loaded routing: per-step figures exist for every step, and precise
 // keeps each customer's prefix on one engine, so it caches more.
 func TestSharedPrefix(t *testing.T) {
-	sc := SharedPrefix{Engines: 3, GPUBlocks: 512, Customers: 6, Users: 2, PrefixWords: 400, QuestionWords: 60,
+	sc := SharedPrefix{Engines: 3, GPUBlocks: 512, Customers: 6, Users: 2, PrefixTokens: 1000, QuestionTokens: 150,
 		QPS: []float64{40, 80}, StepFor: 300 * time.Millisecond, OutputTokens: 4}
 	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.LeastLoaded},
 		TimeScale: 1, Seed: 5, SampleEvery: 50 * time.Millisecond})

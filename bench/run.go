@@ -54,8 +54,10 @@ type Quantiles struct {
 
 // PolicyResult is one policy's figures (results.json schema).
 type PolicyResult struct {
-	Requests            int       `json:"requests"`
-	Errors              int       `json:"errors"`
+	Requests int `json:"requests"`
+	Errors   int `json:"errors"`
+	// ErrorSamples are up to five distinct errors, for the failure message.
+	ErrorSamples        []string  `json:"error_samples,omitempty"`
 	HitRate             float64   `json:"hit_rate"`
 	ContinuationHitRate float64   `json:"continuation_hit_rate"` // turns after the first`
 	TTFTms              Quantiles `json:"ttft_ms"`
@@ -123,6 +125,10 @@ type Results struct {
 		BlockSize          int `json:"block_size"`
 	} `json:"fleet"`
 	PooledBoundHitRate float64                  `json:"pooled_bound_hit_rate"`
+	// WorkingSetBlocks is the number of distinct KV blocks the requests
+	// touch; WorkingSetRatio that over the fleet's KV capacity.
+	WorkingSetBlocks int     `json:"working_set_blocks"`
+	WorkingSetRatio  float64 `json:"working_set_ratio"`
 	Policies           map[string]*PolicyResult `json:"policies"`
 	Order              []string                 `json:"policy_order"`
 }
@@ -172,7 +178,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			o.Progress(string(p), -1)
 		}
 		if err == nil && i == 0 {
-			res.PooledBoundHitRate, err = pooledBound(ctx, f.EngineURLs()[0], outcomes, o.Engines*o.GPUBlocks, 16)
+			res.PooledBoundHitRate, res.WorkingSetBlocks, err = pooledBound(ctx, f.EngineURLs()[0], outcomes, o.Engines*o.GPUBlocks, 16)
+			res.WorkingSetRatio = float64(res.WorkingSetBlocks) / float64(o.Engines*o.GPUBlocks)
 		}
 		engines := f.EngineURLs()
 		stats, serr := f.PickerStats()
@@ -268,6 +275,9 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale fl
 		r.Requests++
 		if o.Err != nil {
 			r.Errors++
+			if msg := o.Err.Error(); len(r.ErrorSamples) < 5 && !slices.Contains(r.ErrorSamples, msg) {
+				r.ErrorSamples = append(r.ErrorSamples, msg)
+			}
 			continue
 		}
 		convs[o.Conversation] = true
@@ -384,12 +394,13 @@ func percentiles(v []float64) []float64 {
 }
 
 // pooledBound replays the requests through one LRU of capacity blocks:
-// the hit rate a single cache the size of the whole fleet would reach.
-// Tokens come from the engine's render endpoint, keys as the picker makes
-// them.
-func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, blockSize int) (float64, error) {
+// the hit rate a single cache the size of the whole fleet would reach, and
+// the number of distinct blocks (the working set). Tokens come from the
+// engine's render endpoint, keys as the picker makes them.
+func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, blockSize int) (float64, int, error) {
 	lru := list.New()
 	at := map[blockkey.Key]*list.Element{}
+	seen := map[blockkey.Key]struct{}{}
 	var hit, total int
 	for _, o := range outs {
 		if o.Err != nil {
@@ -401,7 +412,7 @@ func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, b
 		_ = json.Unmarshal(o.Body, &req)
 		toks, err := render(ctx, engine, o.Path, o.Body)
 		if err != nil {
-			return 0, fmt.Errorf("pooled bound: %w", err)
+			return 0, 0, fmt.Errorf("pooled bound: %w", err)
 		}
 		keys := (&blockkey.Request{Tokens: toks, CacheSalt: req.CacheSalt}).AppendKeys(nil, "Qwen/Qwen3-0.6B", blockSize)
 		n := 0
@@ -413,6 +424,7 @@ func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, b
 			hit += min(n*blockSize, (len(toks)-1)/blockSize*blockSize)
 		}
 		for _, k := range keys {
+			seen[k] = struct{}{}
 			if e := at[k]; e != nil {
 				lru.MoveToFront(e)
 				continue
@@ -426,9 +438,9 @@ func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, b
 		}
 	}
 	if total == 0 {
-		return 0, nil
+		return 0, len(seen), nil
 	}
-	return float64(hit) / float64(total), nil
+	return float64(hit) / float64(total), len(seen), nil
 }
 
 func render(ctx context.Context, engine, path string, body []byte) ([]uint32, error) {
@@ -501,8 +513,8 @@ func Write(dir string, r *Results) (string, error) {
 // Table is the side-by-side summary.
 func Table(r *Results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; pooled-cache bound hit rate %.1f%%\n\n",
-		r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, 100*r.PooledBoundHitRate)
+	fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; working set %.2f× the fleet's KV; pooled-cache bound hit rate %.1f%%\n\n",
+		r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, r.WorkingSetRatio, 100*r.PooledBoundHitRate)
 	fmt.Fprintf(&b, "%-13s %8s %6s %8s %9s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "imbalance")
 	for _, p := range r.Order {
 		x := r.Policies[p]

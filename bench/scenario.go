@@ -10,9 +10,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvroute/kvroute/test/enginesim/chat"
 )
 
 // Outcome is one request as the client saw it.
@@ -135,7 +138,7 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 		return o, ""
 	}
 	c.count(o.Endpoint)
-	var text strings.Builder
+	var answer strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -163,7 +166,7 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 			if o.TTFT == 0 {
 				o.TTFT = time.Since(o.Start)
 			}
-			text.WriteString(ev.Delta)
+			answer.WriteString(ev.Delta)
 		case "response.completed":
 			if u := ev.Response; u != nil && u.Usage != nil {
 				o.PromptTokens = u.Usage.InputTokens
@@ -179,22 +182,44 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 	} else if o.PromptTokens == 0 {
 		o.Err = fmt.Errorf("no usage in the stream")
 	}
-	return o, text.String()
+	return o, answer.String()
 }
 
-// words returns n pseudo-random words from rng (≈ n tokens).
+// vocab is the bench's word list.
+var vocab = []string{"cache", "block", "router", "engine", "prefix", "token", "agent", "tool", "policy", "order",
+	"status", "latency", "replica", "summary", "request", "stream", "tenant", "salt", "event", "shard"}
+
+// words returns n pseudo-random words from rng.
 func words(rng *rand.Rand, n int) string {
-	vocab := []string{"cache", "block", "router", "engine", "prefix", "token", "agent", "tool", "policy", "order",
-		"status", "latency", "replica", "summary", "request", "stream", "tenant", "salt", "event", "shard"}
 	var b strings.Builder
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(vocab[rng.IntN(len(vocab))])
-		if rng.IntN(12) == 0 {
-			fmt.Fprintf(&b, "%d", rng.IntN(1000))
+		b.WriteString(word(rng))
+	}
+	return b.String()
+}
+
+func word(rng *rand.Rand) string {
+	w := vocab[rng.IntN(len(vocab))]
+	if rng.IntN(12) == 0 {
+		w += strconv.Itoa(rng.IntN(1000))
+	}
+	return w
+}
+
+// text returns pseudo-random words from rng making n tokens (± one word)
+// for the simulated engine's tokenizer, which splits every word on its own.
+func text(rng *rand.Rand, n int) string {
+	var b strings.Builder
+	for got := 0; got < n; {
+		w := word(rng)
+		if b.Len() > 0 {
+			w = " " + w
 		}
+		got += len(chat.Encode(w))
+		b.WriteString(w)
 	}
 	return b.String()
 }
@@ -225,22 +250,22 @@ func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([
 	}
 	var outcomes []Outcome
 	for conv := 0; conv < n; conv++ {
-		instructions := words(rng, 5800)
-		input := []any{map[string]any{"role": "user", "content": words(rng, 600)}}
+		instructions := text(rng, 5800)
+		input := []any{map[string]any{"role": "user", "content": text(rng, 700)}}
 		salt := fmt.Sprintf("conversation-%d-%x", conv, rng.Uint64())
 		body := func() map[string]any {
 			return map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": instructions, "input": input,
 				"max_output_tokens": out, "cache_salt": salt}
 		}
-		o1, text := c.Responses(ctx, body())
+		o1, answer := c.Responses(ctx, body())
 		o1.Conversation, o1.Turn = conv, 1
 		outcomes = append(outcomes, o1)
 		if o1.Err != nil {
 			return outcomes, fmt.Errorf("conversation %d turn 1: %w", conv, o1.Err)
 		}
 		input = append(input,
-			map[string]any{"role": "assistant", "content": text},
-			map[string]any{"role": "user", "content": words(rng, 20)}) // a short follow-up, as in the seed run
+			map[string]any{"role": "assistant", "content": answer},
+			map[string]any{"role": "user", "content": text(rng, 40)}) // a short follow-up, as in the seed run
 		o2, _ := c.Responses(ctx, body())
 		o2.Conversation, o2.Turn, o2.PrevEndpoint = conv, 2, o1.Endpoint
 		outcomes = append(outcomes, o2)

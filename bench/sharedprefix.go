@@ -22,8 +22,8 @@ type SharedPrefix struct {
 	GPUBlocks int // KV blocks per engine [19264: working set ≈ 73% of 8 engines]
 	Customers int // [150]
 	Users     int // per customer [5]
-	// PrefixWords and QuestionWords size the prompts (≈ tokens) [6000, 1200].
-	PrefixWords, QuestionWords int
+	// PrefixTokens and QuestionTokens size the prompts [6000, 1200].
+	PrefixTokens, QuestionTokens int
 	// QPS are the request rates stepped through, each for StepFor of
 	// simulated time [3, 6, 10, 15, 20 per second; 15 s].
 	QPS          []float64
@@ -34,7 +34,7 @@ type SharedPrefix struct {
 func (s SharedPrefix) withDefaults() SharedPrefix {
 	s.Engines, s.GPUBlocks = cmp.Or(s.Engines, 8), cmp.Or(s.GPUBlocks, 19264)
 	s.Customers, s.Users = cmp.Or(s.Customers, 150), cmp.Or(s.Users, 5)
-	s.PrefixWords, s.QuestionWords = cmp.Or(s.PrefixWords, 6000), cmp.Or(s.QuestionWords, 1200)
+	s.PrefixTokens, s.QuestionTokens = cmp.Or(s.PrefixTokens, 6000), cmp.Or(s.QuestionTokens, 1200)
 	if len(s.QPS) == 0 {
 		s.QPS = []float64{3, 6, 10, 15, 20}
 	}
@@ -66,9 +66,9 @@ func (s SharedPrefix) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Out
 	prefixes := make([]string, s.Customers)
 	questions := make([][]string, s.Customers)
 	for i := range prefixes {
-		prefixes[i] = fmt.Sprintf("Customer %d system prompt. ", i) + words(rng, s.PrefixWords)
+		prefixes[i] = fmt.Sprintf("Customer %d system prompt. ", i) + text(rng, s.PrefixTokens)
 		for u := 0; u < s.Users; u++ {
-			questions[i] = append(questions[i], fmt.Sprintf("\nUser %d asks: ", u)+words(rng, s.QuestionWords))
+			questions[i] = append(questions[i], fmt.Sprintf("\nUser %d asks: ", u)+text(rng, s.QuestionTokens))
 		}
 	}
 	var mu sync.Mutex

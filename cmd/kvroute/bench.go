@@ -154,7 +154,8 @@ func runBench(ctx context.Context, w io.Writer, o bench.Options, out string) err
 	var failed []string
 	for _, p := range res.Order {
 		if n := res.Policies[p].Errors; n > 0 {
-			failed = append(failed, fmt.Sprintf("%s: %d of %d requests failed", p, n, res.Policies[p].Requests))
+			failed = append(failed, fmt.Sprintf("%s: %d of %d requests failed (%s)", p, n, res.Policies[p].Requests,
+				strings.Join(res.Policies[p].ErrorSamples, "; ")))
 		}
 	}
 	if len(failed) > 0 {
