@@ -124,13 +124,13 @@ type Results struct {
 		GPUBlocksPerEngine int `json:"gpu_blocks_per_engine"`
 		BlockSize          int `json:"block_size"`
 	} `json:"fleet"`
-	PooledBoundHitRate float64                  `json:"pooled_bound_hit_rate"`
+	PooledBoundHitRate float64 `json:"pooled_bound_hit_rate"`
 	// WorkingSetBlocks is the number of distinct KV blocks the requests
 	// touch; WorkingSetRatio that over the fleet's KV capacity.
-	WorkingSetBlocks int     `json:"working_set_blocks"`
-	WorkingSetRatio  float64 `json:"working_set_ratio"`
-	Policies           map[string]*PolicyResult `json:"policies"`
-	Order              []string                 `json:"policy_order"`
+	WorkingSetBlocks int                      `json:"working_set_blocks"`
+	WorkingSetRatio  float64                  `json:"working_set_ratio"`
+	Policies         map[string]*PolicyResult `json:"policies"`
+	Order            []string                 `json:"policy_order"`
 }
 
 // Run runs the scenario once per policy, each on a fresh fleet.
