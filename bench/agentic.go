@@ -38,7 +38,7 @@ type AgenticPressure struct {
 	// ToolMin and ToolMax bound a tool output in tokens [200, 2000].
 	ToolMin, ToolMax int
 	// BranchPercent of sessions branch from an earlier turn of another
-	// session [20].
+	// session [20; 0 takes the default, so a negative value means none].
 	BranchPercent int
 	OutputTokens  int // per turn [48]
 	// Think is the longest pause between a session's turns (the tool
@@ -97,6 +97,7 @@ type fork struct {
 	ready    chan struct{}
 	input    []any
 	endpoint string
+	tokens   int // the history's prompt tokens (≈, less the template's markers)
 }
 
 // plan draws the agent types and the sessions from rng.
@@ -151,7 +152,7 @@ func (a AgenticPressure) plan(rng *rand.Rand) ([]agentType, []*session) {
 // order they were sent.
 func (a AgenticPressure) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, error) {
 	a = a.withDefaults()
-	if a.MinTurns < 1 || a.MaxTurns < a.MinTurns || a.SystemMax < a.SystemMin || a.ToolMax < a.ToolMin || a.Think <= 0 {
+	if a.Engines < 1 || a.Sessions < 1 || a.AgentTypes < 1 || a.Tenants < 1 || a.Start < 0 || a.MinTurns < 1 || a.MaxTurns < a.MinTurns || a.SystemMax < a.SystemMin || a.ToolMax < a.ToolMin || a.Think <= 0 {
 		return nil, fmt.Errorf("agentic scenario: bad shape %+v", a)
 	}
 	types, sessions := a.plan(rng)
@@ -205,8 +206,11 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 		if f.input == nil {
 			return
 		}
-		input, prev, turn = slices.Clone(f.input), f.endpoint, s.at+1
-		input = append(input, toolOutput(rng, fmt.Sprintf("call_%d_%d", s.parent, s.at), s.toolTokens[s.at-1]))
+		out := toolOutput(rng, fmt.Sprintf("call_%d_%d", s.parent, s.at), s.toolTokens[s.at-1])
+		if c.MaxModelLen > 0 && f.tokens+len(chat.Encode(out["output"].(string)))+100+a.OutputTokens > c.MaxModelLen {
+			return // the branch's first prompt would not fit
+		}
+		input, prev, turn = append(slices.Clone(f.input), out), f.endpoint, s.at+1
 	} else {
 		if !c.Wait(ctx, s.start) {
 			return
@@ -227,16 +231,16 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 		input = append(input,
 			map[string]any{"type": "message", "role": "assistant", "content": answer},
 			map[string]any{"type": "function_call", "call_id": call, "name": t.toolNames[rng.IntN(len(t.toolNames))], "arguments": args})
+		history := o.PromptTokens + len(chat.Encode(answer)) + len(chat.Encode(args))
 		if f := s.forks[turn]; f != nil {
-			f.input, f.endpoint = slices.Clone(input), o.Endpoint
+			f.input, f.endpoint, f.tokens = slices.Clone(input), o.Endpoint, history
 			close(f.ready)
 		}
 		out := toolOutput(rng, call, s.toolTokens[turn-1])
 		input = append(input, out)
 		// The next prompt must fit the engines' context with its output
 		// (the template's markers and the tool's name ≤ 100 tokens).
-		next := o.PromptTokens + len(chat.Encode(answer)) + len(chat.Encode(args)) + len(chat.Encode(out["output"].(string))) + 100
-		if c.MaxModelLen > 0 && next+a.OutputTokens > c.MaxModelLen {
+		if c.MaxModelLen > 0 && history+len(chat.Encode(out["output"].(string)))+100+a.OutputTokens > c.MaxModelLen {
 			return
 		}
 		if !c.Wait(ctx, s.thinks[turn-1]) {

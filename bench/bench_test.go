@@ -193,14 +193,14 @@ func TestSharedPrefix(t *testing.T) {
 	}
 }
 
-// TestTrace replays 40 records of the synthetic Mooncake trace (a window
-// with prefix reuse) as token ids, at a quarter of its rate (four engines
-// instead of the trace's cluster) with time compressed 50×: every request
-// answered, and precise reaches most of the pooled bound.
+// TestTrace replays records of the synthetic Mooncake trace as token ids:
+// the 40 prompts of at most 8,000 tokens among lines 3868–3981 (a stretch
+// with prefix reuse), with time compressed 20×: every request answered,
+// and precise reaches most of the pooled bound.
 func TestTrace(t *testing.T) {
-	sc := Trace{Path: "testdata/mooncake-3751-3790.jsonl", Engines: 4, GPUBlocks: 8192, Rate: 0.25}
+	sc := Trace{Path: "testdata/mooncake-short-3868-3981.jsonl", Engines: 2, GPUBlocks: 4096}
 	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.RoundRobin},
-		TimeScale: 0.02, Seed: 1, SampleEvery: 50 * time.Millisecond})
+		TimeScale: 0.05, Seed: 1, SampleEvery: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

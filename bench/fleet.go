@@ -60,13 +60,21 @@ func (f *Fleet) PickerStats() (PickerStats, error) {
 		switch fam.GetName() {
 		case "kvroute_picker_proxy_overhead_seconds":
 			h := fam.Metric[0].GetHistogram()
+			// The bucket holding the quantile; past the last finite
+			// bound, that bound (a lower bound on the value: JSON has
+			// no infinity).
 			q := func(p float64) float64 {
+				top := 0.0
 				for _, b := range h.Bucket {
+					if math.IsInf(b.GetUpperBound(), 1) {
+						break
+					}
+					top = b.GetUpperBound() * 1e6
 					if float64(b.GetCumulativeCount()) >= p*float64(h.GetSampleCount()) {
-						return b.GetUpperBound() * 1e6
+						return top
 					}
 				}
-				return math.Inf(1)
+				return top
 			}
 			if h.GetSampleCount() > 0 {
 				st.OverheadP50us, st.OverheadP99us = q(0.5), q(0.99)
@@ -145,6 +153,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	f.picker = pk
 	deadline := time.Now().Add(cfg.Ready)
 	for len(pk.View().Endpoints()) < cfg.Engines {
+		if ctx.Err() != nil {
+			return fail(ctx.Err())
+		}
 		if time.Now().After(deadline) {
 			return fail(fmt.Errorf("the picker knows %d of %d endpoints after %v", len(pk.View().Endpoints()), cfg.Engines, cfg.Ready))
 		}

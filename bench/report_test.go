@@ -207,3 +207,33 @@ func artifacts(t *testing.T) string {
 	}
 	return dir
 }
+
+// TestPercentiles checks nearest-rank percentiles and quantiles against a
+// direct count: the p-th percentile is the smallest value with at least p%
+// of the values at or below it.
+func TestPercentiles(t *testing.T) {
+	for n := 1; n <= 300; n++ {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = float64(n - i) // reversed: sorting matters
+		}
+		ps := percentiles(v)
+		for p, got := range ps {
+			// The rank r = ⌈p·n/100⌉ (at least 1) is the value r here.
+			want := float64(max(1, (p*n+99)/100))
+			if got != want {
+				t.Fatalf("n=%d p%d: %v, want %v", n, p, got, want)
+			}
+			if below := int(got); p > 0 && 100*below < p*n {
+				t.Fatalf("n=%d p%d: only %d values ≤ %v", n, p, below, got)
+			}
+		}
+		q := quantiles(v)
+		if q.P50 != ps[50] || q.P90 != ps[90] || q.P99 != ps[99] || q.Mean != float64(n+1)/2 {
+			t.Fatalf("n=%d: quantiles %+v vs percentiles %v %v %v", n, q, ps[50], ps[90], ps[99])
+		}
+	}
+	if percentiles(nil) != nil || quantiles(nil) != (Quantiles{}) {
+		t.Fatal("empty input")
+	}
+}

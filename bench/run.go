@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -63,7 +62,7 @@ type PolicyResult struct {
 	TTFTms              Quantiles `json:"ttft_ms"`
 	ContinuationTTFTms  Quantiles `json:"continuation_ttft_ms"`
 	Conversations       int       `json:"conversations"`
-	Continuations       int       `json:"continuations"` // turns after a conversation's first
+	Continuations       int       `json:"continuations"` // turns continuing an answered one
 	WarmReturns         int       `json:"warm_returns"`
 	LoadImbalance       float64   `json:"load_imbalance"`
 	ThroughputRPS       float64   `json:"throughput_rps"`
@@ -99,7 +98,9 @@ type StepResult struct {
 }
 
 // stepped is a scenario with load steps (their rates, in order).
-type stepped interface{ Steps() []float64 }
+type stepped interface {
+	Steps() (qps []float64, each time.Duration)
+}
 
 // Timeline is the fleet sampled during a policy's run.
 type Timeline struct {
@@ -155,7 +156,11 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}}
 	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
 	for i, p := range o.Policies {
-		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: fc.MaxModelLen,
+		mml := fc.MaxModelLen
+		if mml > 0 {
+			mml = min(mml, (o.GPUBlocks-1)*16) // --gpu-blocks may shrink the cache
+		}
+		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
 			TimeScale: o.TimeScale, Policy: p, Log: o.Log})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
@@ -177,7 +182,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		if o.Progress != nil {
 			o.Progress(string(p), -1)
 		}
-		if err == nil && i == 0 {
+		if err == nil && i == 0 { // the same requests every time: once is enough
 			res.PooledBoundHitRate, res.WorkingSetBlocks, err = pooledBound(ctx, f.EngineURLs()[0], outcomes, o.Engines*o.GPUBlocks, 16)
 			res.WorkingSetRatio = float64(res.WorkingSetBlocks) / float64(o.Engines*o.GPUBlocks)
 		}
@@ -193,7 +198,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		pr := summarize(outcomes, engines, elapsed, scale)
 		pr.Timeline = timeline
 		if st, ok := o.Scenario.(stepped); ok {
-			pr.Steps = steps(outcomes, st.Steps(), scale)
+			qps, each := st.Steps()
+			pr.Steps = steps(outcomes, qps, each, scale)
 		}
 		pr.PickOverheadUs.P50, pr.PickOverheadUs.P99 = stats.OverheadP50us, stats.OverheadP99us
 		total, wrong := 0.0, stats.Outcomes["fewer_cached_than_predicted"]+stats.Outcomes["another_endpoint_held_more"]
@@ -285,7 +291,7 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale fl
 		cached += o.CachedTokens
 		ms := float64(o.TTFT.Microseconds()) / 1000 / scale
 		ttft = append(ttft, ms)
-		if o.Turn > 1 {
+		if o.Turn > 1 && o.PrevEndpoint != "" {
 			r.Continuations++
 			cont = append(cont, ms)
 			contPrompt += o.PromptTokens
@@ -314,8 +320,8 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale fl
 	if sum > 0 {
 		r.LoadImbalance = float64(mx) / (float64(sum) / float64(len(engines)))
 	}
-	if elapsed > 0 {
-		r.ThroughputRPS = float64(r.Requests) / elapsed.Seconds()
+	if elapsed > 0 { // answered requests per second of simulated time
+		r.ThroughputRPS = float64(r.Requests-r.Errors) / (elapsed.Seconds() / scale)
 	}
 	return r
 }
@@ -326,32 +332,28 @@ func quantiles(v []float64) Quantiles {
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
-	q := func(p float64) float64 { return s[int(math.Ceil(p*float64(len(s))))-1] }
+	q := func(perMille int) float64 { return s[max(0, (perMille*len(s)+999)/1000-1)] } // nearest rank
 	sum := 0.0
 	for _, x := range s {
 		sum += x
 	}
-	return Quantiles{Mean: sum / float64(len(s)), P50: q(0.5), P90: q(0.9), P99: q(0.99)}
+	return Quantiles{Mean: sum / float64(len(s)), P50: q(500), P90: q(900), P99: q(990)}
 }
 
-// steps summarises the outcomes of each load step; the throughputs are per
-// second of the step's arrivals (simulated time).
-func steps(outs []Outcome, qps []float64, scale float64) []StepResult {
+// steps summarises the outcomes of each load step; the throughputs are
+// answered requests and their prompt tokens per second of the step (each
+// long, simulated time); latencies are divided by scale.
+func steps(outs []Outcome, qps []float64, each time.Duration, scale float64) []StepResult {
 	var res []StepResult
 	for i := range qps {
 		r := StepResult{Step: i + 1, QPS: qps[i]}
 		var ttft []float64
 		var prompt, cached int
-		var first, last time.Time
 		for _, o := range outs {
 			if o.Step != i+1 {
 				continue
 			}
 			r.Requests++
-			if first.IsZero() || o.Start.Before(first) {
-				first = o.Start
-			}
-			last = maxTime(last, o.Start)
 			if o.Err != nil {
 				r.Errors++
 				continue
@@ -363,20 +365,13 @@ func steps(outs []Outcome, qps []float64, scale float64) []StepResult {
 			r.HitRate = float64(cached) / float64(prompt)
 		}
 		r.TTFTms = quantiles(ttft)
-		if span := last.Sub(first).Seconds() / scale; span > 0 {
-			r.ThroughputRPS = float64(len(ttft)) / span
-			r.PromptTokensPS = float64(prompt) / span
+		if each > 0 {
+			r.ThroughputRPS = float64(len(ttft)) / each.Seconds()
+			r.PromptTokensPS = float64(prompt) / each.Seconds()
 		}
 		res = append(res, r)
 	}
 	return res
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // percentiles returns the 0th…100th percentiles of v (nil when empty).
@@ -388,7 +383,7 @@ func percentiles(v []float64) []float64 {
 	slices.Sort(s)
 	out := make([]float64, 101)
 	for p := range out {
-		out[p] = s[max(0, int(math.Ceil(float64(p)/100*float64(len(s))))-1)]
+		out[p] = s[max(0, (p*len(s)+99)/100-1)] // nearest rank, ⌈p·n/100⌉
 	}
 	return out
 }
@@ -409,10 +404,15 @@ func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, b
 		var req struct {
 			CacheSalt string `json:"cache_salt"`
 		}
-		_ = json.Unmarshal(o.Body, &req)
-		toks, err := render(ctx, engine, o.Path, o.Body)
-		if err != nil {
-			return 0, 0, fmt.Errorf("pooled bound: %w", err)
+		var toks []uint32
+		if o.Tokens != nil {
+			toks = o.Tokens()
+		} else {
+			_ = json.Unmarshal(o.Body, &req)
+			var err error
+			if toks, err = render(ctx, engine, o.Path, o.Body); err != nil {
+				return 0, 0, fmt.Errorf("pooled bound: %w", err)
+			}
 		}
 		keys := (&blockkey.Request{Tokens: toks, CacheSalt: req.CacheSalt}).AppendKeys(nil, "Qwen/Qwen3-0.6B", blockSize)
 		n := 0

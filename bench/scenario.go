@@ -24,7 +24,9 @@ type Outcome struct {
 	Turn         int // 1, 2, …
 	Endpoint     string
 	// PrevEndpoint is where the turn this one continues went ("" on a
-	// first turn): a warm return is a continuation landing there too.
+	// first turn, or when that turn had no answer yet when this one was
+	// sent): a continuation is a request with one, and a warm return a
+	// continuation landing there too.
 	PrevEndpoint string
 	// Step is the load step the request belongs to (1, 2, …; 0 when the
 	// scenario has no steps).
@@ -37,6 +39,9 @@ type Outcome struct {
 	// Path and Body are the request as sent (for the pooled bound).
 	Path string
 	Body []byte
+	// Tokens, when set, returns the prompt's token ids (token-id prompts
+	// the scenario can regenerate); the pooled bound then needs no Body.
+	Tokens func() []uint32
 }
 
 // Scenario drives a fleet.
@@ -61,15 +66,36 @@ type Client struct {
 	// MaxModelLen is the engines' context length in tokens.
 	MaxModelLen int
 
+	slots chan struct{} // bounds the requests in flight
+
 	mu     sync.Mutex
 	routed map[string]int // requests answered, by endpoint
 }
 
+// Client limits: requests in flight at once (more wait for a slot before
+// their clock starts), and the longest a request may take (wall time).
+const (
+	MaxInFlight    = 512
+	RequestTimeout = 15 * time.Minute
+)
+
 // NewClient returns a client of the picker at base.
 func NewClient(base string) *Client {
-	return &Client{base: base, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}, TimeScale: 1,
-		routed: map[string]int{}}
+	return &Client{base: base, TimeScale: 1, routed: map[string]int{}, slots: make(chan struct{}, MaxInFlight),
+		hc: &http.Client{Timeout: RequestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: MaxInFlight}}}
 }
+
+// acquire takes a slot for a request; false when ctx ended first.
+func (c *Client) acquire(ctx context.Context) bool {
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *Client) release() { <-c.slots }
 
 // Wait sleeps d of simulated time (d × TimeScale of wall time); false when
 // ctx ended first.
@@ -118,7 +144,13 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 	}
 	body["stream"] = true
 	b, _ := json.Marshal(body)
-	o := Outcome{Path: "/v1/responses", Body: b, Start: time.Now()}
+	o := Outcome{Path: "/v1/responses", Body: b}
+	if !c.acquire(ctx) {
+		o.Err = ctx.Err()
+		return o, ""
+	}
+	defer c.release()
+	o.Start = time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/responses", bytes.NewReader(b))
 	if err != nil {
 		o.Err = err
@@ -181,6 +213,8 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 		o.Err = err
 	} else if o.PromptTokens == 0 {
 		o.Err = fmt.Errorf("no usage in the stream")
+	} else if o.TTFT == 0 {
+		o.TTFT = o.End.Sub(o.Start) // no text: the first token is the last
 	}
 	return o, answer.String()
 }
@@ -291,7 +325,13 @@ func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
 	if c.done != nil {
 		defer c.done()
 	}
-	o := Outcome{Path: "/v1/completions", Body: b, Start: time.Now()}
+	o := Outcome{Path: "/v1/completions", Body: b}
+	if !c.acquire(ctx) {
+		o.Err = ctx.Err()
+		return o
+	}
+	defer c.release()
+	o.Start = time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/completions", bytes.NewReader(b))
 	if err != nil {
 		o.Err = err
@@ -347,6 +387,8 @@ func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
 		o.Err = err
 	} else if o.PromptTokens == 0 {
 		o.Err = fmt.Errorf("no usage in the stream")
+	} else if o.TTFT == 0 {
+		o.TTFT = o.End.Sub(o.Start) // no text: the first token is the last
 	}
 	return o
 }

@@ -52,12 +52,15 @@ func (s SharedPrefix) Fleet() FleetConfig {
 	return FleetConfig{Engines: s.Engines, GPUBlocks: s.GPUBlocks}
 }
 
-// Steps are the QPS steps, for results.
-func (s SharedPrefix) Steps() []float64 { return s.withDefaults().QPS }
+// Steps are the QPS steps and their length, for results.
+func (s SharedPrefix) Steps() ([]float64, time.Duration) {
+	s = s.withDefaults()
+	return s.QPS, s.StepFor
+}
 
 // Run sends the stepped load; every request is a completion of a
 // customer's prefix followed by one of its users' question. Conversations
-// are customers: a request continues its customer's previous one.
+// are customers: a request continues its customer's latest answered one.
 func (s SharedPrefix) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, error) {
 	s = s.withDefaults()
 	if s.Customers < 1 || s.Users < 1 || s.StepFor <= 0 || slices.ContainsFunc(s.QPS, func(q float64) bool { return q <= 0 }) {
@@ -73,7 +76,9 @@ func (s SharedPrefix) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Out
 	}
 	var mu sync.Mutex
 	var outcomes []Outcome
-	last := make([]string, s.Customers) // the endpoint of each customer's latest answer
+	// Each customer's latest answered request: its turn and endpoint.
+	last := make([]string, s.Customers)
+	lastTurn := make([]int, s.Customers)
 	turns := make([]int, s.Customers)
 	var wg sync.WaitGroup
 	for step, qps := range s.QPS {
@@ -97,8 +102,8 @@ func (s SharedPrefix) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Out
 				mu.Lock()
 				defer mu.Unlock()
 				outcomes = append(outcomes, o)
-				if o.Err == nil {
-					last[cust] = o.Endpoint
+				if o.Err == nil && turn > lastTurn[cust] {
+					last[cust], lastTurn[cust] = o.Endpoint, turn
 				}
 			}()
 		}

@@ -21,7 +21,7 @@ import (
 // 512 token ids, so equal ids give equal tokens and prompts sharing leading
 // ids share a prefix; prompts go as token ids to /v1/completions at their
 // timestamps (times the client's time scale). Requests sharing their first
-// block form a conversation, each continuing the previous one.
+// block form a conversation, each continuing the latest answered one.
 //
 // Zero fields take the defaults in brackets.
 type Trace struct {
@@ -141,9 +141,10 @@ func (t Trace) Run(ctx context.Context, c *Client, _ *rand.Rand) ([]Outcome, err
 	}
 	var mu sync.Mutex
 	var outcomes []Outcome
-	conv := map[uint64]int{} // first hash id → conversation
-	last := map[int]string{} // conversation → its latest answer's endpoint
-	turns := map[int]int{}   // conversation → requests so far
+	conv := map[uint64]int{}  // first hash id → conversation
+	last := map[int]string{}  // conversation → its latest answered request's endpoint
+	lastTurn := map[int]int{} // … and turn
+	turns := map[int]int{}    // conversation → requests so far
 	start, t0 := time.Now(), recs[0].Timestamp
 	var wg sync.WaitGroup
 	for _, rec := range recs {
@@ -166,11 +167,12 @@ func (t Trace) Run(ctx context.Context, c *Client, _ *rand.Rand) ([]Outcome, err
 			body := completionBody(TraceTokens(nil, rec), rec.OutputLength)
 			o := c.CompletionsRaw(ctx, body)
 			o.Conversation, o.Turn, o.PrevEndpoint = id, turn, prev
+			o.Body, o.Tokens = nil, func() []uint32 { return TraceTokens(nil, rec) } // regenerated: far smaller
 			mu.Lock()
 			defer mu.Unlock()
 			outcomes = append(outcomes, o)
-			if o.Err == nil {
-				last[id] = o.Endpoint
+			if o.Err == nil && turn > lastTurn[id] {
+				last[id], lastTurn[id] = o.Endpoint, turn
 			}
 		}()
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -132,6 +133,9 @@ func parsePolicies(s string) ([]score.Policy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--policies: %w", err)
 		}
+		if slices.Contains(ps, p) {
+			return nil, fmt.Errorf("--policies: %s twice", p)
+		}
 		ps = append(ps, p)
 	}
 	return ps, nil
@@ -182,10 +186,10 @@ func progress(w io.Writer, tty bool) func(policy string, done int) {
 			fmt.Fprintf(w, "%s: %d requests, done\n", policy, last)
 			last = 0
 		case tty:
-			last = done
-			fmt.Fprintf(w, "\r%-13s %5d requests", policy, done)
+			last = max(last, done) // calls may arrive out of order
+			fmt.Fprintf(w, "\r%-13s %5d requests", policy, last)
 		default:
-			last = done
+			last = max(last, done)
 			if done%25 == 0 {
 				fmt.Fprintf(w, "%s: %d requests\n", policy, done)
 			}

@@ -68,6 +68,7 @@ fleet running: %d engines with sidecars, picker (policy precise) at %s
 Ctrl-C stops it.
 `, fc.Engines, u, u, u, u, u)
 			<-ctx.Done()
+			stop() // a second Ctrl-C ends the process at once
 			fmt.Fprintln(w, "stopping")
 			return nil
 		},
