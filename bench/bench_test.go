@@ -86,6 +86,13 @@ func TestSeedContinuation(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "summary.txt")); err != nil {
 		t.Fatal(err)
 	}
+	lines, err := os.ReadFile(filepath.Join(dir, "requests.jsonl"))
+	if err != nil || strings.Count(string(lines), "\n") != 16 || !strings.Contains(string(lines), `"policy":"round-robin"`) {
+		t.Fatalf("requests.jsonl: %v\n%s", err, lines)
+	}
+	if p.Decisions["cache_hit"] == 0 || p.Decisions["cache_hit"]+p.Decisions["cold_anchor"] != 8 {
+		t.Fatalf("precise decisions: %v", p.Decisions)
+	}
 	for _, p := range []*PolicyResult{p, rr} {
 		if tl := p.Timeline; tl == nil || len(tl.Seconds) < 2 || len(tl.Engines) != 2 || len(p.TTFTPercentiles) != 101 {
 			t.Fatalf("timeline %+v, %d percentiles", tl, len(p.TTFTPercentiles))

@@ -47,11 +47,14 @@ type Fleet struct {
 type PickerStats struct {
 	OverheadP50us, OverheadP99us float64 // arrival → dispatch, bucket upper bounds
 	Outcomes                     map[string]float64
+	Decisions                    map[string]float64 // by reason
+	LoadOverrides                float64            // best-cached endpoint skipped at the load cap
+	OverrideTokens               float64            // cached tokens given up by them
 }
 
 // PickerStats reads the picker's metrics.
 func (f *Fleet) PickerStats() (PickerStats, error) {
-	st := PickerStats{Outcomes: map[string]float64{}}
+	st := PickerStats{Outcomes: map[string]float64{}, Decisions: map[string]float64{}}
 	families, err := f.reg.Gather()
 	if err != nil {
 		return st, err
@@ -79,6 +82,18 @@ func (f *Fleet) PickerStats() (PickerStats, error) {
 			if h.GetSampleCount() > 0 {
 				st.OverheadP50us, st.OverheadP99us = q(0.5), q(0.99)
 			}
+		case "kvroute_picker_decisions_total":
+			for _, m := range fam.Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "reason" {
+						st.Decisions[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		case "kvroute_picker_load_overrides_total":
+			st.LoadOverrides = fam.Metric[0].GetCounter().GetValue()
+		case "kvroute_picker_load_override_tokens_total":
+			st.OverrideTokens = fam.Metric[0].GetCounter().GetValue()
 		case "kvroute_picker_outcomes_total":
 			for _, m := range fam.Metric {
 				for _, l := range m.Label {

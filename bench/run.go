@@ -76,6 +76,12 @@ type PolicyResult struct {
 	// fewer tokens than predicted or while another endpoint held more.
 	WrongPodRate        float64 `json:"wrong_pod_rate"`
 	RequestsPerEndpoint []int   `json:"requests_per_engine"`
+	// Decisions are the picker's decisions by reason; LoadOverrides those
+	// that skipped the best-cached endpoint at the load cap, giving up
+	// LoadOverrideTokens cached tokens.
+	Decisions          map[string]int `json:"decisions"`
+	LoadOverrides      int            `json:"load_overrides"`
+	LoadOverrideTokens int            `json:"load_override_tokens"`
 	// TTFTPercentiles are the TTFT's 0th to 100th percentiles in ms (101
 	// values), for the distribution chart.
 	TTFTPercentiles []float64 `json:"ttft_percentiles_ms"`
@@ -93,7 +99,7 @@ type StepResult struct {
 	Errors         int       `json:"errors"`
 	HitRate        float64   `json:"hit_rate"`
 	TTFTms         Quantiles `json:"ttft_ms"`
-	ThroughputRPS  float64   `json:"throughput_rps"` // answered ÷ the step's span of arrivals
+	ThroughputRPS  float64   `json:"throughput_rps"` // answered ÷ the step's length
 	PromptTokensPS float64   `json:"prompt_tokens_per_s"`
 }
 
@@ -132,6 +138,30 @@ type Results struct {
 	WorkingSetRatio  float64                  `json:"working_set_ratio"`
 	Policies         map[string]*PolicyResult `json:"policies"`
 	Order            []string                 `json:"policy_order"`
+
+	requests []policyOutcomes // for requests.jsonl
+	scale    float64          // wall time ÷ simulated time
+}
+
+type policyOutcomes struct {
+	policy   string
+	outcomes []Outcome
+}
+
+// requestLine is one line of requests.jsonl: a request as the client saw
+// it (latencies in simulated ms; no prompt text).
+type requestLine struct {
+	Policy       string  `json:"policy"`
+	Conversation int     `json:"conversation"`
+	Turn         int     `json:"turn"`
+	Step         int     `json:"step,omitempty"`
+	Endpoint     string  `json:"endpoint"`
+	PrevEndpoint string  `json:"prev_endpoint,omitempty"`
+	StartMs      float64 `json:"start_ms"`
+	TTFTms       float64 `json:"ttft_ms"`
+	PromptTokens int     `json:"prompt_tokens"`
+	CachedTokens int     `json:"cached_tokens"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // Run runs the scenario once per policy, each on a fresh fleet.
@@ -153,7 +183,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if scale <= 0 {
 		scale = 1 // no simulated waiting: wall time is all there is
 	}
-	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}}
+	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale}
 	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
 	for i, p := range o.Policies {
 		mml := fc.MaxModelLen
@@ -195,6 +225,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
+		for k := range outcomes { // keep the figures, not the bodies
+			outcomes[k].Body, outcomes[k].Tokens = nil, nil
+		}
 		pr := summarize(outcomes, engines, elapsed, scale)
 		pr.Timeline = timeline
 		if st, ok := o.Scenario.(stepped); ok {
@@ -202,6 +235,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			pr.Steps = steps(outcomes, qps, each, scale)
 		}
 		pr.PickOverheadUs.P50, pr.PickOverheadUs.P99 = stats.OverheadP50us, stats.OverheadP99us
+		pr.Decisions = map[string]int{}
+		for k, v := range stats.Decisions {
+			pr.Decisions[k] = int(v)
+		}
+		pr.LoadOverrides, pr.LoadOverrideTokens = int(stats.LoadOverrides), int(stats.OverrideTokens)
+		res.requests = append(res.requests, policyOutcomes{string(p), outcomes})
 		total, wrong := 0.0, stats.Outcomes["fewer_cached_than_predicted"]+stats.Outcomes["another_endpoint_held_more"]
 		for _, n := range stats.Outcomes {
 			total += n
@@ -486,8 +525,8 @@ func render(ctx context.Context, engine, path string, body []byte) ([]uint32, er
 	return g.TokenIDs, nil
 }
 
-// Write stores results.json, summary.txt and report.html in dir and
-// returns the table.
+// Write stores results.json, summary.txt, report.html and requests.jsonl
+// (every request of a Run, a line each) in dir and returns the table.
 func Write(dir string, r *Results) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -507,7 +546,32 @@ func Write(dir string, r *Results) (string, error) {
 	if err := WriteReport(&page, r); err != nil {
 		return "", fmt.Errorf("report.html: %w", err)
 	}
-	return t, os.WriteFile(filepath.Join(dir, "report.html"), page.Bytes(), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "report.html"), page.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+	scale := cmp.Or(r.scale, 1)
+	var lines bytes.Buffer
+	enc := json.NewEncoder(&lines)
+	for _, po := range r.requests {
+		var t0 time.Time
+		for _, o := range po.outcomes {
+			if t0.IsZero() || o.Start.Before(t0) {
+				t0 = o.Start
+			}
+		}
+		for _, o := range po.outcomes {
+			l := requestLine{Policy: po.policy, Conversation: o.Conversation, Turn: o.Turn, Step: o.Step, Endpoint: o.Endpoint,
+				PrevEndpoint: o.PrevEndpoint, StartMs: float64(o.Start.Sub(t0).Microseconds()) / 1000 / scale,
+				TTFTms: float64(o.TTFT.Microseconds()) / 1000 / scale, PromptTokens: o.PromptTokens, CachedTokens: o.CachedTokens}
+			if o.Err != nil {
+				l.Error = o.Err.Error()
+			}
+			if err := enc.Encode(l); err != nil {
+				return "", err
+			}
+		}
+	}
+	return t, os.WriteFile(filepath.Join(dir, "requests.jsonl"), lines.Bytes(), 0o644)
 }
 
 // Table is the side-by-side summary.
