@@ -52,8 +52,10 @@ proto: deps
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative $(PROTO) && \
 	rm -rf $$tooldir && echo "proto: generated $(PROTO)"
 
-## demo: the main job — a local fleet, a workload, a side-by-side report
-demo: build
+## demo: the main job — a local fleet, an agentic workload, a side-by-side
+## report in demo-report/report.html (deps first: the build needs libzmq)
+demo: deps
+	$(MAKE) --no-print-directory build
 	./$(BIN) demo
 
 clean:

@@ -25,7 +25,7 @@ type SharedPrefix struct {
 	// PrefixTokens and QuestionTokens size the prompts [6000, 1200].
 	PrefixTokens, QuestionTokens int
 	// QPS are the request rates stepped through, each for StepFor of
-	// simulated time [3, 6, 10, 15, 20 per second; 15 s].
+	// simulated time [3, 6, 10, 15, 20 per second; 30 s].
 	QPS          []float64
 	StepFor      time.Duration
 	OutputTokens int // [64]
@@ -38,7 +38,7 @@ func (s SharedPrefix) withDefaults() SharedPrefix {
 	if len(s.QPS) == 0 {
 		s.QPS = []float64{3, 6, 10, 15, 20}
 	}
-	s.StepFor = cmp.Or(s.StepFor, 15*time.Second)
+	s.StepFor = cmp.Or(s.StepFor, 30*time.Second)
 	s.OutputTokens = cmp.Or(s.OutputTokens, 64)
 	return s
 }

@@ -71,12 +71,18 @@ Scenarios:
   agentic-pressure   8 engines, 64 concurrent agent sessions of 4 agent types
                      (2k–6k-token system prompts with tools), 5–20 tool-call
                      turns with 200–2,000-token outputs, branches, 4 tenants
-                     with their own salts; working set ≈ 2× the fleet's KV.
+                     with their own salts; working set ≈ 1.7× the fleet's KV.
   shared-prefix      8 engines, 150 customers × 6,000-token prefix, 5 users
-                     each with a 1,200-token question, QPS stepped 3 → 20;
-                     working set ≈ 73% of the fleet's KV.
+                     each with a 1,200-token question, QPS stepped 3, 6, 10,
+                     15, 20 for 30 s each; working set ≈ 73% of the fleet's
+                     KV.
   trace              replay of a Mooncake JSONL trace (--trace FILE) as
-                     token-id prompts, each hash id a fixed run of 512 tokens.
+                     token-id prompts, each hash id a fixed run of 512 tokens,
+                     on 8 engines of 16,384 blocks (--limit N: the first N
+                     records; --trace-rate R: R times the trace's rate).
+
+DIR/requests.jsonl lists every request (policy, conversation, turn, engine,
+TTFT, prompt and cached tokens; no prompt text).
 
 Latencies are reported in simulated engine time: --time-scale 0.5 runs twice
 as fast as real time with the same figures, as long as this machine keeps up.`,
@@ -154,7 +160,7 @@ func runBench(ctx context.Context, w io.Writer, o bench.Options, out string) err
 		return err
 	}
 	fmt.Fprint(w, "\n"+table)
-	fmt.Fprintf(w, "\nwrote %s, %s and %s\n", filepath.Join(out, "results.json"), filepath.Join(out, "summary.txt"), filepath.Join(out, "report.html"))
+	fmt.Fprintf(w, "\nwrote %s (open it in a browser), results.json, summary.txt and requests.jsonl in %s\n", filepath.Join(out, "report.html"), out)
 	var failed []string
 	for _, p := range res.Order {
 		if n := res.Policies[p].Errors; n > 0 {
