@@ -31,6 +31,9 @@ type FleetConfig struct {
 	Ready       time.Duration // bound on the fleet coming up; default 30 s
 	// PickerListen is the picker's HTTP address; default 127.0.0.1:0.
 	PickerListen string
+	// LoadEpsilon, when set, is the picker's bounded-load factor ε
+	// (default the picker's, 0.25).
+	LoadEpsilon *float64
 }
 
 // Fleet is a running benchmark fleet.
@@ -133,6 +136,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	pcfg := picker.DefaultServerConfig()
 	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = cmp.Or(cfg.PickerListen, "127.0.0.1:0"), "", cfg.GPUBlocks
 	pcfg.Router.Score.Policy = cfg.Policy
+	if cfg.LoadEpsilon != nil {
+		pcfg.Router.Score.Epsilon = *cfg.LoadEpsilon
+	}
 	for i := 0; i < cfg.Engines; i++ {
 		ecfg := enginesim.DefaultConfig()
 		ecfg.Host, ecfg.Port = "127.0.0.1", 0

@@ -34,6 +34,8 @@ type Options struct {
 	// latencies are reported in simulated time (wall time / TimeScale).
 	TimeScale float64
 	Seed      uint64
+	// LoadEpsilon, when set, is the picker's bounded-load factor.
+	LoadEpsilon *float64
 	// SampleEvery is the period of the per-engine timeline; default 250 ms
 	// of wall time, doubled as needed to keep ≤ 400 samples.
 	SampleEvery time.Duration
@@ -191,7 +193,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			mml = min(mml, (o.GPUBlocks-1)*16) // --gpu-blocks may shrink the cache
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
-			TimeScale: o.TimeScale, Policy: p, Log: o.Log})
+			TimeScale: o.TimeScale, Policy: p, Log: o.Log, LoadEpsilon: o.LoadEpsilon})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}

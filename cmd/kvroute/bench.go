@@ -23,7 +23,7 @@ import (
 type benchFlags struct {
 	scenario, trace, policies, out, logLevel string
 	engines, gpuBlocks, limit                int
-	timeScale, traceRate                     float64
+	timeScale, traceRate, epsilon            float64
 	seed                                     uint64
 }
 
@@ -112,8 +112,15 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			defer stop()
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d\n", sc.Name(), b.policies, b.timeScale, b.seed)
-			return runBench(ctx, w, bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks,
-				TimeScale: b.timeScale, Seed: b.seed, Log: log}, b.out)
+			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks,
+				TimeScale: b.timeScale, Seed: b.seed, Log: log}
+			if cmd.Flags().Changed("load-epsilon") {
+				if b.epsilon < 0 || b.epsilon > 100 {
+					return usageError(fmt.Errorf("--load-epsilon %v: want 0..100", b.epsilon))
+				}
+				o.LoadEpsilon = &b.epsilon
+			}
+			return runBench(ctx, w, o, b.out)
 		},
 	}
 	f := cmd.Flags()
@@ -125,6 +132,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
 	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
+	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")
 	f.Uint64Var(&b.seed, "seed", 1, "workload seed")
 	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
 	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
