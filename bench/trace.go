@@ -27,7 +27,7 @@ import (
 type Trace struct {
 	Path      string // the JSONL file (required)
 	Engines   int    // [8]
-	GPUBlocks int    // KV blocks per engine [16384]
+	GPUBlocks int    // KV blocks per engine [65536: 1M tokens]
 	Limit     int    // replay only the first Limit records [all]
 	// Rate scales the trace's request rate: 0.5 sends at half the rate
 	// (timestamps doubled), for a fleet smaller than the trace's [1].
@@ -50,7 +50,7 @@ type TraceRecord struct {
 }
 
 func (t Trace) withDefaults() Trace {
-	t.Engines, t.GPUBlocks = cmp.Or(t.Engines, 8), cmp.Or(t.GPUBlocks, 16384)
+	t.Engines, t.GPUBlocks = cmp.Or(t.Engines, 8), cmp.Or(t.GPUBlocks, 65536)
 	t.Rate = cmp.Or(t.Rate, 1)
 	return t
 }

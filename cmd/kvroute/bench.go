@@ -78,7 +78,7 @@ Scenarios:
                      KV.
   trace              replay of a Mooncake JSONL trace (--trace FILE) as
                      token-id prompts, each hash id a fixed run of 512 tokens,
-                     on 8 engines of 16,384 blocks (--limit N: the first N
+                     on 8 engines of 65,536 blocks (--limit N: the first N
                      records; --trace-rate R: R times the trace's rate).
 
 DIR/requests.jsonl lists every request (policy, conversation, turn, engine,
