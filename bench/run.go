@@ -81,7 +81,10 @@ type PolicyResult struct {
 	// Decisions are the picker's decisions by reason; LoadOverrides those
 	// that skipped the best-cached endpoint at the load cap, giving up
 	// LoadOverrideTokens cached tokens.
-	Decisions          map[string]int `json:"decisions"`
+	Decisions map[string]int `json:"decisions"`
+	// Outcomes are the picker's outcome counts (as_predicted,
+	// fewer_cached_than_predicted, another_endpoint_held_more, …).
+	Outcomes           map[string]int `json:"outcomes"`
 	LoadOverrides      int            `json:"load_overrides"`
 	LoadOverrideTokens int            `json:"load_override_tokens"`
 	// TTFTPercentiles are the TTFT's 0th to 100th percentiles in ms (101
@@ -237,9 +240,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			pr.Steps = steps(outcomes, qps, each, scale)
 		}
 		pr.PickOverheadUs.P50, pr.PickOverheadUs.P99 = stats.OverheadP50us, stats.OverheadP99us
-		pr.Decisions = map[string]int{}
+		pr.Decisions, pr.Outcomes = map[string]int{}, map[string]int{}
 		for k, v := range stats.Decisions {
 			pr.Decisions[k] = int(v)
+		}
+		for k, v := range stats.Outcomes {
+			pr.Outcomes[k] = int(v)
 		}
 		pr.LoadOverrides, pr.LoadOverrideTokens = int(stats.LoadOverrides), int(stats.OverrideTokens)
 		res.requests = append(res.requests, policyOutcomes{string(p), outcomes})
