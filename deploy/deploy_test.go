@@ -1,0 +1,260 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+)
+
+// kustomizations lists every kustomization and component directory here.
+func kustomizations(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "kustomization.yaml" {
+			dirs = append(dirs, filepath.Dir(path))
+		}
+		return err
+	})
+	if err != nil || len(dirs) < 5 {
+		t.Fatalf("%v: %v", err, dirs)
+	}
+	return dirs
+}
+
+// built builds dir and strictly decodes every object, keyed by Kind/name.
+func built(t *testing.T, dir string) map[string]any {
+	t.Helper()
+	objs, err := Build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]any{}
+	for _, o := range objs {
+		v, err := Decode(o)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", dir, err, o.YAML)
+		}
+		if _, dup := out[o.ID()]; dup {
+			t.Fatalf("%s: %s twice", dir, o.ID())
+		}
+		out[o.ID()] = v
+	}
+	return out
+}
+
+// TestEveryKustomizationBuilds builds every kustomization (components
+// through the examples that use them) and decodes every object strictly.
+func TestEveryKustomizationBuilds(t *testing.T) {
+	components := 0
+	for _, dir := range kustomizations(t) {
+		raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), "kind: Component") {
+			components++
+			continue // built by the examples that include it
+		}
+		t.Run(dir, func(t *testing.T) {
+			if objs := built(t, dir); len(objs) < 7 {
+				t.Fatalf("%d objects: %v", len(objs), objs)
+			}
+		})
+	}
+	if components != 1 {
+		t.Fatalf("%d components", components)
+	}
+}
+
+// TestBase checks the picker's manifests against the issue's list.
+func TestBase(t *testing.T) {
+	objs := built(t, "base")
+	d := objs["Deployment/kvroute-picker"].(*appsv1.Deployment)
+	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.Affinity.PodAntiAffinity == nil {
+		t.Fatalf("replicas %d, anti-affinity %v", *d.Spec.Replicas, d.Spec.Template.Spec.Affinity)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.Resources.Requests.Cpu().IsZero() {
+		t.Fatalf("probes or resources: %+v", c)
+	}
+	if !slices.Contains(c.Args, "--config=/etc/kvroute/picker/picker.json") || !hasSecretVolume(d, "kvroute-gossip-key") {
+		t.Fatalf("config or gossip key: %v", c.Args)
+	}
+	svc := objs["Service/kvroute-picker"].(*corev1.Service)
+	if ports(svc) != "http:8080,grpc:9000" {
+		t.Fatalf("picker service ports %s", ports(svc))
+	}
+	g := objs["Service/kvroute-gossip"].(*corev1.Service)
+	if g.Spec.ClusterIP != "None" || !g.Spec.PublishNotReadyAddresses || g.Spec.Selector["kvroute.io/gossip"] != "true" {
+		t.Fatalf("gossip service %+v", g.Spec)
+	}
+	if d.Spec.Template.Labels["kvroute.io/gossip"] != "true" {
+		t.Fatal("the picker is not in the gossip pool")
+	}
+	if pdb := objs["PodDisruptionBudget/kvroute-picker"].(*policyv1.PodDisruptionBudget); pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Fatalf("pdb %+v", pdb.Spec)
+	}
+	if sm := objs["ServiceMonitor/kvroute-picker"].(*monitoringv1.ServiceMonitor); sm.Spec.Endpoints[0].Port != "http" {
+		t.Fatalf("service monitor %+v", sm.Spec)
+	}
+	np := objs["NetworkPolicy/kvroute-picker"].(*networkingv1.NetworkPolicy)
+	if len(np.Spec.Ingress) != 2 || np.Spec.Ingress[0].From != nil || np.Spec.Ingress[1].From[0].PodSelector.MatchLabels["kvroute.io/gossip"] != "true" {
+		t.Fatalf("network policy %+v", np.Spec)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(objs["ConfigMap/kvroute-picker"].(*corev1.ConfigMap).Data["picker.json"]), &cfg); err != nil || cfg["policy"] != "precise" {
+		t.Fatalf("picker.json: %v %v", err, cfg)
+	}
+}
+
+// TestExampleFleet checks the vLLM Deployment the component patched: the
+// sidecar, vLLM's flags and environment, the pool label, the Secret it
+// needs, and the vLLM pods' NetworkPolicy.
+func TestExampleFleet(t *testing.T) {
+	objs := built(t, "examples/vllm")
+	d := objs["Deployment/vllm-qwen3"].(*appsv1.Deployment)
+	if d.Namespace != "llm" {
+		t.Fatalf("namespace %q", d.Namespace)
+	}
+	spec := d.Spec.Template.Spec
+	if len(spec.Containers) != 2 || spec.Containers[0].Name != "vllm" || spec.Containers[1].Name != "kvroute-sidecar" {
+		t.Fatalf("containers %v", names(spec.Containers))
+	}
+	vllm, side := spec.Containers[0], spec.Containers[1]
+	var events string
+	for _, a := range vllm.Args {
+		if v, ok := strings.CutPrefix(a, "--kv-events-config="); ok {
+			events = v
+		}
+	}
+	var kv map[string]any
+	if err := json.Unmarshal([]byte(events), &kv); err != nil || kv["enable_kv_cache_events"] != true || kv["endpoint"] != "tcp://*:5557" || kv["replay_endpoint"] != "tcp://*:5657" {
+		t.Fatalf("--kv-events-config %q: %v", events, err)
+	}
+	if !slices.Contains(vllm.Args, "--enable-prompt-tokens-details") || !slices.Contains(vllm.Args, "--model=Qwen/Qwen3-8B") {
+		t.Fatalf("vllm args %v", vllm.Args)
+	}
+	if env(vllm, "PYTHONHASHSEED") != "0" {
+		t.Fatal("PYTHONHASHSEED not fixed")
+	}
+	if side.Image != "kvroute:v0.1.0" || env(side, "POD_IP") != "" || side.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Fatalf("sidecar image %q env %+v", side.Image, side.Env)
+	}
+	for _, want := range []string{"--replay=tcp://127.0.0.1:5657", "--kv-events=tcp://127.0.0.1:5557", "--gossip-advertise=$(POD_IP):7946", "--join=kvroute-gossip"} {
+		if !slices.Contains(side.Args, want) {
+			t.Errorf("sidecar args lack %s: %v", want, side.Args)
+		}
+	}
+	if side.StartupProbe == nil || side.ReadinessProbe.HTTPGet.Path != "/readyz" || side.Resources.Requests.Memory().IsZero() {
+		t.Fatalf("sidecar probes or resources: %+v", side)
+	}
+	if d.Spec.Template.Labels["kvroute.io/gossip"] != "true" || d.Spec.Template.Labels["kvroute.io/role"] != "engine" {
+		t.Fatalf("pod labels %v", d.Spec.Template.Labels)
+	}
+	if !hasSecretVolume(d, "kvroute-gossip-key") {
+		t.Fatal("no gossip key volume")
+	}
+	if s, ok := objs["Secret/kvroute-gossip-key"].(*corev1.Secret); !ok || len(s.Data["keyring"]) == 0 {
+		t.Fatalf("secret: %v", objs["Secret/kvroute-gossip-key"])
+	}
+	np := objs["NetworkPolicy/kvroute-sidecars"].(*networkingv1.NetworkPolicy)
+	if np.Spec.PodSelector.MatchLabels["kvroute.io/role"] != "engine" || *np.Spec.Ingress[0].Ports[0].EndPort != 8099 {
+		t.Fatalf("sidecars network policy %+v", np.Spec)
+	}
+	// The picker and the vLLM pods join the same pool.
+	if objs["Service/kvroute-gossip"] == nil || objs["Deployment/kvroute-picker"] == nil || objs["ServiceMonitor/kvroute-sidecars"] == nil {
+		t.Fatal("the example lacks the base or the component's objects")
+	}
+}
+
+// TestDataParallelExample: the one parameter reaches vLLM and the sidecar.
+func TestDataParallelExample(t *testing.T) {
+	objs := built(t, "examples/vllm-dp2")
+	d := objs["Deployment/vllm-qwen3"].(*appsv1.Deployment)
+	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--data-parallel-size=2") {
+		t.Fatalf("vllm args %v", d.Spec.Template.Spec.Containers[0].Args)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(objs["ConfigMap/kvroute-sidecar"].(*corev1.ConfigMap).Data["sidecar.json"]), &cfg); err != nil || cfg["data-parallel-size"] != 2.0 {
+		t.Fatalf("sidecar.json: %v %v", err, cfg)
+	}
+}
+
+// TestAgenticAPIExample: agentic-api's LLM URL is the picker Service.
+func TestAgenticAPIExample(t *testing.T) {
+	objs := built(t, "examples/agentic-api")
+	d := objs["Deployment/agentic-api"].(*appsv1.Deployment)
+	svc := objs["Service/kvroute-picker"].(*corev1.Service)
+	want := "http://" + svc.Name + ":8080/v1"
+	if got := env(d.Spec.Template.Spec.Containers[0], "OPENAI_BASE_URL"); got != want {
+		t.Fatalf("OPENAI_BASE_URL %q, want %q", got, want)
+	}
+}
+
+// TestStrictDecoding: the decoder refuses what the API server would
+// reject or misread.
+func TestStrictDecoding(t *testing.T) {
+	for name, tc := range map[string]struct{ apiVersion, kind, yaml string }{
+		"unknown field":  {"apps/v1", "Deployment", "metadata: {name: x}\nspec: {replica: 2}\n"},
+		"miscased field": {"apps/v1", "Deployment", "metadata: {name: x}\nspec: {Replicas: 2}\n"},
+		"wrong type":     {"monitoring.coreos.com/v1", "ServiceMonitor", "metadata: {name: x}\nspec: {endpoints: [{port: 8080}]}\n"},
+		"duplicate key":  {"v1", "Service", "metadata: {name: x}\nspec: {type: ClusterIP, type: NodePort}\n"},
+	} {
+		y := "apiVersion: " + tc.apiVersion + "\nkind: " + tc.kind + "\n" + tc.yaml
+		if _, err := Decode(Object{APIVersion: tc.apiVersion, Kind: tc.kind, Name: "x", YAML: []byte(y)}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	ok := "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: 2}\n"
+	if _, err := Decode(Object{APIVersion: "apps/v1", Kind: "Deployment", Name: "x", YAML: []byte(ok)}); err != nil {
+		t.Errorf("a valid Deployment: %v", err)
+	}
+	if _, err := Decode(Object{APIVersion: "v1", Kind: "Pod", Name: "x", YAML: []byte("apiVersion: v1\nkind: Pod\n")}); err == nil {
+		t.Error("an unexpected kind was accepted")
+	}
+}
+
+func names(cs []corev1.Container) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func env(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func ports(s *corev1.Service) string {
+	var out []string
+	for _, p := range s.Spec.Ports {
+		out = append(out, p.Name+":"+strconv.Itoa(int(p.Port)))
+	}
+	return strings.Join(out, ",")
+}
+
+func hasSecretVolume(d *appsv1.Deployment, name string) bool {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == name {
+			return true
+		}
+	}
+	return false
+}
