@@ -1,0 +1,88 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kvroute/kvroute/deploy"
+)
+
+// TestManifestFlags checks every kvroute container and settings file in
+// the deploy examples against the real commands: each flag in the
+// containers' args is listed by `kvroute <sub> --help` and parses, and each
+// key of the ConfigMaps' JSON settings is a flag whose value is accepted —
+// so renaming a flag cannot silently break the manifests.
+func TestManifestFlags(t *testing.T) {
+	commands := map[string]func() *cobra.Command{
+		"picker":  func() *cobra.Command { c, _, _ := pickerCommand(); return c },
+		"sidecar": func() *cobra.Command { c, _, _ := sidecarCommand(); return c },
+	}
+	settings := map[string]string{"picker.json": "picker", "sidecar.json": "sidecar"}
+	seen := map[string]int{}
+	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api"} {
+		objs, err := deploy.Build(filepath.Join("..", "..", "deploy", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			v, err := deploy.Decode(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch v := v.(type) {
+			case *appsv1.Deployment:
+				for _, c := range v.Spec.Template.Spec.Containers {
+					if c.Image != "kvroute" && !strings.HasPrefix(c.Image, "kvroute:") {
+						continue
+					}
+					if len(c.Args) == 0 || commands[c.Args[0]] == nil {
+						t.Fatalf("%s: container %s runs %v: not a kvroute subcommand", o.ID(), c.Name, c.Args)
+					}
+					checkArgs(t, o.ID()+" "+c.Name, commands[c.Args[0]], c.Args)
+					seen[c.Args[0]]++
+				}
+			case *corev1.ConfigMap:
+				for file, sub := range settings {
+					if js, ok := v.Data[file]; ok {
+						path := filepath.Join(t.TempDir(), file)
+						if err := os.WriteFile(path, []byte(js), 0o644); err != nil {
+							t.Fatal(err)
+						}
+						if err := applyConfigFile(commands[sub]().Flags(), path); err != nil {
+							t.Errorf("%s %s: %v", o.ID(), file, err)
+						}
+						seen[file]++
+					}
+				}
+			}
+		}
+	}
+	if seen["picker"] != 3 || seen["sidecar"] != 3 || seen["picker.json"] != 3 || seen["sidecar.json"] != 3 {
+		t.Fatalf("checked %v", seen)
+	}
+}
+
+// checkArgs parses args (a subcommand and its flags) with a fresh command
+// and checks every flag is in the subcommand's help.
+func checkArgs(t *testing.T, where string, mk func() *cobra.Command, args []string) {
+	t.Helper()
+	code, help, _ := runArgs(args[0], "--help")
+	if code != 0 {
+		t.Fatalf("%s --help: exit %d", args[0], code)
+	}
+	for _, a := range args[1:] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !strings.Contains(help, "--"+name+" ") {
+			t.Errorf("%s: %s is not in `kvroute %s --help`", where, a, args[0])
+		}
+	}
+	if err := mk().ParseFlags(args[1:]); err != nil {
+		t.Errorf("%s: %v", where, err)
+	}
+}
