@@ -86,3 +86,42 @@ func checkArgs(t *testing.T, where string, mk func() *cobra.Command, args []stri
 		t.Errorf("%s: %v", where, err)
 	}
 }
+
+// TestInjectCommand runs `kvroute inject` on files and stdin: the output is
+// the library's, idempotent through the command, its sidecar's flags are
+// the real command's, and bad manifests exit 1 naming the object.
+func TestInjectCommand(t *testing.T) {
+	in := filepath.Join("..", "..", "internal", "inject", "testdata", "basic.yaml")
+	code, out, errOut := runArgs("inject", "-f", in, "--image", "kvroute:test")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var d appsv1.Deployment
+	if err := deploy.DecodeInto([]byte(out), &d); err != nil {
+		t.Fatalf("the output does not decode strictly: %v\n%s", err, out)
+	}
+	cs := d.Spec.Template.Spec.Containers
+	if len(cs) != 2 || cs[1].Name != "kvroute-sidecar" || cs[1].Image != "kvroute:test" {
+		t.Fatalf("containers %+v", cs)
+	}
+	checkArgs(t, "injected sidecar", func() *cobra.Command { c, _, _ := sidecarCommand(); return c }, cs[1].Args)
+
+	// Again, through stdin: nothing changes.
+	root := newRootCommand(nil, nil)
+	var again, stderr strings.Builder
+	root.SetOut(&again)
+	root.SetErr(&stderr)
+	root.SetIn(strings.NewReader(out))
+	root.SetArgs([]string{"inject", "-f", "-", "--image", "kvroute:test"})
+	if err := root.Execute(); err != nil || again.String() != out {
+		t.Fatalf("second injection: %v %s\n%s", err, stderr.String(), again.String())
+	}
+
+	svc := filepath.Join("..", "..", "internal", "inject", "testdata", "service.yaml")
+	if code, _, errOut := runArgs("inject", "-f", svc); code != 1 || !strings.Contains(errOut, "Service/vllm") {
+		t.Fatalf("a Service: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := runArgs("inject"); code != 2 || !strings.Contains(errOut, "-f FILE") {
+		t.Fatalf("no file: exit %d, %q", code, errOut)
+	}
+}

@@ -75,9 +75,7 @@ the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
 		newPickerCommand(),
 		newBenchCommand(),
 		newDemoCommand(),
-		pending("inject", "Add the kvroute sidecar to a vLLM Deployment manifest",
-			`Reads a Kubernetes Deployment manifest running vLLM and writes it back with
-the sidecar container and the vLLM flags for KV events added.`),
+		newInjectCommand(),
 		pending("verify", "Check a fleet's compatibility and token parity",
 			`Checks that the endpoints of a fleet agree on model, block size, hash
 settings and tokenization, so routing keys match what engines cache.`),

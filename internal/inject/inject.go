@@ -1,0 +1,411 @@
+package inject
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/kustomize/kyaml/kio"
+	"sigs.k8s.io/kustomize/kyaml/yaml"
+)
+
+// Names and ports shared with deploy/components/sidecar.
+const (
+	SidecarName     = "kvroute-sidecar"
+	KVEventsPort    = 5557 // rank r publishes on KVEventsPort+r
+	ReplayPort      = 5657 // rank r replays on ReplayPort+r: room for 100 ranks
+	Topic           = "kv"
+	gossipKeyVol    = "kvroute-gossip-key"
+	defaultVLLMPort = 8000
+)
+
+// KVEventsConfig is the value of vLLM's --kv-events-config that inject
+// adds.
+var KVEventsConfig = fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d","replay_endpoint":"tcp://*:%d","topic":%q}`,
+	KVEventsPort, ReplayPort, Topic)
+
+// Options shape the injected sidecar. Zero values take the defaults in
+// brackets.
+type Options struct {
+	// Image is the kvroute image [kvroute:latest].
+	Image string
+	// DataParallelSize is the number of vLLM data-parallel ranks in a pod
+	// [vLLM's --data-parallel-size, else 1].
+	DataParallelSize int
+	// Capacity is the summaries' blocks per endpoint; it must equal the
+	// pickers' --capacity [65536].
+	Capacity int
+	// GossipService is the headless Service to join [kvroute-gossip].
+	GossipService string
+	// GossipKeySecret holds the gossip keyring [kvroute-gossip-key].
+	GossipKeySecret string
+}
+
+// Validate checks o.
+func (o Options) Validate() error {
+	var errs []error
+	if o.DataParallelSize < 0 || o.DataParallelSize > 100 {
+		errs = append(errs, fmt.Errorf("data-parallel size %d: want 1..100", o.DataParallelSize))
+	}
+	if o.Capacity < 0 {
+		errs = append(errs, fmt.Errorf("capacity %d: want > 0", o.Capacity))
+	}
+	if strings.ContainsAny(o.Image, " \t\n") {
+		errs = append(errs, fmt.Errorf("image %q: no spaces", o.Image))
+	}
+	return errors.Join(errs...)
+}
+
+func (o Options) withDefaults() Options {
+	o.Image = cmp.Or(o.Image, "kvroute:latest")
+	o.Capacity = cmp.Or(o.Capacity, 65536)
+	o.GossipService = cmp.Or(o.GossipService, "kvroute-gossip")
+	o.GossipKeySecret = cmp.Or(o.GossipKeySecret, "kvroute-gossip-key")
+	return o
+}
+
+// Inject returns manifest with the sidecar added to every Deployment.
+func Inject(manifest []byte, o Options) (_ []byte, err error) {
+	// The YAML library assumes well-formed objects in places (a field's
+	// value of an unexpected kind can panic it): malformed input is an
+	// error, never a crash.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed manifest: %v", r)
+		}
+	}()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	nodes, err := kio.FromBytes(manifest)
+	if err != nil {
+		return nil, fmt.Errorf("reading the manifest: %w", err)
+	}
+	if len(nodes) == 0 {
+		return nil, errors.New("the manifest holds no object")
+	}
+	for i, n := range nodes {
+		if n.YNode().Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("document %d: not an object (a YAML mapping)", i+1)
+		}
+		if err := injectOne(n, o); err != nil {
+			return nil, fmt.Errorf("%s: %w", objectID(n, i), err)
+		}
+	}
+	out, err := kio.StringAll(nodes)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(out), nil
+}
+
+// objectID names document i: Kind/name, or its position.
+func objectID(n *yaml.RNode, i int) string {
+	kind, name := n.GetKind(), n.GetName()
+	switch {
+	case kind != "" && name != "":
+		return kind + "/" + name
+	case kind != "":
+		return fmt.Sprintf("%s (document %d, no name)", kind, i+1)
+	}
+	return fmt.Sprintf("document %d", i+1)
+}
+
+func injectOne(n *yaml.RNode, o Options) error {
+	if n.GetApiVersion() != "apps/v1" || n.GetKind() != "Deployment" {
+		return fmt.Errorf("not an apps/v1 Deployment (kvroute inject adds the sidecar to vLLM Deployments; apply other objects as they are)")
+	}
+	containers, err := n.Pipe(yaml.Lookup("spec", "template", "spec", "containers"))
+	if err != nil || containers == nil || containers.YNode().Kind != yaml.SequenceNode {
+		return fmt.Errorf("no spec.template.spec.containers list")
+	}
+	elems, err := containers.Elements()
+	if err != nil {
+		return err
+	}
+	vllm := findVLLM(elems)
+	if vllm == nil {
+		return fmt.Errorf("no vLLM container (want one named vllm, running a vllm image, or running `vllm serve`); containers: %s", containerNames(elems))
+	}
+	flags, err := flagsOf(vllm)
+	if err != nil {
+		return err
+	}
+	// The data-parallel size: vLLM's, or the one asked for (added to vLLM).
+	dp := o.DataParallelSize
+	if v, ok := flags.value("--data-parallel-size"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("container %s: --data-parallel-size %q", name(vllm), v)
+		}
+		if dp != 0 && dp != n {
+			return fmt.Errorf("container %s runs --data-parallel-size %d, but %d was asked for", name(vllm), n, dp)
+		}
+		dp = n
+	}
+	dp = max(dp, 1)
+	port := defaultVLLMPort
+	if v, ok := flags.value("--port"); ok {
+		if port, err = strconv.Atoi(v); err != nil || port < 1 || port > 65535-dp {
+			return fmt.Errorf("container %s: --port %q", name(vllm), v)
+		}
+	}
+	if v, ok := flags.value("--kv-events-config"); ok && v != KVEventsConfig {
+		return fmt.Errorf("container %s already has --kv-events-config %s; remove it so kvroute's (%s) can be added, or add the sidecar by hand", name(vllm), v, KVEventsConfig)
+	}
+	args, err := vllm.Pipe(yaml.LookupCreate(yaml.SequenceNode, "args"))
+	if err != nil {
+		return err
+	}
+	var add []string
+	if _, ok := flags.value("--kv-events-config"); !ok {
+		add = append(add, "--kv-events-config="+KVEventsConfig)
+	}
+	if !flags.has("--enable-prompt-tokens-details") {
+		add = append(add, "--enable-prompt-tokens-details")
+	}
+	if _, ok := flags.value("--data-parallel-size"); !ok && dp > 1 {
+		add = append(add, "--data-parallel-size="+strconv.Itoa(dp))
+	}
+	for _, a := range add {
+		if err := args.PipeE(yaml.Append(yaml.NewStringRNode(a).YNode())); err != nil {
+			return err
+		}
+	}
+	if err := setEnv(vllm, "PYTHONHASHSEED", "0"); err != nil {
+		return err
+	}
+	labels, err := n.Pipe(yaml.LookupCreate(yaml.MappingNode, "spec", "template", "metadata", "labels"))
+	if err != nil {
+		return err
+	}
+	for k, v := range map[string]string{"kvroute.io/gossip": "true", "kvroute.io/role": "engine"} {
+		if err := labels.PipeE(yaml.SetField(k, yaml.NewStringRNode(v))); err != nil {
+			return err
+		}
+	}
+	if findByName(elems, SidecarName) == nil {
+		sc, err := yaml.Parse(sidecarYAML(o, port, dp))
+		if err != nil {
+			return fmt.Errorf("the sidecar template: %w", err)
+		}
+		if err := containers.PipeE(yaml.Append(sc.YNode())); err != nil {
+			return err
+		}
+	}
+	volumes, err := n.Pipe(yaml.LookupCreate(yaml.SequenceNode, "spec", "template", "spec", "volumes"))
+	if err != nil {
+		return err
+	}
+	vols, err := volumes.Elements()
+	if err != nil {
+		return err
+	}
+	if findByName(vols, gossipKeyVol) == nil {
+		v, err := yaml.Parse(fmt.Sprintf("name: %s\nsecret:\n  secretName: %s\n", gossipKeyVol, o.GossipKeySecret))
+		if err != nil {
+			return err
+		}
+		if err := volumes.PipeE(yaml.Append(v.YNode())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// findVLLM picks the vLLM container: named vllm, else the first running a
+// vllm image, else the first running `vllm serve` or vLLM's API server.
+func findVLLM(cs []*yaml.RNode) *yaml.RNode {
+	if c := findByName(cs, "vllm"); c != nil {
+		return c
+	}
+	for _, c := range cs {
+		if img, _ := c.GetString("image"); strings.Contains(strings.ToLower(img), "vllm") {
+			return c
+		}
+	}
+	for _, c := range cs {
+		words := strings.Join(append(stringList(c, "command"), stringList(c, "args")...), " ")
+		if strings.Contains(words, "vllm serve") || strings.Contains(words, "vllm.entrypoints.openai.api_server") {
+			return c
+		}
+	}
+	return nil
+}
+
+func findByName(elems []*yaml.RNode, want string) *yaml.RNode {
+	for _, e := range elems {
+		if name(e) == want {
+			return e
+		}
+	}
+	return nil
+}
+
+func name(n *yaml.RNode) string {
+	s, _ := n.GetString("name")
+	return s
+}
+
+func containerNames(cs []*yaml.RNode) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, cmp.Or(name(c), "(unnamed)"))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// stringList returns a container's list field as strings (nil if absent).
+func stringList(c *yaml.RNode, field string) []string {
+	l, err := c.Pipe(yaml.Lookup(field))
+	if err != nil || l == nil || l.YNode().Kind != yaml.SequenceNode {
+		return nil
+	}
+	var out []string
+	for _, e := range l.Content() {
+		out = append(out, e.Value)
+	}
+	return out
+}
+
+// flagList is a container's command and args as vLLM sees them.
+type flagList []string
+
+func flagsOf(c *yaml.RNode) (flagList, error) {
+	for _, field := range []string{"command", "args"} {
+		if l, err := c.Pipe(yaml.Lookup(field)); err == nil && l != nil && l.YNode().Kind != yaml.SequenceNode {
+			return nil, fmt.Errorf("container %s: %s is not a list", name(c), field)
+		}
+	}
+	return append(stringList(c, "command"), stringList(c, "args")...), nil
+}
+
+// value returns --name's value, given as --name=v or --name v.
+func (f flagList) value(flag string) (string, bool) {
+	for i, a := range f {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v, true
+		}
+		if a == flag && i+1 < len(f) {
+			return f[i+1], true
+		}
+	}
+	return "", false
+}
+
+func (f flagList) has(flag string) bool {
+	for _, a := range f {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// setEnv adds name=value to the container's env unless name is set.
+func setEnv(c *yaml.RNode, name, value string) error {
+	env, err := c.Pipe(yaml.LookupCreate(yaml.SequenceNode, "env"))
+	if err != nil {
+		return err
+	}
+	elems, err := env.Elements()
+	if err != nil {
+		return err
+	}
+	if findByName(elems, name) != nil {
+		return nil
+	}
+	e, err := yaml.Parse(fmt.Sprintf("name: %s\nvalue: %q\n", name, value))
+	if err != nil {
+		return err
+	}
+	return env.PipeE(yaml.Append(e.YNode()))
+}
+
+// sidecarYAML is the sidecar container (as in the kustomize component, with
+// its settings as flags rather than a ConfigMap).
+func sidecarYAML(o Options, vllmPort, dp int) string {
+	return fmt.Sprintf(`name: %s
+image: %s
+args:
+  - sidecar
+  - --engine-url=http://127.0.0.1:%d
+  - --kv-events=tcp://127.0.0.1:%d
+  - --replay=tcp://127.0.0.1:%d
+  - --topic=%s
+  - --data-parallel-size=%d
+  - --capacity=%d
+  - --startup-timeout=30m
+  - --grpc-listen=:9090
+  - --debug-listen=:8090
+  - --gossip-bind=0.0.0.0:7946
+  - --gossip-advertise=$(POD_IP):7946
+  - --join=%s
+  - --gossip-key-file=/etc/kvroute/gossip/keyring
+  - --node-name=$(POD_NAME)
+env:
+  - name: POD_IP
+    valueFrom:
+      fieldRef:
+        fieldPath: status.podIP
+  - name: POD_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.name
+ports:
+  - name: kvr-grpc
+    containerPort: 9090
+    protocol: TCP
+  - name: kvr-debug
+    containerPort: 8090
+    protocol: TCP
+  - name: kvr-gossip-tcp
+    containerPort: 7946
+    protocol: TCP
+  - name: kvr-gossip-udp
+    containerPort: 7946
+    protocol: UDP
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: kvr-debug
+  periodSeconds: 10
+  failureThreshold: 180
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: kvr-debug
+  periodSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: kvr-debug
+  periodSeconds: 5
+  failureThreshold: 3
+resources:
+  requests:
+    cpu: 250m
+    memory: 256Mi
+  limits:
+    memory: 1Gi
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: ["ALL"]
+volumeMounts:
+  - name: %s
+    mountPath: /etc/kvroute/gossip
+    readOnly: true
+`, SidecarName, o.Image, vllmPort, KVEventsPort, ReplayPort, Topic, dp, o.Capacity, o.GossipService, gossipKeyVol)
+}
