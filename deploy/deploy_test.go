@@ -67,9 +67,11 @@ func TestEveryKustomizationBuilds(t *testing.T) {
 			continue // built by the examples that include it
 		}
 		t.Run(dir, func(t *testing.T) {
-			if objs := built(t, dir); len(objs) < 7 {
+			objs := built(t, dir)
+			if len(objs) < 7 {
 				t.Fatalf("%d objects: %v", len(objs), objs)
 			}
+			checkSidecars(t, objs)
 		})
 	}
 	if components != 1 {
@@ -151,12 +153,18 @@ func TestExampleFleet(t *testing.T) {
 	if side.Image != "kvroute:v0.1.0" || env(side, "POD_IP") != "" || side.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
 		t.Fatalf("sidecar image %q env %+v", side.Image, side.Env)
 	}
-	for _, want := range []string{"--replay=tcp://127.0.0.1:5657", "--kv-events=tcp://127.0.0.1:5557", "--gossip-advertise=$(POD_IP):7946", "--join=kvroute-gossip"} {
+	if env(vllm, "VLLM_ENABLE_SCALE_OUT_ENDPOINTS") != "1" {
+		t.Fatal("the Responses render endpoint is not enabled")
+	}
+	for _, want := range []string{"--replay=tcp://127.0.0.1:5657", "--kv-events=tcp://127.0.0.1:5557", "--gossip-advertise=[$(POD_IP)]:7946", "--join=kvroute-gossip",
+		"--engine-url=http://$(POD_IP):8000"} {
 		if !slices.Contains(side.Args, want) {
 			t.Errorf("sidecar args lack %s: %v", want, side.Args)
 		}
 	}
-	if side.StartupProbe == nil || side.ReadinessProbe.HTTPGet.Path != "/readyz" || side.Resources.Requests.Memory().IsZero() {
+	// No readiness probe: an idle engine sends no KV event, and the
+	// sidecar's /readyz waits for one; vLLM must stay in its Service.
+	if side.StartupProbe == nil || side.LivenessProbe == nil || side.ReadinessProbe != nil || side.Resources.Requests.Memory().IsZero() {
 		t.Fatalf("sidecar probes or resources: %+v", side)
 	}
 	if d.Spec.Template.Labels["kvroute.io/gossip"] != "true" || d.Spec.Template.Labels["kvroute.io/role"] != "engine" {
@@ -165,8 +173,8 @@ func TestExampleFleet(t *testing.T) {
 	if !hasSecretVolume(d, "kvroute-gossip-key") {
 		t.Fatal("no gossip key volume")
 	}
-	if s, ok := objs["Secret/kvroute-gossip-key"].(*corev1.Secret); !ok || len(s.Data["keyring"]) == 0 {
-		t.Fatalf("secret: %v", objs["Secret/kvroute-gossip-key"])
+	if _, ok := objs["Secret/kvroute-gossip-key"]; ok {
+		t.Fatal("the example must not carry a gossip key: it would replace the operator's")
 	}
 	np := objs["NetworkPolicy/kvroute-sidecars"].(*networkingv1.NetworkPolicy)
 	if np.Spec.PodSelector.MatchLabels["kvroute.io/role"] != "engine" || *np.Spec.Ingress[0].Ports[0].EndPort != 8099 {
@@ -178,17 +186,101 @@ func TestExampleFleet(t *testing.T) {
 	}
 }
 
-// TestDataParallelExample: the one parameter reaches vLLM and the sidecar.
+// TestDataParallelExample: two rank containers, both equipped, and the
+// sidecar told of both (checkSidecars checks ports and counts).
 func TestDataParallelExample(t *testing.T) {
 	objs := built(t, "examples/vllm-dp2")
-	d := objs["Deployment/vllm-qwen3"].(*appsv1.Deployment)
-	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--data-parallel-size=2") {
-		t.Fatalf("vllm args %v", d.Spec.Template.Spec.Containers[0].Args)
+	d := objs["Deployment/vllm-qwen3-dp2"].(*appsv1.Deployment)
+	cs := d.Spec.Template.Spec.Containers
+	if len(cs) != 3 || !slices.Equal(names(cs), []string{"vllm", "kvroute-sidecar", "vllm-rank1"}) {
+		t.Fatalf("containers %v", names(cs))
+	}
+	if !slices.Contains(cs[2].Args, "--data-parallel-rank=1") || env(cs[2], "PYTHONHASHSEED") != "0" {
+		t.Fatalf("rank 1: %+v", cs[2])
+	}
+	if n := sidecarDP(t, objs, cs[1]); n != 2 {
+		t.Fatalf("the sidecar follows %d ranks", n)
+	}
+}
+
+// checkSidecars checks every Deployment with the sidecar: the sidecar
+// reaches vLLM at the pod's address on rank 0's port; container r is rank
+// r on that port + r, with kvroute's KV-event flags, the prompt-token
+// details and the fixed hash seed; the sidecar follows as many ranks as
+// there are vLLM containers.
+func checkSidecars(t *testing.T, objs map[string]any) {
+	t.Helper()
+	for id, v := range objs {
+		d, ok := v.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		var side *corev1.Container
+		var engines []corev1.Container
+		for i, c := range d.Spec.Template.Spec.Containers {
+			switch {
+			case c.Name == "kvroute-sidecar":
+				side = &d.Spec.Template.Spec.Containers[i]
+			case strings.Contains(c.Image, "vllm"):
+				engines = append(engines, c)
+			}
+		}
+		if side == nil {
+			continue
+		}
+		var base int
+		for _, a := range side.Args {
+			if u, ok := strings.CutPrefix(a, "--engine-url=http://$(POD_IP):"); ok {
+				base, _ = strconv.Atoi(u)
+			} else if strings.HasPrefix(a, "--engine-url=") {
+				t.Errorf("%s: %s: pickers must reach the engine at the pod's address", id, a)
+			}
+		}
+		if base == 0 || len(engines) == 0 {
+			t.Fatalf("%s: engine port %d, %d vLLM containers", id, base, len(engines))
+		}
+		for r, c := range engines {
+			port := "8000"
+			for _, a := range c.Args {
+				if p, ok := strings.CutPrefix(a, "--port="); ok {
+					port = p
+				}
+			}
+			events := slices.IndexFunc(c.Args, func(a string) bool {
+				return strings.Contains(a, `"endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5657"`)
+			})
+			if port != strconv.Itoa(base+r) || events < 0 || !slices.Contains(c.Args, "--enable-prompt-tokens-details") || env(c, "PYTHONHASHSEED") == "" {
+				t.Errorf("%s: vLLM container %d (%s): port %s (want %d), args %v, env %v", id, r, c.Name, port, base+r, c.Args, c.Env)
+			}
+		}
+		if n := sidecarDP(t, objs, *side); n != len(engines) {
+			t.Errorf("%s: the sidecar follows %d ranks, the pod runs %d", id, n, len(engines))
+		}
+	}
+}
+
+// sidecarDP is the data-parallel size the sidecar runs with: its flag, else
+// its settings file's, else 1.
+func sidecarDP(t *testing.T, objs map[string]any, side corev1.Container) int {
+	t.Helper()
+	for _, a := range side.Args {
+		if v, ok := strings.CutPrefix(a, "--data-parallel-size="); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	cm, ok := objs["ConfigMap/kvroute-sidecar"].(*corev1.ConfigMap)
+	if !ok {
+		return 1
 	}
 	var cfg map[string]any
-	if err := json.Unmarshal([]byte(objs["ConfigMap/kvroute-sidecar"].(*corev1.ConfigMap).Data["sidecar.json"]), &cfg); err != nil || cfg["data-parallel-size"] != 2.0 {
-		t.Fatalf("sidecar.json: %v %v", err, cfg)
+	if err := json.Unmarshal([]byte(cm.Data["sidecar.json"]), &cfg); err != nil {
+		t.Fatal(err)
 	}
+	if n, ok := cfg["data-parallel-size"].(float64); ok {
+		return int(n)
+	}
+	return 1
 }
 
 // TestAgenticAPIExample: agentic-api's LLM URL is the picker Service.

@@ -25,16 +25,20 @@ kube-inject adds Envoy:
 
   - the kvroute-sidecar container (the same as deploy/components/sidecar's),
     following the engine's KV events and serving summaries to pickers;
-  - on the vLLM container: --kv-events-config (PUB tcp://*:5557, replay
-    tcp://*:5657, rank r on +r), --enable-prompt-tokens-details,
-    --data-parallel-size when more ranks are asked for than it runs, and a
-    fixed PYTHONHASHSEED;
+  - on each vLLM container: --kv-events-config (PUB tcp://*:5557, replay
+    tcp://*:5657, rank r on +r), --enable-prompt-tokens-details, a fixed
+    PYTHONHASHSEED and VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 (the Responses
+    render endpoint);
   - the pod labels kvroute.io/gossip and kvroute.io/role, and the gossip key
     volume (Secret kvroute-gossip-key; see deploy/README.md).
 
-The vLLM container is the one named vllm, else the first running a vllm image
-or ` + "`vllm serve`" + `. Injecting twice changes nothing. Objects that are not
-Deployments, or have no vLLM container, are errors naming the object.
+vLLM containers are those named vllm or vllm-…, running a vllm image, or
+running ` + "`vllm serve`" + `: one, or one per data-parallel rank (container r:
+--data-parallel-rank r, --port base+r). Injecting twice changes nothing; the
+sidecar is rewritten each time, so it follows edits to the vLLM containers.
+Objects that are not Deployments, have no vLLM container, serve several
+ranks behind one API server, or run vLLM from a shell script are errors
+naming the object.
 
   kvroute inject -f vllm.yaml | kubectl apply -f -`,
 		Args: cobra.NoArgs,
@@ -72,7 +76,7 @@ Deployments, or have no vLLM container, are errors naming the object.
 	}
 	f := cmd.Flags()
 	f.StringVarP(&file, "filename", "f", "", "manifest to read (- for stdin)")
-	f.IntVar(&o.DataParallelSize, "data-parallel-size", 0, "vLLM data-parallel ranks per pod (default: the vLLM container's --data-parallel-size, else 1)")
+	f.IntVar(&o.DataParallelSize, "data-parallel-size", 0, "expected data-parallel ranks per pod, one vLLM container each (default: as many as there are; a mismatch is an error)")
 	f.StringVar(&image, "image", "kvroute:"+imageTag(), "the kvroute image")
 	f.IntVar(&o.Capacity, "capacity", 65536, "summary capacity in blocks per endpoint: the pickers' --capacity")
 	return cmd

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -126,75 +127,62 @@ func injectOne(n *yaml.RNode, o Options) error {
 	if err != nil {
 		return err
 	}
-	vllm := findVLLM(elems)
-	if vllm == nil {
-		return fmt.Errorf("no vLLM container (want one named vllm, running a vllm image, or running `vllm serve`); containers: %s", containerNames(elems))
-	}
-	flags, err := flagsOf(vllm)
+	ranks, err := vllmRanks(elems)
 	if err != nil {
 		return err
 	}
-	// The data-parallel size: vLLM's, or the one asked for (added to vLLM).
-	dp := o.DataParallelSize
-	if v, ok := flags.value("--data-parallel-size"); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return fmt.Errorf("container %s: --data-parallel-size %q", name(vllm), v)
-		}
-		if dp != 0 && dp != n {
-			return fmt.Errorf("container %s runs --data-parallel-size %d, but %d was asked for", name(vllm), n, dp)
-		}
-		dp = n
+	dp, port := len(ranks), ranks[0].port
+	if o.DataParallelSize != 0 && o.DataParallelSize != dp {
+		return fmt.Errorf("%d data-parallel rank(s) found (one vLLM container each), but %d was asked for", dp, o.DataParallelSize)
 	}
-	dp = max(dp, 1)
-	port := defaultVLLMPort
-	if v, ok := flags.value("--port"); ok {
-		if port, err = strconv.Atoi(v); err != nil || port < 1 || port > 65535-dp {
-			return fmt.Errorf("container %s: --port %q", name(vllm), v)
-		}
-	}
-	if v, ok := flags.value("--kv-events-config"); ok && v != KVEventsConfig {
-		return fmt.Errorf("container %s already has --kv-events-config %s; remove it so kvroute's (%s) can be added, or add the sidecar by hand", name(vllm), v, KVEventsConfig)
-	}
-	args, err := vllm.Pipe(yaml.LookupCreate(yaml.SequenceNode, "args"))
-	if err != nil {
+	if err := checkPorts(port, dp); err != nil {
 		return err
 	}
-	var add []string
-	if _, ok := flags.value("--kv-events-config"); !ok {
-		add = append(add, "--kv-events-config="+KVEventsConfig)
-	}
-	if !flags.has("--enable-prompt-tokens-details") {
-		add = append(add, "--enable-prompt-tokens-details")
-	}
-	if _, ok := flags.value("--data-parallel-size"); !ok && dp > 1 {
-		add = append(add, "--data-parallel-size="+strconv.Itoa(dp))
-	}
-	for _, a := range add {
-		if err := args.PipeE(yaml.Append(yaml.NewStringRNode(a).YNode())); err != nil {
+	for _, r := range ranks {
+		if v, ok := r.flags.value(kvEventsFlags...); ok && v != KVEventsConfig {
+			return fmt.Errorf("container %s already has --kv-events-config %s; remove it so kvroute's (%s) can be added, or add the sidecar by hand", name(r.c), v, KVEventsConfig)
+		}
+		args, err := r.c.Pipe(yaml.LookupCreate(yaml.SequenceNode, "args"))
+		if err != nil {
 			return err
 		}
-	}
-	if err := setEnv(vllm, "PYTHONHASHSEED", "0"); err != nil {
-		return err
+		var add []string
+		if _, ok := r.flags.value(kvEventsFlags...); !ok {
+			add = append(add, "--kv-events-config="+KVEventsConfig)
+		}
+		if !r.flags.has("--enable-prompt-tokens-details", "--enable_prompt_tokens_details") {
+			add = append(add, "--enable-prompt-tokens-details")
+		}
+		for _, a := range add {
+			if err := args.PipeE(yaml.Append(yaml.NewStringRNode(a).YNode())); err != nil {
+				return err
+			}
+		}
+		for _, e := range [][2]string{{"PYTHONHASHSEED", "0"}, {"VLLM_ENABLE_SCALE_OUT_ENDPOINTS", "1"}} {
+			if err := setEnv(r.c, e[0], e[1]); err != nil {
+				return err
+			}
+		}
 	}
 	labels, err := n.Pipe(yaml.LookupCreate(yaml.MappingNode, "spec", "template", "metadata", "labels"))
 	if err != nil {
 		return err
 	}
-	for k, v := range map[string]string{"kvroute.io/gossip": "true", "kvroute.io/role": "engine"} {
-		if err := labels.PipeE(yaml.SetField(k, yaml.NewStringRNode(v))); err != nil {
+	for _, kv := range [][2]string{{"kvroute.io/gossip", "true"}, {"kvroute.io/role", "engine"}} {
+		if err := labels.PipeE(yaml.SetField(kv[0], yaml.NewStringRNode(kv[1]))); err != nil {
 			return err
 		}
 	}
-	if findByName(elems, SidecarName) == nil {
-		sc, err := yaml.Parse(sidecarYAML(o, port, dp))
-		if err != nil {
-			return fmt.Errorf("the sidecar template: %w", err)
-		}
-		if err := containers.PipeE(yaml.Append(sc.YNode())); err != nil {
-			return err
-		}
+	// The sidecar is written afresh each time (its flags follow the
+	// vLLM containers), in place if it is there.
+	sc, err := yaml.Parse(sidecarYAML(o, port, dp))
+	if err != nil {
+		return fmt.Errorf("the sidecar template: %w", err)
+	}
+	if i := slices.IndexFunc(elems, func(e *yaml.RNode) bool { return name(e) == SidecarName }); i >= 0 {
+		containers.YNode().Content[i] = sc.YNode()
+	} else if err := containers.PipeE(yaml.Append(sc.YNode())); err != nil {
+		return err
 	}
 	volumes, err := n.Pipe(yaml.LookupCreate(yaml.SequenceNode, "spec", "template", "spec", "volumes"))
 	if err != nil {
@@ -216,21 +204,96 @@ func injectOne(n *yaml.RNode, o Options) error {
 	return nil
 }
 
-// findVLLM picks the vLLM container: named vllm, else the first running a
-// vllm image, else the first running `vllm serve` or vLLM's API server.
-func findVLLM(cs []*yaml.RNode) *yaml.RNode {
-	if c := findByName(cs, "vllm"); c != nil {
-		return c
+// isVLLM reports whether a container runs vLLM: named vllm or vllm-…,
+// running a vllm image, or running `vllm serve` or vLLM's API server.
+func isVLLM(c *yaml.RNode) bool {
+	if n := name(c); n == "vllm" || strings.HasPrefix(n, "vllm-") {
+		return true
 	}
+	if img, _ := c.GetString("image"); strings.Contains(strings.ToLower(img), "vllm") {
+		return true
+	}
+	words := strings.Join(append(stringList(c, "command"), stringList(c, "args")...), " ")
+	return strings.Contains(words, "vllm serve") || strings.Contains(words, "vllm.entrypoints.openai.api_server")
+}
+
+// rank is a vLLM container and what its flags say.
+type rank struct {
+	c     *yaml.RNode
+	flags flagList
+	port  int
+}
+
+// Flag spellings vLLM accepts.
+var (
+	kvEventsFlags = []string{"--kv-events-config", "--kv_events_config"}
+	dpSizeFlags   = []string{"--data-parallel-size", "--data_parallel_size", "-dp"}
+	dpRankFlags   = []string{"--data-parallel-rank", "--data_parallel_rank", "-dpr"}
+)
+
+// vllmRanks finds the pod's vLLM containers: one, or one per
+// data-parallel rank (rank r in container r, on port+r, as the sidecar
+// follows them: vLLM's external load balancing). A container serving
+// several ranks behind one API server cannot be routed to per rank.
+func vllmRanks(cs []*yaml.RNode) ([]rank, error) {
+	var ranks []rank
 	for _, c := range cs {
-		if img, _ := c.GetString("image"); strings.Contains(strings.ToLower(img), "vllm") {
-			return c
+		if name(c) == SidecarName || !isVLLM(c) {
+			continue
+		}
+		r := rank{c: c, port: defaultVLLMPort}
+		var err error
+		if r.flags, err = flagsOf(c); err != nil {
+			return nil, err
+		}
+		if v, ok := r.flags.value("--port"); ok {
+			if r.port, err = strconv.Atoi(v); err != nil || r.port < 1 || r.port > 65535 {
+				return nil, fmt.Errorf("container %s: --port %q", name(c), v)
+			}
+		}
+		ranks = append(ranks, r)
+	}
+	if len(ranks) == 0 {
+		return nil, fmt.Errorf("no vLLM container (want one named vllm, running a vllm image, or running `vllm serve`); containers: %s", containerNames(cs))
+	}
+	n := len(ranks)
+	for i, r := range ranks {
+		size, rk := 1, 0
+		if v, ok := r.flags.value(dpSizeFlags...); ok {
+			if size, _ = strconv.Atoi(v); size < 1 {
+				return nil, fmt.Errorf("container %s: --data-parallel-size %q", name(r.c), v)
+			}
+		}
+		v, hasRank := r.flags.value(dpRankFlags...)
+		if hasRank {
+			if rk, _ = strconv.Atoi(v); rk < 0 || strconv.Itoa(rk) != v {
+				return nil, fmt.Errorf("container %s: --data-parallel-rank %q", name(r.c), v)
+			}
+		}
+		switch {
+		case size > 1 && !hasRank && n == 1:
+			return nil, fmt.Errorf("container %s serves %d data-parallel ranks behind one API server; kvroute routes to each rank, so run one vllm serve per rank (container r: --data-parallel-rank r, --port %d+r)", name(r.c), size, r.port)
+		case size != n || rk != i:
+			return nil, fmt.Errorf("container %s: --data-parallel-size %d, rank %d; with %d vLLM container(s) kvroute expects size %d and rank %d (container order)", name(r.c), size, rk, n, n, i)
+		case r.port != ranks[0].port+i:
+			return nil, fmt.Errorf("container %s: rank %d on port %d, want %d (rank 0's port + rank)", name(r.c), i, r.port, ranks[0].port+i)
 		}
 	}
-	for _, c := range cs {
-		words := strings.Join(append(stringList(c, "command"), stringList(c, "args")...), " ")
-		if strings.Contains(words, "vllm serve") || strings.Contains(words, "vllm.entrypoints.openai.api_server") {
-			return c
+	return ranks, nil
+}
+
+// checkPorts refuses vLLM HTTP ports that collide with the sidecar's or the
+// KV event ports.
+func checkPorts(port, dp int) error {
+	if port+dp-1 > 65535 {
+		return fmt.Errorf("vLLM ports %d..%d out of range", port, port+dp-1)
+	}
+	for _, p := range []struct {
+		at, n int
+		what  string
+	}{{7946, 1, "gossip"}, {8090, 1, "the sidecar's debug"}, {9090, 1, "the sidecar's gRPC"}, {KVEventsPort, dp, "KV events"}, {ReplayPort, dp, "replay"}} {
+		if port < p.at+p.n && p.at < port+dp {
+			return fmt.Errorf("vLLM's HTTP ports %d..%d overlap the %s port(s) %d..%d", port, port+dp-1, p.what, p.at, p.at+p.n-1)
 		}
 	}
 	return nil
@@ -283,26 +346,34 @@ func flagsOf(c *yaml.RNode) (flagList, error) {
 			return nil, fmt.Errorf("container %s: %s is not a list", name(c), field)
 		}
 	}
-	return append(stringList(c, "command"), stringList(c, "args")...), nil
+	f := flagList(append(stringList(c, "command"), stringList(c, "args")...))
+	if len(f) >= 2 && slices.Contains([]string{"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env"}, f[0]) && slices.Contains(f[1:], "-c") {
+		return nil, fmt.Errorf("container %s runs a shell script; inject cannot add flags to it: give vLLM's command and flags as lists, or add the sidecar by hand", name(c))
+	}
+	return f, nil
 }
 
-// value returns --name's value, given as --name=v or --name v.
-func (f flagList) value(flag string) (string, bool) {
+// value returns the value of the flag under any of its spellings, given as
+// --name=v or --name v (the last one wins, as in vLLM).
+func (f flagList) value(spellings ...string) (v string, found bool) {
 	for i, a := range f {
-		if v, ok := strings.CutPrefix(a, flag+"="); ok {
-			return v, true
-		}
-		if a == flag && i+1 < len(f) {
-			return f[i+1], true
+		for _, flag := range spellings {
+			if val, ok := strings.CutPrefix(a, flag+"="); ok {
+				v, found = val, true
+			} else if a == flag && i+1 < len(f) {
+				v, found = f[i+1], true
+			}
 		}
 	}
-	return "", false
+	return v, found
 }
 
-func (f flagList) has(flag string) bool {
+func (f flagList) has(spellings ...string) bool {
 	for _, a := range f {
-		if a == flag || strings.HasPrefix(a, flag+"=") {
-			return true
+		for _, flag := range spellings {
+			if a == flag || strings.HasPrefix(a, flag+"=") {
+				return true
+			}
 		}
 	}
 	return false
@@ -335,7 +406,7 @@ func sidecarYAML(o Options, vllmPort, dp int) string {
 image: %s
 args:
   - sidecar
-  - --engine-url=http://127.0.0.1:%d
+  - --engine-url=http://$(POD_IP):%d
   - --kv-events=tcp://127.0.0.1:%d
   - --replay=tcp://127.0.0.1:%d
   - --topic=%s
@@ -345,7 +416,7 @@ args:
   - --grpc-listen=:9090
   - --debug-listen=:8090
   - --gossip-bind=0.0.0.0:7946
-  - --gossip-advertise=$(POD_IP):7946
+  - --gossip-advertise=[$(POD_IP)]:7946
   - --join=%s
   - --gossip-key-file=/etc/kvroute/gossip/keyring
   - --node-name=$(POD_NAME)
@@ -382,12 +453,6 @@ livenessProbe:
     path: /healthz
     port: kvr-debug
   periodSeconds: 10
-  failureThreshold: 3
-readinessProbe:
-  httpGet:
-    path: /readyz
-    port: kvr-debug
-  periodSeconds: 5
   failureThreshold: 3
 resources:
   requests:

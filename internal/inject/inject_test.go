@@ -76,7 +76,9 @@ func TestWhatIsAdded(t *testing.T) {
 		"kvroute.io/role: engine",
 		"name: kvroute-sidecar",
 		"image: kvroute:v0.1.0",
-		"--engine-url=http://127.0.0.1:8000",
+		"--engine-url=http://$(POD_IP):8000",
+		"--gossip-advertise=[$(POD_IP)]:7946",
+		"name: VLLM_ENABLE_SCALE_OUT_ENDPOINTS",
 		"--data-parallel-size=1",
 		"secretName: kvroute-gossip-key",
 		"name: models", // the operator's volume stays
@@ -89,7 +91,7 @@ func TestWhatIsAdded(t *testing.T) {
 		t.Error("more than one sidecar")
 	}
 	command := read("command.golden.yaml")
-	for _, want := range []string{"--engine-url=http://127.0.0.1:8080", "image: kvroute:latest", "name: proxy"} {
+	for _, want := range []string{"--engine-url=http://$(POD_IP):8080", "image: kvroute:latest", "name: proxy"} {
 		if !strings.Contains(command, want) {
 			t.Errorf("command.golden.yaml lacks %q", want)
 		}
@@ -105,8 +107,12 @@ func TestWhatIsAdded(t *testing.T) {
 			t.Errorf("multi.golden.yaml lacks %q", want)
 		}
 	}
-	if strings.Count(multi, "name: kvroute-sidecar") != 2 || strings.Count(multi, "name: PYTHONHASHSEED") != 2 {
-		t.Error("multi: want a sidecar and one PYTHONHASHSEED in each Deployment (the operator's kept)")
+	if strings.Count(multi, "name: kvroute-sidecar") != 2 || strings.Count(multi, "name: PYTHONHASHSEED") != 3 ||
+		strings.Count(multi, "--enable-prompt-tokens-details") != 3 || strings.Count(multi, `value: "42"`) != 2 {
+		t.Error("multi: want a sidecar in each Deployment, the flags and one PYTHONHASHSEED on each vLLM container (the operator's kept)")
+	}
+	if strings.Contains(basic, "readinessProbe:\n          httpGet:\n            path: /readyz") {
+		t.Error("the sidecar must not gate the pod's readiness on /readyz")
 	}
 }
 
@@ -120,7 +126,13 @@ func TestErrors(t *testing.T) {
 		{"service.yaml", Options{}, []string{"Service/vllm", "not an apps/v1 Deployment"}},
 		{"no-vllm.yaml", Options{}, []string{"Deployment/web", "no vLLM container", "web"}},
 		{"own-events.yaml", Options{}, []string{"Deployment/custom-events", "already has --kv-events-config"}},
-		{"multi.yaml", Options{DataParallelSize: 4}, []string{"Deployment/dp-two", "--data-parallel-size 2, but 4"}},
+		{"multi.yaml", Options{DataParallelSize: 4}, []string{"Deployment/dp-two", "2 data-parallel rank(s) found", "4 was asked for"}},
+		{deployment(`{name: vllm, image: vllm/vllm-openai, args: [--data-parallel-size=4]}`), Options{}, []string{"Deployment/x", "4 data-parallel ranks behind one API server"}},
+		{deployment(`{name: vllm, args: [--data-parallel-size=2, --data-parallel-rank=0]}, {name: vllm-b, args: [--data-parallel-size=2, --data-parallel-rank=0, --port=8001]}`), Options{}, []string{"container vllm-b", "rank 1"}},
+		{deployment(`{name: vllm, args: [-dp, "2", --data-parallel-rank=0]}, {name: vllm-b, args: [-dp, "2", --data-parallel-rank=1, --port=8005]}`), Options{}, []string{"container vllm-b", "port 8005, want 8001"}},
+		{deployment(`{name: vllm, command: [sh, -c, "vllm serve m --port 8080"]}`), Options{}, []string{"Deployment/x", "shell script"}},
+		{deployment(`{name: vllm, args: [--port=8090]}`), Options{}, []string{"Deployment/x", "debug"}},
+		{deployment(`{name: vllm, args: ['--kv_events_config={}']}`), Options{}, []string{"already has --kv-events-config"}},
 		{"", Options{}, []string{"no object"}},
 		{"kind: [", Options{}, []string{"reading the manifest"}},
 		{"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: {}}}}\n", Options{}, []string{"Deployment/x", "containers list"}},
@@ -145,6 +157,32 @@ func TestErrors(t *testing.T) {
 				t.Errorf("%q: error %q lacks %q", tc.in, err, w)
 			}
 		}
+	}
+}
+
+// deployment is a Deployment named x with the given containers (flow YAML).
+func deployment(containers string) string {
+	return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: [" + containers + "]}}}\n"
+}
+
+// TestSidecarFollowsEdits: injecting again after the vLLM container's port
+// changed rewrites the sidecar to match.
+func TestSidecarFollowsEdits(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "basic.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Inject(in, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(out), "- --port=8000", "- --port=8100", 1)
+	again, err := Inject([]byte(edited), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(again), "--engine-url=http://$(POD_IP):8100") || strings.Count(string(again), "name: kvroute-sidecar") != 1 {
+		t.Fatalf("the sidecar did not follow the new port:\n%s", again)
 	}
 }
 
