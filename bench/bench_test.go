@@ -177,8 +177,8 @@ func TestAgenticPlan(t *testing.T) {
 // least-loaded routing: per-step figures exist for every step, and precise
 // keeps each customer's prefix on one engine, so it caches more.
 func TestSharedPrefix(t *testing.T) {
-	sc := SharedPrefix{Engines: 3, GPUBlocks: 512, Customers: 6, Users: 2, PrefixTokens: 1000, QuestionTokens: 150,
-		QPS: []float64{40, 80}, StepFor: 300 * time.Millisecond, OutputTokens: 4}
+	sc := SharedPrefix{Engines: 3, GPUBlocks: 192, Customers: 4, Users: 2, PrefixTokens: 1000, QuestionTokens: 150,
+		QPS: []float64{10, 20}, StepFor: time.Second, OutputTokens: 4}
 	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.LeastLoaded},
 		TimeScale: 1, Seed: 5, SampleEvery: 50 * time.Millisecond})
 	if err != nil {
@@ -188,11 +188,11 @@ func TestSharedPrefix(t *testing.T) {
 	p, ll := res.Policies["precise"], res.Policies["least-loaded"]
 	for name, r := range map[string]*PolicyResult{"precise": p, "least-loaded": ll} {
 		if r.Errors != 0 || r.Requests < 10 || len(r.Steps) != 2 || r.Steps[0].Requests+r.Steps[1].Requests != r.Requests ||
-			r.Steps[1].QPS != 80 || r.Steps[1].Requests <= r.Steps[0].Requests/2 {
+			r.Steps[1].QPS != 20 || r.Steps[1].Requests <= r.Steps[0].Requests/2 {
 			t.Fatalf("%s: %+v", name, r)
 		}
 	}
-	if p.HitRate <= ll.HitRate || p.HitRate < 0.5 {
+	if p.HitRate <= ll.HitRate || p.HitRate < 0.4 {
 		t.Fatalf("hit rates: precise %.3f, least-loaded %.3f", p.HitRate, ll.HitRate)
 	}
 	if !strings.Contains(Table(res), "per load step") {
