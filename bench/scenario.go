@@ -145,39 +145,8 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 	body["stream"] = true
 	b, _ := json.Marshal(body)
 	o := Outcome{Path: "/v1/responses", Body: b}
-	if !c.acquire(ctx) {
-		o.Err = ctx.Err()
-		return o, ""
-	}
-	defer c.release()
-	o.Start = time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/responses", bytes.NewReader(b))
-	if err != nil {
-		o.Err = err
-		return o, ""
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		o.Err = err
-		return o, ""
-	}
-	defer resp.Body.Close()
-	o.Endpoint = resp.Header.Get("X-Kvroute-Endpoint")
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, msg)
-		return o, ""
-	}
-	c.count(o.Endpoint)
 	var answer strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
+	c.stream(ctx, &o, func(data string) {
 		var ev struct {
 			Type     string `json:"type"`
 			Delta    string `json:"delta"`
@@ -191,7 +160,7 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 			} `json:"response"`
 		}
 		if json.Unmarshal([]byte(data), &ev) != nil {
-			continue
+			return
 		}
 		switch ev.Type {
 		case "response.output_text.delta":
@@ -207,16 +176,56 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 				}
 			}
 		}
+	})
+	return o, answer.String()
+}
+
+// stream sends o's request (o.Path, o.Body) in a request slot, fills in
+// the endpoint, times and error, and hands each server-sent event's data
+// to event. A stream without usage is an error; one without text has its
+// TTFT at its end.
+func (c *Client) stream(ctx context.Context, o *Outcome, event func(data string)) {
+	if !c.acquire(ctx) {
+		o.Err = ctx.Err()
+		return
+	}
+	defer c.release()
+	o.Start = time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+o.Path, bytes.NewReader(o.Body))
+	if err != nil {
+		o.Err = err
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		o.Err = err
+		return
+	}
+	defer resp.Body.Close()
+	o.Endpoint = resp.Header.Get("X-Kvroute-Endpoint")
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, msg)
+		return
+	}
+	c.count(o.Endpoint)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && data != "[DONE]" {
+			event(data)
+		}
 	}
 	o.End = time.Now()
-	if err := sc.Err(); err != nil {
-		o.Err = err
-	} else if o.PromptTokens == 0 {
+	switch {
+	case sc.Err() != nil:
+		o.Err = sc.Err()
+	case o.PromptTokens == 0:
 		o.Err = fmt.Errorf("no usage in the stream")
-	} else if o.TTFT == 0 {
+	case o.TTFT == 0:
 		o.TTFT = o.End.Sub(o.Start) // no text: the first token is the last
 	}
-	return o, answer.String()
 }
 
 // vocab is the bench's word list.
@@ -326,38 +335,7 @@ func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
 		defer c.done()
 	}
 	o := Outcome{Path: "/v1/completions", Body: b}
-	if !c.acquire(ctx) {
-		o.Err = ctx.Err()
-		return o
-	}
-	defer c.release()
-	o.Start = time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/completions", bytes.NewReader(b))
-	if err != nil {
-		o.Err = err
-		return o
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		o.Err = err
-		return o
-	}
-	defer resp.Body.Close()
-	o.Endpoint = resp.Header.Get("X-Kvroute-Endpoint")
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, msg)
-		return o
-	}
-	c.count(o.Endpoint)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || data == "[DONE]" {
-			continue
-		}
+	c.stream(ctx, &o, func(data string) {
 		var ch struct {
 			Choices []struct {
 				Text string `json:"text"`
@@ -370,7 +348,7 @@ func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
 			} `json:"usage"`
 		}
 		if json.Unmarshal([]byte(data), &ch) != nil {
-			continue
+			return
 		}
 		if o.TTFT == 0 && len(ch.Choices) > 0 && ch.Choices[0].Text != "" {
 			o.TTFT = time.Since(o.Start)
@@ -381,14 +359,6 @@ func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
 				o.CachedTokens = u.PromptTokensDetails.CachedTokens
 			}
 		}
-	}
-	o.End = time.Now()
-	if err := sc.Err(); err != nil {
-		o.Err = err
-	} else if o.PromptTokens == 0 {
-		o.Err = fmt.Errorf("no usage in the stream")
-	} else if o.TTFT == 0 {
-		o.TTFT = o.End.Sub(o.Start) // no text: the first token is the last
-	}
+	})
 	return o
 }
