@@ -141,18 +141,26 @@ func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request) {
 
 // debugEndpoint is one endpoint on /debug/endpoints.
 type debugEndpoint struct {
-	Endpoint   string  `json:"endpoint"`
-	EndpointID string  `json:"endpoint_id"`
-	Sidecar    string  `json:"sidecar"`
-	Group      string  `json:"group"`
-	Model      string  `json:"model"`
-	BlockSize  int32   `json:"block_size"`
-	Epoch      uint64  `json:"epoch"`
-	Partial    bool    `json:"partial"`
-	Waiting    float64 `json:"waiting"`
-	Running    float64 `json:"running"`
-	KVUsage    float64 `json:"kv_cache_usage"`
-	StaleSecs  float64 `json:"seconds_since_update"`
+	Endpoint   string `json:"endpoint"`
+	EndpointID string `json:"endpoint_id"`
+	Sidecar    string `json:"sidecar"`
+	Group      string `json:"group"`
+	Model      string `json:"model"`
+	Rank       int32  `json:"rank"`
+	BlockSize  int32  `json:"block_size"`
+	// The rest of the identity the sidecar reported: what keys, summaries
+	// and tokens must agree on across an identity group.
+	NumGPUBlocks         int32   `json:"num_gpu_blocks"`
+	HashAlgo             string  `json:"hash_algo"`
+	KeyFormat            string  `json:"key_format"`
+	SummaryParams        string  `json:"summary_params"`
+	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
+	Epoch                uint64  `json:"epoch"`
+	Partial              bool    `json:"partial"`
+	Waiting              float64 `json:"waiting"`
+	Running              float64 `json:"running"`
+	KVUsage              float64 `json:"kv_cache_usage"`
+	StaleSecs            float64 `json:"seconds_since_update"`
 }
 
 func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
@@ -160,7 +168,9 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 	for _, e := range r.view.Endpoints() {
 		d := debugEndpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
 		if e.Info != nil {
-			d.Model, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
+			d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
+			d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGpuBlocks, e.Info.HashAlgo, e.Info.KeyFormat
+			d.SummaryParams, d.TokenizerFingerprint = e.Info.SummaryParams, e.Info.TokenizerFingerprint
 		}
 		if e.Load != nil {
 			d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KvCacheUsage

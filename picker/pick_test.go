@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
@@ -252,6 +253,9 @@ func TestDecisionAPI(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
 			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+		if path == "/debug/endpoints" && (!strings.Contains(string(b), `"key_format":"`+blockkey.FormatV1+`"`) || !strings.Contains(string(b), `"summary_params":"`)) {
+			t.Fatalf("the endpoints' identity is not shown: %s", b)
 		}
 	}
 	// Token-id bodies skip rendering and carry their own anchor.
