@@ -1,0 +1,151 @@
+package verify
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Endpoint is one endpoint as the picker's /debug/endpoints reports it.
+type Endpoint struct {
+	Endpoint             string  `json:"endpoint"`
+	Sidecar              string  `json:"sidecar"`
+	Model                string  `json:"model"`
+	Rank                 int     `json:"rank"`
+	BlockSize            int     `json:"block_size"`
+	NumGPUBlocks         int     `json:"num_gpu_blocks"`
+	HashAlgo             string  `json:"hash_algo"`
+	KeyFormat            string  `json:"key_format"`
+	SummaryParams        string  `json:"summary_params"`
+	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
+	Partial              bool    `json:"partial"`
+	StaleSecs            float64 `json:"seconds_since_update"`
+}
+
+// Check is one verdict.
+type Check struct {
+	Name     string `json:"name"`               // e.g. "identity block_size"
+	Endpoint string `json:"endpoint,omitempty"` // the endpoint judged ("" for fleet-wide checks)
+	OK       bool   `json:"ok"`
+	Detail   string `json:"detail"`          // the numbers behind the verdict
+	Cause    string `json:"cause,omitempty"` // the likely cause, on failure
+}
+
+// Group is the endpoints serving one model and the values they agree on
+// (the majority's, field by field).
+type Group struct {
+	Model     string            `json:"model"`
+	Endpoints []string          `json:"endpoints"`
+	Values    map[string]string `json:"values"` // field → majority value ("" when tied)
+}
+
+// field is a compared identity field, with the cause of a mismatch.
+type field struct {
+	name  string
+	get   func(Endpoint) string
+	cause string
+}
+
+var fields = []field{
+	{"block_size", func(e Endpoint) string { return fmt.Sprint(e.BlockSize) },
+		"the engine runs another --block-size: its block hashes cover other token spans, so no key can match"},
+	{"hash_algo", func(e Endpoint) string { return e.HashAlgo },
+		"the engine runs another --prefix-caching-hash-algo: its hashes differ for the same tokens"},
+	{"key_format", func(e Endpoint) string { return e.KeyFormat },
+		"the sidecar is another kvroute version with another key format: upgrade the fleet to one version"},
+	{"summary_params", func(e Endpoint) string { return e.SummaryParams },
+		"the sidecar's summaries are sized otherwise (--capacity): set the same value on every sidecar and picker"},
+	{"tokenizer_fingerprint", func(e Endpoint) string { return e.TokenizerFingerprint },
+		"the engine tokenizes or templates differently (another tokenizer, revision or chat template): the picker's tokens will not be the engine's"},
+}
+
+// Thresholds for freshness.
+const DefaultMaxStale = 5.0 // seconds without an update from the sidecar
+
+// Consistency groups eps by model and checks every endpoint's identity
+// against its model's majority, and its sidecar's freshness (stale beyond
+// maxStale seconds, or partial).
+func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
+	byModel := map[string][]Endpoint{}
+	for _, e := range eps {
+		byModel[e.Model] = append(byModel[e.Model], e)
+	}
+	var groups []Group
+	var checks []Check
+	for _, model := range slices.Sorted(maps.Keys(byModel)) {
+		members := byModel[model]
+		slices.SortFunc(members, func(a, b Endpoint) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
+		g := Group{Model: model, Values: map[string]string{}}
+		for _, e := range members {
+			g.Endpoints = append(g.Endpoints, e.Endpoint)
+		}
+		for _, f := range fields {
+			majority, tied := mostCommon(members, f.get)
+			if !tied {
+				g.Values[f.name] = majority
+			}
+			for _, e := range members {
+				v := f.get(e)
+				c := Check{Name: "identity " + f.name, Endpoint: e.Endpoint, OK: !tied && v == majority}
+				switch {
+				case c.OK:
+					c.Detail = fmt.Sprintf("%s %q, as the other %s endpoints", f.name, v, model)
+				case tied:
+					c.Detail = fmt.Sprintf("%s %q; %s's endpoints are split with no majority", f.name, v, model)
+					c.Cause = f.cause
+				default:
+					c.Detail = fmt.Sprintf("%s %q, %s's majority has %q", f.name, v, model, majority)
+					c.Cause = f.cause
+				}
+				checks = append(checks, c)
+			}
+		}
+		groups = append(groups, g)
+	}
+	for _, e := range eps {
+		c := Check{Name: "sidecar fresh", Endpoint: e.Endpoint, OK: true, Detail: fmt.Sprintf("updated %.1f s ago", e.StaleSecs)}
+		switch {
+		case e.Partial:
+			c.OK, c.Detail = false, "the sidecar's state is partial"
+			c.Cause = "KV events were lost and could not be replayed (is the engine's replay endpoint set and reachable?): matches may be missing until the engine's cache turns over"
+		case e.StaleSecs > maxStale:
+			c.OK, c.Detail = false, fmt.Sprintf("no update for %.1f s (more than %.0f s)", e.StaleSecs, maxStale)
+			c.Cause = "the sidecar stopped streaming or cannot scrape its engine: check its /readyz and logs"
+		}
+		checks = append(checks, c)
+	}
+	slices.SortStableFunc(checks, func(a, b Check) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
+	return groups, checks
+}
+
+// mostCommon returns the most common value of get over eps, and whether
+// the top count is shared by several values.
+func mostCommon(eps []Endpoint, get func(Endpoint) string) (string, bool) {
+	n := map[string]int{}
+	for _, e := range eps {
+		n[get(e)]++
+	}
+	best, top, tied := "", 0, false
+	for _, v := range slices.Sorted(maps.Keys(n)) {
+		switch {
+		case n[v] > top:
+			best, top, tied = v, n[v], false
+		case n[v] == top:
+			tied = true
+		}
+	}
+	return best, tied && len(eps) > 1
+}
+
+// Failed returns the checks that failed.
+func Failed(checks []Check) []Check {
+	return slices.DeleteFunc(slices.Clone(checks), func(c Check) bool { return c.OK })
+}
+
+// Summary is a one-line count of checks.
+func Summary(checks []Check) string {
+	failed := len(Failed(checks))
+	return strings.TrimSpace(fmt.Sprintf("%d checks, %d passed, %d failed", len(checks), len(checks)-failed, failed))
+}

@@ -1,0 +1,93 @@
+package verify
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func healthy(i int, model string) Endpoint {
+	return Endpoint{Endpoint: fmt.Sprintf("http://10.0.0.%d:8000", i), Sidecar: fmt.Sprintf("10.0.0.%d:9090", i), Model: model,
+		BlockSize: 16, NumGPUBlocks: 4096, HashAlgo: "sha256_cbor", KeyFormat: "kvroute-xxh3-v1", SummaryParams: "m=65536",
+		TokenizerFingerprint: "tok-a", StaleSecs: 0.2}
+}
+
+// failures is "endpoint check" for each failed check, sorted as returned.
+func failures(checks []Check) []string {
+	var out []string
+	for _, c := range Failed(checks) {
+		out = append(out, c.Endpoint+" "+c.Name)
+	}
+	return out
+}
+
+func TestConsistency(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		eps  func() []Endpoint
+		want []string // failed checks
+	}{
+		{"healthy fleet of two models", func() []Endpoint {
+			return []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a"), healthy(4, "b")}
+		}, nil},
+		{"one block size differs", func() []Endpoint {
+			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
+			e[1].BlockSize = 32
+			return e
+		}, []string{"http://10.0.0.2:8000 identity block_size"}},
+		{"another tokenizer and summary size", func() []Endpoint {
+			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
+			e[2].TokenizerFingerprint, e[2].SummaryParams = "tok-b", "m=32768"
+			return e
+		}, []string{"http://10.0.0.3:8000 identity summary_params", "http://10.0.0.3:8000 identity tokenizer_fingerprint"}},
+		{"a tie fails both sides", func() []Endpoint {
+			e := []Endpoint{healthy(1, "a"), healthy(2, "a")}
+			e[1].HashAlgo = "sha256"
+			return e
+		}, []string{"http://10.0.0.1:8000 identity hash_algo", "http://10.0.0.2:8000 identity hash_algo"}},
+		{"models are compared apart", func() []Endpoint {
+			e := []Endpoint{healthy(1, "a"), healthy(2, "b")}
+			e[1].BlockSize = 64
+			return e
+		}, nil},
+		{"stale and partial sidecars", func() []Endpoint {
+			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
+			e[0].StaleSecs, e[2].Partial = 12, true
+			return e
+		}, []string{"http://10.0.0.1:8000 sidecar fresh", "http://10.0.0.3:8000 sidecar fresh"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, checks := Consistency(tc.eps(), DefaultMaxStale)
+			if got := failures(checks); strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Fatalf("failed %q, want %q", got, tc.want)
+			}
+			for _, c := range Failed(checks) {
+				if c.Cause == "" || c.Detail == "" {
+					t.Errorf("%+v: a failure needs its numbers and a likely cause", c)
+				}
+			}
+			if n := len(checks); n != len(tc.eps())*(len(fields)+1) {
+				t.Fatalf("%d checks", n)
+			}
+		})
+	}
+}
+
+func TestGroups(t *testing.T) {
+	e := []Endpoint{healthy(2, "a"), healthy(1, "a"), healthy(3, "a"), healthy(4, "b")}
+	e[2].BlockSize = 32
+	groups, checks := Consistency(e, DefaultMaxStale)
+	if len(groups) != 2 || groups[0].Model != "a" || strings.Join(groups[0].Endpoints, ",") != "http://10.0.0.1:8000,http://10.0.0.2:8000,http://10.0.0.3:8000" {
+		t.Fatalf("groups %+v", groups)
+	}
+	if groups[0].Values["block_size"] != "16" || groups[0].Values["tokenizer_fingerprint"] != "tok-a" {
+		t.Fatalf("majority values %v", groups[0].Values)
+	}
+	c := Failed(checks)[0]
+	if !strings.Contains(c.Detail, `block_size "32", a's majority has "16"`) || !strings.Contains(c.Cause, "--block-size") {
+		t.Fatalf("%+v", c)
+	}
+	if s := Summary(checks); s != "24 checks, 23 passed, 1 failed" {
+		t.Fatal(s)
+	}
+}
