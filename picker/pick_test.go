@@ -111,6 +111,7 @@ type pickAnswer struct {
 		Endpoint string `json:"endpoint"`
 		Why      string `json:"why"`
 	} `json:"candidates"`
+	Keys []string `json:"keys"`
 }
 
 func (f *fleet) pick(t *testing.T, body string, header http.Header, query string) (int, pickAnswer, []byte) {
@@ -232,6 +233,15 @@ func TestDecisionAPI(t *testing.T) {
 	_, po, rawOff := f.pick(t, second, http.Header{"X-Kvroute-Cache": {"off"}}, "?explain=true")
 	if po.PrefixHash != "" || po.Endpoint != p1.Endpoint {
 		t.Fatalf("cache off: %s", rawOff)
+	}
+	// Explained decisions list the request's block keys, canonical.
+	if len(po.Keys) != po.PromptTokens/16 || len(po.Keys) == 0 {
+		t.Fatalf("%d keys for %d tokens", len(po.Keys), po.PromptTokens)
+	}
+	for _, k := range po.Keys {
+		if pk, err := blockkey.ParseKey(k); err != nil || pk.String() != k {
+			t.Fatalf("key %q: %v", k, err)
+		}
 	}
 	// Another tenant, same words: its own hash, no match anywhere.
 	_, pb, _ := f.pick(t, chatBody("tenant-b", strings.Repeat("Tell me about caches. ", 30), "Caches keep things.", "And KV caches?"), nil, "")

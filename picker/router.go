@@ -163,6 +163,9 @@ type Pick struct {
 	Reason        string `json:"reason"`
 	// Candidates explain the decision (?explain=true).
 	Candidates []Candidate `json:"candidates,omitempty"`
+	// Keys are the request's block keys, canonical (?explain=true): what a
+	// sidecar's /debug/keys?canonical= looks up, for checking parity.
+	Keys []string `json:"keys,omitempty"`
 
 	send            uint64  // the in-flight record, for Done
 	cached          float64 // credited cached tokens predicted
@@ -294,6 +297,9 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 		}
 	}
 	if opt.Explain {
+		for _, k := range chain {
+			pick.Keys = append(pick.Keys, k.String())
+		}
 		for _, e := range d.Explain {
 			pick.Candidates = append(pick.Candidates, Candidate{Endpoint: e.ID, MatchedTokens: e.Matched[score.GPU],
 				CPUTokens: e.Matched[score.CPU], StorageTokens: e.Matched[score.Storage], InFlight: e.InFlight,
