@@ -144,10 +144,12 @@ type debugEndpoint struct {
 	Endpoint   string `json:"endpoint"`
 	EndpointID string `json:"endpoint_id"`
 	Sidecar    string `json:"sidecar"`
-	Group      string `json:"group"`
-	Model      string `json:"model"`
-	Rank       int32  `json:"rank"`
-	BlockSize  int32  `json:"block_size"`
+	// SidecarDebug is the sidecar's debug HTTP base URL ("" unknown).
+	SidecarDebug string `json:"sidecar_debug"`
+	Group        string `json:"group"`
+	Model        string `json:"model"`
+	Rank         int32  `json:"rank"`
+	BlockSize    int32  `json:"block_size"`
 	// The rest of the identity the sidecar reported: what keys, summaries
 	// and tokens must agree on across an identity group.
 	NumGPUBlocks         int32   `json:"num_gpu_blocks"`
@@ -170,7 +172,7 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 		if e.Info != nil {
 			d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
 			d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGpuBlocks, e.Info.HashAlgo, e.Info.KeyFormat
-			d.SummaryParams, d.TokenizerFingerprint = e.Info.SummaryParams, e.Info.TokenizerFingerprint
+			d.SummaryParams, d.TokenizerFingerprint, d.SidecarDebug = e.Info.SummaryParams, e.Info.TokenizerFingerprint, e.Info.DebugUrl
 		}
 		if e.Load != nil {
 			d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KvCacheUsage

@@ -46,6 +46,11 @@ type Config struct {
 	// DebugListen serves /healthz, /readyz, /metrics and /debug/*.
 	// Default 127.0.0.1:8090.
 	DebugListen string
+	// DebugAdvertise is the host:port others (kvroute verify, through the
+	// pickers' /debug/endpoints) reach the debug endpoints at; default:
+	// the listen address, with the gossip advertise host when listening on
+	// every interface.
+	DebugAdvertise string
 	// Model overrides the canonical model name; default: the first model
 	// the engine lists on /v1/models.
 	Model string

@@ -168,7 +168,7 @@ func (g *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespo
 			Endpoint: id.Endpoint, Rank: int32(id.Rank), Model: id.Model, BlockSize: int32(id.BlockSize),
 			NumGpuBlocks: int32(id.NumGPUBlocks), HashAlgo: id.HashAlgo, KeyFormat: id.KeyFormat,
 			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint,
-			Epoch: ep.epoch, Partial: ep.partial,
+			Epoch: ep.epoch, Partial: ep.partial, DebugUrl: g.s.debugURL,
 		})
 		ep.mu.Unlock()
 	}

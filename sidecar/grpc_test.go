@@ -120,7 +120,8 @@ func TestWatchSummaries(t *testing.T) {
 	defer cancel()
 
 	info, err := client.Info(ctx, &pb.InfoRequest{})
-	if err != nil || len(info.Endpoints) != 1 || info.Endpoints[0].KeyFormat != blockkey.FormatV1 || info.Endpoints[0].SummaryParams != cfg.Params().String() {
+	if err != nil || len(info.Endpoints) != 1 || info.Endpoints[0].KeyFormat != blockkey.FormatV1 || info.Endpoints[0].SummaryParams != cfg.Params().String() ||
+		info.Endpoints[0].DebugUrl != "http://"+s.DebugAddr() {
 		t.Fatalf("info %+v %v", info, err)
 	}
 	key := e.URL() + "|GPU"

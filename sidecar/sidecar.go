@@ -25,6 +25,7 @@ import (
 // Sidecar serves one vLLM pod: an endpoint per data-parallel rank.
 type Sidecar struct {
 	cfg       Config
+	debugURL  string // the debug server as others reach it ("" unknown)
 	log       *zap.Logger
 	reg       *prometheus.Registry
 	metrics   *metrics
@@ -88,6 +89,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 		return nil, fmt.Errorf("--debug-listen %s: %w", cfg.DebugListen, err)
 	}
 	s.ln = ln
+	s.debugURL = debugURL(cfg, ln.Addr().String())
 	s.srv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	if cfg.GRPCListen != "" {
 		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
@@ -191,6 +193,34 @@ func sameButSeqs(a, b gossip.Meta) bool {
 		}
 	}
 	return true
+}
+
+// debugURL is the debug server's URL as others reach it: the advertised
+// address, else the listen address with the gossip host in place of an
+// unspecified one; "" when only an unspecified host is known.
+func debugURL(cfg Config, listen string) string {
+	if cfg.DebugAdvertise != "" {
+		return "http://" + cfg.DebugAdvertise
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = ""
+		if g := cfg.Gossip; g != nil {
+			for _, h := range []string{g.AdvertiseAddr, g.BindAddr} {
+				if ip := net.ParseIP(h); ip != nil && !ip.IsUnspecified() {
+					host = h
+					break
+				}
+			}
+		}
+		if host == "" {
+			return ""
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // startGossip joins the cluster and keeps the metadata current.

@@ -178,9 +178,19 @@ func TestPickerProcess(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var dbg struct {
-			Endpoints []struct{} `json:"endpoints"`
+			Endpoints []struct {
+				SidecarDebug         string `json:"sidecar_debug"`
+				TokenizerFingerprint string `json:"tokenizer_fingerprint"`
+			} `json:"endpoints"`
 		}
 		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err == nil && len(dbg.Endpoints) == 2 {
+			// Each sidecar's debug server is reachable at the URL shown.
+			for _, e := range dbg.Endpoints {
+				var state []map[string]any // one entry a rank
+				if err := getJSON(e.SidecarDebug+"/debug/state", &state); err != nil || len(state) != 1 || e.TokenizerFingerprint == "" {
+					t.Fatalf("sidecar debug %q: %v (fingerprint %q)", e.SidecarDebug, err, e.TokenizerFingerprint)
+				}
+			}
 			break
 		}
 		if time.Now().After(deadline) {

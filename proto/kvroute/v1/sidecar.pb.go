@@ -495,8 +495,11 @@ type EndpointInfo struct {
 	TokenizerFingerprint string                 `protobuf:"bytes,9,opt,name=tokenizer_fingerprint,json=tokenizerFingerprint,proto3" json:"tokenizer_fingerprint,omitempty"`
 	Epoch                uint64                 `protobuf:"varint,10,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Partial              bool                   `protobuf:"varint,11,opt,name=partial,proto3" json:"partial,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The sidecar's debug HTTP base URL (/metrics, /readyz, /debug/state,
+	// /debug/keys), as others reach it; empty when it is not known.
+	DebugUrl      string `protobuf:"bytes,12,opt,name=debug_url,json=debugUrl,proto3" json:"debug_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EndpointInfo) Reset() {
@@ -606,6 +609,13 @@ func (x *EndpointInfo) GetPartial() bool {
 	return false
 }
 
+func (x *EndpointInfo) GetDebugUrl() string {
+	if x != nil {
+		return x.DebugUrl
+	}
+	return ""
+}
+
 type InfoResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoints     []*EndpointInfo        `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
@@ -687,7 +697,7 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\arunning\x18\x02 \x01(\x01R\arunning\x12$\n" +
 	"\x0ekv_cache_usage\x18\x03 \x01(\x01R\fkvCacheUsage\x12,\n" +
 	"\x12scraped_unix_nanos\x18\x04 \x01(\x03R\x10scrapedUnixNanos\"\r\n" +
-	"\vInfoRequest\"\xe1\x02\n" +
+	"\vInfoRequest\"\xfe\x02\n" +
 	"\fEndpointInfo\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
@@ -702,7 +712,8 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\x15tokenizer_fingerprint\x18\t \x01(\tR\x14tokenizerFingerprint\x12\x14\n" +
 	"\x05epoch\x18\n" +
 	" \x01(\x04R\x05epoch\x12\x18\n" +
-	"\apartial\x18\v \x01(\bR\apartial\"F\n" +
+	"\apartial\x18\v \x01(\bR\apartial\x12\x1b\n" +
+	"\tdebug_url\x18\f \x01(\tR\bdebugUrl\"F\n" +
 	"\fInfoResponse\x126\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x18.kvroute.v1.EndpointInfoR\tendpoints2\x8d\x01\n" +
 	"\aSidecar\x12G\n" +
