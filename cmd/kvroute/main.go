@@ -76,9 +76,7 @@ the engine does, and pick. Canonical key format: ` + blockkey.FormatV1 + `.`,
 		newBenchCommand(),
 		newDemoCommand(),
 		newInjectCommand(),
-		pending("verify", "Check a fleet's compatibility and token parity",
-			`Checks that the endpoints of a fleet agree on model, block size, hash
-settings and tokenization, so routing keys match what engines cache.`),
+		newVerifyCommand(),
 	)
 	return root
 }
@@ -86,18 +84,4 @@ settings and tokenization, so routing keys match what engines cache.`),
 func newSidecarCommand() *cobra.Command {
 	cmd, _, _ := sidecarCommand()
 	return cmd
-}
-
-// pending returns a subcommand whose issue has not landed yet: it documents
-// what it will do, and says so and exits 2 when run.
-func pending(name, short, long string) *cobra.Command {
-	return &cobra.Command{
-		Use:   name,
-		Short: short,
-		Long:  long + "\n\nStatus: not implemented yet.",
-		Args:  cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return &exitCodeError{code: exitUsage, err: fmt.Errorf("%s: not implemented yet", name)}
-		},
-	}
 }

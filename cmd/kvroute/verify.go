@@ -1,0 +1,441 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvroute/kvroute/internal/verify"
+)
+
+// verifyReport is verify's result (--json prints it).
+type verifyReport struct {
+	Picker string                `json:"picker"`
+	Groups []verify.Group        `json:"groups"`
+	Probes []verify.ProbeResult  `json:"probes"`
+	Checks []verify.Check        `json:"checks"`
+	OK     bool                  `json:"ok"`
+	Fleet  []verifyEndpointState `json:"endpoints"`
+}
+
+// verifyEndpointState is an endpoint as the picker reports it, with its
+// sidecar's debug URL.
+type verifyEndpointState struct {
+	verify.Endpoint
+	SidecarDebug string `json:"sidecar_debug"`
+}
+
+// verifier gathers the facts over HTTP.
+type verifier struct {
+	picker string
+	hc     *http.Client
+	token  string // the decision API's bearer token, if any
+}
+
+func newVerifyCommand() *cobra.Command {
+	var picker, model, tokenFile string
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "verify --picker URL",
+		Short: "Check a fleet's compatibility and token parity",
+		Long: `Check, through a picker, that the fleet's endpoints agree on what routing
+keys depend on, and that the picker's predictions match what the engines
+actually cache:
+
+  - identity: per model, every endpoint's block size, hash algorithm, key
+    format, summary parameters and tokenizer fingerprint against the
+    model's majority; sidecars stale, partial or unreachable; engines that
+    do not report cached tokens (--enable-prompt-tokens-details);
+  - token parity: a chat request with tools, a text completion and a
+    Responses request (instructions, a function call and its output), each
+    sent twice with a fresh cache_salt: the second must go where the first
+    went, the picker's predicted cached tokens must equal the engine's, the
+    picker's block keys must be on that endpoint's sidecar, and another
+    salt must share nothing.
+
+Probes send small requests (a few hundred tokens, one output token) to the
+engines, directly and through the picker. Exit status: 0 when every check
+passed, 1 when one failed, 2 when verify could not run (picker unreachable,
+bad flags).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if picker == "" {
+				return usageError(errors.New("--picker URL is required (the picker's HTTP base URL)"))
+			}
+			u, err := url.Parse(picker)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return usageError(fmt.Errorf("--picker %q: want http://host:port", picker))
+			}
+			if timeout <= 0 {
+				return usageError(fmt.Errorf("--timeout %v: want > 0", timeout))
+			}
+			v := &verifier{picker: strings.TrimRight(picker, "/"), hc: &http.Client{Timeout: timeout}}
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return usageError(fmt.Errorf("--decision-token-file: %w", err))
+				}
+				v.token = strings.TrimSpace(string(b))
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*timeout)
+			defer cancel()
+			rep, err := v.run(ctx, model)
+			if err != nil {
+				return &exitCodeError{code: exitUsage, err: err} // verify itself could not run
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printVerify(w, rep)
+			}
+			if !rep.OK {
+				return &exitCodeError{code: exitError, err: errors.New(verify.Summary(rep.Checks))}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&picker, "picker", "", "the picker's HTTP base URL, e.g. http://kvroute-picker:8080")
+	f.StringVar(&model, "model", "", "check only this model (default: every model the picker routes)")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "bound on each request")
+	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the picker's decision API token, if it needs one")
+	return cmd
+}
+
+// run gathers the facts and judges them; an error means verify could not
+// run at all.
+func (v *verifier) run(ctx context.Context, model string) (*verifyReport, error) {
+	var dbg struct {
+		Endpoints []verifyEndpointState `json:"endpoints"`
+	}
+	if err := v.getJSON(ctx, v.picker+"/debug/endpoints", &dbg); err != nil {
+		return nil, fmt.Errorf("the picker's endpoints: %w", err)
+	}
+	rep := &verifyReport{Picker: v.picker}
+	var eps []verify.Endpoint
+	for _, e := range dbg.Endpoints {
+		if model == "" || e.Model == model {
+			rep.Fleet = append(rep.Fleet, e)
+			eps = append(eps, e.Endpoint)
+		}
+	}
+	if len(eps) == 0 && model != "" {
+		return nil, fmt.Errorf("the picker at %s knows no endpoint serving %s", v.picker, model)
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("the picker at %s knows no endpoint", v.picker)
+	}
+	rep.Groups, rep.Checks = verify.Consistency(eps, verify.DefaultMaxStale)
+	for _, e := range rep.Fleet {
+		rep.Checks = append(rep.Checks, v.sidecarReachable(ctx, e), v.cachedDetails(ctx, e))
+	}
+	for _, g := range rep.Groups {
+		for _, kind := range []string{"chat", "completion", "responses"} {
+			p := v.probe(ctx, kind, g.Model, rep.Fleet)
+			rep.Probes = append(rep.Probes, p)
+			rep.Checks = append(rep.Checks, verify.JudgeProbe(p)...)
+		}
+	}
+	rep.OK = len(verify.Failed(rep.Checks)) == 0
+	return rep, nil
+}
+
+// sidecarReachable checks the endpoint's sidecar answers on its debug URL.
+func (v *verifier) sidecarReachable(ctx context.Context, e verifyEndpointState) verify.Check {
+	c := verify.Check{Name: "sidecar reachable", Endpoint: e.Endpoint.Endpoint}
+	if e.SidecarDebug == "" {
+		c.Detail = "the sidecar's debug URL is unknown"
+		c.Cause = "the sidecar listens for debug on every interface without a known address: set --debug-advertise (or --gossip-advertise)"
+		return c
+	}
+	var state []json.RawMessage
+	if err := v.getJSON(ctx, e.SidecarDebug+"/debug/state", &state); err != nil {
+		c.Detail, c.Cause = err.Error(), "the sidecar's debug port is not reachable from here (network policy, --debug-listen on loopback, or the sidecar is down)"
+		return c
+	}
+	c.OK, c.Detail = true, "debug endpoints answer at "+e.SidecarDebug
+	return c
+}
+
+// cachedDetails sends a short completion twice straight to the engine and
+// checks the second reports its cached tokens.
+func (v *verifier) cachedDetails(ctx context.Context, e verifyEndpointState) verify.Check {
+	c := verify.Check{Name: "engine reports cached tokens", Endpoint: e.Endpoint.Endpoint}
+	body := map[string]any{"model": e.Model, "prompt": probeText("details", 8), "max_tokens": 1, "cache_salt": salt()}
+	var u usage
+	for i := 0; i < 2; i++ {
+		var err error
+		if _, u, err = v.send(ctx, e.Endpoint.Endpoint+"/v1/completions", body); err != nil {
+			c.Detail, c.Cause = err.Error(), "the engine did not answer a completion"
+			return c
+		}
+	}
+	if !u.details {
+		c.Detail = fmt.Sprintf("a repeated %d-token prompt came back without prompt_tokens_details", u.prompt)
+		c.Cause = "the engine runs without --enable-prompt-tokens-details: no outcome can be measured"
+		return c
+	}
+	c.OK, c.Detail = true, fmt.Sprintf("a repeated %d-token prompt reported %d cached", u.prompt, u.cached)
+	return c
+}
+
+// probe runs one token-parity probe of kind for model through the picker.
+func (v *verifier) probe(ctx context.Context, kind, model string, fleet []verifyEndpointState) verify.ProbeResult {
+	p := verify.ProbeResult{Name: kind, Model: model}
+	path, body := probeBody(kind, model, salt())
+	fail := func(format string, args ...any) verify.ProbeResult {
+		p.Err = fmt.Sprintf(format, args...)
+		return p
+	}
+	h, u, err := v.send(ctx, v.picker+path, body)
+	if err != nil {
+		return fail("first send: %v", err)
+	}
+	p.FirstEndpoint = h.Get("X-Kvroute-Endpoint")
+	// Wait until the picker sees the first send's blocks (events travel
+	// engine → sidecar → picker), at most a few seconds.
+	var pick struct {
+		Endpoint      string   `json:"endpoint"`
+		MatchedTokens int      `json:"matched_tokens"`
+		PromptTokens  int      `json:"prompt_tokens"`
+		Keys          []string `json:"keys"`
+	}
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		if err := v.decide(ctx, body, &pick); err != nil {
+			return fail("decision API: %v", err)
+		}
+		if pick.MatchedTokens > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.Keys, p.PromptTokens = len(pick.Keys), pick.PromptTokens
+	h, u, err = v.send(ctx, v.picker+path, body)
+	if err != nil {
+		return fail("second send: %v", err)
+	}
+	p.SecondEndpoint = h.Get("X-Kvroute-Endpoint")
+	p.Predicted, _ = strconv.Atoi(h.Get("X-Kvroute-Matched-Tokens"))
+	p.EngineCached = u.cached
+	var target *verifyEndpointState
+	for i := range fleet {
+		if fleet[i].Endpoint.Endpoint == p.SecondEndpoint {
+			target = &fleet[i]
+		}
+	}
+	if target == nil {
+		return fail("the picker sent the probe to %q, which its /debug/endpoints does not list", p.SecondEndpoint)
+	}
+	p.BlockSize = target.BlockSize
+	if target.SidecarDebug != "" {
+		for _, k := range pick.Keys {
+			var res struct {
+				Indexed bool `json:"indexed"`
+			}
+			q := url.Values{"canonical": {k}, "rank": {strconv.Itoa(target.Rank)}}
+			if err := v.getJSON(ctx, target.SidecarDebug+"/debug/keys?"+q.Encode(), &res); err == nil && res.Indexed {
+				p.KeysIndexed++
+			}
+		}
+	}
+	// The same prompt under another salt shares nothing.
+	_, other := probeBody(kind, model, salt())
+	var op struct {
+		MatchedTokens int `json:"matched_tokens"`
+	}
+	if err := v.decide(ctx, other, &op); err != nil {
+		return fail("decision API, another salt: %v", err)
+	}
+	_, ou, err := v.send(ctx, v.picker+path, other)
+	if err != nil {
+		return fail("another salt: %v", err)
+	}
+	p.OtherSaltPredicted, p.OtherSaltCached = op.MatchedTokens, ou.cached
+	return p
+}
+
+// usage is a response's prompt accounting.
+type usage struct {
+	prompt, cached int
+	details        bool // prompt_tokens_details (or input_tokens_details) present
+}
+
+// send posts body (non-streaming) and returns the headers and usage.
+func (v *verifier) send(ctx context.Context, u string, body map[string]any) (http.Header, usage, error) {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
+	if err != nil {
+		return nil, usage{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := v.hc.Do(req)
+	if err != nil {
+		return nil, usage{}, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, usage{}, fmt.Errorf("%s: status %d: %s", u, resp.StatusCode, bytes.TrimSpace(raw))
+	}
+	var out struct {
+		Usage struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			InputTokens         int `json:"input_tokens"`
+			PromptTokensDetails *struct {
+				C int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+			InputTokensDetails *struct {
+				C int `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, usage{}, fmt.Errorf("%s: %w", u, err)
+	}
+	us := usage{prompt: max(out.Usage.PromptTokens, out.Usage.InputTokens)}
+	for _, d := range []*struct {
+		C int `json:"cached_tokens"`
+	}{out.Usage.PromptTokensDetails, out.Usage.InputTokensDetails} {
+		if d != nil {
+			us.cached, us.details = d.C, true
+		}
+	}
+	return resp.Header, us, nil
+}
+
+// decide asks the decision API, explained, for body.
+func (v *verifier) decide(ctx context.Context, body map[string]any, out any) error {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, v.picker+"/routing/v1/pick?explain=true", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if v.token != "" {
+		req.Header.Set("Authorization", "Bearer "+v.token)
+	}
+	resp, err := v.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func (v *verifier) getJSON(ctx context.Context, u string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := v.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", u, resp.StatusCode)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out)
+}
+
+// salt is a fresh random cache_salt.
+func salt() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "kvroute-verify-" + hex.EncodeToString(b)
+}
+
+// probeText is n sentences of fixed text, distinct per tag.
+func probeText(tag string, n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "Verification %s sentence %d checks that routing keys and engine caches agree on every token. ", tag, i)
+	}
+	return b.String()
+}
+
+// probeBody is the probe request of kind: a chat with tools, a text
+// completion, or a Responses request with instructions, a function call
+// and its output.
+func probeBody(kind, model, cacheSalt string) (string, map[string]any) {
+	tool := map[string]any{"type": "function", "function": map[string]any{"name": "lookup_order", "description": "Look an order up by id.",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"id": map[string]any{"type": "string"}}, "required": []string{"id"}}}}
+	switch kind {
+	case "chat":
+		return "/v1/chat/completions", map[string]any{"model": model, "max_tokens": 1, "cache_salt": cacheSalt, "tools": []any{tool},
+			"messages": []any{
+				map[string]any{"role": "system", "content": probeText("system", 8)},
+				map[string]any{"role": "user", "content": probeText("user", 4)},
+			}}
+	case "completion":
+		return "/v1/completions", map[string]any{"model": model, "max_tokens": 1, "cache_salt": cacheSalt, "prompt": probeText("completion", 12)}
+	default:
+		fn := tool["function"].(map[string]any)
+		return "/v1/responses", map[string]any{"model": model, "max_output_tokens": 1, "cache_salt": cacheSalt,
+			"instructions": probeText("instructions", 8),
+			"tools":        []any{map[string]any{"type": "function", "name": fn["name"], "description": fn["description"], "parameters": fn["parameters"]}},
+			"input": []any{
+				map[string]any{"role": "user", "content": probeText("question", 3)},
+				map[string]any{"type": "function_call", "call_id": "call_verify_1", "name": "lookup_order", "arguments": `{"id":"A-1"}`},
+				map[string]any{"type": "function_call_output", "call_id": "call_verify_1", "output": probeText("tool-output", 3)},
+			}}
+	}
+}
+
+// printVerify writes the human report: the groups, a line per check, then
+// the failures with their likely causes.
+func printVerify(w io.Writer, rep *verifyReport) {
+	fmt.Fprintf(w, "kvroute verify: picker %s, %d endpoint(s)\n\nidentity groups:\n", rep.Picker, len(rep.Fleet))
+	for _, g := range rep.Groups {
+		keys := make([]string, 0, len(g.Values))
+		for k := range g.Values {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var vals []string
+		for _, k := range keys {
+			vals = append(vals, k+"="+g.Values[k])
+		}
+		fmt.Fprintf(w, "  %s: %d endpoint(s); %s\n", g.Model, len(g.Endpoints), strings.Join(vals, ", "))
+	}
+	fmt.Fprintln(w)
+	for _, c := range rep.Checks {
+		mark := "✔"
+		if !c.OK {
+			mark = "✘"
+		}
+		fmt.Fprintf(w, "%s %-40s %s\n", mark, c.Name, c.Endpoint)
+	}
+	if failed := verify.Failed(rep.Checks); len(failed) > 0 {
+		fmt.Fprintln(w, "\nfailures:")
+		for _, c := range failed {
+			fmt.Fprintf(w, "✘ %s %s\n    %s\n    likely cause: %s\n", c.Name, c.Endpoint, c.Detail, c.Cause)
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n", verify.Summary(rep.Checks))
+}
