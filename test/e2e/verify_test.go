@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/test/testnet"
+)
+
+// member is one engine of a process fleet and the extra flags it and its
+// sidecar run with.
+type member struct {
+	engine, sidecar []string
+}
+
+// startProcessFleet runs an engine and a sidecar per member and a picker,
+// all real processes finding one another through gossip on loopback, and
+// returns the picker's URL once it knows every endpoint.
+func startProcessFleet(t *testing.T, bin string, members []member) string {
+	t.Helper()
+	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	for i, m := range members {
+		httpPort, events, replay := testnet.FreePort(t), testnet.FreePort(t), testnet.FreePort(t)
+		kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d"}`, events, replay)
+		run(t, bin, append([]string{"engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--sim-time-scale", "0",
+			"--enable-prompt-tokens-details", "--num-gpu-blocks", "1024", "--max-model-len", "8192", "--kv-events-config", kvcfg,
+			"--log-level", "warn"}, m.engine...)...)
+		gossipBind, join := "127.0.0.1:0", seed
+		if i == 0 {
+			gossipBind, join = seed, ""
+		}
+		args := []string{"sidecar", "--engine-url", fmt.Sprintf("http://127.0.0.1:%d", httpPort), "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events),
+			"--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0",
+			"--grpc-listen", "127.0.0.1:0", "--gossip-bind", gossipBind, "--node-name", fmt.Sprint("sidecar-", i), "--capacity", "4096", "--log-level", "warn"}
+		if join != "" {
+			args = append(args, "--join", join)
+		}
+		run(t, bin, append(args, m.sidecar...)...)
+	}
+	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
+		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var dbg struct {
+			Endpoints []struct{} `json:"endpoints"`
+		}
+		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err == nil && len(dbg.Endpoints) == len(members) {
+			return "http://" + api
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the picker never found the %d endpoints", len(members))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// verifyResult is `kvroute verify --json`'s output and exit code.
+type verifyResult struct {
+	code   int
+	OK     bool `json:"ok"`
+	Checks []struct {
+		Name     string `json:"name"`
+		Endpoint string `json:"endpoint"`
+		OK       bool   `json:"ok"`
+		Detail   string `json:"detail"`
+		Cause    string `json:"cause"`
+	} `json:"checks"`
+	Fleet []struct {
+		Endpoint  string `json:"endpoint"`
+		BlockSize int    `json:"block_size"`
+	} `json:"endpoints"`
+	raw string
+}
+
+// failed lists "name endpoint" of the failed checks.
+func (r verifyResult) failed() []string {
+	var out []string
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c.Name+" "+c.Endpoint)
+		}
+	}
+	return out
+}
+
+func runVerify(t *testing.T, bin string, args ...string) verifyResult {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"verify", "--timeout", "10s"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := verifyResult{raw: stdout.String() + stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Join(args, " "), "--json") && r.code != 2 {
+		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+			t.Fatalf("verify --json: %v\n%s", err, r.raw)
+		}
+	}
+	return r
+}
+
+// TestVerifyHealthyFleet: every check passes, the human report has a line
+// per check, and the exit status is 0.
+func TestVerifyHealthyFleet(t *testing.T) {
+	bin := buildKvroute(t)
+	picker := startProcessFleet(t, bin, []member{{}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--json")
+	if r.code != 0 || !r.OK || len(r.failed()) != 0 || len(r.Checks) < 20 {
+		t.Fatalf("exit %d, failed %v\n%s", r.code, r.failed(), r.raw)
+	}
+	human := runVerify(t, bin, "--picker", picker)
+	if human.code != 0 || !strings.Contains(human.raw, "✔ probe responses prediction") || strings.Contains(human.raw, "✘") {
+		t.Fatalf("exit %d\n%s", human.code, human.raw)
+	}
+	// verify itself cannot run: exit 2.
+	if r := runVerify(t, bin, "--picker", "http://127.0.0.1:1"); r.code != 2 {
+		t.Fatalf("unreachable picker: exit %d\n%s", r.code, r.raw)
+	}
+	if r := runVerify(t, bin); r.code != 2 || !strings.Contains(r.raw, "--picker") {
+		t.Fatalf("no --picker: exit %d\n%s", r.code, r.raw)
+	}
+}
+
+// TestVerifyBlockSizeMismatch: one engine of three runs another block
+// size; verify fails on that endpoint's block_size, and only there.
+func TestVerifyBlockSizeMismatch(t *testing.T) {
+	bin := buildKvroute(t)
+	picker := startProcessFleet(t, bin, []member{{}, {engine: []string{"--block-size", "32"}}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--json")
+	var odd string
+	for _, e := range r.Fleet {
+		if e.BlockSize == 32 {
+			odd = e.Endpoint
+		}
+	}
+	if r.code != 1 || r.OK || odd == "" {
+		t.Fatalf("exit %d, odd endpoint %q\n%s", r.code, odd, r.raw)
+	}
+	found := false
+	for _, f := range r.failed() {
+		if strings.HasPrefix(f, "identity ") && !strings.HasSuffix(f, odd) {
+			t.Errorf("an identity failure on a healthy endpoint: %s", f)
+		}
+		found = found || f == "identity block_size "+odd
+	}
+	if !found {
+		t.Fatalf("no block_size failure on %s: %v", odd, r.failed())
+	}
+}
+
+// TestVerifyLostEvents: an engine whose KV events never reach its sidecar
+// (dropped live, no replay) serves the probes' repeats from its cache while
+// the picker predicts nothing: verify fails on the prediction.
+func TestVerifyLostEvents(t *testing.T) {
+	bin := buildKvroute(t)
+	picker := startProcessFleet(t, bin, []member{{engine: []string{"--sim-drop-events-pct", "100"}, sidecar: []string{"--replay", ""}}})
+	r := runVerify(t, bin, "--picker", picker, "--json")
+	if r.code != 1 {
+		t.Fatalf("exit %d\n%s", r.code, r.raw)
+	}
+	prediction := false
+	for _, f := range r.failed() {
+		prediction = prediction || strings.HasPrefix(f, "probe completion prediction")
+	}
+	if !prediction {
+		t.Fatalf("no prediction failure: %v\n%s", r.failed(), r.raw)
+	}
+}
