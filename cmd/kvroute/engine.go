@@ -152,6 +152,7 @@ and POST /sim/restart.`,
 	f.Float64Var(&cfg.Sim.DropEventsPercent, "sim-drop-events-pct", 0, "fault: percent of event batches not sent live (still replayable)")
 	f.DurationVar(&cfg.Sim.EventDelay, "sim-delay-events", 0, "fault: hold every event batch back this long")
 	f.Uint64Var(&cfg.Sim.Seed, "sim-seed", cfg.Sim.Seed, "seed for the fault switches' random choices")
+	f.StringVar(&cfg.Sim.ChatTemplate, "sim-chat-template", "", "fault: chat template variant (alt: role headers end with a blank line), as a replica with another template")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, func() error { return finish(cmd) }
 }

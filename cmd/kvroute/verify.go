@@ -19,7 +19,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/verify"
+	"github.com/kvroute/kvroute/picker/render"
 )
 
 // verifyReport is verify's result (--json prints it).
@@ -155,6 +157,7 @@ func (v *verifier) run(ctx context.Context, model string) (*verifyReport, error)
 			p := v.probe(ctx, kind, g.Model, rep.Fleet)
 			rep.Probes = append(rep.Probes, p)
 			rep.Checks = append(rep.Checks, verify.JudgeProbe(p)...)
+			rep.Checks = append(rep.Checks, v.tokenParity(ctx, kind, g.Model, rep.Fleet)...)
 		}
 	}
 	rep.OK = len(verify.Failed(rep.Checks)) == 0
@@ -273,6 +276,96 @@ func (v *verifier) probe(ctx context.Context, kind, model string, fleet []verify
 	}
 	p.OtherSaltPredicted, p.OtherSaltCached = op.MatchedTokens, ou.cached
 	return p
+}
+
+// tokenParity renders a probe on every endpoint of model and compares the
+// block keys of the engine's own tokens with the keys the picker computes:
+// an endpoint with another tokenizer or chat template differs here even
+// when no request reaches it (the picker routes a model to its largest
+// identity group).
+func (v *verifier) tokenParity(ctx context.Context, kind, model string, fleet []verifyEndpointState) []verify.Check {
+	path, body := probeBody(kind, model, salt())
+	var pick struct {
+		Keys []string `json:"keys"`
+	}
+	if err := v.decide(ctx, body, &pick); err != nil {
+		return []verify.Check{{Name: "probe " + kind + " tokens", Detail: "decision API: " + err.Error(),
+			Cause: "the picker could not compute the probe's keys"}}
+	}
+	var checks []verify.Check
+	for _, e := range fleet {
+		if e.Model != model {
+			continue
+		}
+		c := verify.Check{Name: "probe " + kind + " tokens", Endpoint: e.Endpoint.Endpoint}
+		toks, via, err := v.render(ctx, e.Endpoint.Endpoint, path, body)
+		if err != nil {
+			c.Detail, c.Cause = err.Error(), "the engine could not render the probe (render endpoints missing or failing)"
+			checks = append(checks, c)
+			continue
+		}
+		salt, _ := body["cache_salt"].(string)
+		keys := (&blockkey.Request{Tokens: toks, CacheSalt: salt}).AppendKeys(nil, model, e.BlockSize)
+		same := 0
+		for same < min(len(keys), len(pick.Keys)) && keys[same].String() == pick.Keys[same] {
+			same++
+		}
+		c.OK = same == len(keys) && same == len(pick.Keys) && same > 0
+		c.Detail = fmt.Sprintf("the engine's tokens (%s, %d tokens) give %d block keys; the picker's %d; the first %d agree", via, len(toks), len(keys), len(pick.Keys), same)
+		if !c.OK {
+			c.Cause = "this engine tokenizes or templates the probe differently from the engine the picker renders with (tokenizer, revision, chat template, block size): its cached blocks can never match"
+		}
+		checks = append(checks, c)
+	}
+	return checks
+}
+
+// render asks the engine at base for body's tokens: the path's render
+// endpoint, or for Responses without one, the chat form of it.
+func (v *verifier) render(ctx context.Context, base, path string, body map[string]any) ([]uint32, string, error) {
+	b, _ := json.Marshal(body)
+	toks, err := v.renderAt(ctx, base+path+"/render", b, path == "/v1/completions")
+	if err == nil || path != "/v1/responses" {
+		return toks, strings.TrimPrefix(path, "/v1/") + " render", err
+	}
+	chatBody, cerr := render.ResponsesAsChat(b)
+	if cerr != nil {
+		return nil, "", cerr
+	}
+	toks, err = v.renderAt(ctx, base+"/v1/chat/completions/render", chatBody, false)
+	return toks, "responses as chat render", err
+}
+
+func (v *verifier) renderAt(ctx context.Context, u string, body []byte, list bool) ([]uint32, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := v.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: status %d", u, resp.StatusCode)
+	}
+	type generate struct {
+		TokenIDs []uint32 `json:"token_ids"`
+	}
+	if list {
+		var gs []generate
+		if err := json.Unmarshal(raw, &gs); err != nil || len(gs) != 1 {
+			return nil, fmt.Errorf("%s: want one rendered prompt: %v", u, err)
+		}
+		return gs[0].TokenIDs, nil
+	}
+	var g generate
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	return g.TokenIDs, nil
 }
 
 // usage is a response's prompt accounting.

@@ -178,3 +178,36 @@ func TestVerifyLostEvents(t *testing.T) {
 		t.Fatalf("no prediction failure: %v\n%s", r.failed(), r.raw)
 	}
 }
+
+// TestVerifyTemplateMismatch: one engine of three runs another chat
+// template (a simulator switch). Its tokenizer fingerprint differs, so the
+// picker keeps it in an identity group of its own and routes the model to
+// the other two; verify fails it on the fingerprint and on the chat and
+// Responses token parity — and nowhere else.
+func TestVerifyTemplateMismatch(t *testing.T) {
+	bin := buildKvroute(t)
+	picker := startProcessFleet(t, bin, []member{{}, {engine: []string{"--sim-chat-template", "alt"}}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--json")
+	if r.code != 1 {
+		t.Fatalf("exit %d\n%s", r.code, r.raw)
+	}
+	var odd string
+	for _, f := range r.failed() {
+		if name, ep, ok := strings.Cut(f, " http"); ok && name == "identity tokenizer_fingerprint" {
+			odd = "http" + ep
+		}
+	}
+	if odd == "" {
+		t.Fatalf("no fingerprint failure: %v", r.failed())
+	}
+	want := map[string]bool{"identity tokenizer_fingerprint " + odd: true, "probe chat tokens " + odd: true, "probe responses tokens " + odd: true}
+	for _, f := range r.failed() {
+		if !want[f] {
+			t.Errorf("unexpected failure %s", f)
+		}
+		delete(want, f)
+	}
+	if len(want) > 0 {
+		t.Fatalf("missing failures %v (failed: %v)", want, r.failed())
+	}
+}

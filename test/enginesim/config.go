@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvroute/kvroute/test/enginesim/chat"
 	"strconv"
 	"strings"
 	"time"
@@ -147,6 +148,10 @@ type SimConfig struct {
 	EventDelay time.Duration
 	// Seed seeds the fault switches' random choices.
 	Seed uint64
+	// ChatTemplate is the chat template variant: "" the documented one,
+	// chat.TemplateAlt another (role headers end with a blank line), to
+	// test that a replica with another template is caught.
+	ChatTemplate string
 }
 
 // Config configures a simulated engine process; fields are named after
@@ -227,6 +232,7 @@ func (c *Config) Validate() error {
 	check(c.Sim.PrefillTokensPerSecond > 0, "--sim-prefill-tokens-per-s must be positive")
 	check(c.Sim.StepBase >= 0 && c.Sim.StepPerSeq >= 0, "--sim-step-base and --sim-step-per-seq must not be negative")
 	check(c.Sim.TimeScale >= 0, "--sim-time-scale %v must not be negative", c.Sim.TimeScale)
+	check(c.Sim.ChatTemplate == "" || c.Sim.ChatTemplate == chat.TemplateAlt, "--sim-chat-template %q: want empty (the default) or %s", c.Sim.ChatTemplate, chat.TemplateAlt)
 	check(c.Sim.DropEventsPercent >= 0 && c.Sim.DropEventsPercent <= 100, "--sim-drop-events-pct %v: want 0..100", c.Sim.DropEventsPercent)
 	check(c.Sim.EventDelay >= 0 && c.Sim.EventDelay <= maxEventDelay, "--sim-delay-events %v: want 0..%v", c.Sim.EventDelay, maxEventDelay)
 	seen := map[string]bool{}

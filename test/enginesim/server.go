@@ -397,7 +397,8 @@ func (e *Engine) renderChat(req *chatRequest) ([]uint32, error) {
 	if err != nil {
 		return nil, asBadRequest(err)
 	}
-	toks, err := chat.Render(msgs, tools, chat.RenderOptions{AddGenerationPrompt: addGen, ContinueFinalMessage: req.ContinueFinalMessage})
+	toks, err := chat.Render(msgs, tools, chat.RenderOptions{AddGenerationPrompt: addGen, ContinueFinalMessage: req.ContinueFinalMessage,
+		Variant: e.cfg.Sim.ChatTemplate})
 	if err != nil {
 		return nil, asBadRequest(err)
 	}
@@ -769,7 +770,7 @@ func (e *Engine) renderResponses(req *responsesRequest) ([]uint32, error) {
 	if err != nil {
 		return nil, asBadRequest(err)
 	}
-	toks, err := chat.Render(msgs, tools, chat.RenderOptions{AddGenerationPrompt: true})
+	toks, err := chat.Render(msgs, tools, chat.RenderOptions{AddGenerationPrompt: true, Variant: e.cfg.Sim.ChatTemplate})
 	if err != nil {
 		return nil, asBadRequest(err)
 	}

@@ -12,7 +12,15 @@ import (
 type RenderOptions struct {
 	AddGenerationPrompt  bool
 	ContinueFinalMessage bool
+	// Variant selects the template: "" is the Qwen3-like template this
+	// package documents; TemplateAlt ends every role header with a blank
+	// line, as a replica deployed with another chat template would — for
+	// testing that such a replica is caught.
+	Variant string
 }
+
+// TemplateAlt is the alternative template variant.
+const TemplateAlt = "alt"
 
 // Render applies the chat template to msgs and tools and returns the token
 // ids. See the package documentation for the template.
@@ -29,6 +37,10 @@ func AppendRender(dst []uint32, msgs []Message, tools []Tool, opts RenderOptions
 	if opts.ContinueFinalMessage && (len(msgs) == 0 || msgs[len(msgs)-1].Role != "assistant") {
 		return dst, errors.New("continue_final_message requires the final message to be an assistant message")
 	}
+	header := "\n"
+	if opts.Variant == TemplateAlt {
+		header = "\n\n"
+	}
 	toolLines := make([]string, len(tools))
 	for i, t := range tools {
 		line, err := marshalToolLine(t)
@@ -41,7 +53,7 @@ func AppendRender(dst []uint32, msgs []Message, tools []Tool, opts RenderOptions
 	if len(tools) > 0 {
 		dst = append(dst, ImStart)
 		dst = AppendEncode(dst, "system")
-		dst = AppendEncode(dst, "\n")
+		dst = AppendEncode(dst, header)
 		if len(msgs) > 0 && (msgs[0].Role == "system" || msgs[0].Role == "developer") {
 			dst = AppendEncode(dst, msgs[0].Content)
 			dst = AppendEncode(dst, "\n\n")
@@ -63,7 +75,7 @@ func AppendRender(dst []uint32, msgs []Message, tools []Tool, opts RenderOptions
 		}
 		dst = append(dst, ImStart)
 		dst = AppendEncode(dst, role)
-		dst = AppendEncode(dst, "\n")
+		dst = AppendEncode(dst, header)
 		if m.Role == "tool" {
 			dst = AppendEncode(dst, "<tool_response>\n")
 			dst = AppendEncode(dst, m.Content)
@@ -88,7 +100,7 @@ func AppendRender(dst []uint32, msgs []Message, tools []Tool, opts RenderOptions
 	if opts.AddGenerationPrompt {
 		dst = append(dst, ImStart)
 		dst = AppendEncode(dst, "assistant")
-		dst = AppendEncode(dst, "\n")
+		dst = AppendEncode(dst, header)
 	}
 	return dst, nil
 }

@@ -272,3 +272,22 @@ func TestRenderPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateVariant: the alternative template differs from the default
+// only in its role headers' blank line.
+func TestTemplateVariant(t *testing.T) {
+	msgs := []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hello there."}}
+	def, err := Render(msgs, nil, RenderOptions{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alt, err := Render(msgs, nil, RenderOptions{AddGenerationPrompt: true, Variant: TemplateAlt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := Decode(def, false)
+	as, _ := Decode(alt, false)
+	if as == ds || strings.ReplaceAll(as, "\n\n", "\n") != ds || strings.Count(as, "\n\n") != 3 {
+		t.Fatalf("default %q\nalt %q", ds, as)
+	}
+}
