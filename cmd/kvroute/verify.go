@@ -68,7 +68,9 @@ actually cache:
     sent twice with a fresh cache_salt: the second must go where the first
     went, the picker's predicted cached tokens must equal the engine's, the
     picker's block keys must be on that endpoint's sidecar, and another
-    salt must share nothing.
+    salt must share nothing; and each probe rendered by every endpoint of
+    the model must give the picker's block keys (another tokenizer or chat
+    template shows here even when the picker routes nothing to it).
 
 Probes send small requests (a few hundred tokens, one output token) to the
 engines, directly and through the picker. Exit status: 0 when every check

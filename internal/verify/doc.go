@@ -13,4 +13,9 @@
 //     that field. With no majority (a tie), every endpoint of the tie fails.
 //   - An endpoint whose sidecar is stale or partial fails its freshness
 //     check: routing to it works, but on old or incomplete knowledge.
+//   - A token-parity probe passes when its repeat lands where it first
+//     went, the picker's predicted cached tokens equal the engine's at
+//     block granularity (below the prompt's last token, which vLLM never
+//     reports cached), the picker's keys are all on that endpoint's sidecar,
+//     and another salt shares nothing.
 package verify

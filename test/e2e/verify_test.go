@@ -131,6 +131,9 @@ func TestVerifyHealthyFleet(t *testing.T) {
 	if r := runVerify(t, bin); r.code != 2 || !strings.Contains(r.raw, "--picker") {
 		t.Fatalf("no --picker: exit %d\n%s", r.code, r.raw)
 	}
+	if r := runVerify(t, bin, "--picker", picker, "--model", "no/such-model"); r.code != 2 || !strings.Contains(r.raw, "no/such-model") {
+		t.Fatalf("unknown model: exit %d\n%s", r.code, r.raw)
+	}
 }
 
 // TestVerifyBlockSizeMismatch: one engine of three runs another block
