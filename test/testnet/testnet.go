@@ -1,39 +1,69 @@
 package testnet
 
 import (
-	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 )
 
-// FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
+// FreePort returns a port free on 127.0.0.1 (TCP and UDP) at the time of
+// the call. It is drawn at random below the kernel's ephemeral range, so
+// the port cannot be handed to another socket bound to port 0 (by this or
+// a concurrent test) before the caller binds it.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo, hi := portRange()
+	for i := 0; i < 1000; i++ {
+		if p := lo + rand.IntN(hi-lo); free(p) {
+			return p
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port on 127.0.0.1")
+	return 0
 }
 
 // FreePortPair returns a port p such that p and p+1 are free on 127.0.0.1,
 // for data-parallel ranks on port+rank.
 func FreePortPair(t testing.TB) int {
 	t.Helper()
-	for i := 0; i < 100; i++ {
-		a, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := a.Addr().(*net.TCPAddr).Port
-		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
-		a.Close()
-		if err == nil {
-			b.Close()
+	lo, hi := portRange()
+	for i := 0; i < 1000; i++ {
+		if p := lo + rand.IntN(hi-lo-1); free(p) && free(p+1) {
 			return p
 		}
 	}
 	t.Fatal("no two adjacent free ports on 127.0.0.1")
 	return 0
+}
+
+// portRange is the span below the ephemeral ports (the kernel's
+// ip_local_port_range, default 32768) that tests draw from.
+func portRange() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				hi = n
+			}
+		}
+	}
+	return max(1024, hi-20000), hi
+}
+
+func free(p int) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
 }
