@@ -45,7 +45,8 @@ type verifyEndpointState struct {
 type verifier struct {
 	picker string
 	hc     *http.Client
-	token  string // the decision API's bearer token, if any
+	token  string        // the decision API's bearer token, if any
+	settle time.Duration // longest wait for a probe's blocks to reach its sidecar
 }
 
 func newVerifyCommand() *cobra.Command {
@@ -88,7 +89,7 @@ bad flags).`,
 			if timeout <= 0 {
 				return usageError(fmt.Errorf("--timeout %v: want > 0", timeout))
 			}
-			v := &verifier{picker: strings.TrimRight(picker, "/"), hc: &http.Client{Timeout: timeout}}
+			v := &verifier{picker: strings.TrimRight(picker, "/"), hc: &http.Client{Timeout: timeout}, settle: timeout}
 			if tokenFile != "" {
 				b, err := os.ReadFile(tokenFile)
 				if err != nil {
@@ -99,6 +100,9 @@ bad flags).`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*timeout)
 			defer cancel()
 			rep, err := v.run(ctx, model)
+			if err == nil && ctx.Err() != nil {
+				err = fmt.Errorf("ran out of time (10 × --timeout %v): raise --timeout", timeout)
+			}
 			if err != nil {
 				return &exitCodeError{code: exitUsage, err: err} // verify itself could not run
 			}
@@ -149,6 +153,15 @@ func (v *verifier) run(ctx context.Context, model string) (*verifyReport, error)
 	}
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("the picker at %s knows no endpoint", v.picker)
+	}
+	// The decision API may want a token the OpenAI endpoints do not.
+	_, probe := probeBody("completion", eps[0].Model, salt())
+	var pre map[string]any
+	if err := v.decide(ctx, probe, &pre); err != nil {
+		if strings.Contains(err.Error(), "status 401") {
+			return nil, fmt.Errorf("the picker's decision API wants a token: --decision-token-file")
+		}
+		return nil, fmt.Errorf("the picker's decision API: %w", err)
 	}
 	rep.Groups, rep.Checks = verify.Consistency(eps, verify.DefaultMaxStale)
 	for _, e := range rep.Fleet {
@@ -218,22 +231,32 @@ func (v *verifier) probe(ctx context.Context, kind, model string, fleet []verify
 		return fail("first send: %v", err)
 	}
 	p.FirstEndpoint = h.Get("X-Kvroute-Endpoint")
-	// Wait until the picker sees the first send's blocks (events travel
-	// engine → sidecar → picker), at most a few seconds.
+	// The picker's keys for the prompt (one explained decision: polling the
+	// decision API would count every poll as a request in flight).
 	var pick struct {
-		Endpoint      string   `json:"endpoint"`
-		MatchedTokens int      `json:"matched_tokens"`
-		PromptTokens  int      `json:"prompt_tokens"`
-		Keys          []string `json:"keys"`
+		PromptTokens int      `json:"prompt_tokens"`
+		Keys         []string `json:"keys"`
 	}
-	for deadline := time.Now().Add(3 * time.Second); ; {
-		if err := v.decide(ctx, body, &pick); err != nil {
-			return fail("decision API: %v", err)
+	if err := v.decide(ctx, body, &pick); err != nil {
+		return fail("decision API: %v", err)
+	}
+	// Wait until the first endpoint's sidecar holds the prompt's last key
+	// (events travel engine → sidecar), then a moment for the summary to
+	// reach the picker.
+	first := endpointState(fleet, p.FirstEndpoint)
+	if first != nil && first.SidecarDebug != "" && len(pick.Keys) > 0 {
+		last := pick.Keys[len(pick.Keys)-1]
+		for deadline := time.Now().Add(v.settle); ; {
+			if ok, _ := v.indexed(ctx, *first, last); ok || time.Now().After(deadline) {
+				break
+			}
+			if !sleep(ctx, 50*time.Millisecond) {
+				return fail("%v", ctx.Err())
+			}
 		}
-		if pick.MatchedTokens > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	}
+	if !sleep(ctx, 250*time.Millisecond) {
+		return fail("%v", ctx.Err())
 	}
 	p.Keys, p.PromptTokens = len(pick.Keys), pick.PromptTokens
 	h, u, err = v.send(ctx, v.picker+path, body)
@@ -243,38 +266,47 @@ func (v *verifier) probe(ctx context.Context, kind, model string, fleet []verify
 	p.SecondEndpoint = h.Get("X-Kvroute-Endpoint")
 	p.Predicted, _ = strconv.Atoi(h.Get("X-Kvroute-Matched-Tokens"))
 	p.EngineCached = u.cached
-	var target *verifyEndpointState
-	for i := range fleet {
-		if fleet[i].Endpoint.Endpoint == p.SecondEndpoint {
-			target = &fleet[i]
-		}
-	}
+	target := endpointState(fleet, p.SecondEndpoint)
 	if target == nil {
 		return fail("the picker sent the probe to %q, which its /debug/endpoints does not list", p.SecondEndpoint)
 	}
+	if target.Model != model {
+		return fail("the picker sent a %s probe to %s, which serves %s", model, p.SecondEndpoint, target.Model)
+	}
 	p.BlockSize = target.BlockSize
-	if target.SidecarDebug != "" {
-		for _, k := range pick.Keys {
-			var res struct {
-				Indexed bool `json:"indexed"`
-			}
-			q := url.Values{"canonical": {k}, "rank": {strconv.Itoa(target.Rank)}}
-			if err := v.getJSON(ctx, target.SidecarDebug+"/debug/keys?"+q.Encode(), &res); err == nil && res.Indexed {
-				p.KeysIndexed++
-			}
+	if target.SidecarDebug == "" {
+		p.KeysError = "the endpoint's sidecar debug URL is unknown (--debug-advertise)"
+	}
+	for _, k := range pick.Keys {
+		if p.KeysError != "" {
+			break
+		}
+		ok, err := v.indexed(ctx, *target, k)
+		if err != nil {
+			p.KeysError = err.Error()
+		} else if ok {
+			p.KeysIndexed++
 		}
 	}
-	// The same prompt under another salt shares nothing.
+	// The same prompt under another salt shares nothing: no candidate
+	// predicted to hold any of it, and the endpoint that cached the first
+	// salt's blocks (asked directly) reports none.
 	_, other := probeBody(kind, model, salt())
 	var op struct {
 		MatchedTokens int `json:"matched_tokens"`
+		Candidates    []struct {
+			MatchedTokens int `json:"matched_tokens"`
+		} `json:"candidates"`
 	}
 	if err := v.decide(ctx, other, &op); err != nil {
 		return fail("decision API, another salt: %v", err)
 	}
-	_, ou, err := v.send(ctx, v.picker+path, other)
+	for _, c := range op.Candidates {
+		op.MatchedTokens = max(op.MatchedTokens, c.MatchedTokens)
+	}
+	_, ou, err := v.send(ctx, p.SecondEndpoint+path, other)
 	if err != nil {
-		return fail("another salt: %v", err)
+		return fail("another salt, sent to %s: %v", p.SecondEndpoint, err)
 	}
 	p.OtherSaltPredicted, p.OtherSaltCached = op.MatchedTokens, ou.cached
 	return p
@@ -370,6 +402,38 @@ func (v *verifier) renderAt(ctx context.Context, u string, body []byte, list boo
 	return g.TokenIDs, nil
 }
 
+// endpointState finds an endpoint in the fleet.
+func endpointState(fleet []verifyEndpointState, endpoint string) *verifyEndpointState {
+	for i := range fleet {
+		if fleet[i].Endpoint.Endpoint == endpoint {
+			return &fleet[i]
+		}
+	}
+	return nil
+}
+
+// indexed asks the endpoint's sidecar whether it holds key.
+func (v *verifier) indexed(ctx context.Context, e verifyEndpointState, key string) (bool, error) {
+	var res struct {
+		Indexed bool `json:"indexed"`
+	}
+	q := url.Values{"canonical": {key}, "rank": {strconv.Itoa(e.Rank)}}
+	err := v.getJSON(ctx, e.SidecarDebug+"/debug/keys?"+q.Encode(), &res)
+	return res.Indexed, err
+}
+
+// sleep waits d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // usage is a response's prompt accounting.
 type usage struct {
 	prompt, cached int
@@ -391,7 +455,7 @@ func (v *verifier) send(ctx context.Context, u string, body map[string]any) (htt
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if resp.StatusCode != http.StatusOK {
-		return nil, usage{}, fmt.Errorf("%s: status %d: %s", u, resp.StatusCode, bytes.TrimSpace(raw))
+		return nil, usage{}, fmt.Errorf("%s: status %d: %.300s", u, resp.StatusCode, bytes.TrimSpace(raw))
 	}
 	var out struct {
 		Usage struct {
@@ -437,7 +501,7 @@ func (v *verifier) decide(ctx context.Context, body map[string]any, out any) err
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
+		return fmt.Errorf("status %d: %.300s", resp.StatusCode, bytes.TrimSpace(raw))
 	}
 	return json.Unmarshal(raw, out)
 }
@@ -491,7 +555,7 @@ func probeBody(kind, model, cacheSalt string) (string, map[string]any) {
 		return "/v1/completions", map[string]any{"model": model, "max_tokens": 1, "cache_salt": cacheSalt, "prompt": probeText("completion", 12)}
 	default:
 		fn := tool["function"].(map[string]any)
-		return "/v1/responses", map[string]any{"model": model, "max_output_tokens": 1, "cache_salt": cacheSalt,
+		return "/v1/responses", map[string]any{"model": model, "max_output_tokens": 1, "cache_salt": cacheSalt, "store": false,
 			"instructions": probeText("instructions", 8),
 			"tools":        []any{map[string]any{"type": "function", "name": fn["name"], "description": fn["description"], "parameters": fn["parameters"]}},
 			"input": []any{

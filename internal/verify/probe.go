@@ -20,6 +20,8 @@ type ProbeResult struct {
 	// KeysIndexed how many of them the endpoint's sidecar holds.
 	Keys        int `json:"keys"`
 	KeysIndexed int `json:"keys_indexed"`
+	// KeysError, when set, is why the keys could not be looked up.
+	KeysError string `json:"keys_error,omitempty"`
 	// OtherSalt* are the same prompt under another salt.
 	OtherSaltPredicted int `json:"other_salt_predicted_tokens"`
 	OtherSaltCached    int `json:"other_salt_engine_cached_tokens"`
@@ -65,9 +67,13 @@ func JudgeProbe(p ProbeResult) []Check {
 	}
 	checks = append(checks, pc)
 
-	kc := Check{Name: name + " keys on sidecar", Endpoint: p.SecondEndpoint, OK: p.Keys > 0 && p.KeysIndexed == p.Keys,
+	kc := Check{Name: name + " keys on sidecar", Endpoint: p.SecondEndpoint, OK: p.KeysError == "" && p.Keys > 0 && p.KeysIndexed == p.Keys,
 		Detail: fmt.Sprintf("%d of the picker's %d block keys are in the endpoint's sidecar index", p.KeysIndexed, p.Keys)}
-	if !kc.OK {
+	switch {
+	case p.KeysError != "":
+		kc.Detail = "could not look the keys up: " + p.KeysError
+		kc.Cause = "the endpoint's sidecar debug endpoints are not reachable from here (--debug-advertise, network policy, or an older sidecar)"
+	case !kc.OK:
 		kc.Cause = "the picker's tokens differ from the engine's (tokenizer, chat template, Responses rendering), or the sidecar has not indexed the engine's events"
 	}
 	checks = append(checks, kc)

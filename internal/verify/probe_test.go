@@ -21,6 +21,7 @@ func TestJudgeProbe(t *testing.T) {
 		{"keys missing", func(p *ProbeResult) { p.KeysIndexed = 3 }, []string{"probe chat keys on sidecar"}},
 		{"no keys", func(p *ProbeResult) { p.Keys, p.KeysIndexed = 0, 0 }, []string{"probe chat keys on sidecar"}},
 		{"salt leaks", func(p *ProbeResult) { p.OtherSaltCached = 128 }, []string{"probe chat other salt"}},
+		{"keys not looked up", func(p *ProbeResult) { p.KeysError = "connection refused" }, []string{"probe chat keys on sidecar"}},
 		{"could not run", func(p *ProbeResult) { p.Err = "status 404" }, []string{"probe chat"}},
 	} {
 		p := good
