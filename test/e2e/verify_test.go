@@ -17,6 +17,7 @@ import (
 // sidecar run with.
 type member struct {
 	engine, sidecar []string
+	noDetails       bool // start the engine without --enable-prompt-tokens-details
 }
 
 // startProcessFleet runs an engine and a sidecar per member and a picker,
@@ -28,9 +29,12 @@ func startProcessFleet(t *testing.T, bin string, members []member) string {
 	for i, m := range members {
 		httpPort, events, replay := testnet.FreePort(t), testnet.FreePort(t), testnet.FreePort(t)
 		kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d"}`, events, replay)
-		run(t, bin, append([]string{"engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--sim-time-scale", "0",
-			"--enable-prompt-tokens-details", "--num-gpu-blocks", "1024", "--max-model-len", "8192", "--kv-events-config", kvcfg,
-			"--log-level", "warn"}, m.engine...)...)
+		eargs := []string{"engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--sim-time-scale", "0",
+			"--num-gpu-blocks", "1024", "--max-model-len", "8192", "--kv-events-config", kvcfg, "--log-level", "warn"}
+		if !m.noDetails {
+			eargs = append(eargs, "--enable-prompt-tokens-details")
+		}
+		run(t, bin, append(eargs, m.engine...)...)
 		gossipBind, join := "127.0.0.1:0", seed
 		if i == 0 {
 			gossipBind, join = seed, ""
@@ -212,5 +216,22 @@ func TestVerifyTemplateMismatch(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Fatalf("missing failures %v (failed: %v)", want, r.failed())
+	}
+}
+
+// TestVerifyNoCachedDetails: an engine started without
+// --enable-prompt-tokens-details is flagged: no outcome can be measured.
+func TestVerifyNoCachedDetails(t *testing.T) {
+	bin := buildKvroute(t)
+	picker := startProcessFleet(t, bin, []member{{noDetails: true}})
+	r := runVerify(t, bin, "--picker", picker, "--json")
+	found := false
+	for _, c := range r.Checks {
+		if c.Name == "engine reports cached tokens" {
+			found = !c.OK && strings.Contains(c.Cause, "--enable-prompt-tokens-details")
+		}
+	}
+	if r.code != 1 || !found {
+		t.Fatalf("exit %d, failed %v\n%s", r.code, r.failed(), r.raw)
 	}
 }
