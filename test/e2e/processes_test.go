@@ -153,50 +153,22 @@ func grepLines(s, sub string) string {
 // where its first ran, with the engine reporting the first turn cached.
 func TestPickerProcess(t *testing.T) {
 	bin := buildKvroute(t)
-	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	for i := 0; i < 2; i++ {
-		httpPort, replay := testnet.FreePort(t), testnet.FreePort(t)
-		events := testnet.FreePort(t)
-		kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d"}`, events, replay)
-		run(t, bin, "engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--sim-time-scale", "0", "--enable-prompt-tokens-details",
-			"--num-gpu-blocks", "1024", "--max-model-len", "8192", "--kv-events-config", kvcfg, "--log-level", "warn")
-		gossipBind, join := "127.0.0.1:0", seed
-		if i == 0 {
-			gossipBind, join = seed, ""
-		}
-		args := []string{"sidecar", "--engine-url", fmt.Sprintf("http://127.0.0.1:%d", httpPort), "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events),
-			"--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0",
-			"--grpc-listen", "127.0.0.1:0", "--gossip-bind", gossipBind, "--node-name", fmt.Sprint("sidecar-", i), "--capacity", "4096", "--log-level", "warn"}
-		if join != "" {
-			args = append(args, "--join", join)
-		}
-		run(t, bin, args...)
+	api := strings.TrimPrefix(startProcessFleet(t, bin, []member{{}, {}}), "http://")
+	var dbg struct {
+		Endpoints []struct {
+			SidecarDebug         string `json:"sidecar_debug"`
+			TokenizerFingerprint string `json:"tokenizer_fingerprint"`
+		} `json:"endpoints"`
 	}
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
-		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var dbg struct {
-			Endpoints []struct {
-				SidecarDebug         string `json:"sidecar_debug"`
-				TokenizerFingerprint string `json:"tokenizer_fingerprint"`
-			} `json:"endpoints"`
+	if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
+		t.Fatalf("%v %+v", err, dbg)
+	}
+	// Each sidecar's debug server is reachable at the URL shown.
+	for _, e := range dbg.Endpoints {
+		var state []map[string]any // one entry a rank
+		if err := getJSON(e.SidecarDebug+"/debug/state", &state); err != nil || len(state) != 1 || e.TokenizerFingerprint == "" {
+			t.Fatalf("sidecar debug %q: %v (fingerprint %q)", e.SidecarDebug, err, e.TokenizerFingerprint)
 		}
-		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err == nil && len(dbg.Endpoints) == 2 {
-			// Each sidecar's debug server is reachable at the URL shown.
-			for _, e := range dbg.Endpoints {
-				var state []map[string]any // one entry a rank
-				if err := getJSON(e.SidecarDebug+"/debug/state", &state); err != nil || len(state) != 1 || e.TokenizerFingerprint == "" {
-					t.Fatalf("sidecar debug %q: %v (fingerprint %q)", e.SidecarDebug, err, e.TokenizerFingerprint)
-				}
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the picker never found both endpoints")
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	system := strings.Repeat("You are a helpful agent with a long, fixed system prompt. ", 40)
 	turn := func(msgs ...string) (string, int, int) {
