@@ -163,6 +163,8 @@ type debugEndpoint struct {
 	Running              float64 `json:"running"`
 	KVUsage              float64 `json:"kv_cache_usage"`
 	StaleSecs            float64 `json:"seconds_since_update"`
+	// NeverUpdated: the sidecar has sent nothing for this endpoint yet.
+	NeverUpdated bool `json:"never_updated,omitempty"`
 }
 
 func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
@@ -177,7 +179,9 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 		if e.Load != nil {
 			d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KvCacheUsage
 		}
-		if !e.LastUpdate.IsZero() {
+		if e.LastUpdate.IsZero() {
+			d.NeverUpdated = true
+		} else {
 			d.StaleSecs = time.Since(e.LastUpdate).Seconds()
 		}
 		out = append(out, d)

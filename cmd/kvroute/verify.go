@@ -179,7 +179,15 @@ func (v *verifier) run(ctx context.Context, model string) (*verifyReport, error)
 	return rep, nil
 }
 
-// sidecarReachable checks the endpoint's sidecar answers on its debug URL.
+// sidecarState is the part of a sidecar's /debug/state verify reads.
+type sidecarState struct {
+	Identity struct {
+		Endpoint string `json:"endpoint"`
+	} `json:"identity"`
+}
+
+// sidecarReachable checks the endpoint's sidecar answers on its debug URL,
+// and is that endpoint's.
 func (v *verifier) sidecarReachable(ctx context.Context, e verifyEndpointState) verify.Check {
 	c := verify.Check{Name: "sidecar reachable", Endpoint: e.Endpoint.Endpoint}
 	if e.SidecarDebug == "" {
@@ -187,9 +195,16 @@ func (v *verifier) sidecarReachable(ctx context.Context, e verifyEndpointState) 
 		c.Cause = "the sidecar listens for debug on every interface without a known address: set --debug-advertise (or --gossip-advertise)"
 		return c
 	}
-	var state []json.RawMessage
+	var state []sidecarState
 	if err := v.getJSON(ctx, e.SidecarDebug+"/debug/state", &state); err != nil {
 		c.Detail, c.Cause = err.Error(), "the sidecar's debug port is not reachable from here (network policy, --debug-listen on loopback, or the sidecar is down)"
+		return c
+	}
+	// The sidecar answering must be this endpoint's (a loopback URL may
+	// reach another one).
+	if !slices.ContainsFunc(state, func(s sidecarState) bool { return s.Identity.Endpoint == e.Endpoint.Endpoint }) {
+		c.Detail = "the sidecar at " + e.SidecarDebug + " follows other endpoints"
+		c.Cause = "its advertised debug URL reaches another sidecar (a loopback address?): set --debug-advertise to the pod's address"
 		return c
 	}
 	c.OK, c.Detail = true, "debug endpoints answer at "+e.SidecarDebug

@@ -22,6 +22,7 @@ type Endpoint struct {
 	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
 	Partial              bool    `json:"partial"`
 	StaleSecs            float64 `json:"seconds_since_update"`
+	NeverUpdated         bool    `json:"never_updated,omitempty"`
 }
 
 // Check is one verdict.
@@ -110,6 +111,9 @@ func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
 		case e.Partial:
 			c.OK, c.Detail = false, "the sidecar's state is partial"
 			c.Cause = "KV events were lost and could not be replayed (is the engine's replay endpoint set and reachable?): matches may be missing until the engine's cache turns over"
+		case e.NeverUpdated:
+			c.OK, c.Detail = false, "the sidecar has sent nothing for this endpoint yet"
+			c.Cause = "the sidecar's summary stream to the picker has not started or delivered (sidecar starting, or the stream failing): check the picker's logs"
 		case e.StaleSecs > maxStale:
 			c.OK, c.Detail = false, fmt.Sprintf("no update for %.1f s (more than %.0f s)", e.StaleSecs, maxStale)
 			c.Cause = "the sidecar stopped streaming or cannot scrape its engine: check its /readyz and logs"

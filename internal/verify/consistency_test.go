@@ -55,6 +55,11 @@ func TestConsistency(t *testing.T) {
 			e[0].StaleSecs, e[2].Partial = 12, true
 			return e
 		}, []string{"http://10.0.0.1:8000 sidecar fresh", "http://10.0.0.3:8000 sidecar fresh"}},
+		{"a sidecar that never sent anything", func() []Endpoint {
+			e := []Endpoint{healthy(1, "a"), healthy(2, "a")}
+			e[1].StaleSecs, e[1].NeverUpdated = 0, true
+			return e
+		}, []string{"http://10.0.0.2:8000 sidecar fresh"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, checks := Consistency(tc.eps(), DefaultMaxStale)
