@@ -167,6 +167,19 @@ type debugEndpoint struct {
 	NeverUpdated bool `json:"never_updated,omitempty"`
 }
 
+// debugRefused is an endpoint the picker's view did not take, and why:
+// summary_params (sized unlike this picker), group_full, other_owner
+// (another sidecar already streams it).
+type debugRefused struct {
+	Endpoint             string `json:"endpoint"`
+	Sidecar              string `json:"sidecar"`
+	Reason               string `json:"reason"`
+	Model                string `json:"model"`
+	BlockSize            int32  `json:"block_size"`
+	SummaryParams        string `json:"summary_params"`
+	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
+}
+
 func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 	out := []debugEndpoint{}
 	for _, e := range r.view.Endpoints() {
@@ -186,5 +199,11 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 		}
 		out = append(out, d)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out})
+	// Endpoints offered but not taken: never routed to, so shown apart.
+	refused := []debugRefused{}
+	for _, rf := range r.view.Refused() {
+		refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
+			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused})
 }

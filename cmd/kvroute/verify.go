@@ -136,6 +136,10 @@ bad flags).`,
 func (v *verifier) run(ctx context.Context, model string) (*verifyReport, error) {
 	var dbg struct {
 		Endpoints []verifyEndpointState `json:"endpoints"`
+		Refused   []struct {
+			Endpoint, Sidecar, Reason, Model string
+			SummaryParams                    string `json:"summary_params"`
+		} `json:"refused"`
 	}
 	if err := v.getJSON(ctx, v.picker+"/debug/endpoints", &dbg); err != nil {
 		return nil, fmt.Errorf("the picker's endpoints: %w", err)
@@ -164,6 +168,12 @@ func (v *verifier) run(ctx context.Context, model string) (*verifyReport, error)
 		return nil, fmt.Errorf("the picker's decision API: %w", err)
 	}
 	rep.Groups, rep.Checks = verify.Consistency(eps, verify.DefaultMaxStale)
+	for _, rf := range dbg.Refused {
+		if model != "" && rf.Model != model {
+			continue
+		}
+		rep.Checks = append(rep.Checks, verify.Refused(rf.Endpoint, rf.Reason, rf.SummaryParams))
+	}
 	for _, e := range rep.Fleet {
 		rep.Checks = append(rep.Checks, v.sidecarReachable(ctx, e), v.cachedDetails(ctx, e))
 	}

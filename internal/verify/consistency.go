@@ -153,3 +153,22 @@ func Summary(checks []Check) string {
 	failed := len(Failed(checks))
 	return strings.TrimSpace(fmt.Sprintf("%d checks, %d passed, %d failed", len(checks), len(checks)-failed, failed))
 }
+
+// Refused is the check of an endpoint the picker did not take (never
+// routed to): reason is the picker's (summary_params, group_full,
+// other_owner).
+func Refused(endpoint, reason, summaryParams string) Check {
+	c := Check{Name: "routable", Endpoint: endpoint, Detail: "the picker refused the endpoint: " + reason}
+	switch reason {
+	case "summary_params":
+		c.Detail += " (its sidecar's summaries are " + summaryParams + ")"
+		c.Cause = "the sidecar's --capacity differs from the pickers': set the same value everywhere"
+	case "group_full":
+		c.Cause = "the identity group has no free slot in the picker: raise the picker's slots or split the fleet"
+	case "other_owner":
+		c.Cause = "two sidecars claim the same engine URL (a loopback --engine-url?): each sidecar must advertise its engine's own address"
+	default:
+		c.Cause = "see the picker's logs"
+	}
+	return c
+}

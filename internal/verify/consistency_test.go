@@ -96,3 +96,12 @@ func TestGroups(t *testing.T) {
 		t.Fatal(s)
 	}
 }
+
+func TestRefused(t *testing.T) {
+	for _, reason := range []string{"summary_params", "group_full", "other_owner", "new"} {
+		c := Refused("http://e", reason, "m=1")
+		if c.OK || c.Endpoint != "http://e" || !strings.Contains(c.Detail, reason) || c.Cause == "" {
+			t.Fatalf("%s: %+v", reason, c)
+		}
+	}
+}

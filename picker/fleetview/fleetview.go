@@ -74,8 +74,11 @@ type View struct {
 	mu        sync.RWMutex
 	groups    map[string]*group
 	endpoints map[string]*Endpoint // by URL
-	streams   map[string]*streamRef
-	closed    bool
+	// refusedEps are endpoints a sidecar offered that the view could not
+	// take, by URL, until they are taken or their sidecar is forgotten.
+	refusedEps map[string]Refused
+	streams    map[string]*streamRef
+	closed     bool
 
 	wg        sync.WaitGroup
 	refused   prometheus.Counter
@@ -102,7 +105,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*Endpoint{}, streams: map[string]*streamRef{},
+	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*Endpoint{}, refusedEps: map[string]Refused{}, streams: map[string]*streamRef{},
 		refused:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
 		conflict:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
 		resyncs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
@@ -165,6 +168,30 @@ func (v *View) Forget(addr string) {
 			v.removeLocked(url)
 		}
 	}
+	for url, r := range v.refusedEps {
+		if r.Sidecar == addr {
+			delete(v.refusedEps, url)
+		}
+	}
+}
+
+// Refused is an endpoint a sidecar offered that the view did not take.
+type Refused struct {
+	Info    *pb.EndpointInfo
+	Sidecar string
+	Reason  string // summary_params, group_full, other_owner
+}
+
+// Refused lists the endpoints offered but not taken, sorted by URL.
+func (v *View) Refused() []Refused {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]Refused, 0, len(v.refusedEps))
+	for _, r := range v.refusedEps {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Info.Endpoint < out[j].Info.Endpoint })
+	return out
 }
 
 func (v *View) removeLocked(url string) {
@@ -326,10 +353,16 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 			v.removeLocked(url)
 		}
 	}
+	for url, r := range v.refusedEps {
+		if r.Sidecar == addr && !listed[url] {
+			delete(v.refusedEps, url)
+		}
+	}
 	known := map[string]*pb.Position{}
 	for _, ei := range info.Endpoints {
 		if ei.SummaryParams != v.cfg.Params.String() {
 			v.refused.Inc()
+			v.refusedEps[ei.Endpoint] = Refused{Info: ei, Sidecar: addr, Reason: "summary_params"}
 			v.log.Warn("endpoint refused: summary parameters differ", zap.String("endpoint", ei.Endpoint),
 				zap.String("theirs", ei.SummaryParams), zap.String("ours", v.cfg.Params.String()))
 			continue
@@ -339,6 +372,7 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 		if ep != nil && ep.Sidecar != addr {
 			if _, live := v.streams[ep.Sidecar]; live {
 				v.conflict.Inc() // another sidecar streams it: keep the first owner
+				v.refusedEps[ei.Endpoint] = Refused{Info: ei, Sidecar: addr, Reason: "other_owner"}
 				continue
 			}
 		}
@@ -361,6 +395,7 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 			}
 			if slot < 0 {
 				v.refused.Inc()
+				v.refusedEps[ei.Endpoint] = Refused{Info: ei, Sidecar: addr, Reason: "group_full"}
 				v.log.Warn("endpoint refused: identity group full", zap.String("endpoint", ei.Endpoint))
 				continue
 			}
@@ -375,6 +410,7 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 			v.endpoints[ei.Endpoint] = ep
 		}
 		ep.Info = ei
+		delete(v.refusedEps, ei.Endpoint)
 		for tier, f := range v.groups[gid].tiers {
 			if epoch, seq, ok := f.Position(ep.slot); ok {
 				known[ei.Endpoint+"|"+tier] = &pb.Position{Epoch: epoch, Seq: seq}

@@ -330,4 +330,33 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 	if conflicts == 0 || resyncs > 2 {
 		t.Fatalf("conflicts %v resyncs %v", conflicts, resyncs)
 	}
+	// The refused claim is listed (for /debug/endpoints and verify), and
+	// forgotten with its sidecar.
+	if r := v.Refused(); len(r) != 1 || r[0].Reason != "other_owner" || r[0].Sidecar != second.GRPCAddr() || r[0].Info.Endpoint != e.URL() {
+		t.Fatalf("refused %+v", r)
+	}
+	v.Forget(second.GRPCAddr())
+	if r := v.Refused(); len(r) != 0 {
+		t.Fatalf("refused after forgetting the sidecar: %+v", r)
+	}
+}
+
+// TestOtherSummarySizeIsRefused: a sidecar sized for another capacity is
+// refused, and listed as such.
+func TestOtherSummarySizeIsRefused(t *testing.T) {
+	p := startPodWith(t, 0, "", podOptions{gpuBlocks: 2048, capacity: capacity / 2})
+	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	v.Watch(p.sidecar.GRPCAddr())
+	deadline := time.Now().Add(10 * time.Second)
+	for len(v.Refused()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := v.Refused()
+	if len(r) != 1 || r[0].Reason != "summary_params" || len(v.Endpoints()) != 0 {
+		t.Fatalf("refused %+v, endpoints %+v", r, v.Endpoints())
+	}
 }
