@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -182,7 +183,8 @@ func (v *verifier) run(ctx context.Context, model string) (*verifyReport, error)
 			p := v.probe(ctx, kind, g.Model, rep.Fleet)
 			rep.Probes = append(rep.Probes, p)
 			rep.Checks = append(rep.Checks, verify.JudgeProbe(p)...)
-			rep.Checks = append(rep.Checks, v.tokenParity(ctx, kind, g.Model, rep.Fleet)...)
+			bs, _ := strconv.Atoi(g.Values["block_size"]) // the model's majority block size
+			rep.Checks = append(rep.Checks, v.tokenParity(ctx, kind, g.Model, bs, rep.Fleet)...)
 		}
 	}
 	rep.OK = len(verify.Failed(rep.Checks)) == 0
@@ -338,11 +340,12 @@ func (v *verifier) probe(ctx context.Context, kind, model string, fleet []verify
 }
 
 // tokenParity renders a probe on every endpoint of model and compares the
-// block keys of the engine's own tokens with the keys the picker computes:
+// block keys of the engine's own tokens (at the model's block size) with
+// the keys the picker computes:
 // an endpoint with another tokenizer or chat template differs here even
 // when no request reaches it (the picker routes a model to its largest
 // identity group).
-func (v *verifier) tokenParity(ctx context.Context, kind, model string, fleet []verifyEndpointState) []verify.Check {
+func (v *verifier) tokenParity(ctx context.Context, kind, model string, blockSize int, fleet []verifyEndpointState) []verify.Check {
 	path, body := probeBody(kind, model, salt())
 	var pick struct {
 		Keys []string `json:"keys"`
@@ -364,7 +367,9 @@ func (v *verifier) tokenParity(ctx context.Context, kind, model string, fleet []
 			continue
 		}
 		salt, _ := body["cache_salt"].(string)
-		keys := (&blockkey.Request{Tokens: toks, CacheSalt: salt}).AppendKeys(nil, model, e.BlockSize)
+		// Keys at the model's block size: this check is about tokens (the
+		// identity check reports a block size that differs).
+		keys := (&blockkey.Request{Tokens: toks, CacheSalt: salt}).AppendKeys(nil, model, cmp.Or(blockSize, e.BlockSize))
 		same := 0
 		for same < min(len(keys), len(pick.Keys)) && keys[same].String() == pick.Keys[same] {
 			same++
