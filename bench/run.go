@@ -7,9 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/picker/score"
 )
 
@@ -443,6 +443,8 @@ func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, b
 	lru := list.New()
 	at := map[blockkey.Key]*list.Element{}
 	seen := map[blockkey.Key]struct{}{}
+	rc := render.New(time.Minute, 64<<20) // the picker's render client
+	defer rc.Close()
 	var hit, total int
 	for _, o := range outs {
 		if o.Err != nil {
@@ -457,7 +459,7 @@ func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, b
 		} else {
 			_ = json.Unmarshal(o.Body, &req)
 			var err error
-			if toks, err = render(ctx, engine, o.Path, o.Body); err != nil {
+			if toks, err = renderTokens(ctx, rc, engine, o.Path, o.Body); err != nil {
 				return 0, 0, fmt.Errorf("pooled bound: %w", err)
 			}
 		}
@@ -490,47 +492,16 @@ func pooledBound(ctx context.Context, engine string, outs []Outcome, capacity, b
 	return float64(hit) / float64(total), len(seen), nil
 }
 
-func render(ctx context.Context, engine, path string, body []byte) ([]uint32, error) {
-	var m map[string]any
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, err
+// renderTokens returns the engine-exact tokens of a request sent to path,
+// through the picker's render client (render endpoints, Responses as chat
+// where an engine has no Responses render, /tokenize last).
+func renderTokens(ctx context.Context, rc *render.Client, engine, path string, body []byte) ([]uint32, error) {
+	kind, ok := map[string]intake.Kind{"/v1/chat/completions": intake.Chat, "/v1/completions": intake.Completion, "/v1/responses": intake.Responses}[path]
+	if !ok {
+		return nil, fmt.Errorf("render: no render for %s", path)
 	}
-	delete(m, "stream")
-	delete(m, "stream_options")
-	b, _ := json.Marshal(m)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, engine+path+"/render", strings.NewReader(string(b)))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s/render: %d %s", path, resp.StatusCode, raw)
-	}
-	type generate struct {
-		TokenIDs []uint32 `json:"token_ids"`
-	}
-	// Completions render a list (one per prompt), chat and Responses one.
-	if path == "/v1/completions" {
-		var gs []generate
-		if err := json.Unmarshal(raw, &gs); err != nil {
-			return nil, err
-		}
-		if len(gs) != 1 {
-			return nil, fmt.Errorf("%s/render: %d prompts, want 1", path, len(gs))
-		}
-		return gs[0].TokenIDs, nil
-	}
-	var g generate
-	if err := json.Unmarshal(raw, &g); err != nil {
-		return nil, err
-	}
-	return g.TokenIDs, nil
+	r, err := rc.Render(ctx, engine, kind, body)
+	return r.TokenIDs, err
 }
 
 // Write stores results.json, summary.txt, report.html and requests.jsonl

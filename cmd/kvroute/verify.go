@@ -22,6 +22,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/verify"
+	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/render"
 )
 
@@ -46,9 +47,13 @@ type verifyEndpointState struct {
 type verifier struct {
 	picker string
 	hc     *http.Client
-	token  string        // the decision API's bearer token, if any
-	settle time.Duration // longest wait for a probe's blocks to reach its sidecar
+	token  string         // the decision API's bearer token, if any
+	settle time.Duration  // longest wait for a probe's blocks to reach its sidecar
+	rc     *render.Client // engines' own tokens, as the picker gets them
 }
+
+// probeKinds are the probes' request kinds.
+var probeKinds = map[string]intake.Kind{"chat": intake.Chat, "completion": intake.Completion, "responses": intake.Responses}
 
 func newVerifyCommand() *cobra.Command {
 	var picker, model, tokenFile string
@@ -90,7 +95,9 @@ bad flags).`,
 			if timeout <= 0 {
 				return usageError(fmt.Errorf("--timeout %v: want > 0", timeout))
 			}
-			v := &verifier{picker: strings.TrimRight(picker, "/"), hc: &http.Client{Timeout: timeout}, settle: timeout}
+			v := &verifier{picker: strings.TrimRight(picker, "/"), hc: &http.Client{Timeout: timeout}, settle: timeout,
+				rc: render.New(timeout, 16<<20)}
+			defer v.rc.Close()
 			if tokenFile != "" {
 				b, err := os.ReadFile(tokenFile)
 				if err != nil {
@@ -346,7 +353,7 @@ func (v *verifier) probe(ctx context.Context, kind, model string, fleet []verify
 // when no request reaches it (the picker routes a model to its largest
 // identity group).
 func (v *verifier) tokenParity(ctx context.Context, kind, model string, blockSize int, fleet []verifyEndpointState) []verify.Check {
-	path, body := probeBody(kind, model, salt())
+	_, body := probeBody(kind, model, salt())
 	var pick struct {
 		Keys []string `json:"keys"`
 	}
@@ -360,7 +367,9 @@ func (v *verifier) tokenParity(ctx context.Context, kind, model string, blockSiz
 			continue
 		}
 		c := verify.Check{Name: "probe " + kind + " tokens", Endpoint: e.Endpoint.Endpoint}
-		toks, via, err := v.render(ctx, e.Endpoint.Endpoint, path, body)
+		b, _ := json.Marshal(body)
+		r, err := v.rc.Render(ctx, e.Endpoint.Endpoint, probeKinds[kind], b)
+		toks, via := r.TokenIDs, r.Via
 		if err != nil {
 			c.Detail, c.Cause = err.Error(), "the engine could not render the probe (render endpoints missing or failing)"
 			checks = append(checks, c)
@@ -382,54 +391,6 @@ func (v *verifier) tokenParity(ctx context.Context, kind, model string, blockSiz
 		checks = append(checks, c)
 	}
 	return checks
-}
-
-// render asks the engine at base for body's tokens: the path's render
-// endpoint, or for Responses without one, the chat form of it.
-func (v *verifier) render(ctx context.Context, base, path string, body map[string]any) ([]uint32, string, error) {
-	b, _ := json.Marshal(body)
-	toks, err := v.renderAt(ctx, base+path+"/render", b, path == "/v1/completions")
-	if err == nil || path != "/v1/responses" {
-		return toks, strings.TrimPrefix(path, "/v1/") + " render", err
-	}
-	chatBody, cerr := render.ResponsesAsChat(b)
-	if cerr != nil {
-		return nil, "", cerr
-	}
-	toks, err = v.renderAt(ctx, base+"/v1/chat/completions/render", chatBody, false)
-	return toks, "responses as chat render", err
-}
-
-func (v *verifier) renderAt(ctx context.Context, u string, body []byte, list bool) ([]uint32, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := v.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: status %d", u, resp.StatusCode)
-	}
-	type generate struct {
-		TokenIDs []uint32 `json:"token_ids"`
-	}
-	if list {
-		var gs []generate
-		if err := json.Unmarshal(raw, &gs); err != nil || len(gs) != 1 {
-			return nil, fmt.Errorf("%s: want one rendered prompt: %v", u, err)
-		}
-		return gs[0].TokenIDs, nil
-	}
-	var g generate
-	if err := json.Unmarshal(raw, &g); err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
-	}
-	return g.TokenIDs, nil
 }
 
 // endpointState finds an endpoint in the fleet.
