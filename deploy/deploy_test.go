@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+
+	"github.com/kvroute/kvroute/internal/inject"
 )
 
 // kustomizations lists every kustomization and component directory here.
@@ -349,4 +352,37 @@ func hasSecretVolume(d *appsv1.Deployment, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestInjectMatchesComponent: `kvroute inject` and the kustomize component
+// add the same sidecar — ports, environment, probes, resources and
+// security context — differing only in how settings arrive (flags or the
+// ConfigMap) and so in arguments and mounts.
+func TestInjectMatchesComponent(t *testing.T) {
+	objs := built(t, "examples/vllm")
+	var fromComponent corev1.Container
+	for _, c := range objs["Deployment/vllm-qwen3"].(*appsv1.Deployment).Spec.Template.Spec.Containers {
+		if c.Name == "kvroute-sidecar" {
+			fromComponent = c
+		}
+	}
+	in, err := os.ReadFile(filepath.Join("..", "internal", "inject", "testdata", "basic.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := inject.Inject(in, inject.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := DecodeInto(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	fromInject := d.Spec.Template.Spec.Containers[len(d.Spec.Template.Spec.Containers)-1]
+	for _, c := range []*corev1.Container{&fromComponent, &fromInject} {
+		c.Image, c.Args, c.VolumeMounts = "", nil, nil
+	}
+	if !reflect.DeepEqual(fromComponent, fromInject) {
+		t.Fatalf("the component's sidecar and inject's differ:\ncomponent %+v\ninject    %+v", fromComponent, fromInject)
+	}
 }
