@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvroute/kvroute/bench"
+	"github.com/kvroute/kvroute/test/bench"
 	"github.com/kvroute/kvroute/picker/score"
 )
 
