@@ -148,11 +148,11 @@ type debugEndpoint struct {
 	SidecarDebug string `json:"sidecar_debug"`
 	Group        string `json:"group"`
 	Model        string `json:"model"`
-	Rank         int32  `json:"rank"`
-	BlockSize    int32  `json:"block_size"`
+	Rank         int    `json:"rank"`
+	BlockSize    int    `json:"block_size"`
 	// The rest of the identity the sidecar reported: what keys, summaries
 	// and tokens must agree on across an identity group.
-	NumGPUBlocks         int32   `json:"num_gpu_blocks"`
+	NumGPUBlocks         int     `json:"num_gpu_blocks"`
 	HashAlgo             string  `json:"hash_algo"`
 	KeyFormat            string  `json:"key_format"`
 	SummaryParams        string  `json:"summary_params"`
@@ -175,7 +175,7 @@ type debugRefused struct {
 	Sidecar              string `json:"sidecar"`
 	Reason               string `json:"reason"`
 	Model                string `json:"model"`
-	BlockSize            int32  `json:"block_size"`
+	BlockSize            int    `json:"block_size"`
 	SummaryParams        string `json:"summary_params"`
 	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
 }
@@ -184,14 +184,10 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 	out := []debugEndpoint{}
 	for _, e := range r.view.Endpoints() {
 		d := debugEndpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
-		if e.Info != nil {
-			d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
-			d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGpuBlocks, e.Info.HashAlgo, e.Info.KeyFormat
-			d.SummaryParams, d.TokenizerFingerprint, d.SidecarDebug = e.Info.SummaryParams, e.Info.TokenizerFingerprint, e.Info.DebugUrl
-		}
-		if e.Load != nil {
-			d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KvCacheUsage
-		}
+		d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
+		d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGPUBlocks, e.Info.HashAlgo, e.Info.KeyFormat
+		d.SummaryParams, d.TokenizerFingerprint, d.SidecarDebug = e.Info.SummaryParams, e.Info.TokenizerFingerprint, e.Info.DebugURL
+		d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KVCacheUsage
 		if e.LastUpdate.IsZero() {
 			d.NeverUpdated = true
 		} else {

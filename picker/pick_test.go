@@ -90,7 +90,7 @@ func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust
 
 func loaded(v *fleetview.View) bool {
 	for _, e := range v.Endpoints() {
-		if e.Load == nil {
+		if !e.HasLoad() {
 			return false
 		}
 	}

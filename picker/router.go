@@ -16,6 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/tier"
+	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/render"
@@ -220,7 +222,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	if len(eps) == 0 {
 		return nil, noEndpoints(req.Model)
 	}
-	model, blockSize := eps[0].Info.Model, int(eps[0].Info.BlockSize)
+	model, blockSize := eps[0].Info.Model, eps[0].Info.BlockSize
 	loadOnly := false
 	if blockSize <= 0 {
 		// The sidecar has not learnt the engine's block size yet: no keys.
@@ -286,13 +288,13 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	chosen := cands[d.Index]
 	pick.Endpoint, pick.EndpointID = chosen.ID, endpointID(chosen.ID)
-	pick.MatchedTokens = chosen.Matched[score.GPU]
+	pick.MatchedTokens = chosen.Matched[tier.GPU]
 	if blockSize > 0 {
 		pick.MatchedBlocks = pick.MatchedTokens / blockSize
 	}
 	pick.Reason, pick.cached, pick.blockSize = string(d.Reason), d.Cached, blockSize
 	for _, c := range cands {
-		if c.Healthy && c.Matched[score.GPU] > chosen.Matched[score.GPU] {
+		if c.Healthy && c.Matched[tier.GPU] > chosen.Matched[tier.GPU] {
 			pick.anotherHeldMore = true
 		}
 	}
@@ -301,8 +303,8 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 			pick.Keys = append(pick.Keys, k.String())
 		}
 		for _, e := range d.Explain {
-			pick.Candidates = append(pick.Candidates, Candidate{Endpoint: e.ID, MatchedTokens: e.Matched[score.GPU],
-				CPUTokens: e.Matched[score.CPU], StorageTokens: e.Matched[score.Storage], InFlight: e.InFlight,
+			pick.Candidates = append(pick.Candidates, Candidate{Endpoint: e.ID, MatchedTokens: e.Matched[tier.GPU],
+				CPUTokens: e.Matched[tier.CPU], StorageTokens: e.Matched[tier.Storage], InFlight: e.InFlight,
 				Cost: e.Cost, UnderCap: e.UnderCap, Why: e.Why})
 		}
 	}
@@ -374,7 +376,7 @@ type tokensOf struct {
 
 // tokens gets the request's tokens: as sent, or rendered by an engine of
 // its group (the anchor rendered alongside).
-func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Kind, body []byte, eps []fleetview.Endpoint, group string) (tokensOf, error) {
+func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Kind, body []byte, eps []fleet.Endpoint, group string) (tokensOf, error) {
 	if req.TokenIDs != nil {
 		if !req.Anchorable {
 			return tokensOf{full: req.TokenIDs}, nil
@@ -461,11 +463,11 @@ func errKind(err error) string {
 
 // renderEngines orders the engines that may render: those with a fresh
 // load report (or none yet), least loaded first, ties by URL.
-func (r *Router) renderEngines(eps []fleetview.Endpoint) []string {
-	var ok []fleetview.Endpoint
+func (r *Router) renderEngines(eps []fleet.Endpoint) []string {
+	var ok []fleet.Endpoint
 	now := time.Now()
 	for _, e := range eps {
-		if e.Load == nil || now.Sub(e.LoadAt) <= r.cfg.StaleLoad {
+		if !e.HasLoad() || now.Sub(e.LoadAt) <= r.cfg.StaleLoad {
 			ok = append(ok, e)
 		}
 	}
@@ -482,16 +484,13 @@ func (r *Router) renderEngines(eps []fleetview.Endpoint) []string {
 	return out
 }
 
-func loadOf(e fleetview.Endpoint) float64 {
-	if e.Load == nil {
-		return 0
-	}
+func loadOf(e fleet.Endpoint) float64 {
 	return e.Load.Waiting + e.Load.Running
 }
 
 // groupEndpoints lists the group's endpoints.
-func (r *Router) groupEndpoints(group string) []fleetview.Endpoint {
-	var out []fleetview.Endpoint
+func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
+	var out []fleet.Endpoint
 	for _, e := range r.view.Endpoints() {
 		if e.Group == group {
 			out = append(out, e)
@@ -501,11 +500,11 @@ func (r *Router) groupEndpoints(group string) []fleetview.Endpoint {
 }
 
 // candidates builds the scoring input: matches per tier and loads.
-func (r *Router) candidates(group string, eps []fleetview.Endpoint, chain []blockkey.Key, blockSize int) []score.Candidate {
-	var matched [score.NumTiers]map[string]int
+func (r *Router) candidates(group string, eps []fleet.Endpoint, chain []blockkey.Key, blockSize int) []score.Candidate {
+	var matched [tier.Count]map[string]int
 	if len(chain) > 0 {
-		for t, name := range []string{"GPU", "CPU", "STORAGE"} {
-			matched[t] = r.view.Match(group, name, chain)
+		for _, t := range tier.All {
+			matched[t] = r.view.Match(group, t, chain)
 		}
 	}
 	now := time.Now()
@@ -518,7 +517,7 @@ func (r *Router) candidates(group string, eps []fleetview.Endpoint, chain []bloc
 			c.Matched[t] = matched[t][e.URL] * blockSize
 		}
 		var reported time.Time
-		if e.Load != nil {
+		if e.HasLoad() {
 			// Judged by when the report arrived here, not by the sidecar's
 			// clock: clocks of different machines disagree.
 			c.Waiting, c.Running = e.Load.Waiting, e.Load.Running
@@ -590,7 +589,7 @@ func (r *Router) resolveModel(ctx context.Context, name string) (modelRef, strin
 
 // refreshModels asks one engine of every group for its model list.
 func (r *Router) refreshModels(ctx context.Context) {
-	groups := map[string][]fleetview.Endpoint{}
+	groups := map[string][]fleet.Endpoint{}
 	for _, e := range r.view.Endpoints() {
 		groups[e.Group] = append(groups[e.Group], e)
 	}

@@ -16,8 +16,9 @@ import (
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/blockkey"
-	"github.com/kvroute/kvroute/internal/identity"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
+	"github.com/kvroute/kvroute/picker/fleet"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
 
@@ -49,16 +50,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Endpoint is one engine rank as the view knows it.
-type Endpoint struct {
-	URL        string
-	Sidecar    string // the sidecar's gRPC address
-	Group      string
-	Info       *pb.EndpointInfo
-	Load       *pb.LoadReport
-	LoadAt     time.Time // when Load arrived (this process's clock)
-	LastUpdate time.Time
-	slot       int
+// endpoint is one engine rank as the view holds it.
+type endpoint struct {
+	fleet.Endpoint
+	slot int
 }
 
 type group struct {
@@ -73,7 +68,7 @@ type View struct {
 
 	mu        sync.RWMutex
 	groups    map[string]*group
-	endpoints map[string]*Endpoint // by URL
+	endpoints map[string]*endpoint // by URL
 	// refusedEps are endpoints a sidecar offered that the view could not
 	// take, by URL, until they are taken or their sidecar is forgotten.
 	refusedEps map[string]Refused
@@ -105,7 +100,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*Endpoint{}, refusedEps: map[string]Refused{}, streams: map[string]*streamRef{},
+	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*endpoint{}, refusedEps: map[string]Refused{}, streams: map[string]*streamRef{},
 		refused:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
 		conflict:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
 		resyncs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
@@ -123,9 +118,18 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 }
 
 // GroupID names an endpoint's identity group.
-func GroupID(info *pb.EndpointInfo) string {
-	return identity.Group{Model: info.Model, BlockSize: int(info.BlockSize), KeyFormat: info.KeyFormat,
-		SummaryParams: info.SummaryParams, TokenizerFingerprint: info.TokenizerFingerprint}.ID()
+func GroupID(info *pb.EndpointInfo) string { return identityOf(info).Group() }
+
+// identityOf is kvroute's own copy of what a sidecar says of an endpoint.
+func identityOf(info *pb.EndpointInfo) fleet.Identity {
+	return fleet.Identity{Endpoint: info.Endpoint, Rank: int(info.Rank), Model: info.Model, BlockSize: int(info.BlockSize),
+		NumGPUBlocks: int(info.NumGpuBlocks), HashAlgo: info.HashAlgo, KeyFormat: info.KeyFormat, SummaryParams: info.SummaryParams,
+		TokenizerFingerprint: info.TokenizerFingerprint, Epoch: info.Epoch, Partial: info.Partial, DebugURL: info.DebugUrl}
+}
+
+// loadOf is kvroute's own copy of a load report.
+func loadOf(l *pb.LoadReport) fleet.Load {
+	return fleet.Load{Waiting: l.GetWaiting(), Running: l.GetRunning(), KVCacheUsage: l.GetKvCacheUsage()}
 }
 
 // streamRef is one follow goroutine.
@@ -176,11 +180,7 @@ func (v *View) Forget(addr string) {
 }
 
 // Refused is an endpoint a sidecar offered that the view did not take.
-type Refused struct {
-	Info    *pb.EndpointInfo
-	Sidecar string
-	Reason  string // summary_params, group_full, other_owner
-}
+type Refused = fleet.Refused
 
 // Refused lists the endpoints offered but not taken, sorted by URL.
 func (v *View) Refused() []Refused {
@@ -362,7 +362,7 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 	for _, ei := range info.Endpoints {
 		if ei.SummaryParams != v.cfg.Params.String() {
 			v.refused.Inc()
-			v.refusedEps[ei.Endpoint] = Refused{Info: ei, Sidecar: addr, Reason: "summary_params"}
+			v.refusedEps[ei.Endpoint] = Refused{Info: identityOf(ei), Sidecar: addr, Reason: "summary_params"}
 			v.log.Warn("endpoint refused: summary parameters differ", zap.String("endpoint", ei.Endpoint),
 				zap.String("theirs", ei.SummaryParams), zap.String("ours", v.cfg.Params.String()))
 			continue
@@ -372,7 +372,7 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 		if ep != nil && ep.Sidecar != addr {
 			if _, live := v.streams[ep.Sidecar]; live {
 				v.conflict.Inc() // another sidecar streams it: keep the first owner
-				v.refusedEps[ei.Endpoint] = Refused{Info: ei, Sidecar: addr, Reason: "other_owner"}
+				v.refusedEps[ei.Endpoint] = Refused{Info: identityOf(ei), Sidecar: addr, Reason: "other_owner"}
 				continue
 			}
 		}
@@ -395,7 +395,7 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 			}
 			if slot < 0 {
 				v.refused.Inc()
-				v.refusedEps[ei.Endpoint] = Refused{Info: ei, Sidecar: addr, Reason: "group_full"}
+				v.refusedEps[ei.Endpoint] = Refused{Info: identityOf(ei), Sidecar: addr, Reason: "group_full"}
 				v.log.Warn("endpoint refused: identity group full", zap.String("endpoint", ei.Endpoint))
 				continue
 			}
@@ -406,10 +406,10 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 				}
 			}
 			g.slots[slot] = ei.Endpoint
-			ep = &Endpoint{URL: ei.Endpoint, Sidecar: addr, Group: gid, slot: slot}
+			ep = &endpoint{Endpoint: fleet.Endpoint{URL: ei.Endpoint, Sidecar: addr, Group: gid}, slot: slot}
 			v.endpoints[ei.Endpoint] = ep
 		}
-		ep.Info = ei
+		ep.Info = identityOf(ei)
 		delete(v.refusedEps, ei.Endpoint)
 		for tier, f := range v.groups[gid].tiers {
 			if epoch, seq, ok := f.Position(ep.slot); ok {
@@ -494,12 +494,12 @@ type decoded struct {
 	delta *summary.Delta
 }
 
-func (v *View) applyEndpointLocked(ep *Endpoint, u *pb.SummaryUpdate, dec decoded) (*summary.SnapshotLoad, error) {
+func (v *View) applyEndpointLocked(ep *endpoint, u *pb.SummaryUpdate, dec decoded) (*summary.SnapshotLoad, error) {
 	ep.LastUpdate = time.Now()
 	g := v.groups[ep.Group]
 	switch b := u.Body.(type) {
 	case *pb.SummaryUpdate_Load:
-		ep.Load, ep.LoadAt = b.Load, ep.LastUpdate
+		ep.Load, ep.LoadAt = loadOf(b.Load), ep.LastUpdate
 		v.applied.WithLabelValues("load").Inc()
 		return nil, nil
 	case *pb.SummaryUpdate_Snapshot:
@@ -556,14 +556,14 @@ func (v *View) fleetLocked(g *group, tier string) (*summary.Fleet, error) {
 
 // Match returns, for every endpoint of the group that may hold a prefix of
 // chain in tier, its matched length in blocks.
-func (v *View) Match(groupID, tier string, chain []blockkey.Key) map[string]int {
+func (v *View) Match(groupID string, t tier.Tier, chain []blockkey.Key) map[string]int {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	g := v.groups[groupID]
-	if g == nil || g.tiers[tier] == nil {
+	if g == nil || g.tiers[t.String()] == nil {
 		return nil
 	}
-	f := g.tiers[tier]
+	f := g.tiers[t.String()]
 	matched := make([]int, f.Slots())
 	f.Match(chain, matched)
 	matched = matched[:min(len(matched), len(g.slots))]
@@ -614,12 +614,12 @@ func (s staleness) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Endpoints returns the endpoints known, sorted by URL.
-func (v *View) Endpoints() []Endpoint {
+func (v *View) Endpoints() []fleet.Endpoint {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	out := make([]Endpoint, 0, len(v.endpoints))
+	out := make([]fleet.Endpoint, 0, len(v.endpoints))
 	for _, ep := range v.endpoints {
-		out = append(out, *ep)
+		out = append(out, ep.Endpoint)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
 	return out

@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
@@ -125,7 +126,7 @@ func agree(t *testing.T, v *fleetview.View, pods []*pod, reqs map[int][]uint32, 
 				break
 			}
 			chain := (&blockkey.Request{Tokens: toks}).AppendKeys(nil, "Qwen/Qwen3-0.6B", 16)
-			got := v.Match(eps[0].Group, "GPU", chain)
+			got := v.Match(eps[0].Group, tier.GPU, chain)
 			for j, p := range pods {
 				want := 0
 				if j == i {

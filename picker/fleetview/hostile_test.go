@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
@@ -138,9 +139,9 @@ func TestBadUpdatesRecoverFromSnapshots(t *testing.T) {
 			v.Watch(addr)
 			group := fleetview.GroupID(info.Endpoints[0])
 			deadline := time.Now().Add(10 * time.Second)
-			for v.Match(group, "GPU", chain)[url] != 8 {
+			for v.Match(group, tier.GPU, chain)[url] != 8 {
 				if time.Now().After(deadline) {
-					t.Fatalf("never recovered: matched %d after %d calls", v.Match(group, "GPU", chain)[url], s.Calls())
+					t.Fatalf("never recovered: matched %d after %d calls", v.Match(group, tier.GPU, chain)[url], s.Calls())
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -191,7 +192,7 @@ func TestEngineFaultsReachTheView(t *testing.T) {
 	group := pk.view.Endpoints()[0].Group
 	chain := (&blockkey.Request{Tokens: reqs[0]}).AppendKeys(nil, "Qwen/Qwen3-0.6B", 16)
 	deadline := time.Now().Add(15 * time.Second)
-	for pk.view.Match(group, "GPU", chain)[pods[0].engine.URL()] != 0 {
+	for pk.view.Match(group, tier.GPU, chain)[pods[0].engine.URL()] != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the restarted engine's old blocks are still in the view")
 		}

@@ -7,6 +7,8 @@ import (
 	"sort"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvroute/kvroute/internal/tier"
 )
 
 // Policy names a routing policy.
@@ -32,17 +34,6 @@ func ParsePolicy(s string) (Policy, error) {
 	}
 	return "", fmt.Errorf("unknown policy %q: want precise, prefix-hash, least-loaded or round-robin", s)
 }
-
-// Tier indexes matched tokens by where the blocks are.
-type Tier int
-
-// The tiers, as vLLM's KV events name them (GPU, CPU, STORAGE).
-const (
-	GPU Tier = iota
-	CPU
-	Storage
-	NumTiers
-)
 
 // Reason says why a decision went the way it did (a metric label).
 type Reason string
@@ -76,7 +67,7 @@ type Config struct {
 	MinMatchTokens int
 	// TierWeights credit a matched token by tier: a GPU block is free, CPU
 	// and storage blocks must be loaded back. Default 1, 0.8, 0.5.
-	TierWeights [NumTiers]float64
+	TierWeights [tier.Count]float64
 	// WaitingTokens is the prefill work assumed for a waiting request the
 	// picker knows nothing about (another picker's). Default 1024.
 	WaitingTokens float64
@@ -87,7 +78,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Policy: Precise, Epsilon: 0.25, MinCap: 4, MinMatchTokens: 16, TierWeights: [NumTiers]float64{1, 0.8, 0.5},
+	return Config{Policy: Precise, Epsilon: 0.25, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
 		WaitingTokens: 1024, RunningTokens: 32}
 }
 
@@ -123,7 +114,7 @@ type Candidate struct {
 	Healthy bool
 	// Matched is how many leading prompt tokens the endpoint holds, per
 	// tier (whole blocks, from the fleet index).
-	Matched [NumTiers]int
+	Matched [tier.Count]int
 	// Waiting and Running are the engine's last load report.
 	Waiting, Running float64
 	// Sent and SentTokens are the requests (and their uncached prompt
@@ -167,14 +158,14 @@ type Override struct {
 
 // Explain is one candidate as the decision saw it.
 type Explain struct {
-	ID       string        `json:"endpoint"`
-	Matched  [NumTiers]int `json:"-"`
-	Cached   float64       `json:"cached_tokens"`
-	InFlight float64       `json:"in_flight"`
-	Queued   float64       `json:"queued_tokens"`
-	Cost     float64       `json:"estimated_cost_tokens"`
-	UnderCap bool          `json:"under_load_cap"`
-	Why      string        `json:"why"`
+	ID       string          `json:"endpoint"`
+	Matched  [tier.Count]int `json:"-"`
+	Cached   float64         `json:"cached_tokens"`
+	InFlight float64         `json:"in_flight"`
+	Queued   float64         `json:"queued_tokens"`
+	Cost     float64         `json:"estimated_cost_tokens"`
+	UnderCap bool            `json:"under_load_cap"`
+	Why      string          `json:"why"`
 }
 
 // cand is a candidate's derived figures.
@@ -303,7 +294,7 @@ func inFlight(c *Candidate) float64 {
 // and storage tiers hold beyond it at their weights.
 func (cfg *Config) cached(c *Candidate, prompt int) float64 {
 	have, credit := 0, 0.0
-	for t := GPU; t < NumTiers; t++ {
+	for _, t := range tier.All {
 		m := min(max(c.Matched[t], 0), prompt)
 		if m > have {
 			credit += float64(m-have) * cfg.TierWeights[t]

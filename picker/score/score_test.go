@@ -5,11 +5,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/tier"
 )
 
-func gpu(n int) [NumTiers]int { return [NumTiers]int{n, 0, 0} }
+func gpu(n int) [tier.Count]int { return [tier.Count]int{n, 0, 0} }
 
-func healthy(id string, matched [NumTiers]int, running float64) Candidate {
+func healthy(id string, matched [tier.Count]int, running float64) Candidate {
 	return Candidate{ID: id, Healthy: true, Matched: matched, Running: running}
 }
 
@@ -40,11 +42,11 @@ func TestDecideRules(t *testing.T) {
 		{"longest match wins", &def, anchored,
 			[]Candidate{healthy("a", gpu(1024), 1), healthy("b", gpu(3072), 1), healthy("c", gpu(0), 1)}, "b", ReasonCacheHit, ""},
 		{"GPU beats the same prefix on CPU", &def, anchored,
-			[]Candidate{healthy("a", [NumTiers]int{0, 2048, 0}, 1), healthy("b", gpu(2048), 1)}, "b", ReasonCacheHit, ""},
+			[]Candidate{healthy("a", [tier.Count]int{0, 2048, 0}, 1), healthy("b", gpu(2048), 1)}, "b", ReasonCacheHit, ""},
 		{"CPU tier still beats nothing", &def, anchored,
-			[]Candidate{healthy("a", [NumTiers]int{0, 2048, 0}, 1), healthy("b", gpu(0), 1)}, "a", ReasonCacheHit, ""},
+			[]Candidate{healthy("a", [tier.Count]int{0, 2048, 0}, 1), healthy("b", gpu(0), 1)}, "a", ReasonCacheHit, ""},
 		{"a deeper CPU prefix adds to the GPU one", &def, anchored,
-			[]Candidate{healthy("a", [NumTiers]int{1024, 3072, 0}, 1), healthy("b", gpu(2048), 1)}, "a", ReasonCacheHit, ""},
+			[]Candidate{healthy("a", [tier.Count]int{1024, 3072, 0}, 1), healthy("b", gpu(2048), 1)}, "a", ReasonCacheHit, ""},
 		{"queued work outweighs a short match", &def, anchored,
 			[]Candidate{{ID: "a", Healthy: true, Matched: gpu(256), Waiting: 2, Running: 2}, healthy("b", gpu(0), 2)}, "b", ReasonCacheHit, ""},
 		{"tokens this picker sent count as queued work", &def, anchored,
@@ -171,7 +173,7 @@ func TestReplicasAgree(t *testing.T) {
 			cs := make([]Candidate, n)
 			for i := range cs {
 				cs[i] = Candidate{ID: fmt.Sprintf("http://10.0.0.%d:8000", i), Healthy: rng.IntN(8) > 0,
-					Matched: [NumTiers]int{rng.IntN(3) * 512, rng.IntN(3) * 512, 0}, Running: float64(rng.IntN(4)), Waiting: float64(rng.IntN(2))}
+					Matched: [tier.Count]int{rng.IntN(3) * 512, rng.IntN(3) * 512, 0}, Running: float64(rng.IntN(4)), Waiting: float64(rng.IntN(2))}
 			}
 			r := Request{PromptTokens: 2048, Anchor: rng.Uint64(), HasAnchor: rng.IntN(3) > 0, TieKey: rng.Uint64(), Counter: rng.Uint64()}
 			a := Decide(&cfg, r, cs)
@@ -217,7 +219,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Epsilon = -1 },
 		func(c *Config) { c.MinMatchTokens = 0 },
 		func(c *Config) { c.MinCap = 0 },
-		func(c *Config) { c.TierWeights[CPU] = 2 },
+		func(c *Config) { c.TierWeights[tier.CPU] = 2 },
 		func(c *Config) { c.WaitingTokens = -1 },
 	} {
 		c := DefaultConfig()
