@@ -19,7 +19,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// Config configures membership.
+// Config configures membership. Start from DefaultConfig (or LocalConfig
+// for loopback): a zero field is invalid, not a default, and Validate says
+// which. AdvertiseAddr/AdvertisePort, Join, KeyFile and Transport are
+// optional: empty means "not set", as documented on each.
 type Config struct {
 	// NodeName must be unique in the cluster. Default: the host name.
 	NodeName string
@@ -45,7 +48,8 @@ type Config struct {
 	EventBuffer int
 	// Rejoin: this often, Join seeds that are not members are contacted
 	// again, so a partition heals by itself (memberlist alone never probes
-	// members it declared dead). Default 10 s; 1 s in LocalConfig.
+	// members it declared dead). Default 10 s; 1 s in LocalConfig. Must be
+	// positive.
 	Rejoin time.Duration
 }
 
@@ -72,8 +76,8 @@ func (c *Config) Validate() error {
 	if c.Transport == nil && net.ParseIP(c.BindAddr) == nil {
 		errs = append(errs, fmt.Errorf("--gossip-bind %q: want an IP address", c.BindAddr))
 	}
-	if c.Rejoin < 0 {
-		errs = append(errs, fmt.Errorf("gossip: negative rejoin interval"))
+	if c.Rejoin <= 0 {
+		errs = append(errs, fmt.Errorf("gossip: rejoin interval %v: want a positive interval", c.Rejoin))
 	}
 	if c.EventBuffer < 1 {
 		errs = append(errs, fmt.Errorf("gossip: event buffer %d", c.EventBuffer))

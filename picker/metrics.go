@@ -2,6 +2,8 @@ package picker
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/picker/decide"
 )
 
 // metrics are the picker's series (kvroute_picker_*); the fleet view adds
@@ -57,6 +59,37 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported, endpointsByGroup{r})
 	}
 	return m
+}
+
+// observe records a pick: what its preparation noted and, when an
+// endpoint was chosen, the decision. It is the one place a pick's metrics
+// are recorded.
+func (m *metrics) observe(n *notes, d *decide.Decision) {
+	if n.refused != "" {
+		m.refused.WithLabelValues(n.refused).Inc()
+	}
+	if n.unresolved != "" {
+		m.unresolved.WithLabelValues(n.unresolved).Inc()
+	}
+	for _, k := range n.tokenizeErrors {
+		m.tokenizeErrors.WithLabelValues(k).Inc()
+	}
+	if n.tokenized {
+		m.tokenize.WithLabelValues(n.tokenizeVia).Observe(n.tokenizeSecs)
+	}
+	for _, f := range n.fallbacks {
+		m.fallbacks.WithLabelValues(f).Inc()
+	}
+	if !d.OK() {
+		return
+	}
+	m.decisions.WithLabelValues(string(d.Policy), string(d.Reason)).Inc()
+	m.matchedBlocks.Observe(float64(d.MatchedBlocks))
+	m.selected.WithLabelValues(d.Endpoint).Inc()
+	if d.Override != nil {
+		m.overrides.Inc()
+		m.overrideTokens.Add(d.Override.TokensLost)
+	}
 }
 
 // endpointsByGroup exports kvroute_picker_endpoints{group} at scrape time.

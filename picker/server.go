@@ -20,8 +20,10 @@ import (
 	"github.com/kvroute/kvroute/picker/fleetview"
 )
 
-// ServerConfig configures a picker process. DefaultServerConfig gives the
-// documented defaults.
+// ServerConfig configures a picker process. Start from
+// DefaultServerConfig: a zero field is invalid, not a default, and
+// Validate says which (GRPCListen, Gossip, Sidecars and DecisionToken are
+// optional, as documented on each).
 type ServerConfig struct {
 	Router Config
 	// Listen serves the OpenAI endpoints, the decision API, /metrics and

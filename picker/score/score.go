@@ -50,7 +50,8 @@ const (
 	ReasonNoneHealthy  Reason = "none_healthy"   // no candidate to choose
 )
 
-// Config tunes the decision. DefaultConfig gives the documented defaults.
+// Config tunes the decision. Start from DefaultConfig: a zero field is
+// invalid, not a default, and Validate says which.
 type Config struct {
 	Policy Policy
 	// Epsilon is the bounded-load factor: no candidate above ⌈(1+ε)·mean⌉

@@ -1,0 +1,172 @@
+package decide
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/tier"
+	"github.com/kvroute/kvroute/picker/fleet"
+	"github.com/kvroute/kvroute/picker/inflight"
+	"github.com/kvroute/kvroute/picker/score"
+)
+
+// Config tunes the decision. Start from DefaultConfig: a zero field is
+// invalid, not a default, and Validate says which.
+type Config struct {
+	Score score.Config
+	// StaleLoad: an endpoint whose last load report is older is not
+	// routable. Default 10 s.
+	StaleLoad time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Score: score.DefaultConfig(), StaleLoad: 10 * time.Second}
+}
+
+// Validate checks c.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := c.Score.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.StaleLoad <= 0 {
+		errs = append(errs, errors.New("stale-load interval must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Request is a prepared request, as the decision needs it.
+type Request struct {
+	score.Request
+	// Policy is the policy in force: the configured one, or prefix-hash
+	// when the request's tokens could not be had in time. "" is the
+	// configured one.
+	Policy score.Policy
+	// BlockSize is the identity group's block size (0: unknown; then
+	// nothing is matched).
+	BlockSize int
+	// Exclude are endpoints this request already tried.
+	Exclude map[string]bool
+}
+
+// Snapshot is the fleet as the decision sees it.
+type Snapshot struct {
+	// Endpoints are the request's identity group, in a stable order.
+	Endpoints []fleet.Endpoint
+	// Matched is, per tier and endpoint URL, how many leading blocks of
+	// the request's chain the endpoint holds (nil maps: none).
+	Matched [tier.Count]map[string]int
+	// InFlight is, per endpoint URL, this picker's picks its last load
+	// report does not cover.
+	InFlight map[string]inflight.Pending
+}
+
+// Decision is the choice, its reason and its explanation.
+type Decision struct {
+	// Endpoint is the chosen endpoint's URL; "" when no endpoint is
+	// routable.
+	Endpoint string
+	Policy   score.Policy
+	Reason   score.Reason
+	// MatchedTokens and MatchedBlocks are what the chosen endpoint holds
+	// of the prefix on GPU.
+	MatchedTokens, MatchedBlocks int
+	// Cached are the credited cached tokens (all tiers, weighted);
+	// Uncached the prompt tokens left to prefill, what the in-flight
+	// ledger records.
+	Cached, Uncached float64
+	// AnotherHeldMore: a routable endpoint held a longer GPU prefix than
+	// the chosen one (a load override, or an excluded retry).
+	AnotherHeldMore bool
+	// Override is set when the best-cached candidate was skipped for load.
+	Override *score.Override
+	// Explain is every candidate as the decision saw it, in snapshot order.
+	Explain []score.Explain
+}
+
+// OK reports whether an endpoint was chosen.
+func (d *Decision) OK() bool { return d.Endpoint != "" }
+
+// Decide chooses an endpoint for req among snap's at now.
+func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
+	sc := cfg.Score
+	if req.Policy != "" {
+		sc.Policy = req.Policy
+	}
+	cands := Candidates(cfg, req, snap, now)
+	sd := score.Decide(&sc, req.Request, cands)
+	d := Decision{Policy: sc.Policy, Reason: sd.Reason, Override: sd.Override, Explain: sd.Explain}
+	if sd.Index < 0 {
+		return d
+	}
+	chosen := cands[sd.Index]
+	d.Endpoint = chosen.ID
+	d.MatchedTokens = chosen.Matched[tier.GPU]
+	if req.BlockSize > 0 {
+		d.MatchedBlocks = d.MatchedTokens / req.BlockSize
+	}
+	d.Cached = sd.Cached
+	d.Uncached = float64(req.PromptTokens) - sd.Cached
+	for _, c := range cands {
+		if c.Healthy && c.Matched[tier.GPU] > chosen.Matched[tier.GPU] {
+			d.AnotherHeldMore = true
+		}
+	}
+	return d
+}
+
+// Candidates is the scoring input: per endpoint of the snapshot, its
+// matched tokens per tier, its load and this picker's picks in flight,
+// and whether it may be chosen.
+func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.Candidate {
+	out := make([]score.Candidate, 0, len(snap.Endpoints))
+	for i := range snap.Endpoints {
+		e := &snap.Endpoints[i]
+		c := score.Candidate{ID: e.URL, Healthy: e.HealthAt(now, cfg.StaleLoad) == fleet.Routable && !req.Exclude[e.URL]}
+		for _, t := range tier.All {
+			c.Matched[t] = snap.Matched[t][e.URL] * req.BlockSize
+		}
+		if e.HasLoad() {
+			c.Waiting, c.Running = e.Load.Waiting, e.Load.Running
+		}
+		p := snap.InFlight[e.URL]
+		c.Sent, c.SentTokens = p.Count, p.Tokens
+		out = append(out, c)
+	}
+	return out
+}
+
+// RenderOrder orders the engines that may render a request's tokens:
+// the routable endpoints, least loaded first (by the last report), ties
+// by URL.
+func RenderOrder(cfg *Config, eps []fleet.Endpoint, now time.Time) []string {
+	var ok []fleet.Endpoint
+	for _, e := range eps {
+		if e.HealthAt(now, cfg.StaleLoad) == fleet.Routable {
+			ok = append(ok, e)
+		}
+	}
+	load := func(e fleet.Endpoint) float64 { return e.Load.Waiting + e.Load.Running }
+	sort.SliceStable(ok, func(i, j int) bool {
+		if load(ok[i]) != load(ok[j]) {
+			return load(ok[i]) < load(ok[j])
+		}
+		return ok[i].URL < ok[j].URL
+	})
+	out := make([]string, len(ok))
+	for i, e := range ok {
+		out[i] = e.URL
+	}
+	return out
+}
+
+// String is a one-line summary of d, for logs and test failures.
+func (d Decision) String() string {
+	if !d.OK() {
+		return fmt.Sprintf("none (%s, %s)", d.Policy, d.Reason)
+	}
+	return fmt.Sprintf("%s (%s, %s, %d tokens matched)", d.Endpoint, d.Policy, d.Reason, d.MatchedTokens)
+}

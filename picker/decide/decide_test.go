@@ -1,0 +1,244 @@
+package decide
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/tier"
+	"github.com/kvroute/kvroute/picker/fleet"
+	"github.com/kvroute/kvroute/picker/inflight"
+	"github.com/kvroute/kvroute/picker/score"
+)
+
+var now = time.Unix(1_000_000, 0)
+
+// ep is an endpoint with a load report that arrived ago before now
+// (negative: none yet).
+func ep(url string, waiting, running float64, ago time.Duration) fleet.Endpoint {
+	e := fleet.Endpoint{URL: url, Group: "g", Info: fleet.Identity{Endpoint: url, Model: "m", BlockSize: 16}}
+	if ago >= 0 {
+		e.Load, e.LoadAt, e.LastUpdate = fleet.Load{Waiting: waiting, Running: running}, now.Add(-ago), now.Add(-ago)
+	}
+	return e
+}
+
+func gpu(m map[string]int) [tier.Count]map[string]int { return [tier.Count]map[string]int{m, nil, nil} }
+
+// anchored is a 1,024-token request with an anchor.
+func anchored() Request {
+	return Request{Request: score.Request{PromptTokens: 1024, Anchor: 42, HasAnchor: true, TieKey: 7}, BlockSize: 16}
+}
+
+func TestDecide(t *testing.T) {
+	def := DefaultConfig()
+	fresh := time.Second
+	for _, tc := range []struct {
+		name   string
+		cfg    func(*Config)
+		req    func(*Request)
+		snap   Snapshot
+		want   string // "" none
+		reason score.Reason
+		check  func(t *testing.T, d Decision)
+	}{
+		{name: "the longest GPU prefix wins",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 1, fresh), ep("b", 0, 1, fresh)}, Matched: gpu(map[string]int{"a": 10, "b": 40})},
+			want: "b", reason: score.ReasonCacheHit,
+			check: func(t *testing.T, d Decision) {
+				if d.MatchedTokens != 640 || d.MatchedBlocks != 40 || d.Cached != 640 || d.Uncached != 1024-640 || d.AnotherHeldMore {
+					t.Errorf("figures: %+v", d)
+				}
+			}},
+		{name: "blocks become tokens at the group's block size",
+			req:  func(r *Request) { r.BlockSize = 32 },
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 8})},
+			want: "a", reason: score.ReasonCacheHit,
+			check: func(t *testing.T, d Decision) {
+				if d.MatchedTokens != 256 || d.MatchedBlocks != 8 {
+					t.Errorf("figures: %+v", d)
+				}
+			}},
+		{name: "a stale load report makes an endpoint unroutable",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, 11*time.Second), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 60})},
+			want: "b", reason: score.ReasonColdAnchor,
+			check: func(t *testing.T, d Decision) {
+				if d.AnotherHeldMore {
+					t.Error("an unroutable endpoint counted as holding more")
+				}
+			}},
+		{name: "no load report yet is routable",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, -1)}, Matched: gpu(map[string]int{"a": 10})},
+			want: "a", reason: score.ReasonCacheHit},
+		{name: "the stale limit is configurable",
+			cfg:  func(c *Config) { c.StaleLoad = time.Minute },
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, 11*time.Second), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 60})},
+			want: "a", reason: score.ReasonCacheHit},
+		{name: "an excluded endpoint is neither chosen nor counted as holding more",
+			req:  func(r *Request) { r.Exclude = map[string]bool{"b": true} },
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 10, "b": 40})},
+			want: "a", reason: score.ReasonCacheHit,
+			check: func(t *testing.T, d Decision) {
+				if d.AnotherHeldMore {
+					t.Error("an excluded endpoint counted as holding more")
+				}
+			}},
+		{name: "nothing routable",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, time.Minute)}},
+			want: "", reason: score.ReasonNoneHealthy},
+		{name: "no endpoints",
+			snap: Snapshot{},
+			want: "", reason: score.ReasonNoneHealthy},
+		{name: "picks in flight count as load: the bounded-load cap moves the request",
+			cfg: func(c *Config) { c.Score.MinCap = 1 },
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 40}),
+				InFlight: map[string]inflight.Pending{"a": {Count: 3, Tokens: 500}}},
+			want: "b",
+			check: func(t *testing.T, d Decision) {
+				if d.Override == nil || d.Override.TokensLost != 640 || !d.AnotherHeldMore {
+					t.Errorf("override: %+v", d)
+				}
+			}},
+		{name: "a policy for this request overrides the configured one",
+			req:    func(r *Request) { r.Policy = score.PrefixHash },
+			snap:   Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh), ep("b", 0, 0, fresh)}},
+			reason: score.ReasonPrefixHash,
+			check: func(t *testing.T, d Decision) {
+				if d.Policy != score.PrefixHash || !d.OK() {
+					t.Errorf("policy: %+v", d)
+				}
+			}},
+		{name: "load only: no cache credit",
+			req:    func(r *Request) { r.LoadOnly = true },
+			snap:   Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh), ep("b", 0, 0, fresh)}},
+			reason: score.ReasonLoadOnly,
+			check: func(t *testing.T, d Decision) {
+				if d.Cached != 0 || d.MatchedTokens != 0 {
+					t.Errorf("%+v", d)
+				}
+			}},
+		{name: "unknown block size matches nothing",
+			req:  func(r *Request) { r.BlockSize = 0 },
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 40})},
+			want: "a",
+			check: func(t *testing.T, d Decision) {
+				if d.MatchedTokens != 0 || d.MatchedBlocks != 0 {
+					t.Errorf("%+v", d)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := def
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			req := anchored()
+			if tc.req != nil {
+				tc.req(&req)
+			}
+			d := Decide(&cfg, req, tc.snap, now)
+			if tc.want != "" || !tc.snap.hasRoutable(&cfg) {
+				if d.Endpoint != tc.want {
+					t.Fatalf("chose %v, want %q", d, tc.want)
+				}
+			}
+			if tc.reason != "" && d.Reason != tc.reason {
+				t.Errorf("reason %s, want %s", d.Reason, tc.reason)
+			}
+			if len(d.Explain) != len(tc.snap.Endpoints) {
+				t.Errorf("%d explained, %d endpoints", len(d.Explain), len(tc.snap.Endpoints))
+			}
+			if tc.check != nil {
+				tc.check(t, d)
+			}
+		})
+	}
+}
+
+func (s Snapshot) hasRoutable(cfg *Config) bool {
+	for i := range s.Endpoints {
+		if s.Endpoints[i].HealthAt(now, cfg.StaleLoad) == fleet.Routable {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDecideIsDeterministic: the same snapshot gives the same decision, in
+// any endpoint order — two replicas agree without talking.
+func TestDecideIsDeterministic(t *testing.T) {
+	cfg := DefaultConfig()
+	eps := []fleet.Endpoint{ep("a", 1, 2, time.Second), ep("b", 0, 3, time.Second), ep("c", 2, 0, time.Second), ep("d", 0, 0, -1)}
+	rev := []fleet.Endpoint{eps[3], eps[2], eps[1], eps[0]}
+	for anchor := uint64(0); anchor < 200; anchor++ {
+		req := Request{Request: score.Request{PromptTokens: 512, Anchor: anchor, HasAnchor: true}, BlockSize: 16}
+		a := Decide(&cfg, req, Snapshot{Endpoints: eps}, now)
+		b := Decide(&cfg, req, Snapshot{Endpoints: rev}, now)
+		if a.Endpoint != b.Endpoint || a.Reason != b.Reason {
+			t.Fatalf("anchor %d: %v vs %v", anchor, a, b)
+		}
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	cfg := DefaultConfig()
+	snap := Snapshot{
+		Endpoints: []fleet.Endpoint{ep("a", 2, 3, time.Second), ep("b", 0, 0, -1), ep("c", 0, 0, time.Hour)},
+		Matched:   [tier.Count]map[string]int{{"a": 4}, {"a": 6, "b": 2}, {"b": 1}},
+		InFlight:  map[string]inflight.Pending{"b": {Count: 2, Tokens: 300}},
+	}
+	req := anchored()
+	req.Exclude = map[string]bool{"a": true}
+	cs := Candidates(&cfg, req, snap, now)
+	want := []score.Candidate{
+		{ID: "a", Healthy: false, Matched: [tier.Count]int{64, 96, 0}, Waiting: 2, Running: 3},
+		{ID: "b", Healthy: true, Matched: [tier.Count]int{0, 32, 16}, Sent: 2, SentTokens: 300},
+		{ID: "c", Healthy: false},
+	}
+	if len(cs) != len(want) {
+		t.Fatalf("%d candidates", len(cs))
+	}
+	for i := range want {
+		if cs[i] != want[i] {
+			t.Errorf("candidate %d: %+v, want %+v", i, cs[i], want[i])
+		}
+	}
+}
+
+func TestRenderOrder(t *testing.T) {
+	cfg := DefaultConfig()
+	eps := []fleet.Endpoint{ep("d", 1, 1, time.Second), ep("a", 0, 5, time.Second), ep("c", 0, 0, -1), ep("b", 1, 1, time.Second),
+		ep("stale", 0, 0, time.Hour)}
+	got := RenderOrder(&cfg, eps, now)
+	want := []string{"c", "b", "d", "a"}
+	if len(got) != len(want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+	if got := RenderOrder(&cfg, nil, now); len(got) != 0 {
+		t.Fatalf("%v", got)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.StaleLoad = 0
+	if c.Validate() == nil {
+		t.Error("zero stale-load accepted")
+	}
+	c = DefaultConfig()
+	c.Score.Epsilon = -1
+	if c.Validate() == nil {
+		t.Error("a bad score config accepted")
+	}
+	var zero Config
+	if zero.Validate() == nil {
+		t.Error("the zero Config accepted")
+	}
+}

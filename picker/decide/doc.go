@@ -1,0 +1,24 @@
+// Package decide is the picker's routing decision over a snapshot: given a
+// prepared request (its block keys already looked up), the endpoints of its
+// identity group as the fleet state holds them, what each holds of the
+// request's prefix per tier, the picker's own picks in flight, and `now`,
+// it returns the chosen endpoint, the reason, and the explanation.
+//
+// Contract:
+//   - Pure: no I/O, no clock reads, no randomness, no logging, no locks.
+//     The same inputs give the same Decision in any process, so two picker
+//     replicas that see the same state agree without talking, and every
+//     rule is tested on tables.
+//   - Health comes from the fleet state (fleet.Endpoint.HealthAt): only
+//     routable endpoints are candidates; endpoints the caller excludes
+//     (already tried for this request) are not either.
+//   - Scoring is picker/score's: matched blocks become tokens at the
+//     group's block size; the load is the engine's last report plus this
+//     picker's picks the report does not cover yet (picker/inflight).
+//   - The Decision carries everything the shell needs afterwards — the
+//     figures for the answer, for the metrics (recorded by the shell in one
+//     place) and for the in-flight record — so the shell never re-derives
+//     any of it.
+//   - RenderOrder chooses which engines of the group render a request's
+//     tokens: routable ones, least loaded first, ties by URL.
+package decide

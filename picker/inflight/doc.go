@@ -1,0 +1,16 @@
+// Package inflight is the picker's ledger of its own picks that no engine
+// load report covers yet: what the picker sent each endpoint since the
+// endpoint's last report, so that a burst of picks between two reports is
+// not all sent to the same idle-looking engine.
+//
+// Contract:
+//   - Pure: it takes `now` as an argument, reads no clock, does no I/O
+//     and holds no lock (the caller serialises access).
+//   - A pick counts until the endpoint's next load report arrives after
+//     it was made (the report then counts it), until it is Done, or until
+//     Config.Forget has passed, whichever comes first.
+//   - A pick's queued prefill work shrinks at Config.PrefillTokensPerSecond
+//     from the moment it was made, never below zero.
+//   - At most Config.PerEndpoint picks are kept per endpoint; past that
+//     the oldest is dropped.
+package inflight

@@ -1,0 +1,255 @@
+package picker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/picker/decide"
+	"github.com/kvroute/kvroute/picker/fleet"
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/render"
+	"github.com/kvroute/kvroute/picker/score"
+)
+
+// prepared is a request after the I/O step: parsed, its model resolved to
+// an identity group, its tokens rendered and keyed.
+type prepared struct {
+	req        *intake.Request
+	group      string
+	eps        []fleet.Endpoint // the group's, sorted by URL
+	chain      []blockkey.Key   // the request's block keys (none: load only, or no tokens)
+	prefixHash string           // "" when not anchorable
+	dreq       decide.Request
+}
+
+// notes are what the preparation saw that the metrics count; Pick
+// records them with the decision, in one place.
+type notes struct {
+	refused    string   // refused_total reason, when refused
+	unresolved string   // unresolved_total reason
+	fallbacks  []string // fallbacks_total reasons
+	// tokenized: a full render was made; tokenizeVia and tokenizeSecs
+	// are its path and time (retry included).
+	tokenized      bool
+	tokenizeVia    string
+	tokenizeSecs   float64
+	tokenizeErrors []string // tokenize_errors_total kinds, one per failed call
+}
+
+func (n *notes) fallback(reason string) { n.fallbacks = append(n.fallbacks, reason) }
+
+// unresolvedError refuses an unresolved identity.
+func unresolvedError(reason string) *intake.Error {
+	return intake.BadRequest("", "unresolved_identity",
+		"This request's cache identity cannot be resolved exactly (%s); the picker is configured to refuse such requests.", reason)
+}
+
+// prepare is the I/O step of a pick: parse the body, resolve the model to
+// its identity group, and (unless the request goes by load only) get its
+// exact tokens from an engine of the group and compute its block keys and
+// anchor. Errors are refusals for the client.
+func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *notes) (*prepared, error) {
+	req, err := r.parser.Parse(kind, body)
+	if err != nil {
+		n.refused = "bad_request"
+		return nil, err
+	}
+	ref, err := r.models.resolve(req.Model)
+	if err != nil {
+		n.refused = "unknown_model"
+		return nil, err
+	}
+	lora := ref.lora
+	if req.LoRA != "" {
+		lora = req.LoRA
+	}
+	p := &prepared{req: req, group: ref.group, eps: r.groupEndpoints(ref.group)}
+	if len(p.eps) == 0 {
+		return p, noEndpoints(req.Model)
+	}
+	model, blockSize := p.eps[0].Info.Model, p.eps[0].Info.BlockSize
+	loadOnly := false
+	if blockSize <= 0 {
+		// The sidecar has not learnt the engine's block size yet: no keys.
+		loadOnly = true
+		n.fallback("unknown_block_size")
+	}
+	if req.Unresolved != "" {
+		n.unresolved = req.Unresolved
+		switch r.cfg.Unresolved {
+		case UnresolvedReject:
+			return p, unresolvedError(req.Unresolved)
+		case UnresolvedLoadOnly:
+			loadOnly = true
+		case UnresolvedPreciseOnly:
+			// Score what is known: the first prompt when it came as token
+			// ids (intake keeps it); text prompts cannot be rendered one by
+			// one here, so they go by load.
+			loadOnly = req.TokenIDs == nil
+		}
+	}
+	p.dreq = decide.Request{Request: score.Request{Counter: r.counter.Add(1) - 1, LoadOnly: loadOnly}, BlockSize: blockSize}
+	if loadOnly {
+		return p, nil
+	}
+	toks, err := r.tokens(ctx, req, req.Kind, body, p.eps, n)
+	switch {
+	case err == nil:
+		kr := blockkey.Request{Tokens: toks.full, LoRA: lora, CacheSalt: req.CacheSalt, MM: toks.mm}
+		p.chain = kr.AppendKeys(nil, model, blockSize)
+		p.dreq.PromptTokens = len(toks.full)
+		if len(p.chain) > 0 {
+			p.dreq.TieKey = uint64(p.chain[0])
+		}
+		if k := min(toks.anchor/blockSize, len(p.chain)); k > 0 {
+			p.dreq.Anchor, p.dreq.HasAnchor = uint64(p.chain[k-1]), true
+			p.prefixHash = fmt.Sprintf("%016x", p.dreq.Anchor)
+		}
+	case isRefusal(err):
+		return p, err
+	default:
+		// No tokens in time: place by consistent hashing on the raw
+		// anchor, salted, so retries and siblings still meet.
+		n.fallback("tokenize_failed")
+		r.log.Debug("tokenize failed; consistent-hash fallback", zap.Error(err))
+		p.dreq.Anchor, p.dreq.HasAnchor = rawAnchor(req, body, r.cfg.AnchorTokens), true
+		p.dreq.Policy = score.PrefixHash
+	}
+	return p, nil
+}
+
+// groupEndpoints lists the group's endpoints, sorted by URL.
+func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
+	var out []fleet.Endpoint
+	for _, e := range r.view.Endpoints() {
+		if e.Group == group {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func isRefusal(err error) bool {
+	var ie *intake.Error
+	var re *render.RefusedError
+	return errors.As(err, &ie) || errors.As(err, &re)
+}
+
+// rawAnchor is a salted hash of what the request's anchor is made of, for
+// placing it without tokens.
+func rawAnchor(req *intake.Request, body []byte, anchorTokens int) uint64 {
+	h := xxh3.New()
+	_, _ = h.WriteString(req.Model)
+	_, _ = h.Write([]byte{0})
+	_, _ = h.WriteString(req.CacheSalt)
+	_, _ = h.Write([]byte{0})
+	switch {
+	case req.RawAnchor != nil:
+		_, _ = h.Write(req.RawAnchor)
+	case req.TokenIDs != nil:
+		for _, t := range req.TokenIDs[:min(len(req.TokenIDs), anchorTokens)] {
+			_, _ = h.Write([]byte{byte(t), byte(t >> 8), byte(t >> 16), byte(t >> 24)})
+		}
+	default:
+		_, _ = h.Write(body)
+	}
+	return h.Sum64()
+}
+
+// tokensOf is a request's tokens and how many of them are its anchor.
+type tokensOf struct {
+	full   []uint32
+	anchor int
+	mm     []blockkey.MMItem
+}
+
+// tokens gets the request's tokens: as sent, or rendered by an engine of
+// its group (the anchor rendered alongside).
+func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Kind, body []byte, eps []fleet.Endpoint, n *notes) (tokensOf, error) {
+	if req.TokenIDs != nil {
+		if !req.Anchorable {
+			return tokensOf{full: req.TokenIDs}, nil
+		}
+		return tokensOf{full: req.TokenIDs, anchor: min(len(req.TokenIDs), r.cfg.AnchorTokens)}, nil
+	}
+	engines := decide.RenderOrder(&r.dcfg, eps, time.Now())
+	if len(engines) == 0 {
+		return tokensOf{}, errors.New("no healthy engine to render with")
+	}
+	engine := engines[0]
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
+	defer cancel()
+	type result struct {
+		r   render.Rendered
+		err error
+	}
+	var anchorCh chan result
+	if req.AnchorBody != nil {
+		anchorCh = make(chan result, 1)
+		go func() {
+			body, kind := req.AnchorBody, kind
+			if kind == intake.Responses {
+				var err error
+				if body, err = render.ResponsesAnchor(body); err != nil {
+					anchorCh <- result{err: err}
+					return
+				}
+				kind = intake.Chat
+			}
+			a, err := r.render.Render(ctx, engine, kind, body)
+			anchorCh <- result{a, err}
+		}()
+	}
+	t0 := time.Now()
+	full, err := r.render.Render(ctx, engine, kind, body)
+	if err != nil && !isRefusal(err) && ctx.Err() == nil && len(engines) > 1 {
+		// That engine could not be reached: another of the group renders
+		// the same tokens (the anchor, if it failed too, only costs the
+		// prefix hash).
+		n.tokenizeErrors = append(n.tokenizeErrors, errKind(err))
+		full, err = r.render.Render(ctx, engines[1], kind, body)
+	}
+	n.tokenized, n.tokenizeVia, n.tokenizeSecs = true, full.Via, time.Since(t0).Seconds()
+	if err != nil {
+		n.tokenizeErrors = append(n.tokenizeErrors, errKind(err))
+		return tokensOf{}, err
+	}
+	out := tokensOf{full: full.TokenIDs, mm: full.MM}
+	switch {
+	case !req.Anchorable:
+	case anchorCh == nil && kind == intake.Completion:
+		out.anchor = min(len(full.TokenIDs), r.cfg.AnchorTokens)
+	case anchorCh == nil:
+		out.anchor = len(full.TokenIDs) // the anchor is the whole prompt
+	default:
+		a := <-anchorCh
+		if a.err != nil {
+			n.tokenizeErrors = append(n.tokenizeErrors, errKind(a.err))
+			n.fallback("anchor_render_failed")
+			break // no prefix hash; routing is unaffected
+		}
+		k := 0
+		for k < len(a.r.TokenIDs) && k < len(full.TokenIDs) && a.r.TokenIDs[k] == full.TokenIDs[k] {
+			k++
+		}
+		out.anchor = k
+	}
+	return out, nil
+}
+
+func errKind(err error) string {
+	var re *render.RefusedError
+	switch {
+	case errors.As(err, &re):
+		return "refused"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "error"
+}
