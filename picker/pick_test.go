@@ -22,8 +22,12 @@ import (
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker"
+	fleetpkg "github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/render"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/enginesim"
 	testpod "github.com/kvroute/kvroute/test/pod"
@@ -95,6 +99,60 @@ func loaded(v *fleetview.View) bool {
 		}
 	}
 	return true
+}
+
+// awaitLoadReports waits (bounded) until every endpoint has a load report
+// that arrived after this call: the picks made before it are covered.
+func (f *fleet) awaitLoadReports(t *testing.T) {
+	t.Helper()
+	since := time.Now()
+	deadline := since.Add(10 * time.Second)
+	for {
+		fresh := true
+		for _, e := range f.view.Endpoints() {
+			fresh = fresh && e.LoadAt.After(since)
+		}
+		if fresh {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new load report from every endpoint within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// awaitHeld waits (bounded) until the view holds the whole prompt of a
+// chat body, as the engine at url renders it, on that endpoint.
+func (f *fleet) awaitHeld(t *testing.T, url, body string) {
+	t.Helper()
+	rc := render.New(5*time.Second, 16<<20)
+	defer rc.Close()
+	r, err := rc.Render(context.Background(), url, intake.Chat, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var salt struct {
+		CacheSalt string `json:"cache_salt"`
+	}
+	_ = json.Unmarshal([]byte(body), &salt)
+	var e *fleetpkg.Endpoint
+	for _, x := range f.view.Endpoints() {
+		if x.URL == url {
+			e = &x
+		}
+	}
+	if e == nil {
+		t.Fatalf("the view does not know %s", url)
+	}
+	chain := (&blockkey.Request{Tokens: r.TokenIDs, CacheSalt: salt.CacheSalt}).AppendKeys(nil, e.Info.Model, e.Info.BlockSize)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.view.Match(e.Group, tier.GPU, chain)[url] < len(chain) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the view holds %d of the prompt's %d blocks on %s after 10 s", f.view.Match(e.Group, tier.GPU, chain)[url], len(chain), url)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 type pickAnswer struct {
@@ -229,7 +287,7 @@ func TestDecisionAPI(t *testing.T) {
 	}
 	// Opting out of the cache hash (after the picks above are covered by
 	// a load report).
-	time.Sleep(150 * time.Millisecond)
+	f.awaitLoadReports(t)
 	_, po, rawOff := f.pick(t, second, http.Header{"X-Kvroute-Cache": {"off"}}, "?explain=true")
 	if po.PrefixHash != "" || po.Endpoint != p1.Endpoint {
 		t.Fatalf("cache off: %s", rawOff)

@@ -201,7 +201,7 @@ func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
 		return string(b)
 	}
 	warm := post2(t, f.api.URL+"/v1/chat/completions", body(0))
-	time.Sleep(300 * time.Millisecond) // its blocks reach the picker
+	f.awaitHeld(t, warm, body(0)) // its blocks reach the picker
 	var wg sync.WaitGroup
 	got := make([]string, 10)
 	for i := range got {
