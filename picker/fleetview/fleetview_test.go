@@ -56,6 +56,14 @@ func startPodWith(t testing.TB, i int, join string, o podOptions) *pod {
 	return &pod{engine: p.Engine, sidecar: p.Sidecar, members: p.Sidecar.Members()}
 }
 
+// viewConfig is the default configuration with params, re-dialling after
+// retry.
+func viewConfig(p summary.Params, retry time.Duration) fleetview.Config {
+	cfg := fleetview.DefaultConfig()
+	cfg.Params, cfg.Retry = p, retry
+	return cfg
+}
+
 type picker struct {
 	reg     *prometheus.Registry
 	view    *fleetview.View
@@ -66,7 +74,7 @@ type picker struct {
 func startPicker(t *testing.T, name, join string) *picker {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 100*time.Millisecond), zap.NewNop(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +243,7 @@ func TestPartitionHeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), nil)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 100*time.Millisecond), zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +308,7 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 	}
 	defer second.Close()
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 50*time.Millisecond), zap.NewNop(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +354,7 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 // refused, and listed as such.
 func TestOtherSummarySizeIsRefused(t *testing.T) {
 	p := startPodWith(t, 0, "", podOptions{gpuBlocks: 2048, capacity: capacity / 2})
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), prometheus.NewRegistry())
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 50*time.Millisecond), zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

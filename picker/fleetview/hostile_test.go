@@ -131,7 +131,7 @@ func TestBadUpdatesRecoverFromSnapshots(t *testing.T) {
 			s := &scriptedSidecar{info: info, scripts: [][]*pb.SummaryUpdate{script, {snapshot(full)}}}
 			addr := serveScripted(t, s)
 			reg := prometheus.NewRegistry()
-			v, err := fleetview.New(fleetview.Config{Params: p, Retry: 20 * time.Millisecond}, zap.NewNop(), reg)
+			v, err := fleetview.New(viewConfig(p, 20*time.Millisecond), zap.NewNop(), reg)
 			if err != nil {
 				t.Fatal(err)
 			}
