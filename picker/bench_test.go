@@ -30,7 +30,9 @@ import (
 // as cfg says (its Index set), once it knows all of them.
 func simView(t testing.TB, n int, cfg simsidecar.Config) (*fleetview.View, []*simsidecar.Sidecar) {
 	t.Helper()
-	v, err := fleetview.New(fleetview.Config{Params: cfg.Params, Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
+	vcfg := fleetview.DefaultConfig()
+	vcfg.Params, vcfg.Retry = cfg.Params, 50*time.Millisecond
+	v, err := fleetview.New(vcfg, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,9 @@ func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
 func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust func(*enginesim.Config)) *fleet {
 	t.Helper()
 	f := &fleet{}
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), nil)
+	vcfg := fleetview.DefaultConfig()
+	vcfg.Params, vcfg.Retry = summary.ForCapacity(capacity), 50*time.Millisecond
+	v, err := fleetview.New(vcfg, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,9 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	s := &Server{log: log, reg: reg, done: make(chan struct{})}
 	var err error
-	if s.view, err = fleetview.New(fleetview.Config{Params: summary.ForCapacity(cfg.Capacity)}, log.Named("view"), reg); err != nil {
+	vcfg := fleetview.DefaultConfig()
+	vcfg.Params = summary.ForCapacity(cfg.Capacity)
+	if s.view, err = fleetview.New(vcfg, log.Named("view"), reg); err != nil {
 		return nil, err
 	}
 	if s.router, err = NewRouter(cfg.Router, s.view, log.Named("router"), reg); err != nil {

@@ -1,11 +1,41 @@
 // Package fleet is the picker's fleet state: every endpoint the sidecars
 // offer, its identity group, its last load report and, per identity group
-// and tier, the bit-sliced index of every endpoint's summary.
+// and tier, the bit-sliced index (internal/summary.Fleet) of every
+// endpoint's summary. State is the core; picker/fleetview is the shell
+// that follows the sidecars' streams and feeds it.
 //
 // Contract:
-//   - Values here are kvroute's own (Identity, Load, Endpoint), never
-//     protobuf messages: the stream shell (picker/fleetview) converts.
+//   - Values here are kvroute's own (Identity, Load, Endpoint, Position),
+//     never protobuf messages: the stream shell converts.
 //   - An endpoint belongs to the identity group of its model, block size,
 //     key format, summary parameters and tokenizer fingerprint; endpoints
-//     of different groups are never compared.
+//     of different groups are never compared, and Match reports only the
+//     endpoints of the group asked for.
+//   - State decides: which endpoints are taken and which refused, and why
+//     (summary_params, group_full, other_owner — Register returns each
+//     call's refusals for the shell to count and log); who owns an
+//     endpoint (the first sidecar, while its stream is live); when an
+//     endpoint starts over (new owner, new identity group); where a stream
+//     resumes (the positions Register returns); what an update does — a
+//     delta that does not follow asks for a resync, a bad one is
+//     malformed, and either drops the endpoint's summary in that tier; a
+//     snapshot is absent until its last step; and Match's verification of
+//     the leaders' chains, since the index's search assumes prefix-closed
+//     caches.
+//   - The core does no I/O, starts no goroutine, never logs and never
+//     reads the clock: every time it records (LastUpdate, LoadAt) is the
+//     caller's now. A test holds it to that (deps_test.go).
+//   - State holds no lock and is not safe for concurrent use: its caller
+//     serialises access (fleetview with an RWMutex). Match, Endpoints,
+//     Refused and Positions only read, so they may run concurrently with
+//     one another under a read lock, never with anything else; a snapshot
+//     load (StartSnapshot) is stepped under the caller's write lock, which
+//     it may release between steps.
+//   - Endpoint health is judged in one place, Endpoint.HealthAt
+//     (health.go). The endpoint states of DESIGN.md §11 (cached,
+//     load-only, draining, down, with their reasons) are to be held by
+//     State beside the signals they are judged from (see the entry type
+//     in state.go) and judged there.
+//   - Config follows the one rule for defaults: DefaultConfig returns
+//     them, zero values are invalid (Validate), New fills nothing in.
 package fleet

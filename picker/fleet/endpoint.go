@@ -62,5 +62,5 @@ func (e *Endpoint) HasLoad() bool { return !e.LoadAt.IsZero() }
 type Refused struct {
 	Info    Identity
 	Sidecar string
-	Reason  string // summary_params, group_full, other_owner
+	Reason  string // ReasonSummaryParams, ReasonGroupFull or ReasonOtherOwner
 }

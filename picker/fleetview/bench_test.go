@@ -40,7 +40,7 @@ func benchLag(b *testing.B, promptTokens int) {
 		ps = append(ps, startPodWith(b, i, join, podOptions{gpuBlocks: gpuBlocks, capacity: gpuBlocks, gossip: true}))
 	}
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(gpuBlocks), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(gpuBlocks), 100*time.Millisecond), zap.NewNop(), reg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func BenchmarkFleetLag64(b *testing.B) {
 		ps[i] = startPodWith(b, i, "", podOptions{gpuBlocks: gpuBlocks, capacity: gpuBlocks, scrape: time.Second})
 	}
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(gpuBlocks), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(gpuBlocks), 100*time.Millisecond), zap.NewNop(), reg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,18 +1,36 @@
-// Package fleetview is the picker's live view of the fleet: it follows the
+// Package fleetview is the picker's live view of the fleet: the shell
+// around the fleet state core (picker/fleet.State). It follows the
 // sidecars (found through gossip, or named directly), keeps one summary
-// stream per sidecar, and holds, per identity group and tier, a bit-sliced
+// stream per sidecar, decodes what arrives into kvroute's own values, and
+// feeds the core, which holds, per identity group and tier, the bit-sliced
 // fleet index (internal/summary.Fleet) of every endpoint's summary plus its
 // last load report.
 //
 // Contract:
-//   - An endpoint belongs to the identity group of its model, block size,
-//     key format, summary parameters and tokenizer fingerprint; endpoints of
-//     different groups are never compared. Endpoints whose summary
-//     parameters differ from the picker's are refused and counted.
-//   - A stream resumes from the positions the view holds; a delta that does
-//     not follow (lost, new epoch) makes the view ask again and take a
-//     snapshot. A sidecar that leaves (or is forgotten) takes its endpoints
-//     out of every index at once.
-//   - Match is safe to call from any goroutine while streams apply updates.
+//   - What is taken, refused, dropped, resynchronised or matched is the
+//     core's decision (see picker/fleet): endpoints of different identity
+//     groups are never compared; an endpoint whose summary parameters
+//     differ from the picker's, whose group is full, or that another live
+//     stream already owns is refused, counted and listed (Refused).
+//   - The shell does the rest: dialling (TLS or plaintext), one follow
+//     goroutine per sidecar with a retry wait, reconciling with gossip,
+//     decoding protobuf and summary payloads (outside the lock: snapshots
+//     are large), parsing the wire tier (an unknown or missing one is a
+//     malformed update), the clock (every time the core records is read
+//     here), stepping snapshot loads, and the metrics and log lines.
+//   - A stream resumes from the positions the core holds; a delta that
+//     does not follow (lost, new epoch) ends the stream, counted as a
+//     resync, and the next one takes a snapshot; a malformed update ends it
+//     likewise, counted as malformed. A sidecar that leaves (or is
+//     forgotten) takes its endpoints out of every index at once.
+//   - Concurrency: one RWMutex serialises every access to the core —
+//     Match, Endpoints and Refused under the read lock, everything else
+//     under the write lock — and a stream checks its context under that
+//     lock before touching the core, so Forget is exact. A snapshot is
+//     written a part at a time, the lock released between parts, and the
+//     endpoint reads as absent in its tier until the last part. Match is
+//     safe to call from any goroutine while streams apply updates.
 //   - Staleness per endpoint is the time since its last update of any kind.
+//   - Config follows the one rule for defaults: DefaultConfig returns
+//     them, zero values are invalid (Validate), New fills nothing in.
 package fleetview

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -23,26 +22,37 @@ import (
 )
 
 // Config configures a view.
+//
+// One rule for defaults: DefaultConfig returns every documented default,
+// and a zero value is never a default but invalid — Validate rejects it and
+// New does not fill it in. Start from DefaultConfig and set Params, which
+// has no default.
 type Config struct {
 	// Params are the fleet-wide summary parameters; sidecars advertising
-	// others are refused.
+	// others are refused. No default: the summaries' size is the fleet's
+	// choice (the picker derives it from --capacity) and must be set.
 	Params summary.Params
-	// Slots bounds the endpoints of one identity group. Default 256.
+	// Slots bounds the endpoints of one identity group, 1..256.
+	// Default 256.
 	Slots int
-	// Retry is the wait before re-dialling a sidecar whose stream ended.
-	// Default 500 ms.
+	// Retry is the wait before re-dialling a sidecar whose stream ended;
+	// positive. Default 500 ms.
 	Retry time.Duration
-	// TLS, when set, is used to dial sidecars; nil dials in plaintext.
+	// TLS, when set, is used to dial sidecars; nil (the default) dials in
+	// plaintext.
 	TLS credentials.TransportCredentials
 }
 
-// Validate checks c.
+// DefaultConfig returns the defaults: Slots 256, Retry 500 ms, plaintext;
+// Params unset.
+func DefaultConfig() Config {
+	return Config{Slots: fleet.DefaultConfig().Slots, Retry: 500 * time.Millisecond}
+}
+
+// Validate checks c: Params valid, Slots in 1..256, Retry positive.
 func (c *Config) Validate() error {
-	if err := c.Params.Validate(); err != nil {
+	if err := c.fleet().Validate(); err != nil {
 		return err
-	}
-	if c.Slots < 1 || c.Slots > 256 {
-		return fmt.Errorf("fleetview: %d slots per group: want 1..256", c.Slots)
 	}
 	if c.Retry <= 0 {
 		return errors.New("fleetview: retry interval must be positive")
@@ -50,30 +60,21 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// endpoint is one engine rank as the view holds it.
-type endpoint struct {
-	fleet.Endpoint
-	slot int
-}
+// fleet is the fleet state's part of c.
+func (c *Config) fleet() fleet.Config { return fleet.Config{Params: c.Params, Slots: c.Slots} }
 
-type group struct {
-	tiers map[string]*summary.Fleet
-	slots []string // slot → endpoint URL ("" free)
-}
-
-// View is the picker's fleet view.
+// View is the picker's fleet view: the shell around a fleet.State.
 type View struct {
 	cfg Config
 	log *zap.Logger
 
-	mu        sync.RWMutex
-	groups    map[string]*group
-	endpoints map[string]*endpoint // by URL
-	// refusedEps are endpoints a sidecar offered that the view could not
-	// take, by URL, until they are taken or their sidecar is forgotten.
-	refusedEps map[string]Refused
-	streams    map[string]*streamRef
-	closed     bool
+	// mu serialises access to state (Match, Endpoints and Refused under
+	// the read lock, everything else under the write lock) and guards
+	// streams and closed.
+	mu      sync.RWMutex
+	state   *fleet.State
+	streams map[string]*streamRef // by sidecar address
+	closed  bool
 
 	wg        sync.WaitGroup
 	refused   prometheus.Counter
@@ -86,21 +87,19 @@ type View struct {
 	close     context.CancelFunc
 }
 
-// New returns an empty view.
+// New returns an empty view. cfg must be valid (see Config).
 func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) {
-	if cfg.Slots == 0 {
-		cfg.Slots = 256
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = 500 * time.Millisecond
-	}
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	state, err := fleet.New(cfg.fleet())
+	if err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	v := &View{cfg: cfg, log: log, groups: map[string]*group{}, endpoints: map[string]*endpoint{}, refusedEps: map[string]Refused{}, streams: map[string]*streamRef{},
+	v := &View{cfg: cfg, log: log, state: state, streams: map[string]*streamRef{},
 		refused:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
 		conflict:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
 		resyncs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
@@ -159,7 +158,7 @@ func (v *View) Watch(addr string) {
 
 // Forget stops following a sidecar and drops its endpoints. Cancelling
 // under the lock makes it exact: a stream checks its context under the
-// same lock before touching the view.
+// same lock before touching the state.
 func (v *View) Forget(addr string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -167,16 +166,7 @@ func (v *View) Forget(addr string) {
 		ref.cancel()
 		delete(v.streams, addr)
 	}
-	for url, ep := range v.endpoints {
-		if ep.Sidecar == addr {
-			v.removeLocked(url)
-		}
-	}
-	for url, r := range v.refusedEps {
-		if r.Sidecar == addr {
-			delete(v.refusedEps, url)
-		}
-	}
+	v.state.Forget(addr)
 }
 
 // Refused is an endpoint a sidecar offered that the view did not take.
@@ -186,33 +176,7 @@ type Refused = fleet.Refused
 func (v *View) Refused() []Refused {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	out := make([]Refused, 0, len(v.refusedEps))
-	for _, r := range v.refusedEps {
-		out = append(out, r)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Info.Endpoint < out[j].Info.Endpoint })
-	return out
-}
-
-func (v *View) removeLocked(url string) {
-	ep := v.endpoints[url]
-	if ep == nil {
-		return
-	}
-	if g := v.groups[ep.Group]; g != nil {
-		for _, f := range g.tiers {
-			f.Remove(ep.slot)
-		}
-		g.slots[ep.slot] = ""
-		empty := true
-		for _, u := range g.slots {
-			empty = empty && u == ""
-		}
-		if empty {
-			delete(v.groups, ep.Group) // its fleets' memory goes with it
-		}
-	}
-	delete(v.endpoints, url)
+	return v.state.Refused()
 }
 
 // FollowGossip watches every sidecar that gossip reports and forgets those
@@ -299,9 +263,6 @@ func (v *View) follow(ctx context.Context, addr string) {
 	}
 }
 
-// errResync ends a stream so that the next one starts from snapshots.
-var errResync = errors.New("fleetview: delta out of order; resynchronising")
-
 func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string) error {
 	info, err := client.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
@@ -326,7 +287,7 @@ func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string)
 			return fmt.Errorf("fleetview: %w", err)
 		}
 		if err := v.apply(ctx, addr, u); err != nil {
-			if errors.Is(err, errResync) {
+			if resync(err) {
 				v.resyncs.Inc()
 			} else if ctx.Err() == nil {
 				v.malformed.Inc()
@@ -336,116 +297,137 @@ func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string)
 	}
 }
 
-// register records a sidecar's endpoints (assigning slots) and returns the
-// positions the view holds for them.
+// resync reports whether a stream ended by err should restart to take
+// snapshots (rather than having met a malformed update): a delta that did
+// not follow, or a snapshot load overtaken by a change to its endpoint.
+func resync(err error) bool {
+	return fleet.FaultOf(err) == fleet.Resync || errors.Is(err, summary.ErrAbandoned)
+}
+
+// register hands a sidecar's endpoints to the state, counts and logs its
+// refusals, and returns the positions the state holds for them.
 func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse) (map[string]*pb.Position, error) {
+	ids := make([]fleet.Identity, len(info.Endpoints))
+	for i, ei := range info.Endpoints {
+		ids[i] = identityOf(ei)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, err // forgotten meanwhile
 	}
-	listed := map[string]bool{}
-	for _, ei := range info.Endpoints {
-		listed[ei.Endpoint] = true
-	}
-	for url, ep := range v.endpoints { // endpoints the sidecar no longer serves
-		if ep.Sidecar == addr && !listed[url] {
-			v.removeLocked(url)
+	reg, err := v.state.Register(addr, ids, v.liveLocked)
+	for _, r := range reg.Refused {
+		switch r.Reason {
+		case fleet.ReasonSummaryParams:
+			v.refused.Inc()
+			v.log.Warn("endpoint refused: summary parameters differ", zap.String("endpoint", r.Info.Endpoint),
+				zap.String("theirs", r.Info.SummaryParams), zap.String("ours", v.cfg.Params.String()))
+		case fleet.ReasonGroupFull:
+			v.refused.Inc()
+			v.log.Warn("endpoint refused: identity group full", zap.String("endpoint", r.Info.Endpoint))
+		case fleet.ReasonOtherOwner:
+			v.conflict.Inc() // another sidecar streams it: the first owner keeps it
 		}
 	}
-	for url, r := range v.refusedEps {
-		if r.Sidecar == addr && !listed[url] {
-			delete(v.refusedEps, url)
-		}
+	if err != nil {
+		return nil, err
 	}
 	known := map[string]*pb.Position{}
-	for _, ei := range info.Endpoints {
-		if ei.SummaryParams != v.cfg.Params.String() {
-			v.refused.Inc()
-			v.refusedEps[ei.Endpoint] = Refused{Info: identityOf(ei), Sidecar: addr, Reason: "summary_params"}
-			v.log.Warn("endpoint refused: summary parameters differ", zap.String("endpoint", ei.Endpoint),
-				zap.String("theirs", ei.SummaryParams), zap.String("ours", v.cfg.Params.String()))
-			continue
-		}
-		gid := GroupID(ei)
-		ep := v.endpoints[ei.Endpoint]
-		if ep != nil && ep.Sidecar != addr {
-			if _, live := v.streams[ep.Sidecar]; live {
-				v.conflict.Inc() // another sidecar streams it: keep the first owner
-				v.refusedEps[ei.Endpoint] = Refused{Info: identityOf(ei), Sidecar: addr, Reason: "other_owner"}
-				continue
-			}
-		}
-		if ep != nil && (ep.Group != gid || ep.Sidecar != addr) {
-			v.removeLocked(ei.Endpoint) // identity or owner changed
-			ep = nil
-		}
-		if ep == nil {
-			g := v.groups[gid]
-			if g == nil {
-				g = &group{tiers: map[string]*summary.Fleet{}, slots: make([]string, v.cfg.Slots)}
-				v.groups[gid] = g
-			}
-			slot := -1
-			for i, u := range g.slots {
-				if u == "" {
-					slot = i
-					break
-				}
-			}
-			if slot < 0 {
-				v.refused.Inc()
-				v.refusedEps[ei.Endpoint] = Refused{Info: identityOf(ei), Sidecar: addr, Reason: "group_full"}
-				v.log.Warn("endpoint refused: identity group full", zap.String("endpoint", ei.Endpoint))
-				continue
-			}
-			// Fleets hold 64 slots per row word; grow them as endpoints come.
-			for _, f := range g.tiers {
-				if err := f.Grow(slot + 1); err != nil {
-					return nil, err
-				}
-			}
-			g.slots[slot] = ei.Endpoint
-			ep = &endpoint{Endpoint: fleet.Endpoint{URL: ei.Endpoint, Sidecar: addr, Group: gid}, slot: slot}
-			v.endpoints[ei.Endpoint] = ep
-		}
-		ep.Info = identityOf(ei)
-		delete(v.refusedEps, ei.Endpoint)
-		for tier, f := range v.groups[gid].tiers {
-			if epoch, seq, ok := f.Position(ep.slot); ok {
-				known[ei.Endpoint+"|"+tier] = &pb.Position{Epoch: epoch, Seq: seq}
-			}
-		}
+	for _, p := range reg.Positions {
+		known[p.Endpoint+"|"+p.Tier.String()] = &pb.Position{Epoch: p.Epoch, Seq: p.Seq}
 	}
 	return known, nil
 }
 
+// liveLocked reports whether a stream follows the sidecar at addr: its
+// endpoints are not for another sidecar to take. Callers hold v.mu.
+func (v *View) liveLocked(addr string) bool {
+	_, ok := v.streams[addr]
+	return ok
+}
+
+// tierOf reads an update's wire tier. A name that is no tier (or none)
+// yields an invalid Tier, which the state refuses as malformed once it
+// knows the update is for an endpoint it holds.
+func tierOf(name string) tier.Tier {
+	if t, ok := tier.Parse(name); ok {
+		return t
+	}
+	return tier.Tier(tier.Count)
+}
+
+// apply decodes u (outside the lock: snapshots are large) and hands it to
+// the state. Each step under the lock first checks ctx: a forgotten
+// sidecar's stream never touches the state again.
 func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) error {
-	// Decode before taking the lock: snapshots are large.
-	var dec decoded
 	switch b := u.Body.(type) {
+	case *pb.SummaryUpdate_Load:
+		v.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			v.mu.Unlock()
+			return err // forgotten meanwhile
+		}
+		ok := v.state.ApplyLoad(addr, u.Endpoint, loadOf(b.Load), time.Now())
+		v.mu.Unlock()
+		if ok {
+			v.applied.WithLabelValues("load").Inc()
+		}
+		return nil
 	case *pb.SummaryUpdate_Snapshot:
 		snap, err := summary.DecodeSnapshot(b.Snapshot.GetData(), v.cfg.Params)
 		if err != nil {
 			return err
 		}
-		dec.snap = &snap
+		snap.Seq = b.Snapshot.GetSeq()
+		v.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			v.mu.Unlock()
+			return err
+		}
+		load, err := v.state.StartSnapshot(addr, u.Endpoint, tierOf(u.Tier), u.Epoch, snap, time.Now())
+		v.mu.Unlock()
+		if load == nil || err != nil {
+			return err // ignored (not this sidecar's endpoint here), or malformed
+		}
+		v.applied.WithLabelValues("snapshot").Inc()
+		return v.step(ctx, load)
 	case *pb.SummaryUpdate_Delta:
 		d, err := summary.DecodeDelta(b.Delta.GetData(), b.Delta.GetSeq(), v.cfg.Params)
 		if err != nil {
 			return err
 		}
-		dec.delta = &d
+		v.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			v.mu.Unlock()
+			return err
+		}
+		ok, err := v.state.ApplyDelta(addr, u.Endpoint, tierOf(u.Tier), u.Epoch, d, time.Now())
+		v.mu.Unlock()
+		if !ok || err != nil {
+			return err
+		}
+		v.applied.WithLabelValues("delta").Inc()
+		if ns := b.Delta.GetOldestEventUnixNanos(); ns > 0 {
+			v.lag.Observe(max(0, time.Since(time.Unix(0, ns)).Seconds()))
+		}
+		return nil
 	}
-	v.mu.Lock()
-	load, err := v.applyLocked(ctx, addr, u, dec)
-	v.mu.Unlock()
-	if load == nil || err != nil {
+	v.mu.Lock() // an update without a body: nothing to apply, but heard
+	defer v.mu.Unlock()
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// A snapshot is written a part at a time, the lock released between
-	// parts so that lookups never wait for a whole summary's rewrite; the
-	// endpoint reads as absent in that tier until the last part.
+	v.state.Touch(addr, u.Endpoint, time.Now())
+	return nil
+}
+
+// step writes a snapshot a part at a time, the lock released between
+// parts so that lookups never wait for a whole summary's rewrite; the
+// endpoint reads as absent in that tier until the last part. A change to
+// the endpoint meanwhile abandons the load (summary.ErrAbandoned): the
+// stream restarts.
+func (v *View) step(ctx context.Context, load *summary.SnapshotLoad) error {
 	for {
 		v.mu.Lock()
 		if err := ctx.Err(); err != nil {
@@ -454,9 +436,6 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 		}
 		done, err := load.Step(snapshotStepWords)
 		v.mu.Unlock()
-		if errors.Is(err, summary.ErrAbandoned) {
-			return errResync // the slot changed under the load: start over
-		}
 		if err != nil || done {
 			return err
 		}
@@ -467,131 +446,13 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 // 64Ki rows, well under a millisecond.
 const snapshotStepWords = 1024
 
-// applyLocked applies u to its endpoint, or starts the load of a snapshot
-// (returned for the caller to step). Callers hold v.mu.
-func (v *View) applyLocked(ctx context.Context, addr string, u *pb.SummaryUpdate, dec decoded) (*summary.SnapshotLoad, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err // forgotten meanwhile
-	}
-	ep := v.endpoints[u.Endpoint]
-	if ep == nil || ep.Sidecar != addr {
-		return nil, nil // refused, forgotten, or another sidecar's
-	}
-	load, err := v.applyEndpointLocked(ep, u, dec)
-	if err != nil && !errors.Is(err, errResync) {
-		// A bad update: drop the slot so nothing routes on a broken base;
-		// the stream restarts and takes a snapshot.
-		if g := v.groups[ep.Group]; g != nil && g.tiers[u.Tier] != nil {
-			g.tiers[u.Tier].Remove(ep.slot)
-		}
-	}
-	return load, err
-}
-
-// decoded is an update's payload, decoded outside the view's lock.
-type decoded struct {
-	snap  *summary.Snapshot
-	delta *summary.Delta
-}
-
-func (v *View) applyEndpointLocked(ep *endpoint, u *pb.SummaryUpdate, dec decoded) (*summary.SnapshotLoad, error) {
-	ep.LastUpdate = time.Now()
-	g := v.groups[ep.Group]
-	switch b := u.Body.(type) {
-	case *pb.SummaryUpdate_Load:
-		ep.Load, ep.LoadAt = loadOf(b.Load), ep.LastUpdate
-		v.applied.WithLabelValues("load").Inc()
-		return nil, nil
-	case *pb.SummaryUpdate_Snapshot:
-		snap := *dec.snap
-		snap.Seq = b.Snapshot.GetSeq()
-		f, err := v.fleetLocked(g, u.Tier)
-		if err != nil {
-			return nil, err
-		}
-		v.applied.WithLabelValues("snapshot").Inc()
-		return f.LoadSnapshot(ep.slot, u.Epoch, snap)
-	case *pb.SummaryUpdate_Delta:
-		d := *dec.delta
-		f, err := v.fleetLocked(g, u.Tier)
-		if err != nil {
-			return nil, err
-		}
-		if err := f.ApplyDelta(ep.slot, u.Epoch, d); err != nil {
-			var se *summary.SeqError
-			if errors.As(err, &se) {
-				f.Remove(ep.slot) // stale: drop it until the snapshot arrives
-				return nil, errResync
-			}
-			return nil, err
-		}
-		v.applied.WithLabelValues("delta").Inc()
-		if ns := b.Delta.GetOldestEventUnixNanos(); ns > 0 {
-			v.lag.Observe(max(0, time.Since(time.Unix(0, ns)).Seconds()))
-		}
-	}
-	return nil, nil
-}
-
-func (v *View) fleetLocked(g *group, tier string) (*summary.Fleet, error) {
-	if tier == "" {
-		return nil, errors.New("fleetview: summary update without a tier")
-	}
-	f := g.tiers[tier]
-	if f == nil {
-		var err error
-		used := 0
-		for i, u := range g.slots {
-			if u != "" {
-				used = i + 1
-			}
-		}
-		if f, err = summary.NewFleet(v.cfg.Params, max(used, 1)); err != nil {
-			return nil, err
-		}
-		g.tiers[tier] = f
-	}
-	return f, nil
-}
-
 // Match returns, for every endpoint of the group that may hold a prefix of
-// chain in tier, its matched length in blocks.
+// chain in tier t, its matched length in blocks, the leaders verified
+// (fleet.State.Match).
 func (v *View) Match(groupID string, t tier.Tier, chain []blockkey.Key) map[string]int {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	g := v.groups[groupID]
-	if g == nil || g.tiers[t.String()] == nil {
-		return nil
-	}
-	f := g.tiers[t.String()]
-	matched := make([]int, f.Slots())
-	f.Match(chain, matched)
-	matched = matched[:min(len(matched), len(g.slots))]
-	// The search assumes prefix-closed caches; walk the leaders' chains to
-	// confirm them (DESIGN §6), until the longest match is a verified one.
-	verified := make([]bool, len(matched))
-	for range matched {
-		best, slot := 0, -1
-		for s, n := range matched {
-			if n > best && !verified[s] {
-				best, slot = n, s
-			}
-		}
-		if slot < 0 {
-			break
-		}
-		matched[slot], verified[slot] = f.Verify(chain, slot, best), true
-		if matched[slot] == best {
-			break // the longest match holds
-		}
-	}
-	out := map[string]int{}
-	for slot, url := range g.slots {
-		if url != "" && slot < len(matched) {
-			out[url] = matched[slot]
-		}
-	}
-	return out
+	return v.state.Match(groupID, t, chain)
 }
 
 // staleDesc describes kvroute_picker_endpoint_staleness_seconds.
@@ -604,11 +465,9 @@ type staleness struct{ v *View }
 func (s staleness) Describe(ch chan<- *prometheus.Desc) { ch <- staleDesc }
 
 func (s staleness) Collect(ch chan<- prometheus.Metric) {
-	s.v.mu.RLock()
-	defer s.v.mu.RUnlock()
-	for url, ep := range s.v.endpoints {
+	for _, ep := range s.v.Endpoints() {
 		if !ep.LastUpdate.IsZero() {
-			ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, time.Since(ep.LastUpdate).Seconds(), url)
+			ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, time.Since(ep.LastUpdate).Seconds(), ep.URL)
 		}
 	}
 }
@@ -617,12 +476,7 @@ func (s staleness) Collect(ch chan<- prometheus.Metric) {
 func (v *View) Endpoints() []fleet.Endpoint {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	out := make([]fleet.Endpoint, 0, len(v.endpoints))
-	for _, ep := range v.endpoints {
-		out = append(out, ep.Endpoint)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
-	return out
+	return v.state.Endpoints()
 }
 
 // Close stops every stream.

@@ -56,6 +56,14 @@ func startPodWith(t testing.TB, i int, join string, o podOptions) *pod {
 	return &pod{engine: p.Engine, sidecar: p.Sidecar, members: p.Sidecar.Members()}
 }
 
+// viewConfig is the default configuration with params, re-dialling after
+// retry.
+func viewConfig(p summary.Params, retry time.Duration) fleetview.Config {
+	cfg := fleetview.DefaultConfig()
+	cfg.Params, cfg.Retry = p, retry
+	return cfg
+}
+
 type picker struct {
 	reg     *prometheus.Registry
 	view    *fleetview.View
@@ -66,7 +74,7 @@ type picker struct {
 func startPicker(t *testing.T, name, join string) *picker {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 100*time.Millisecond), zap.NewNop(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +243,7 @@ func TestPartitionHeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 100 * time.Millisecond}, zap.NewNop(), nil)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 100*time.Millisecond), zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,6 +278,39 @@ func TestPartitionHeals(t *testing.T) {
 	agree(t, v, pods, reqs, 20*time.Second)
 }
 
+// eventually polls cond every 10 ms until it holds, failing the test
+// after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: not yet %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sentUpdates reads how many updates of a kind (snapshot, delta, load) a
+// sidecar has sent its watchers.
+func sentUpdates(t *testing.T, reg *prometheus.Registry, kind string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "kvroute_sidecar_stream_updates_total" {
+			for _, m := range f.Metric {
+				if label(m, "kind") == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -300,7 +341,7 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 	}
 	defer second.Close()
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 50*time.Millisecond), zap.NewNop(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +354,17 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 	complete(t, e, tokens(48, 9000))
 	reqs[0] = tokens(48, 9000)
 	agree(t, v, []*pod{first}, reqs, 15*time.Second)
-	time.Sleep(500 * time.Millisecond) // let the second stream try its luck
+	// Let the second stream try its luck: its claim is refused (a
+	// conflict), and the stream then lives through several of the
+	// endpoint's load reports, each ignored, which must not resynchronise
+	// it over and over.
+	eventually(t, 10*time.Second, "the second claim counted as a conflict", func() bool {
+		return counterValue(t, reg, "kvroute_picker_endpoint_conflicts_total") >= 1
+	})
+	loads := sentUpdates(t, second.Registry(), "load")
+	eventually(t, 10*time.Second, "the second sidecar sends 3 more load reports", func() bool {
+		return sentUpdates(t, second.Registry(), "load") >= loads+3
+	})
 	eps := v.Endpoints()
 	if len(eps) != 1 || eps[0].Sidecar != first.sidecar.GRPCAddr() {
 		t.Fatalf("endpoints %+v", eps)
@@ -346,7 +397,7 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 // refused, and listed as such.
 func TestOtherSummarySizeIsRefused(t *testing.T) {
 	p := startPodWith(t, 0, "", podOptions{gpuBlocks: 2048, capacity: capacity / 2})
-	v, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity), Retry: 50 * time.Millisecond}, zap.NewNop(), prometheus.NewRegistry())
+	v, err := fleetview.New(viewConfig(summary.ForCapacity(capacity), 50*time.Millisecond), zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

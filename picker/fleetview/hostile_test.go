@@ -123,6 +123,10 @@ func TestBadUpdatesRecoverFromSnapshots(t *testing.T) {
 		{"undecodable delta", "kvroute_picker_summary_malformed_total", []*pb.SummaryUpdate{snapshot(empty), delta(d1, []byte{2, 1, 0xff})}},
 		{"unnamed feed", "kvroute_picker_summary_malformed_total", []*pb.SummaryUpdate{{Feed: 7, Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: 1}}}}},
 		{"snapshot of other parameters", "kvroute_picker_summary_malformed_total", []*pb.SummaryUpdate{snapshot(summary.NewCounting(summary.ForCapacity(10)).Snapshot())}},
+		{"unknown tier", "kvroute_picker_summary_malformed_total", []*pb.SummaryUpdate{{Endpoint: url, Tier: "NVME", Epoch: 1, Feed: 2,
+			Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: 2, Data: summary.AppendDelta(nil, d2)}}}}},
+		{"no tier", "kvroute_picker_summary_malformed_total", []*pb.SummaryUpdate{{Endpoint: url, Epoch: 1,
+			Body: &pb.SummaryUpdate_Snapshot{Snapshot: &pb.Snapshot{Seq: full.Seq, Data: summary.AppendSnapshot(nil, full)}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// First call: good state (chain[:4]) then the bad update;
@@ -131,7 +135,7 @@ func TestBadUpdatesRecoverFromSnapshots(t *testing.T) {
 			s := &scriptedSidecar{info: info, scripts: [][]*pb.SummaryUpdate{script, {snapshot(full)}}}
 			addr := serveScripted(t, s)
 			reg := prometheus.NewRegistry()
-			v, err := fleetview.New(fleetview.Config{Params: p, Retry: 20 * time.Millisecond}, zap.NewNop(), reg)
+			v, err := fleetview.New(viewConfig(p, 20*time.Millisecond), zap.NewNop(), reg)
 			if err != nil {
 				t.Fatal(err)
 			}

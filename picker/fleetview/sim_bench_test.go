@@ -26,7 +26,7 @@ func BenchmarkFleetSyncSimulated(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		reg := prometheus.NewRegistry()
-		v, err := fleetview.New(fleetview.Config{Params: params, Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
+		v, err := fleetview.New(viewConfig(params, 100*time.Millisecond), zap.NewNop(), reg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func BenchmarkFleetLagSimulated(b *testing.B) {
 	const endpoints, capacity, rate = 64, 65536, 1000
 	params := summary.ForCapacity(capacity)
 	reg := prometheus.NewRegistry()
-	v, err := fleetview.New(fleetview.Config{Params: params, Retry: 100 * time.Millisecond}, zap.NewNop(), reg)
+	v, err := fleetview.New(viewConfig(params, 100*time.Millisecond), zap.NewNop(), reg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,85 @@
+package fleetview_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/picker/fleetview"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+)
+
+// TestConfig: DefaultConfig holds the documented defaults, Params has
+// none, and zero values are invalid: New fills nothing in.
+func TestConfig(t *testing.T) {
+	d := fleetview.DefaultConfig()
+	if d.Slots != 256 || d.Retry != 500*time.Millisecond || d.TLS != nil || d.Params != (summary.Params{}) {
+		t.Fatalf("defaults %+v", d)
+	}
+	ok := d
+	ok.Params = summary.ForCapacity(capacity)
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, adjust := range map[string]func(*fleetview.Config){
+		"no params":      func(c *fleetview.Config) { c.Params = summary.Params{} },
+		"zero slots":     func(c *fleetview.Config) { c.Slots = 0 },
+		"too many slots": func(c *fleetview.Config) { c.Slots = 257 },
+		"zero retry":     func(c *fleetview.Config) { c.Retry = 0 },
+		"negative retry": func(c *fleetview.Config) { c.Retry = -time.Second },
+	} {
+		c := ok
+		adjust(&c)
+		if c.Validate() == nil {
+			t.Errorf("%s: valid", name)
+		}
+		if v, err := fleetview.New(c, zap.NewNop(), nil); err == nil {
+			v.Close()
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+	if _, err := fleetview.New(fleetview.Config{Params: summary.ForCapacity(capacity)}, zap.NewNop(), nil); err == nil {
+		t.Error("New filled in zero Slots and Retry")
+	}
+}
+
+// TestFullGroupIsRefused: a sidecar offering more endpoints of one
+// identity group than the view has slots gets the rest refused, counted
+// and listed; the others are taken.
+func TestFullGroupIsRefused(t *testing.T) {
+	p := summary.ForCapacity(capacity)
+	info := &pb.InfoResponse{}
+	for _, url := range []string{"http://a:8000", "http://b:8000", "http://c:8000"} {
+		info.Endpoints = append(info.Endpoints, &pb.EndpointInfo{Endpoint: url, Model: "m", BlockSize: 16,
+			KeyFormat: blockkey.FormatV1, SummaryParams: p.String(), Epoch: 1})
+	}
+	addr := serveScripted(t, &scriptedSidecar{info: info, scripts: [][]*pb.SummaryUpdate{{}}})
+	cfg := viewConfig(p, 20*time.Millisecond)
+	cfg.Slots = 2
+	reg := prometheus.NewRegistry()
+	v, err := fleetview.New(cfg, zap.NewNop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	v.Watch(addr)
+	eventually(t, 10*time.Second, "an endpoint refused", func() bool { return len(v.Refused()) > 0 })
+	r, eps := v.Refused(), v.Endpoints()
+	if len(r) != 1 || r[0].Reason != "group_full" || r[0].Info.Endpoint != "http://c:8000" || r[0].Sidecar != addr {
+		t.Fatalf("refused %+v", r)
+	}
+	if len(eps) != 2 || eps[0].URL != "http://a:8000" || eps[1].URL != "http://b:8000" || eps[0].Group != fleetview.GroupID(info.Endpoints[0]) {
+		t.Fatalf("endpoints %+v", eps)
+	}
+	if n := counterValue(t, reg, "kvroute_picker_endpoints_refused_total"); n != 1 {
+		t.Fatalf("refused counter %v", n)
+	}
+	v.Forget(addr)
+	if len(v.Refused()) != 0 || len(v.Endpoints()) != 0 {
+		t.Fatalf("after Forget: refused %+v, endpoints %+v", v.Refused(), v.Endpoints())
+	}
+}
