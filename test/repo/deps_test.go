@@ -40,10 +40,11 @@ var cores = []string{
 var helpers = []string{"test/e2e", "test/pod", "test/repo", "test/simsidecar", "test/testnet", "test/vectors"}
 
 // forbidden are imports no core may have: the network, the file system
-// and process, system calls, loggers, randomness sources, and the
-// libraries that do I/O for the shells.
+// and process, system calls, loggers, locks (a core is not safe for
+// concurrent use: its shell serialises access), randomness sources, and
+// the libraries that do I/O for the shells.
 func forbidden(path string) bool {
-	for _, p := range []string{"net", "os", "syscall", "log", "math/rand", "crypto/rand", "io/ioutil", "os/exec",
+	for _, p := range []string{"net", "os", "syscall", "log", "sync", "math/rand", "crypto/rand", "io/ioutil", "os/exec",
 		"go.uber.org/zap", "github.com/pebbe/zmq4", "google.golang.org/grpc", "google.golang.org/protobuf",
 		"github.com/prometheus", "github.com/hashicorp/memberlist", module + "proto", module + "gossip"} {
 		if path == p || strings.HasPrefix(path, p+"/") {
@@ -105,6 +106,15 @@ func coreProblems(t *testing.T, dir string) []string {
 		return []string{dir + ": no Go files (remove it from the list of cores, or restore it)"}
 	}
 	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n.(type) {
+			case *ast.GoStmt:
+				problems = append(problems, dir+" starts a goroutine")
+			case *ast.ChanType:
+				problems = append(problems, dir+" uses a channel")
+			}
+			return true
+		})
 		imports := importsOf(f)
 		for path, name := range imports {
 			switch {
@@ -129,8 +139,8 @@ func coreProblems(t *testing.T, dir string) []string {
 	return problems
 }
 
-// TestCoresArePure: every core imports no I/O, clock, randomness or
-// logger, and depends on cores only.
+// TestCoresArePure: every core imports no I/O, clock, lock, randomness or
+// logger, starts no goroutine, and depends on cores only.
 func TestCoresArePure(t *testing.T) {
 	for _, dir := range cores {
 		for _, p := range coreProblems(t, dir) {
@@ -216,6 +226,8 @@ var _ *fleetview.View
 var _ *zap.Logger
 
 func f(d clock.Duration, t clock.Time) clock.Time { return clock.Now().Add(d) }
+
+func g() { go f(0, clock.Time{}) }
 `)
 	write("a_test.go", "package a\n\nimport \"os\"\n\nvar _ = os.Args\n")
 	absTop, err := filepath.Abs(top)
@@ -227,7 +239,7 @@ func f(d clock.Duration, t clock.Time) clock.Time { return clock.Now().Add(d) }
 		t.Fatal(err)
 	}
 	got := coreProblems(t, filepath.ToSlash(rel))
-	want := []string{"imports net/http", "imports go.uber.org/zap", "picker/fleetview, which is not a core", "uses time.Now"}
+	want := []string{"imports net/http", "imports go.uber.org/zap", "picker/fleetview, which is not a core", "uses time.Now", "starts a goroutine"}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(p string) bool { return strings.Contains(p, w) }) {
 			t.Errorf("the rules missed %q: %q", w, got)
