@@ -24,7 +24,7 @@
 //     caches.
 //   - The core does no I/O, starts no goroutine, never logs and never
 //     reads the clock: every time it records (LastUpdate, LoadAt) is the
-//     caller's now. A test holds it to that (deps_test.go).
+//     caller's now. test/repo's dependency test holds it to that.
 //   - State holds no lock and is not safe for concurrent use: its caller
 //     serialises access (fleetview with an RWMutex). Match, Endpoints,
 //     Refused and Positions only read, so they may run concurrently with
