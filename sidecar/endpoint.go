@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar/index"
 )
@@ -57,7 +58,7 @@ type endpoint struct {
 	live     bool
 	counters endpointCounters
 	recent   []recentEvent
-	deltaSeq map[string]uint64
+	deltaSeq [tier.Count]uint64
 	identity Identity
 	load     Load
 	// liveSeq is the last seq received on the SUB (replays aside): only the
@@ -333,14 +334,14 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		ep.log.Warn("malformed kv event batch", zap.Uint64("seq", seq), zap.Error(derr))
 		return
 	}
-	var tierBuf [3]string
+	var tierBuf [tier.Count]tier.Tier
 	touched, cleared := tierBuf[:0], false
 	for i := range b.Events {
 		ev := &b.Events[i]
 		err := ep.idx.Apply(ev)
 		if ev.Type == kvevents.TypeAllBlocksCleared {
 			cleared = true
-		} else if t := index.TierOf(ev.Medium); t != "" && !slices.Contains(touched, t) {
+		} else if t, ok := tier.FromMedium(ev.Medium); ok && !slices.Contains(touched, t) {
 			touched = append(touched, t)
 		}
 		ep.s.metrics.events.WithLabelValues(ep.label(), ev.Type.String()).Inc()
@@ -351,8 +352,8 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 			ep.newEpochLocked()
 		}
 		r := recentEvent{Seq: seq, Type: ev.Type.String(), Blocks: len(ev.BlockHashes), HasParent: ev.HasParent}
-		if ev.Type != kvevents.TypeAllBlocksCleared {
-			r.Tier = index.TierOf(ev.Medium)
+		if t, ok := tier.FromMedium(ev.Medium); ok && ev.Type != kvevents.TypeAllBlocksCleared {
+			r.Tier = t.String()
 		}
 		for j, h := range ev.BlockHashes {
 			if j == 4 {
@@ -382,7 +383,7 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		touched = ep.idx.Tiers()
 	}
 	for _, t := range touched {
-		ep.s.metrics.blocks.WithLabelValues(ep.label(), t).Set(float64(ep.idx.Blocks(t)))
+		ep.s.metrics.blocks.WithLabelValues(ep.label(), t.String()).Set(float64(ep.idx.Blocks(t)))
 	}
 }
 
@@ -439,7 +440,7 @@ func (ep *endpoint) takeDeltas() (sent bool) {
 	ep.oldestPending = 0
 	for _, t := range ep.idx.Tiers() {
 		sum := ep.idx.Summary(t)
-		if !ep.s.hub.hasFeed(id, t, ep.epoch) {
+		if !ep.s.hub.hasFeed(id, t.String(), ep.epoch) {
 			ep.s.hub.snapshot(snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
 			sent = true
 		}
@@ -450,11 +451,11 @@ func (ep *endpoint) takeDeltas() (sent bool) {
 		sent = true
 		ep.deltaSeq[t] = d.Seq
 		data := summary.AppendDelta(nil, d)
-		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t, Epoch: ep.epoch,
+		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t.String(), Epoch: ep.epoch,
 			Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: d.Seq, Data: data, OldestEventUnixNanos: oldest}}})
-		ep.s.metrics.deltas.WithLabelValues(ep.label(), t).Inc()
-		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t).Add(float64(len(d.Flips)))
-		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t).Add(float64(len(data)))
+		ep.s.metrics.deltas.WithLabelValues(ep.label(), t.String()).Inc()
+		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t.String()).Add(float64(len(d.Flips)))
+		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t.String()).Add(float64(len(data)))
 	}
 	return sent
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/identity"
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/sidecar/index"
 )
 
@@ -59,8 +61,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	for r := 0; r < cfg.DataParallelSize; r++ {
 		// Epochs start from the clock, so positions a picker holds from an
 		// earlier sidecar process never match this one's.
-		ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), deltaSeq: map[string]uint64{},
-			epoch: uint64(time.Now().UnixNano())}
+		ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), epoch: uint64(time.Now().UnixNano())}
 		var err error
 		if ep.engineURL, err = offsetURL(cfg.EngineURL, r); err != nil {
 			return nil, err
@@ -79,7 +80,12 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 		}
 		ep.identity.KeyFormat = blockkey.FormatV1
 		ep.identity.SummaryParams = cfg.Params().String()
-		if ep.idx, err = index.New(index.Config{Model: ep.identity.Model, BlockSize: ep.identity.BlockSize, Params: cfg.Params()}); err != nil {
+		icfg := index.DefaultConfig()
+		icfg.Model, icfg.Params = ep.identity.Model, cfg.Params()
+		if bs := ep.identity.BlockSize; bs > 0 { // else learned from the first run
+			icfg.BlockSize, icfg.LearnBlockSize = bs, false
+		}
+		if ep.idx, err = index.New(icfg); err != nil {
 			return nil, err
 		}
 		s.endpoints = append(s.endpoints, ep)
@@ -176,7 +182,7 @@ func (s *Sidecar) meta(grpcAddr string) gossip.Meta {
 		id := ep.identity
 		m.Group = identity.Group{Model: id.Model, BlockSize: id.BlockSize, KeyFormat: id.KeyFormat,
 			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint}.ID()
-		m.Endpoints = append(m.Endpoints, gossip.Digest{Endpoint: id.Endpoint, Epoch: ep.epoch, Seq: ep.deltaSeq[index.TierGPU]})
+		m.Endpoints = append(m.Endpoints, gossip.Digest{Endpoint: id.Endpoint, Epoch: ep.epoch, Seq: ep.deltaSeq[tier.GPU]})
 		ep.mu.Unlock()
 	}
 	return m
@@ -346,11 +352,11 @@ func (s *Sidecar) State() []EndpointState {
 			st.LastSeq = &seq
 		}
 		for _, t := range ep.idx.Tiers() {
-			sum := ep.idx.Summary(t)
-			st.Blocks[t] = ep.idx.Blocks(t)
-			st.Summary[t] = Fill{Keys: sum.Keys(), Fill: sum.Fill(), Saturated: sum.Saturated()}
-			st.DeltaSeq[t] = ep.deltaSeq[t]
-			s.metrics.fill.WithLabelValues(ep.identity.Endpoint, t).Set(sum.Fill())
+			sum, name := ep.idx.Summary(t), t.String()
+			st.Blocks[name] = ep.idx.Blocks(t)
+			st.Summary[name] = Fill{Keys: sum.Keys(), Fill: sum.Fill(), Saturated: sum.Saturated()}
+			st.DeltaSeq[name] = ep.deltaSeq[t]
+			s.metrics.fill.WithLabelValues(ep.identity.Endpoint, name).Set(sum.Fill())
 		}
 		ep.mu.Unlock()
 		out = append(out, st)
@@ -392,7 +398,8 @@ func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleKeys looks a block up: ?canonical=<16 hex> or ?engine=<decimal>,
-// optionally &rank= and &tier= (default 0 and GPU).
+// optionally &rank= and &tier= (default 0 and GPU). A tier that is not one
+// (wrong case, unknown name) holds nothing, and is echoed as given.
 func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	rank, err := strconv.Atoi(q.Get("rank"))
@@ -403,10 +410,11 @@ func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "rank out of range"})
 		return
 	}
-	tier := q.Get("tier")
-	if tier == "" {
-		tier = index.TierGPU
+	name := q.Get("tier")
+	if name == "" {
+		name = tier.GPU.String()
 	}
+	t, known := tier.Parse(name)
 	ep := s.endpoints[rank]
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
@@ -417,9 +425,12 @@ func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		hashes := ep.idx.LookupCanonical(tier, k)
-		sum := ep.idx.Summary(tier)
-		writeJSON(w, http.StatusOK, map[string]any{"canonical": k.String(), "tier": tier, "engine_hashes": hashes,
+		var hashes []uint64
+		var sum *summary.Counting
+		if known {
+			hashes, sum = ep.idx.LookupCanonical(t, k), ep.idx.Summary(t)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"canonical": k.String(), "tier": name, "engine_hashes": hashes,
 			"indexed": len(hashes) > 0, "summary_may_contain": sum != nil && sum.MayContain(k)})
 	case q.Get("engine") != "":
 		h, err := strconv.ParseUint(q.Get("engine"), 10, 64)
@@ -427,8 +438,13 @@ func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "engine: want a decimal 64-bit hash"})
 			return
 		}
-		k, refs, ok := ep.idx.LookupEngine(tier, h)
-		out := map[string]any{"engine": h, "tier": tier, "indexed": ok}
+		var k blockkey.Key
+		var refs int
+		var ok bool
+		if known {
+			k, refs, ok = ep.idx.LookupEngine(t, h)
+		}
+		out := map[string]any{"engine": h, "tier": name, "indexed": ok}
 		if ok {
 			out["canonical"], out["copies"] = k.String(), refs
 		}
