@@ -207,8 +207,8 @@ func New(cfg Config, epoch uint64) (*Sequencer, error) {
 // Epoch returns the current epoch.
 func (s *Sequencer) Epoch() uint64 { return s.epoch }
 
-// Applied returns the last seq applied, and false before any (in this
-// epoch of the engine process).
+// Applied returns the last seq applied, and false when none has been
+// since the start or the last restart.
 func (s *Sequencer) Applied() (uint64, bool) { return s.applied, s.haveApplied }
 
 // Partial reports whether the state may miss blocks.
@@ -229,7 +229,10 @@ func (s *Sequencer) Start(now time.Time) []Action {
 // not it parses.
 func (s *Sequencer) Heard(now time.Time) { s.lastHeard = now }
 
-// Live observes live batch seq.
+// Live observes live batch seq. A seq at or below the last live one is a
+// new engine process (restart); one applied already is a duplicate
+// (nothing to do); one past the next is a gap, replayed first, and then
+// the Apply for seq comes with the replay's end.
 func (s *Sequencer) Live(seq uint64) []Action {
 	acts := s.interrupt(nil)
 	have, last := s.haveApplied, s.applied
@@ -284,10 +287,10 @@ func (s *Sequencer) ReplayEnd(now time.Time, err error) []Action {
 // EngineStart observes the engine's process start time as scraped
 // (seconds; a reading ≤ 0 says nothing and is ignored).
 func (s *Sequencer) EngineStart(start float64) []Action {
-	if !(start > 0) {
-		return nil
-	}
 	acts := s.interrupt(nil)
+	if !(start > 0) {
+		return acts
+	}
 	known := s.start
 	s.start = start
 	if known == 0 || known == start {
@@ -301,10 +304,10 @@ func (s *Sequencer) EngineStart(start float64) []Action {
 // Idle observes a wake-up at now with nothing received: after IdleCheck
 // of quiet, catch up from the ring past the last applied seq.
 func (s *Sequencer) Idle(now time.Time) []Action {
-	if !s.cfg.Replay || now.Sub(s.lastHeard) <= s.cfg.IdleCheck {
-		return nil
-	}
 	acts := s.interrupt(nil)
+	if !s.cfg.Replay || now.Sub(s.lastHeard) <= s.cfg.IdleCheck {
+		return acts
+	}
 	from := uint64(0)
 	if s.haveApplied {
 		from = s.applied + 1
