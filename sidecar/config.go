@@ -3,6 +3,7 @@ package sidecar
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -12,8 +13,11 @@ import (
 	"github.com/kvroute/kvroute/internal/summary"
 )
 
-// Config configures a sidecar. Zero fields take the documented defaults
-// through DefaultConfig.
+// Config configures a sidecar. Start from DefaultConfig, which holds the
+// documented defaults, and change what differs: Validate (Start calls it)
+// rejects zero and invalid values and fills nothing in. Only the fields
+// that say what their empty value means may be left empty (Replay, Topic,
+// GRPCListen, the TLS files, the advertise addresses, Gossip, Model).
 type Config struct {
 	// EngineURL is rank 0's HTTP base URL; rank r uses port+r.
 	// Default http://127.0.0.1:8000.
@@ -43,8 +47,8 @@ type Config struct {
 	// Gossip, when set, makes the sidecar a gossip member advertising its
 	// gRPC address, identity group and each endpoint's (epoch, seq).
 	Gossip *gossip.Config
-	// DebugListen serves /healthz, /readyz, /metrics and /debug/*.
-	// Default 127.0.0.1:8090.
+	// DebugListen serves /healthz, /readyz, /metrics and /debug/*
+	// (host:port; port 0 picks one). Default 127.0.0.1:8090.
 	DebugListen string
 	// DebugAdvertise is the host:port others (kvroute verify, through the
 	// pickers' /debug/endpoints) reach the debug endpoints at; default:
@@ -74,7 +78,7 @@ type Config struct {
 	StartupTimeout time.Duration
 }
 
-// DefaultConfig returns the defaults that fit a vLLM pod.
+// DefaultConfig returns the documented defaults, which fit a vLLM pod.
 func DefaultConfig() Config {
 	return Config{
 		EngineURL:        "http://127.0.0.1:8000",
@@ -92,7 +96,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks c.
+// Validate checks c: a zero value is an error unless the field's comment
+// gives it a meaning; nothing is filled in.
 func (c *Config) Validate() error {
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
@@ -102,14 +107,16 @@ func (c *Config) Validate() error {
 	}
 	u, err := url.Parse(c.EngineURL)
 	check(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", "--engine-url %q: want http://host:port", c.EngineURL)
-	check(strings.HasPrefix(c.KVEvents, "tcp://") || strings.HasPrefix(c.KVEvents, "ipc://") || strings.HasPrefix(c.KVEvents, "inproc://"),
-		"--kv-events %q: want tcp://, ipc:// or inproc://", c.KVEvents)
+	check(zmqEndpoint(c.KVEvents), "--kv-events %q: want tcp://, ipc:// or inproc://", c.KVEvents)
+	check(c.Replay == "" || zmqEndpoint(c.Replay), "--replay %q: want tcp://, ipc:// or inproc://, or empty for none", c.Replay)
 	check(c.DataParallelSize >= 1 && c.DataParallelSize <= 1024, "--data-parallel-size %d: want 1..1024", c.DataParallelSize)
 	check((c.GRPCTLSCert == "") == (c.GRPCTLSKey == ""), "--grpc-tls-cert and --grpc-tls-key go together")
 	check(c.Capacity >= 1 && c.Capacity <= 1<<26, "--capacity %d: want 1..%d blocks", c.Capacity, 1<<26)
 	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)
 	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0, "timeouts must be positive")
+	_, _, err = net.SplitHostPort(c.DebugListen)
+	check(err == nil, "--debug-listen %q: want host:port", c.DebugListen)
 	if c.Gossip != nil {
 		if c.GRPCListen == "" {
 			errs = append(errs, errors.New("gossip needs --grpc-listen: pickers find the sidecar to dial it"))
@@ -131,6 +138,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func zmqEndpoint(ep string) bool {
+	return strings.HasPrefix(ep, "tcp://") || strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
 }
 
 // Params returns the summary parameters for the configured capacity.

@@ -4,13 +4,18 @@
 //
 // Contract:
 //   - One SUB socket per data-parallel rank (rank r on port base+r), in
-//     connect or bind mode. The live seq and the applied seq are tracked
-//     apart: batches seen both in a replay and live are applied once; the
-//     live seq going backwards, or a new engine start time, is a restart.
-//   - Gaps are filled from the engine's replay ROUTER; what replay cannot
-//     recover marks the endpoint partial (routing then under-estimates,
-//     which is safe). A late start and the idle tail check catch up from
-//     the ring.
+//     connect or bind mode.
+//   - The sequencer core (package sidecar/sequence, one per rank) decides
+//     the ordering: duplicates are ignored, so batches seen both in a
+//     replay and live are applied once; the live seq going backwards, or a
+//     new engine start time, is a restart; a gap is filled from the
+//     engine's replay ROUTER, and what replay cannot recover marks the
+//     endpoint partial (routing then under-estimates, which is safe); a
+//     late start, a restart and the idle tail check catch up from the ring.
+//   - The intake loop is the shell: it owns the SUB and DEALER sockets,
+//     tells the sequencer what it receives and executes its actions
+//     (apply, replay, restart, mark partial), with the counters, metrics
+//     and logs.
 //   - Restarts and AllBlocksCleared clear the endpoint and bump its epoch;
 //     epochs start from the clock per sidecar process, so positions never
 //     carry across sidecar restarts.
@@ -21,4 +26,6 @@
 //     gossips its gRPC address, identity group and positions.
 //   - Malformed payloads are counted and skipped, never fatal; debug HTTP
 //     shows hashes and counts, never token ids or text.
+//   - Config: start from DefaultConfig; Validate rejects zero and invalid
+//     values and fills nothing in.
 package sidecar

@@ -14,8 +14,10 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar/index"
+	"github.com/kvroute/kvroute/sidecar/sequence"
 )
 
 // recentEvent is one line of the recent-events view: hashes and counts,
@@ -33,8 +35,10 @@ type recentEvent struct {
 
 const recentCap = 128
 
-// endpoint is one rank: its intake goroutine owns the sockets; the state
-// below mu is shared with the debug server and the scraper.
+// endpoint is one rank. Its intake goroutine owns the sockets and the
+// sequencer, and carries out the sequencer's actions; the state below mu
+// shows what it has carried out, to the debug server, the stream and the
+// scraper.
 type endpoint struct {
 	s         *Sidecar
 	rank      int
@@ -44,7 +48,7 @@ type endpoint struct {
 	log       *zap.Logger
 	restartCh chan float64 // new engine start time, from the scraper
 
-	firstReplayed uint64 // intake goroutine only: first seq of the last replay
+	seq *sequence.Sequencer // intake goroutine only: decides the ordering
 
 	oldestPending float64 // engine ts of the oldest batch applied since the last delta (under mu)
 
@@ -57,16 +61,9 @@ type endpoint struct {
 	live     bool
 	counters endpointCounters
 	recent   []recentEvent
-	deltaSeq map[string]uint64
+	deltaSeq [tier.Count]uint64
 	identity Identity
 	load     Load
-	// liveSeq is the last seq received on the SUB (replays aside): only the
-	// live stream going backwards means a new engine process.
-	liveSeq  uint64
-	haveLive bool
-	// knownStart is the engine start time the current epoch belongs to;
-	// 0 after a restart seen in the seq numbers: the next reading is adopted.
-	knownStart float64
 }
 
 type endpointCounters struct {
@@ -79,92 +76,96 @@ type endpointCounters struct {
 	WrongTopic     uint64 `json:"wrong_topic"`
 }
 
-// run is the intake loop.
-func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
+// intake is the intake goroutine's sockets, decoder and wake-up pacing.
+type intake struct {
+	zctx               *zmq.Context
+	sub                *zmq.Socket
+	dec                kvevents.Decoder
+	wake               time.Duration
+	busyWake, idleWake time.Duration
+}
+
+// openIntake opens rank ep's SUB socket, in connect or bind mode.
+func (ep *endpoint) openIntake() (*intake, error) {
+	cfg := &ep.s.cfg
 	zctx, err := zmq.NewContext()
 	if err != nil {
-		ready <- fmt.Errorf("zmq context: %w", err)
-		return
+		return nil, fmt.Errorf("zmq context: %w", err)
 	}
-	defer zctx.Term()
 	sub, err := zctx.NewSocket(zmq.SUB)
 	if err != nil {
-		ready <- fmt.Errorf("zmq socket: %w", err)
-		return
+		zctx.Term()
+		return nil, fmt.Errorf("zmq socket: %w", err)
 	}
-	defer sub.Close()
+	in := &intake{zctx: zctx, sub: sub}
 	_ = sub.SetLinger(0)
 	_ = sub.SetRcvhwm(0)
 	// While blocks flow, wake often enough to take deltas on time; when a
 	// delta interval passes with nothing to send, wake rarely (an idle
 	// sidecar polling every few milliseconds burns CPU in every pod).
-	busyWake := max(time.Millisecond, min(ep.s.cfg.DeltaInterval/4, 5*time.Millisecond))
+	in.busyWake = max(time.Millisecond, min(cfg.DeltaInterval/4, 5*time.Millisecond))
 	// An engine restart seen by the scraper is acted on at the next wake:
 	// keep that well under a scrape interval.
-	idleWake := max(busyWake, min(ep.s.cfg.IdleCheck/2, ep.s.cfg.ScrapeInterval/4, 100*time.Millisecond))
-	wake := busyWake
-	_ = sub.SetRcvtimeo(wake)
-	setWake := func(d time.Duration) {
-		if d != wake {
-			wake = d
-			_ = sub.SetRcvtimeo(d)
-		}
-	}
-	_ = sub.SetSubscribe(ep.s.cfg.Topic)
-	if ep.s.cfg.Bind {
+	in.idleWake = max(in.busyWake, min(cfg.IdleCheck/2, cfg.ScrapeInterval/4, 100*time.Millisecond))
+	in.wake = in.busyWake
+	_ = sub.SetRcvtimeo(in.wake)
+	_ = sub.SetSubscribe(cfg.Topic)
+	if cfg.Bind {
 		err = sub.Bind(ep.events)
 	} else {
 		err = sub.Connect(ep.events)
 	}
 	if err != nil {
-		ready <- fmt.Errorf("--kv-events %s (bind=%v): %w", ep.events, ep.s.cfg.Bind, err)
-		return
+		in.close()
+		return nil, fmt.Errorf("--kv-events %s (bind=%v): %w", ep.events, cfg.Bind, err)
 	}
-	if ep.s.cfg.Bind {
+	if cfg.Bind {
 		if last, err := sub.GetLastEndpoint(); err == nil {
 			ep.events = last
 		}
 	}
-	ready <- nil
-	var dec kvevents.Decoder
-	// A late start: what the engine published before we connected is only
-	// in its replay ring.
-	if ep.replay != "" {
-		ep.fill(zctx, &dec, 0, ^uint64(0), true)
+	return in, nil
+}
+
+func (in *intake) setWake(d time.Duration) {
+	if d != in.wake {
+		in.wake = d
+		_ = in.sub.SetRcvtimeo(d)
 	}
+}
+
+func (in *intake) close() {
+	in.sub.Close()
+	in.zctx.Term()
+}
+
+// run is the intake loop: it tells the sequencer what it receives and
+// carries out the sequencer's actions.
+func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
+	in, err := ep.openIntake()
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer in.close()
+	ready <- nil
+	ep.exec(in, ep.seq.Start(time.Now()), nil)
 	nextDelta := time.Now().Add(ep.s.cfg.DeltaInterval)
-	lastHeard := time.Now()
 	for ctx.Err() == nil {
-		frames, err := sub.RecvMessageBytes(0)
+		frames, err := in.sub.RecvMessageBytes(0)
 		select {
 		case start := <-ep.restartCh:
-			if ep.engineStarted(start) {
-				setWake(busyWake)
-				if ep.replay != "" {
-					ep.fill(zctx, &dec, 0, ^uint64(0), true)
-				}
-				if err == nil {
-					continue // received before the restart was noticed: the old process's
-				}
+			if ep.exec(in, ep.seq.EngineStart(start), nil) && err == nil {
+				continue // received before the restart was noticed: the old process's
 			}
 		default:
 		}
-		// Live messages lost while the SUB (re)connects leave no gap to
-		// notice until the next one; when quiet, ask the ring for the tail.
-		if err != nil && ep.replay != "" && time.Since(lastHeard) > ep.s.cfg.IdleCheck {
-			ep.mu.Lock()
-			from := uint64(0)
-			if ep.haveSeq {
-				from = ep.lastSeq + 1
-			}
-			ep.mu.Unlock()
-			setWake(busyWake)
-			ep.fill(zctx, &dec, from, ^uint64(0), true)
-			lastHeard = time.Now()
+		if err != nil {
+			ep.exec(in, ep.seq.Idle(time.Now()), nil)
 		}
 		if now := time.Now(); now.After(nextDelta) {
 			if !ep.takeDeltas() {
-				setWake(idleWake)
+				in.setWake(in.idleWake)
 			}
 			nextDelta = now.Add(ep.s.cfg.DeltaInterval)
 		}
@@ -175,15 +176,18 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 			}
 			continue
 		}
-		lastHeard = time.Now()
-		setWake(busyWake)
+		ep.seq.Heard(time.Now())
+		in.setWake(in.busyWake)
 		m, err := kvevents.ParseMessage(frames)
 		if err != nil {
 			ep.count(func(c *endpointCounters) { c.Malformed++ })
 			ep.s.metrics.malformed.WithLabelValues(ep.label()).Inc()
 			continue
 		}
-		ep.handle(zctx, &dec, m.Seq, m.Payload)
+		ep.mu.Lock()
+		ep.live = true
+		ep.mu.Unlock()
+		ep.exec(in, ep.seq.Live(m.Seq), m.Payload)
 	}
 }
 
@@ -195,135 +199,92 @@ func (ep *endpoint) count(f func(*endpointCounters)) {
 	ep.mu.Unlock()
 }
 
-// handle orders one live batch: duplicates are ignored, a backwards seq is
-// an engine restart, a gap is filled from the replay ring.
-func (ep *endpoint) handle(zctx *zmq.Context, dec *kvevents.Decoder, seq uint64, payload []byte) {
-	ep.mu.Lock()
-	have, last := ep.haveSeq, ep.lastSeq
-	haveLive, lastLive := ep.haveLive, ep.liveSeq
-	ep.haveLive, ep.liveSeq = true, seq
-	ep.live = true
-	ep.mu.Unlock()
-	switch {
-	case haveLive && seq <= lastLive:
-		ep.restart("seq went backwards", true)
-		have = false
-	case have && seq <= last:
-		return // already applied through a replay
+// exec carries out the sequencer's actions in order. held is the batch in
+// hand: the live one, or the replayed one (nil for none). It reports
+// whether the sequencer said to drop the live batch in hand.
+func (ep *endpoint) exec(in *intake, acts []sequence.Action, held []byte) (drop bool) {
+	for _, a := range acts {
+		switch a.Kind {
+		case sequence.Apply:
+			ep.apply(&in.dec, a.Seq, held)
+		case sequence.Replay:
+			in.setWake(in.busyWake)
+			ep.count(func(c *endpointCounters) { c.Replays++ })
+			err := ep.replayFrom(in, a.From)
+			if ep.exec(in, ep.seq.ReplayEnd(time.Now(), err), held) {
+				drop = true
+			}
+		case sequence.ReplayDone:
+			if a.Outcome != sequence.OK {
+				ep.count(func(c *endpointCounters) { c.ReplayFailures++ })
+			}
+			ep.s.metrics.replays.WithLabelValues(ep.label(), a.Outcome.String()).Inc()
+		case sequence.Gap:
+			ep.count(func(c *endpointCounters) { c.Gaps++ })
+			ep.s.metrics.gaps.WithLabelValues(ep.label()).Inc()
+		case sequence.Restart:
+			in.setWake(in.busyWake)
+			ep.restart(a)
+		case sequence.MarkPartial:
+			ep.markPartial(a.Reason)
+		case sequence.DropHeld:
+			drop = true
+		}
 	}
-	switch {
-	case have && seq > last+1:
-		ep.count(func(c *endpointCounters) { c.Gaps++ })
-		ep.s.metrics.gaps.WithLabelValues(ep.label()).Inc()
-		ep.fill(zctx, dec, last+1, seq, false)
-	case !have && seq > 0:
-		// The start of this engine's stream is missing.
-		ep.fill(zctx, dec, 0, seq, false)
-	}
-	ep.apply(dec, seq, payload)
+	return drop
 }
 
-// fill replays [from, to) and applies what comes back in order. A gap it
-// cannot recover completely marks the endpoint partial. With catchUp (a
-// late start, a restart, the idle tail check) it takes whatever the ring
-// holds: an empty ring, or no replay socket at all, is no evidence of loss.
-func (ep *endpoint) fill(zctx *zmq.Context, dec *kvevents.Decoder, from, to uint64, catchUp bool) {
-	if ep.replay == "" {
-		if !catchUp {
-			ep.markPartial("replay disabled")
-		}
-		return
-	}
-	ep.count(func(c *endpointCounters) { c.Replays++ })
-	got, err := ep.replayRange(zctx, dec, from, to)
-	outcome := "ok"
-	switch {
-	case err != nil:
-		outcome = "failed"
-		if !catchUp {
-			ep.markPartial("replay failed: " + err.Error())
-		}
-	case catchUp:
-		if got > 0 && ep.firstReplayed > from {
-			outcome = "incomplete"
-			ep.markPartial("replay ring no longer holds the start of the stream")
-		}
-	case uint64(got) != to-from || ep.firstReplayed > from:
-		outcome = "incomplete"
-		ep.markPartial("replay ring no longer holds the missing batches")
-	}
-	if outcome != "ok" {
-		ep.count(func(c *endpointCounters) { c.ReplayFailures++ })
-	}
-	ep.s.metrics.replays.WithLabelValues(ep.label(), outcome).Inc()
-}
-
-func (ep *endpoint) markPartial(why string) {
-	ep.mu.Lock()
-	was := ep.partial
-	ep.partial = true
-	ep.mu.Unlock()
-	if !was {
-		ep.log.Warn("endpoint state is partial", zap.String("reason", why))
-	}
-	ep.s.metrics.partial.WithLabelValues(ep.label()).Set(1)
-}
-
-// replayRange asks the ROUTER for batches from `from` and applies those
-// below `to`. It returns how many it applied.
-func (ep *endpoint) replayRange(zctx *zmq.Context, dec *kvevents.Decoder, from, to uint64) (int, error) {
-	ep.firstReplayed = 0
-	d, err := zctx.NewSocket(zmq.DEALER)
+// replayFrom asks the replay ROUTER for the batches from `from` and hands
+// each to the sequencer, applying those it accepts, until the end marker.
+func (ep *endpoint) replayFrom(in *intake, from uint64) error {
+	d, err := in.zctx.NewSocket(zmq.DEALER)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer d.Close()
 	_ = d.SetLinger(0)
 	_ = d.SetRcvtimeo(ep.s.cfg.ReplayTimeout)
 	if err := d.Connect(ep.replay); err != nil {
-		return 0, err
+		return err
 	}
 	if _, err := d.SendMessage(kvevents.ReplayRequest(from)); err != nil {
-		return 0, err
+		return err
 	}
-	applied := 0
 	deadline := time.Now().Add(ep.s.cfg.ReplayTimeout)
-	for first := true; ; first = false {
+	for {
 		if time.Now().After(deadline) {
-			return applied, errors.New("replay timed out")
+			return errors.New("replay timed out")
 		}
 		frames, err := d.RecvMessageBytes(0)
 		if err != nil {
-			return applied, err
+			return err
 		}
 		f, err := kvevents.ParseReplayReply(frames)
 		if err != nil {
-			return applied, err
+			return err
 		}
 		if f.End {
-			return applied, nil
+			return nil
 		}
-		if first {
-			ep.firstReplayed = f.Seq
-		}
-		if f.Seq < from || f.Seq >= to {
-			continue
-		}
-		ep.apply(dec, f.Seq, f.Payload)
-		applied++
+		ep.exec(in, ep.seq.Replayed(f.Seq), f.Payload)
 	}
 }
 
-// apply decodes and indexes one batch and advances the seq.
+func (ep *endpoint) markPartial(why string) {
+	ep.mu.Lock()
+	ep.partial = true
+	ep.mu.Unlock()
+	ep.log.Warn("endpoint state is partial", zap.String("reason", why))
+	ep.s.metrics.partial.WithLabelValues(ep.label()).Set(1)
+}
+
+// apply decodes and indexes one batch and shows its seq as the last.
 func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 	var b kvevents.Batch
 	derr := dec.Decode(payload, &b)
 	now := time.Now()
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if ep.haveSeq && seq <= ep.lastSeq {
-		return
-	}
 	ep.lastSeq, ep.haveSeq = seq, true
 	ep.counters.Batches++
 	if derr != nil {
@@ -333,26 +294,28 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		ep.log.Warn("malformed kv event batch", zap.Uint64("seq", seq), zap.Error(derr))
 		return
 	}
-	var tierBuf [3]string
+	var tierBuf [tier.Count]tier.Tier
 	touched, cleared := tierBuf[:0], false
 	for i := range b.Events {
 		ev := &b.Events[i]
 		err := ep.idx.Apply(ev)
 		if ev.Type == kvevents.TypeAllBlocksCleared {
 			cleared = true
-		} else if t := index.TierOf(ev.Medium); t != "" && !slices.Contains(touched, t) {
+		} else if t, ok := tier.FromMedium(ev.Medium); ok && !slices.Contains(touched, t) {
 			touched = append(touched, t)
 		}
 		ep.s.metrics.events.WithLabelValues(ep.label(), ev.Type.String()).Inc()
 		if ev.Type == kvevents.TypeAllBlocksCleared {
-			ep.epoch++
-			ep.partial = false // the state is exact again
-			ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
-			ep.newEpochLocked()
+			for _, a := range ep.seq.Cleared() {
+				ep.epoch = a.Epoch
+				ep.partial = false // the state is exact again
+				ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
+				ep.newEpochLocked()
+			}
 		}
 		r := recentEvent{Seq: seq, Type: ev.Type.String(), Blocks: len(ev.BlockHashes), HasParent: ev.HasParent}
-		if ev.Type != kvevents.TypeAllBlocksCleared {
-			r.Tier = index.TierOf(ev.Medium)
+		if t, ok := tier.FromMedium(ev.Medium); ok && ev.Type != kvevents.TypeAllBlocksCleared {
+			r.Tier = t.String()
 		}
 		for j, h := range ev.BlockHashes {
 			if j == 4 {
@@ -382,7 +345,7 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		touched = ep.idx.Tiers()
 	}
 	for _, t := range touched {
-		ep.s.metrics.blocks.WithLabelValues(ep.label(), t).Set(float64(ep.idx.Blocks(t)))
+		ep.s.metrics.blocks.WithLabelValues(ep.label(), t.String()).Set(float64(ep.idx.Blocks(t)))
 	}
 }
 
@@ -395,37 +358,17 @@ func (ep *endpoint) remember(r recentEvent) {
 }
 
 // restart clears the endpoint for a new engine process.
-func (ep *endpoint) restart(why string, bySeq bool) {
+func (ep *endpoint) restart(a sequence.Action) {
 	ep.mu.Lock()
 	ep.idx.Clear()
-	ep.epoch++
+	ep.epoch = a.Epoch
 	ep.haveSeq, ep.partial = false, false
 	ep.counters.Restarts++
-	if bySeq {
-		ep.knownStart = 0 // the scraper's next reading is the new process's
-	} else {
-		ep.haveLive = false // the old process's live seq means nothing now
-	}
-	epoch := ep.epoch
 	ep.newEpochLocked()
 	ep.mu.Unlock()
 	ep.s.metrics.restarts.WithLabelValues(ep.label()).Inc()
 	ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
-	ep.log.Info("engine restarted: endpoint cleared", zap.String("reason", why), zap.Uint64("epoch", epoch))
-}
-
-// engineStarted handles a start time reported by the scraper, and reports
-// whether it restarted the endpoint.
-func (ep *endpoint) engineStarted(start float64) bool {
-	ep.mu.Lock()
-	known := ep.knownStart
-	ep.knownStart = start
-	ep.mu.Unlock()
-	if known == 0 || known == start {
-		return false // first reading (or first after a seq restart), or no change
-	}
-	ep.restart("engine start time changed", false)
-	return true
+	ep.log.Info("engine restarted: endpoint cleared", zap.String("reason", a.Reason), zap.Uint64("epoch", a.Epoch))
 }
 
 // takeDeltas batches each tier's bit flips into a numbered delta and hands
@@ -439,7 +382,7 @@ func (ep *endpoint) takeDeltas() (sent bool) {
 	ep.oldestPending = 0
 	for _, t := range ep.idx.Tiers() {
 		sum := ep.idx.Summary(t)
-		if !ep.s.hub.hasFeed(id, t, ep.epoch) {
+		if !ep.s.hub.hasFeed(id, t.String(), ep.epoch) {
 			ep.s.hub.snapshot(snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
 			sent = true
 		}
@@ -450,11 +393,11 @@ func (ep *endpoint) takeDeltas() (sent bool) {
 		sent = true
 		ep.deltaSeq[t] = d.Seq
 		data := summary.AppendDelta(nil, d)
-		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t, Epoch: ep.epoch,
+		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t.String(), Epoch: ep.epoch,
 			Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: d.Seq, Data: data, OldestEventUnixNanos: oldest}}})
-		ep.s.metrics.deltas.WithLabelValues(ep.label(), t).Inc()
-		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t).Add(float64(len(d.Flips)))
-		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t).Add(float64(len(data)))
+		ep.s.metrics.deltas.WithLabelValues(ep.label(), t.String()).Inc()
+		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t.String()).Add(float64(len(d.Flips)))
+		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t.String()).Add(float64(len(data)))
 	}
 	return sent
 }

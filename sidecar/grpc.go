@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
 
@@ -44,8 +45,8 @@ func (s *Sidecar) newGRPCServer() (*grpc.Server, error) {
 // maxKnown bounds the positions a watcher may send.
 const maxKnown = 4096
 
-func snapshotUpdate(endpoint, tier string, epoch uint64, snap summary.Snapshot) *pb.SummaryUpdate {
-	return &pb.SummaryUpdate{Endpoint: endpoint, Tier: tier, Epoch: epoch,
+func snapshotUpdate(endpoint string, t tier.Tier, epoch uint64, snap summary.Snapshot) *pb.SummaryUpdate {
+	return &pb.SummaryUpdate{Endpoint: endpoint, Tier: t.String(), Epoch: epoch,
 		Body: &pb.SummaryUpdate_Snapshot{Snapshot: &pb.Snapshot{Seq: snap.Seq, Data: summary.AppendSnapshot(nil, snap)}}}
 }
 
@@ -66,8 +67,8 @@ func (g *grpcServer) WatchSummaries(req *pb.WatchRequest, stream grpc.ServerStre
 		id := ep.identity.Endpoint
 		for _, t := range ep.idx.Tiers() {
 			sum := ep.idx.Summary(t)
-			if k, ok := req.GetKnown()[feedKey(id, t)]; ok && k.GetEpoch() == ep.epoch {
-				if ds, ok := s.hub.sinceLocked(id, t, ep.epoch, k.GetSeq(), sum.Seq()); ok {
+			if k, ok := req.GetKnown()[feedKey(id, t.String())]; ok && k.GetEpoch() == ep.epoch {
+				if ds, ok := s.hub.sinceLocked(id, t.String(), ep.epoch, k.GetSeq(), sum.Seq()); ok {
 					initial = append(initial, ds...)
 					continue
 				}

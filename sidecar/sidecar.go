@@ -19,7 +19,10 @@ import (
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/identity"
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/sidecar/index"
+	"github.com/kvroute/kvroute/sidecar/sequence"
 )
 
 // Sidecar serves one vLLM pod: an endpoint per data-parallel rank.
@@ -57,82 +60,24 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	s.hub = newHub(func() { s.metrics.watchersCut.Inc() })
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for r := 0; r < cfg.DataParallelSize; r++ {
-		// Epochs start from the clock, so positions a picker holds from an
-		// earlier sidecar process never match this one's.
-		ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), deltaSeq: map[string]uint64{},
-			epoch: uint64(time.Now().UnixNano())}
-		var err error
-		if ep.engineURL, err = offsetURL(cfg.EngineURL, r); err != nil {
-			return nil, err
-		}
-		if ep.events, err = offsetPort(cfg.KVEvents, r); err != nil {
-			return nil, err
-		}
-		if cfg.Replay != "" {
-			if ep.replay, err = offsetPort(cfg.Replay, r); err != nil {
-				return nil, err
-			}
-		}
-		ep.log = log.With(zap.Int("rank", r), zap.String("engine", ep.engineURL))
-		if ep.identity, err = ep.identify(ctx, hc, cfg.Model); err != nil {
-			return nil, err
-		}
-		ep.identity.KeyFormat = blockkey.FormatV1
-		ep.identity.SummaryParams = cfg.Params().String()
-		if ep.idx, err = index.New(index.Config{Model: ep.identity.Model, BlockSize: ep.identity.BlockSize, Params: cfg.Params()}); err != nil {
+		ep, err := s.newEndpoint(ctx, hc, r)
+		if err != nil {
 			return nil, err
 		}
 		s.endpoints = append(s.endpoints, ep)
 	}
-	ln, err := net.Listen("tcp", cfg.DebugListen)
-	if err != nil {
-		return nil, fmt.Errorf("--debug-listen %s: %w", cfg.DebugListen, err)
-	}
-	s.ln = ln
-	s.debugURL = debugURL(cfg, ln.Addr().String())
-	s.srv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
-	if cfg.GRPCListen != "" {
-		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err)
-		}
-		if s.grpc, err = s.newGRPCServer(); err != nil {
-			ln.Close()
-			s.grpcLn.Close()
-			return nil, err
-		}
+	if err := s.listen(); err != nil {
+		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	for _, ep := range s.endpoints {
-		ready := make(chan error, 1)
-		s.wg.Add(2)
-		go func() { defer s.wg.Done(); ep.run(runCtx, ready) }()
-		go func() { defer s.wg.Done(); ep.scrapeLoop(runCtx, hc) }()
-		if err := <-ready; err != nil {
+		if err := s.follow(runCtx, hc, ep); err != nil {
 			s.Close()
-			return nil, fmt.Errorf("rank %d: %w", ep.rank, err)
+			return nil, err
 		}
-		ep.log.Info("following kv events", zap.String("events", ep.events), zap.Bool("bind", cfg.Bind),
-			zap.String("replay", ep.replay), zap.String("model", ep.identity.Model), zap.String("tokenizer", ep.identity.TokenizerFingerprint))
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("debug server", zap.Error(err))
-		}
-	}()
-	if s.grpc != nil {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.grpc.Serve(s.grpcLn); err != nil {
-				log.Error("grpc server", zap.Error(err))
-			}
-		}()
-		log.Info("serving summaries over gRPC", zap.String("addr", s.grpcLn.Addr().String()), zap.Bool("tls", cfg.GRPCTLSCert != ""))
-	}
+	s.serve()
 	if cfg.Gossip != nil {
 		if err := s.startGossip(runCtx); err != nil {
 			s.Close()
@@ -140,6 +85,108 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 		}
 	}
 	return s, nil
+}
+
+// newEndpoint identifies rank r's engine and prepares its endpoint: its
+// addresses, index and sequencer.
+func (s *Sidecar) newEndpoint(ctx context.Context, hc *http.Client, r int) (*endpoint, error) {
+	cfg := &s.cfg
+	// Epochs start from the clock, so positions a picker holds from an
+	// earlier sidecar process never match this one's.
+	epoch := uint64(time.Now().UnixNano())
+	ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), epoch: epoch}
+	var err error
+	if ep.engineURL, err = offsetURL(cfg.EngineURL, r); err != nil {
+		return nil, err
+	}
+	if ep.events, err = offsetPort(cfg.KVEvents, r); err != nil {
+		return nil, err
+	}
+	if cfg.Replay != "" {
+		if ep.replay, err = offsetPort(cfg.Replay, r); err != nil {
+			return nil, err
+		}
+	}
+	ep.log = s.log.With(zap.Int("rank", r), zap.String("engine", ep.engineURL))
+	if ep.identity, err = ep.identify(ctx, hc, cfg.Model); err != nil {
+		return nil, err
+	}
+	ep.identity.KeyFormat = blockkey.FormatV1
+	ep.identity.SummaryParams = cfg.Params().String()
+	icfg := index.DefaultConfig()
+	icfg.Model, icfg.Params = ep.identity.Model, cfg.Params()
+	if bs := ep.identity.BlockSize; bs > 0 { // else learned from the first run
+		icfg.BlockSize, icfg.LearnBlockSize = bs, false
+	}
+	if ep.idx, err = index.New(icfg); err != nil {
+		return nil, err
+	}
+	qcfg := sequence.DefaultConfig()
+	qcfg.Replay, qcfg.IdleCheck = ep.replay != "", cfg.IdleCheck
+	if ep.seq, err = sequence.New(qcfg, epoch); err != nil {
+		return nil, err
+	}
+	return ep, nil
+}
+
+// listen opens the debug listener and, when configured, the gRPC one.
+func (s *Sidecar) listen() error {
+	cfg := &s.cfg
+	ln, err := net.Listen("tcp", cfg.DebugListen)
+	if err != nil {
+		return fmt.Errorf("--debug-listen %s: %w", cfg.DebugListen, err)
+	}
+	s.ln = ln
+	s.debugURL = debugURL(*cfg, ln.Addr().String())
+	s.srv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	if cfg.GRPCListen != "" {
+		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err)
+		}
+		if s.grpc, err = s.newGRPCServer(); err != nil {
+			ln.Close()
+			s.grpcLn.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+// follow starts ep's intake and scraper, and waits for its intake socket
+// to open.
+func (s *Sidecar) follow(ctx context.Context, hc *http.Client, ep *endpoint) error {
+	ready := make(chan error, 1)
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); ep.run(ctx, ready) }()
+	go func() { defer s.wg.Done(); ep.scrapeLoop(ctx, hc) }()
+	if err := <-ready; err != nil {
+		return fmt.Errorf("rank %d: %w", ep.rank, err)
+	}
+	ep.log.Info("following kv events", zap.String("events", ep.events), zap.Bool("bind", s.cfg.Bind),
+		zap.String("replay", ep.replay), zap.String("model", ep.identity.Model), zap.String("tokenizer", ep.identity.TokenizerFingerprint))
+	return nil
+}
+
+// serve starts the debug server and, when configured, the gRPC server.
+func (s *Sidecar) serve() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("debug server", zap.Error(err))
+		}
+	}()
+	if s.grpc != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpc.Serve(s.grpcLn); err != nil {
+				s.log.Error("grpc server", zap.Error(err))
+			}
+		}()
+		s.log.Info("serving summaries over gRPC", zap.String("addr", s.grpcLn.Addr().String()), zap.Bool("tls", s.cfg.GRPCTLSCert != ""))
+	}
 }
 
 // Registry returns the registry the sidecar's metrics are in.
@@ -176,7 +223,7 @@ func (s *Sidecar) meta(grpcAddr string) gossip.Meta {
 		id := ep.identity
 		m.Group = identity.Group{Model: id.Model, BlockSize: id.BlockSize, KeyFormat: id.KeyFormat,
 			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint}.ID()
-		m.Endpoints = append(m.Endpoints, gossip.Digest{Endpoint: id.Endpoint, Epoch: ep.epoch, Seq: ep.deltaSeq[index.TierGPU]})
+		m.Endpoints = append(m.Endpoints, gossip.Digest{Endpoint: id.Endpoint, Epoch: ep.epoch, Seq: ep.deltaSeq[tier.GPU]})
 		ep.mu.Unlock()
 	}
 	return m
@@ -346,11 +393,11 @@ func (s *Sidecar) State() []EndpointState {
 			st.LastSeq = &seq
 		}
 		for _, t := range ep.idx.Tiers() {
-			sum := ep.idx.Summary(t)
-			st.Blocks[t] = ep.idx.Blocks(t)
-			st.Summary[t] = Fill{Keys: sum.Keys(), Fill: sum.Fill(), Saturated: sum.Saturated()}
-			st.DeltaSeq[t] = ep.deltaSeq[t]
-			s.metrics.fill.WithLabelValues(ep.identity.Endpoint, t).Set(sum.Fill())
+			sum, name := ep.idx.Summary(t), t.String()
+			st.Blocks[name] = ep.idx.Blocks(t)
+			st.Summary[name] = Fill{Keys: sum.Keys(), Fill: sum.Fill(), Saturated: sum.Saturated()}
+			st.DeltaSeq[name] = ep.deltaSeq[t]
+			s.metrics.fill.WithLabelValues(ep.identity.Endpoint, name).Set(sum.Fill())
 		}
 		ep.mu.Unlock()
 		out = append(out, st)
@@ -392,7 +439,8 @@ func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleKeys looks a block up: ?canonical=<16 hex> or ?engine=<decimal>,
-// optionally &rank= and &tier= (default 0 and GPU).
+// optionally &rank= and &tier= (default 0 and GPU). A tier that is not one
+// (wrong case, unknown name) holds nothing, and is echoed as given.
 func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	rank, err := strconv.Atoi(q.Get("rank"))
@@ -403,10 +451,11 @@ func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "rank out of range"})
 		return
 	}
-	tier := q.Get("tier")
-	if tier == "" {
-		tier = index.TierGPU
+	name := q.Get("tier")
+	if name == "" {
+		name = tier.GPU.String()
 	}
+	t, known := tier.Parse(name)
 	ep := s.endpoints[rank]
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
@@ -417,9 +466,12 @@ func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		hashes := ep.idx.LookupCanonical(tier, k)
-		sum := ep.idx.Summary(tier)
-		writeJSON(w, http.StatusOK, map[string]any{"canonical": k.String(), "tier": tier, "engine_hashes": hashes,
+		var hashes []uint64
+		var sum *summary.Counting
+		if known {
+			hashes, sum = ep.idx.LookupCanonical(t, k), ep.idx.Summary(t)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"canonical": k.String(), "tier": name, "engine_hashes": hashes,
 			"indexed": len(hashes) > 0, "summary_may_contain": sum != nil && sum.MayContain(k)})
 	case q.Get("engine") != "":
 		h, err := strconv.ParseUint(q.Get("engine"), 10, 64)
@@ -427,8 +479,13 @@ func (s *Sidecar) handleKeys(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "engine: want a decimal 64-bit hash"})
 			return
 		}
-		k, refs, ok := ep.idx.LookupEngine(tier, h)
-		out := map[string]any{"engine": h, "tier": tier, "indexed": ok}
+		var k blockkey.Key
+		var refs int
+		var ok bool
+		if known {
+			k, refs, ok = ep.idx.LookupEngine(t, h)
+		}
+		out := map[string]any{"engine": h, "tier": name, "indexed": ok}
 		if ok {
 			out["canonical"], out["copies"] = k.String(), refs
 		}

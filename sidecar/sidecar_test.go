@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/kvroute/kvroute/test/testnet"
 	"io"
 	"net/http"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 func engineConfig() enginesim.Config {
@@ -118,6 +118,34 @@ func converged(t *testing.T, s *sidecar.Sidecar, e *enginesim.Engine, rank int) 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// deltaTaken waits until rank's GPU summary has a delta numbered past
+// seq.
+func deltaTaken(t *testing.T, s *sidecar.Sidecar, rank int, seq uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.State()[rank].DeltaSeq["GPU"] <= seq {
+		if time.Now().After(deadline) {
+			t.Fatalf("no GPU delta past %d: %+v", seq, s.State()[rank])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// batchFor encodes a batch storing one 16-token block whose hash and
+// tokens derive from base.
+func batchFor(t *testing.T, base uint32) []byte {
+	ev := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(base))},
+		TokenIDs: make([]uint32, 16), BlockSize: 16, Medium: "GPU"}
+	for i := range ev.TokenIDs {
+		ev.TokenIDs[i] = base + uint32(i)
+	}
+	p, err := kvevents.Encode(&kvevents.Batch{TS: 1, Events: []kvevents.Event{ev}}, kvevents.LayoutMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func getJSON(t *testing.T, url string, out any) int {

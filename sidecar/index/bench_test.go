@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 )
 
 // ingestPayloads builds msgpack batches of chained 16-block BlockStored
@@ -58,13 +59,15 @@ func BenchmarkIngest(b *testing.B) {
 	blocks := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		x, err := New(Config{Model: "m", Params: summary.ForCapacity(65536)})
+		cfg := DefaultConfig()
+		cfg.Model = "m"
+		x, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for n, p := range payloads {
 			if n%64 == 63 { // deltas, as the sidecar takes them every interval
-				x.Summary(TierGPU).TakeDelta()
+				x.Summary(tier.GPU).TakeDelta()
 			}
 			if err := dec.Decode(p, &batch); err != nil {
 				b.Fatal(err)
@@ -77,7 +80,7 @@ func BenchmarkIngest(b *testing.B) {
 			}
 		}
 		if i == 0 {
-			b.Logf("%d blocks indexed at the end, %d stored, %d removed", x.Blocks(TierGPU), x.Stats().StoredBlocks, x.Stats().RemovedBlocks)
+			b.Logf("%d blocks indexed at the end, %d stored, %d removed", x.Blocks(tier.GPU), x.Stats().StoredBlocks, x.Stats().RemovedBlocks)
 		}
 	}
 	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
@@ -93,7 +96,9 @@ func BenchmarkMemoryPerBlock(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		x, err := New(Config{Model: "m", Params: summary.ForCapacity(n)})
+		cfg := DefaultConfig()
+		cfg.Model, cfg.Params = "m", summary.ForCapacity(n)
+		x, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -107,12 +112,12 @@ func BenchmarkMemoryPerBlock(b *testing.B) {
 			if err := x.Apply(&ev); err != nil {
 				b.Fatal(err)
 			}
-			x.Summary(TierGPU).TakeDelta() // as the sidecar does every delta interval
+			x.Summary(tier.GPU).TakeDelta() // as the sidecar does every delta interval
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		if x.Blocks(TierGPU) != n {
-			b.Fatalf("%d blocks", x.Blocks(TierGPU))
+		if x.Blocks(tier.GPU) != n {
+			b.Fatalf("%d blocks", x.Blocks(tier.GPU))
 		}
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/block")
 		runtime.KeepAlive(x)

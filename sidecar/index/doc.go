@@ -13,13 +13,17 @@
 //   - Engine hash → canonical key is reference counted: the same content
 //     in several physical blocks is stored and removed once per copy, and
 //     the key leaves the summary only when the last copy goes.
-//   - Tiers (GPU, CPU, STORAGE; vLLM ≤ 0.26's FS/OBJ count as STORAGE) are
-//     kept apart, each with its own map and summary. Only full-attention
-//     groups are indexed; other groups, connector placeholders and runs
-//     with a different block size are counted and skipped.
+//   - Tiers (internal/tier: GPU, CPU, STORAGE; vLLM ≤ 0.26's FS/OBJ count
+//     as STORAGE) are kept apart, each with its own map and summary. Only
+//     full-attention groups are indexed; other groups, connector
+//     placeholders and runs with a different block size are counted and
+//     skipped.
 //   - A run whose parent is unknown cannot be keyed: Apply returns
 //     ErrUnresolvedParent and the run is dropped (routing then
 //     under-estimates, which is safe). A removal of an unknown hash is
 //     counted and ignored.
 //   - Clear (AllBlocksCleared, engine restart) empties every tier.
+//   - Config: start from DefaultConfig and set Model; New rejects zero or
+//     invalid values and fills nothing in (an unknown block size is
+//     learned only when LearnBlockSize says so).
 package index

@@ -8,37 +8,53 @@ import (
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 )
-
-// Tiers.
-const (
-	TierGPU     = "GPU"
-	TierCPU     = "CPU"
-	TierStorage = "STORAGE"
-)
-
-// TierOf maps an event's medium to its tier; "" for a medium it does not
-// know (such events are counted as invalid and skipped).
-func TierOf(medium string) string {
-	switch medium {
-	case "", kvevents.MediumGPU:
-		return TierGPU
-	case kvevents.MediumCPU:
-		return TierCPU
-	case "FS", "OBJ", kvevents.MediumStorage:
-		return TierStorage
-	}
-	return ""
-}
 
 // ErrUnresolvedParent reports a run whose parent block is not indexed.
 var ErrUnresolvedParent = errors.New("index: unknown parent block")
 
-// Config identifies what the index keys.
+// DefaultCapacity is the capacity DefaultConfig sizes the summaries for
+// (cached blocks per tier), the sidecar's default.
+const DefaultCapacity = 65536
+
+// Config identifies what the index keys. Start from DefaultConfig and set
+// Model: New validates the result, a zero or invalid value is rejected,
+// and nothing is filled in.
 type Config struct {
-	Model     string         // canonical model name (the served name)
-	BlockSize int            // the endpoint's block size; 0 takes it from the first run
-	Params    summary.Params // fleet-wide summary parameters
+	// Model is the canonical model name (the served name). Required.
+	Model string
+	// BlockSize is the endpoint's tokens per block, when known (> 0).
+	BlockSize int
+	// LearnBlockSize takes the block size from the first keyed run, for
+	// an endpoint whose block size is not known yet; BlockSize must then
+	// be 0. Default true (DefaultConfig knows no block size).
+	LearnBlockSize bool
+	// Params are the fleet-wide summary parameters. Default
+	// summary.ForCapacity(DefaultCapacity).
+	Params summary.Params
+}
+
+// DefaultConfig returns the defaults: the block size learned from the
+// first run, summaries sized for DefaultCapacity blocks. Model has no
+// default.
+func DefaultConfig() Config {
+	return Config{LearnBlockSize: true, Params: summary.ForCapacity(DefaultCapacity)}
+}
+
+// Validate checks c: a model, exactly one of a block size and
+// LearnBlockSize, and valid summary parameters.
+func (c Config) Validate() error {
+	if c.Model == "" {
+		return errors.New("index: empty model name")
+	}
+	switch {
+	case c.LearnBlockSize && c.BlockSize != 0:
+		return fmt.Errorf("index: block size %d given and LearnBlockSize set", c.BlockSize)
+	case !c.LearnBlockSize && c.BlockSize <= 0:
+		return fmt.Errorf("index: block size %d: want > 0, or LearnBlockSize", c.BlockSize)
+	}
+	return c.Params.Validate()
 }
 
 // Stats count what Apply saw.
@@ -54,7 +70,8 @@ type Stats struct {
 	UnknownEvents     uint64 // events of a type this index does not know
 }
 
-type tier struct {
+// shelf is one tier's blocks and summary.
+type shelf struct {
 	blocks *table
 	sum    *summary.Counting
 }
@@ -62,7 +79,7 @@ type tier struct {
 // Index is one endpoint's exact index. Not safe for concurrent use.
 type Index struct {
 	cfg   Config
-	tiers map[string]*tier
+	tiers [tier.Count]*shelf // nil: a tier not seen
 	stats Stats
 	keys  []blockkey.Key     // scratch
 	ex    [][]blockkey.Extra // scratch
@@ -70,59 +87,67 @@ type Index struct {
 
 // New returns an empty index.
 func New(cfg Config) (*Index, error) {
-	if cfg.Model == "" {
-		return nil, errors.New("index: empty model name")
-	}
-	if err := cfg.Params.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Index{cfg: cfg, tiers: map[string]*tier{}}, nil
+	return &Index{cfg: cfg}, nil
 }
 
 // Stats returns the counters.
 func (x *Index) Stats() Stats { return x.stats }
 
-// BlockSize returns the block size in use (0 before the first run).
+// BlockSize returns the block size in use (0 while it is still to be
+// learned from the first run).
 func (x *Index) BlockSize() int { return x.cfg.BlockSize }
 
-func (x *Index) tier(name string) *tier {
-	t := x.tiers[name]
-	if t == nil {
-		t = &tier{blocks: newTable(), sum: summary.NewCounting(x.cfg.Params)}
-		x.tiers[name] = t
+// shelf returns t's shelf, nil for a tier not seen (or not a tier).
+func (x *Index) shelf(t tier.Tier) *shelf {
+	if !t.Valid() {
+		return nil
 	}
-	return t
+	return x.tiers[t]
 }
 
-// Tiers lists the tiers seen, sorted.
-func (x *Index) Tiers() []string {
-	out := make([]string, 0, len(x.tiers))
-	for n := range x.tiers {
-		out = append(out, n)
+// stock returns t's shelf, making it on first use.
+func (x *Index) stock(t tier.Tier) *shelf {
+	s := x.tiers[t]
+	if s == nil {
+		s = &shelf{blocks: newTable(), sum: summary.NewCounting(x.cfg.Params)}
+		x.tiers[t] = s
 	}
-	sort.Strings(out)
+	return s
+}
+
+// Tiers lists the tiers seen, in tier order (GPU, CPU, STORAGE).
+func (x *Index) Tiers() []tier.Tier {
+	out := make([]tier.Tier, 0, tier.Count)
+	for _, t := range tier.All {
+		if x.tiers[t] != nil {
+			out = append(out, t)
+		}
+	}
 	return out
 }
 
 // Blocks returns the distinct engine blocks indexed in a tier.
-func (x *Index) Blocks(tierName string) int {
-	if t := x.tiers[tierName]; t != nil {
-		return t.blocks.len()
+func (x *Index) Blocks(t tier.Tier) int {
+	if s := x.shelf(t); s != nil {
+		return s.blocks.len()
 	}
 	return 0
 }
 
 // Summary returns a tier's counting summary, nil for a tier not seen.
-func (x *Index) Summary(tierName string) *summary.Counting {
-	if t := x.tiers[tierName]; t != nil {
-		return t.sum
+func (x *Index) Summary(t tier.Tier) *summary.Counting {
+	if s := x.shelf(t); s != nil {
+		return s.sum
 	}
 	return nil
 }
 
 // LookupEngine returns the canonical key and copy count of an engine hash.
-func (x *Index) LookupEngine(tierName string, h uint64) (blockkey.Key, int, bool) {
-	if t := x.tiers[tierName]; t != nil {
+func (x *Index) LookupEngine(tr tier.Tier, h uint64) (blockkey.Key, int, bool) {
+	if t := x.shelf(tr); t != nil {
 		if k, refs, ok := t.blocks.get(h); ok {
 			return k, int(refs), true
 		}
@@ -132,9 +157,9 @@ func (x *Index) LookupEngine(tierName string, h uint64) (blockkey.Key, int, bool
 
 // LookupCanonical returns the engine hashes holding a canonical key (a
 // scan: for debugging, not for the hot path).
-func (x *Index) LookupCanonical(tierName string, k blockkey.Key) []uint64 {
+func (x *Index) LookupCanonical(tr tier.Tier, k blockkey.Key) []uint64 {
 	var out []uint64
-	if t := x.tiers[tierName]; t != nil {
+	if t := x.shelf(tr); t != nil {
 		t.blocks.each(func(h uint64, key blockkey.Key) {
 			if key == k {
 				out = append(out, h)
@@ -148,8 +173,10 @@ func (x *Index) LookupCanonical(tierName string, k blockkey.Key) []uint64 {
 // Clear empties every tier (AllBlocksCleared, or an engine restart).
 func (x *Index) Clear() {
 	for _, t := range x.tiers {
-		t.blocks.reset()
-		t.sum.Reset()
+		if t != nil {
+			t.blocks.reset()
+			t.sum.Reset()
+		}
 	}
 	x.stats.Clears++
 }
@@ -165,12 +192,12 @@ func (x *Index) Apply(ev *kvevents.Event) error {
 			x.stats.SkippedGroups++
 			return nil
 		}
-		name := TierOf(ev.Medium)
-		if name == "" {
+		tr, ok := tier.FromMedium(ev.Medium)
+		if !ok {
 			x.stats.Invalid++
 			return fmt.Errorf("index: unknown medium %q", ev.Medium)
 		}
-		t := x.tiers[name]
+		t := x.tiers[tr]
 		for _, h := range ev.BlockHashes {
 			if t == nil {
 				x.stats.UnknownRemovals++
@@ -218,19 +245,19 @@ func (x *Index) stored(ev *kvevents.Event) error {
 		x.stats.Invalid++
 		return err
 	}
-	if x.cfg.BlockSize == 0 {
-		x.cfg.BlockSize = ev.BlockSize
+	if x.cfg.LearnBlockSize {
+		x.cfg.BlockSize, x.cfg.LearnBlockSize = ev.BlockSize, false
 	}
 	if ev.BlockSize != x.cfg.BlockSize {
 		x.stats.Invalid++
 		return fmt.Errorf("index: block size %d, endpoint uses %d", ev.BlockSize, x.cfg.BlockSize)
 	}
-	name := TierOf(ev.Medium)
-	if name == "" {
+	tr, ok := tier.FromMedium(ev.Medium)
+	if !ok {
 		x.stats.Invalid++
 		return fmt.Errorf("index: unknown medium %q", ev.Medium)
 	}
-	t := x.tier(name)
+	t := x.stock(tr)
 	parent := blockkey.Root(x.cfg.Model, ev.LoraName)
 	if ev.HasParent {
 		k, _, ok := t.blocks.get(ev.ParentBlockHash.Int)

@@ -7,6 +7,7 @@ import (
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/test/enginesim/kvcache"
 	"github.com/kvroute/kvroute/test/vectors"
 )
@@ -15,7 +16,9 @@ const model = "Qwen/Qwen3-0.6B"
 
 func newIndex(t *testing.T) *Index {
 	t.Helper()
-	x, err := New(Config{Model: model, Params: summary.ForCapacity(4096)})
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Params = model, summary.ForCapacity(4096)
+	x, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,15 +85,15 @@ func TestKeysMatchBlockkey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if x.Blocks(TierGPU) != len(want) {
-			t.Fatalf("%+v: %d blocks indexed, want %d", c, x.Blocks(TierGPU), len(want))
+		if x.Blocks(tier.GPU) != len(want) {
+			t.Fatalf("%+v: %d blocks indexed, want %d", c, x.Blocks(tier.GPU), len(want))
 		}
 		for i, d := range vllm {
-			k, refs, ok := x.LookupEngine(TierGPU, blockkey.EventHash(d))
+			k, refs, ok := x.LookupEngine(tier.GPU, blockkey.EventHash(d))
 			if !ok || k != want[i] || refs != 1 {
 				t.Fatalf("%+v: block %d: key %v ok %v refs %d, want %v", c, i, k, ok, refs, want[i])
 			}
-			if !x.Summary(TierGPU).MayContain(want[i]) {
+			if !x.Summary(tier.GPU).MayContain(want[i]) {
 				t.Fatal("summary misses an indexed key")
 			}
 		}
@@ -113,7 +116,7 @@ func TestSaltsDisjoint(t *testing.T) {
 				t.Fatal("two salts share a key")
 			}
 			seen[k] = true
-			if len(x.LookupCanonical(TierGPU, k)) != 1 {
+			if len(x.LookupCanonical(tier.GPU, k)) != 1 {
 				t.Fatalf("salt %q key not indexed once", salt)
 			}
 		}
@@ -128,12 +131,12 @@ func TestCopiesAreCounted(t *testing.T) {
 		TokenIDs: tokens(16, 1), BlockSize: 16, Medium: "GPU"}
 	removed := kvevents.Event{Type: kvevents.TypeBlockRemoved, BlockHashes: []kvevents.Hash{kvevents.IntHash(11)}, Medium: "GPU"}
 	apply(t, x, []kvevents.Event{stored, stored, removed})
-	k, refs, ok := x.LookupEngine(TierGPU, 11)
-	if !ok || refs != 1 || !x.Summary(TierGPU).MayContain(k) {
+	k, refs, ok := x.LookupEngine(tier.GPU, 11)
+	if !ok || refs != 1 || !x.Summary(tier.GPU).MayContain(k) {
 		t.Fatalf("after one of two removals: ok %v refs %d", ok, refs)
 	}
 	apply(t, x, []kvevents.Event{removed, removed})
-	if _, _, ok := x.LookupEngine(TierGPU, 11); ok || x.Summary(TierGPU).MayContain(k) || x.Summary(TierGPU).Keys() != 0 {
+	if _, _, ok := x.LookupEngine(tier.GPU, 11); ok || x.Summary(tier.GPU).MayContain(k) || x.Summary(tier.GPU).Keys() != 0 {
 		t.Fatal("key survived its last copy")
 	}
 	if s := x.Stats(); s.UnknownRemovals != 1 || s.RemovedBlocks != 2 || s.StoredBlocks != 2 {
@@ -156,8 +159,8 @@ func TestTiersGroupsAndBadRuns(t *testing.T) {
 		{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(9)}, TokenIDs: []uint32{}, Medium: "CPU"},
 		{Type: kvevents.TypeUnknown, TypeName: "BlockUpdated"},
 	})
-	if x.Blocks(TierGPU) != 1 || x.Blocks(TierCPU) != 1 || x.Blocks(TierStorage) != 1 {
-		t.Fatalf("tiers %v: %d %d %d", x.Tiers(), x.Blocks(TierGPU), x.Blocks(TierCPU), x.Blocks(TierStorage))
+	if x.Blocks(tier.GPU) != 1 || x.Blocks(tier.CPU) != 1 || x.Blocks(tier.Storage) != 1 {
+		t.Fatalf("tiers %v: %d %d %d", x.Tiers(), x.Blocks(tier.GPU), x.Blocks(tier.CPU), x.Blocks(tier.Storage))
 	}
 	s := x.Stats()
 	if s.SkippedGroups != 2 || s.Placeholders != 1 || s.UnknownEvents != 1 {
@@ -165,7 +168,7 @@ func TestTiersGroupsAndBadRuns(t *testing.T) {
 	}
 	// Removing from GPU leaves CPU alone.
 	apply(t, x, []kvevents.Event{{Type: kvevents.TypeBlockRemoved, BlockHashes: []kvevents.Hash{kvevents.IntHash(5)}, Medium: "GPU"}})
-	if x.Blocks(TierGPU) != 0 || x.Blocks(TierCPU) != 1 {
+	if x.Blocks(tier.GPU) != 0 || x.Blocks(tier.CPU) != 1 {
 		t.Fatal("a GPU removal touched another tier")
 	}
 	bad := []kvevents.Event{
@@ -194,7 +197,7 @@ func TestTiersGroupsAndBadRuns(t *testing.T) {
 		t.Fatalf("orphan run: %v", err)
 	}
 	apply(t, x, []kvevents.Event{{Type: kvevents.TypeAllBlocksCleared}})
-	if x.Blocks(TierCPU) != 0 || x.Stats().Clears != 1 || x.Summary(TierCPU).Fill() != 0 {
+	if x.Blocks(tier.CPU) != 0 || x.Stats().Clears != 1 || x.Summary(tier.CPU).Fill() != 0 {
 		t.Fatal("clear left blocks")
 	}
 }
@@ -216,24 +219,71 @@ func TestVectorBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if x.Blocks(TierGPU) != 1 {
-		t.Fatalf("%d blocks", x.Blocks(TierGPU))
+	if x.Blocks(tier.GPU) != 1 {
+		t.Fatalf("%d blocks", x.Blocks(tier.GPU))
 	}
 	c, err := vectors.Base()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := (&blockkey.Request{Tokens: c.TokenIDs[:16]}).AppendKeys(nil, model, 16)
-	if k, _, ok := x.LookupEngine(TierGPU, c.BlockHashes[0]); !ok || k != want[0] {
+	if k, _, ok := x.LookupEngine(tier.GPU, c.BlockHashes[0]); !ok || k != want[0] {
 		t.Fatal("vector block 0 keyed differently")
 	}
 }
 
+// TestNewValidates: DefaultConfig plus a model is valid; a zero or
+// contradictory value is rejected, never filled in.
 func TestNewValidates(t *testing.T) {
-	if _, err := New(Config{Params: summary.ForCapacity(1)}); err == nil {
-		t.Error("empty model accepted")
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		ok   bool
+	}{
+		{"defaults and a model", func(c *Config) {}, true},
+		{"a known block size", func(c *Config) { c.BlockSize, c.LearnBlockSize = 16, false }, true},
+		{"the zero Config", func(c *Config) { *c = Config{} }, false},
+		{"empty model", func(c *Config) { c.Model = "" }, false},
+		{"zero params", func(c *Config) { c.Params = summary.Params{} }, false},
+		{"no block size, none to learn", func(c *Config) { c.LearnBlockSize = false }, false},
+		{"negative block size", func(c *Config) { c.BlockSize, c.LearnBlockSize = -16, false }, false},
+		{"a block size and learning", func(c *Config) { c.BlockSize = 16 }, false},
+	} {
+		cfg := DefaultConfig()
+		cfg.Model = "m"
+		tc.edit(&cfg)
+		if _, err := New(cfg); (err == nil) != tc.ok {
+			t.Errorf("%s: New error %v, want ok=%v", tc.name, err, tc.ok)
+		}
 	}
-	if _, err := New(Config{Model: "m"}); err == nil {
-		t.Error("zero params accepted")
+}
+
+// TestKnownBlockSize: with the block size given, a run of another size
+// is rejected even as the first run.
+func TestKnownBlockSize(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Model, cfg.BlockSize, cfg.LearnBlockSize = model, 16, false
+	x, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(1)}, TokenIDs: tokens(32, 1), BlockSize: 32}
+	if err := x.Apply(&run); err == nil || x.BlockSize() != 16 {
+		t.Fatalf("a 32-token run on a 16-token endpoint: %v, block size %d", err, x.BlockSize())
+	}
+}
+
+// TestTierOrder: Tiers lists only tiers seen, in tier order.
+func TestTierOrder(t *testing.T) {
+	x := newIndex(t)
+	for _, medium := range []string{"STORAGE", "GPU"} {
+		apply(t, x, []kvevents.Event{{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(3)},
+			TokenIDs: tokens(16, 1), BlockSize: 16, Medium: medium}})
+	}
+	if got := x.Tiers(); len(got) != 2 || got[0] != tier.GPU || got[1] != tier.Storage {
+		t.Fatalf("tiers %v", got)
+	}
+	if x.Summary(tier.CPU) != nil || x.Blocks(tier.Tier(tier.Count)) != 0 || x.Summary(tier.Tier(200)) != nil {
+		t.Fatal("an unseen or invalid tier has a summary or blocks")
 	}
 }

@@ -1,0 +1,48 @@
+package sidecar
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/gossip"
+)
+
+// TestConfigValidate: the defaults are valid; a zero value is rejected
+// unless its field gives it a meaning, and nothing is filled in.
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		ok   bool
+	}{
+		{"defaults", func(c *Config) {}, true},
+		{"no replay, no topic, no gRPC", func(c *Config) { c.Replay, c.Topic, c.GRPCListen = "", "", "" }, true},
+		{"a free debug port", func(c *Config) { c.DebugListen = "127.0.0.1:0" }, true},
+		{"the zero Config", func(c *Config) { *c = Config{} }, false},
+		{"no engine URL", func(c *Config) { c.EngineURL = "" }, false},
+		{"no event endpoint", func(c *Config) { c.KVEvents = "" }, false},
+		{"a replay endpoint without a scheme", func(c *Config) { c.Replay = "127.0.0.1:5558" }, false},
+		{"no ranks", func(c *Config) { c.DataParallelSize = 0 }, false},
+		{"no debug address", func(c *Config) { c.DebugListen = "" }, false},
+		{"no capacity", func(c *Config) { c.Capacity = 0 }, false},
+		{"no scrape interval", func(c *Config) { c.ScrapeInterval = 0 }, false},
+		{"no delta interval", func(c *Config) { c.DeltaInterval = 0 }, false},
+		{"no replay timeout", func(c *Config) { c.ReplayTimeout = 0 }, false},
+		{"no idle check", func(c *Config) { c.IdleCheck = 0 }, false},
+		{"no startup timeout", func(c *Config) { c.StartupTimeout = 0 }, false},
+		{"a TLS cert without its key", func(c *Config) { c.GRPCTLSCert = "cert.pem" }, false},
+		{"gossip without gRPC", func(c *Config) { g := gossip.DefaultConfig(); c.Gossip, c.GRPCListen = &g, "" }, false},
+		{"a scrape interval below 10ms", func(c *Config) { c.ScrapeInterval = time.Millisecond }, false},
+	} {
+		cfg := DefaultConfig()
+		tc.edit(&cfg)
+		before := cfg
+		err := cfg.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: Validate error %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if cfg != before {
+			t.Errorf("%s: Validate changed the config", tc.name)
+		}
+	}
+}
