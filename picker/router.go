@@ -237,7 +237,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 func (r *Router) snapshot(p *prepared, now time.Time) decide.Snapshot {
 	s := decide.Snapshot{Endpoints: p.eps, InFlight: make(map[string]inflight.Pending, len(p.eps))}
 	if len(p.chain) > 0 {
-		for _, t := range tier.All {
+		for _, t := range tier.All() {
 			s.Matched[t] = r.view.Match(p.group, t, p.chain)
 		}
 	}

@@ -12,17 +12,20 @@ const (
 	Count = 3
 )
 
-// All lists the tiers in order.
-var All = [Count]Tier{GPU, CPU, Storage}
+// All lists the tiers in order (a fresh array each call: nothing shared
+// to mutate).
+func All() [Count]Tier { return [Count]Tier{GPU, CPU, Storage} }
 
-// names are the wire names (vLLM's MEDIUM_* values, and the summary
-// stream's tier field).
-var names = [Count]string{"GPU", "CPU", "STORAGE"}
-
-// String is the tier's wire name: GPU, CPU or STORAGE.
+// String is the tier's wire name (vLLM's MEDIUM_* values, and the summary
+// stream's tier field): GPU, CPU or STORAGE.
 func (t Tier) String() string {
-	if int(t) < Count {
-		return names[t]
+	switch t {
+	case GPU:
+		return "GPU"
+	case CPU:
+		return "CPU"
+	case Storage:
+		return "STORAGE"
 	}
 	return "UNKNOWN"
 }
@@ -32,9 +35,9 @@ func (t Tier) Valid() bool { return int(t) < Count }
 
 // Parse reads a wire name (GPU, CPU, STORAGE).
 func Parse(name string) (Tier, bool) {
-	for i, n := range names {
-		if n == name {
-			return Tier(i), true
+	for _, t := range All() {
+		if t.String() == name {
+			return t, true
 		}
 	}
 	return 0, false

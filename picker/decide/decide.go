@@ -126,7 +126,7 @@ func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.
 	for i := range snap.Endpoints {
 		e := &snap.Endpoints[i]
 		c := score.Candidate{ID: e.URL, Healthy: e.HealthAt(now, cfg.StaleLoad) == fleet.Routable && !req.Exclude[e.URL]}
-		for _, t := range tier.All {
+		for _, t := range tier.All() {
 			c.Matched[t] = snap.Matched[t][e.URL] * req.BlockSize
 		}
 		if e.HasLoad() {

@@ -295,7 +295,7 @@ func inFlight(c *Candidate) float64 {
 // and storage tiers hold beyond it at their weights.
 func (cfg *Config) cached(c *Candidate, prompt int) float64 {
 	have, credit := 0, 0.0
-	for _, t := range tier.All {
+	for _, t := range tier.All() {
 		m := min(max(c.Matched[t], 0), prompt)
 		if m > have {
 			credit += float64(m-have) * cfg.TierWeights[t]

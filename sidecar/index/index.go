@@ -121,7 +121,7 @@ func (x *Index) stock(t tier.Tier) *shelf {
 // Tiers lists the tiers seen, in tier order (GPU, CPU, STORAGE).
 func (x *Index) Tiers() []tier.Tier {
 	out := make([]tier.Tier, 0, tier.Count)
-	for _, t := range tier.All {
+	for _, t := range tier.All() {
 		if x.tiers[t] != nil {
 			out = append(out, t)
 		}

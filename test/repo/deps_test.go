@@ -32,6 +32,7 @@ var cores = []string{
 	"picker/inflight",
 	"picker/score",
 	"sidecar/index",
+	"sidecar/sequence",
 }
 
 // helpers are the test/ packages that exist only for tests; the other
