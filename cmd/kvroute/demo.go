@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvroute/kvroute/test/bench"
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/bench"
 )
 
 func newDemoCommand() *cobra.Command {
