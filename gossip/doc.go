@@ -1,6 +1,9 @@
-// Package gossip is a payload-agnostic wrapper over hashicorp/memberlist:
-// membership, failure detection and small node metadata for sidecars and
-// pickers (DESIGN.md §6).
+// Package gossip wraps hashicorp/memberlist for kvroute: membership,
+// failure detection and node metadata for sidecars and pickers (DESIGN.md
+// §6). It is not payload-agnostic: it owns kvroute's metadata schema
+// (Meta: roles, gRPC address, identity group, endpoint digests), its wire
+// form and its validation, so every member encodes and checks metadata
+// the same way.
 //
 // Contract:
 //   - Config has DefaultConfig (LAN timings) and LocalConfig (loopback

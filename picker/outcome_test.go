@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/internal/openai"
 )
 
 func TestSnifferFindsUsage(t *testing.T) {
@@ -118,8 +120,8 @@ func TestAccountWithoutDetails(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	r := &Router{cfg: DefaultConfig()}
 	r.m = newMetrics(reg, r)
-	r.account(&Pick{MatchedTokens: 64, blockSize: 16}, usageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
-	r.account(&Pick{MatchedTokens: 0, blockSize: 16}, usageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
+	r.account(&Pick{MatchedTokens: 64, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
+	r.account(&Pick{MatchedTokens: 0, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
 	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "no_cached_details"); n != 1 {
 		t.Fatalf("no_cached_details %v", n)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/picker/intake"
 )
 
@@ -173,7 +174,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 
 // account compares the engine's reported cached tokens with the
 // prediction.
-func (r *Router) account(p *Pick, u usage) {
+func (r *Router) account(p *Pick, u openai.Usage) {
 	if !u.Seen {
 		r.m.outcomes.WithLabelValues("no_usage").Inc()
 		return

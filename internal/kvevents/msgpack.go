@@ -13,37 +13,37 @@ var ErrMalformed = errors.New("kvevents: malformed payload")
 
 // msgpack format bytes used by vLLM's encoder (msgspec) and accepted here.
 const (
-	mpNil     = 0xc0
-	mpFalse   = 0xc2
-	mpTrue    = 0xc3
-	mpBin8    = 0xc4
-	mpBin16   = 0xc5
-	mpBin32   = 0xc6
-	mpExt8    = 0xc7
-	mpExt16   = 0xc8
-	mpExt32   = 0xc9
-	mpFloat32 = 0xca
-	mpFloat64 = 0xcb
-	mpUint8   = 0xcc
-	mpUint16  = 0xcd
-	mpUint32  = 0xce
-	mpUint64  = 0xcf
-	mpInt8    = 0xd0
-	mpInt16   = 0xd1
-	mpInt32   = 0xd2
-	mpInt64   = 0xd3
-	mpFixExt1 = 0xd4
-	mpFixExt2 = 0xd5
-	mpFixExt4 = 0xd6
-	mpFixExt8 = 0xd7
-	mpFixExt6 = 0xd8
-	mpStr8    = 0xd9
-	mpStr16   = 0xda
-	mpStr32   = 0xdb
-	mpArray16 = 0xdc
-	mpArray32 = 0xdd
-	mpMap16   = 0xde
-	mpMap32   = 0xdf
+	mpNil      = 0xc0
+	mpFalse    = 0xc2
+	mpTrue     = 0xc3
+	mpBin8     = 0xc4
+	mpBin16    = 0xc5
+	mpBin32    = 0xc6
+	mpExt8     = 0xc7
+	mpExt16    = 0xc8
+	mpExt32    = 0xc9
+	mpFloat32  = 0xca
+	mpFloat64  = 0xcb
+	mpUint8    = 0xcc
+	mpUint16   = 0xcd
+	mpUint32   = 0xce
+	mpUint64   = 0xcf
+	mpInt8     = 0xd0
+	mpInt16    = 0xd1
+	mpInt32    = 0xd2
+	mpInt64    = 0xd3
+	mpFixExt1  = 0xd4
+	mpFixExt2  = 0xd5
+	mpFixExt4  = 0xd6
+	mpFixExt8  = 0xd7
+	mpFixExt16 = 0xd8
+	mpStr8     = 0xd9
+	mpStr16    = 0xda
+	mpStr32    = 0xdb
+	mpArray16  = 0xdc
+	mpArray32  = 0xdd
+	mpMap16    = 0xde
+	mpMap32    = 0xdf
 )
 
 // reader walks a msgpack buffer. Every read checks bounds first; lengths from
@@ -372,7 +372,7 @@ func (r *reader) skip(depth int) error {
 		_, err = r.take(5)
 	case mpFixExt8:
 		_, err = r.take(9)
-	case mpFixExt6:
+	case mpFixExt16:
 		_, err = r.take(17)
 	case mpExt8:
 		if n, err = r.uintN(1); err == nil {

@@ -23,6 +23,8 @@ type Endpoint struct {
 	Partial              bool    `json:"partial"`
 	StaleSecs            float64 `json:"seconds_since_update"`
 	NeverUpdated         bool    `json:"never_updated,omitempty"`
+	// SidecarDebug is the sidecar's debug HTTP base URL ("" unknown).
+	SidecarDebug string `json:"sidecar_debug"`
 }
 
 // Check is one verdict.
@@ -122,6 +124,13 @@ func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
 	}
 	slices.SortStableFunc(checks, func(a, b Check) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
 	return groups, checks
+}
+
+// Groups is Consistency's groups alone: the models of eps, sorted, each
+// with its endpoints and majority values.
+func Groups(eps []Endpoint) []Group {
+	groups, _ := Consistency(eps, DefaultMaxStale)
+	return groups
 }
 
 // mostCommon returns the most common value of get over eps, and whether

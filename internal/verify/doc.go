@@ -1,21 +1,39 @@
-// Package verify is the pure core of `kvroute verify`: from what a picker
-// reports of its endpoints (and, later, what probes observe) it derives
-// checks that pass or fail, each naming the endpoint, the field and the
-// likely cause.
+// Package verify is the pure core of `kvroute verify`: from the facts
+// gathered of a fleet — what a picker reports of its endpoints, what their
+// sidecars and engines answer, what the token-parity probes observe — it
+// derives checks that pass or fail, each naming the endpoint, the field
+// and the likely cause, and assembles them into the Report the command
+// prints.
 //
 // Contract:
-//   - No I/O, clocks or randomness: the command gathers the facts, this
-//     package judges them, so every rule is tested on tables.
+//   - No I/O, clocks or randomness: internal/verify/collect gathers the
+//     facts (Facts), this package judges them (Judge), so every rule is
+//     tested on tables. Judge's checks come in a fixed order: identity and
+//     freshness by endpoint, refused endpoints, each endpoint's sidecar and
+//     cached-token details, then each probe's checks and its per-endpoint
+//     token checks. The Report's JSON is kvroute verify --json's, pinned by
+//     a golden file.
 //   - Endpoints serving one model must agree on everything keys, summaries
 //     and tokens depend on: block size, hash algorithm, key format, summary
 //     parameters and tokenizer fingerprint. The reference for each field is
 //     the model's majority value; an endpoint differing from it fails, on
 //     that field. With no majority (a tie), every endpoint of the tie fails.
-//   - An endpoint whose sidecar is stale or partial fails its freshness
-//     check: routing to it works, but on old or incomplete knowledge.
+//   - An endpoint whose sidecar is stale, partial or has never sent an
+//     update fails its freshness check: routing to it works, but on old or
+//     incomplete knowledge. An endpoint the picker refused fails as not
+//     routable, with the picker's reason.
+//   - An endpoint's sidecar passes when its debug URL is known, answers,
+//     and follows that endpoint (not another sidecar reached through a
+//     loopback address). An engine passes the cached-token check when a
+//     repeated prompt comes back with prompt_tokens_details.
 //   - A token-parity probe passes when its repeat lands where it first
-//     went, the picker's predicted cached tokens equal the engine's at
-//     block granularity (below the prompt's last token, which vLLM never
+//     went, on an endpoint of the probe's model the picker lists, the
+//     picker's predicted cached tokens equal the engine's at block
+//     granularity (below the prompt's last token, which vLLM never
 //     reports cached), the picker's keys are all on that endpoint's sidecar,
 //     and another salt shares nothing.
+//   - Each endpoint of a model passes the probe's token check when the
+//     block keys of its own rendering (at the model's block size: a block
+//     size that differs is the identity check's) are the picker's, all of
+//     them and at least one.
 package verify

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/test/enginesim/chat"
 )
 
@@ -148,16 +149,8 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 	var answer strings.Builder
 	c.stream(ctx, &o, func(data string) {
 		var ev struct {
-			Type     string `json:"type"`
-			Delta    string `json:"delta"`
-			Response *struct {
-				Usage *struct {
-					InputTokens        int `json:"input_tokens"`
-					InputTokensDetails *struct {
-						CachedTokens int `json:"cached_tokens"`
-					} `json:"input_tokens_details"`
-				} `json:"usage"`
-			} `json:"response"`
+			Type  string `json:"type"`
+			Delta string `json:"delta"`
 		}
 		if json.Unmarshal([]byte(data), &ev) != nil {
 			return
@@ -169,12 +162,7 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 			}
 			answer.WriteString(ev.Delta)
 		case "response.completed":
-			if u := ev.Response; u != nil && u.Usage != nil {
-				o.PromptTokens = u.Usage.InputTokens
-				if u.Usage.InputTokensDetails != nil {
-					o.CachedTokens = u.Usage.InputTokensDetails.CachedTokens
-				}
-			}
+			o.usage(openai.UsageOf([]byte(data)))
 		}
 	})
 	return o, answer.String()
@@ -206,7 +194,7 @@ func (c *Client) stream(ctx context.Context, o *Outcome, event func(data string)
 	o.Endpoint = resp.Header.Get("X-Kvroute-Endpoint")
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		o.Err = fmt.Errorf("status %d: %s", resp.StatusCode, msg)
+		o.Err = openai.NewStatusError("", resp.StatusCode, msg)
 		return
 	}
 	c.count(o.Endpoint)
@@ -225,6 +213,17 @@ func (c *Client) stream(ctx context.Context, o *Outcome, event func(data string)
 		o.Err = fmt.Errorf("no usage in the stream")
 	case o.TTFT == 0:
 		o.TTFT = o.End.Sub(o.Start) // no text: the first token is the last
+	}
+}
+
+// usage records the prompt accounting an engine reported, when it did.
+func (o *Outcome) usage(u openai.Usage) {
+	if !u.Seen {
+		return
+	}
+	o.PromptTokens = u.Prompt
+	if u.Details {
+		o.CachedTokens = u.Cached
 	}
 }
 
@@ -340,12 +339,6 @@ func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
 			Choices []struct {
 				Text string `json:"text"`
 			} `json:"choices"`
-			Usage *struct {
-				PromptTokens        int `json:"prompt_tokens"`
-				PromptTokensDetails *struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
 		}
 		if json.Unmarshal([]byte(data), &ch) != nil {
 			return
@@ -353,11 +346,8 @@ func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
 		if o.TTFT == 0 && len(ch.Choices) > 0 && ch.Choices[0].Text != "" {
 			o.TTFT = time.Since(o.Start)
 		}
-		if u := ch.Usage; u != nil {
-			o.PromptTokens = u.PromptTokens
-			if u.PromptTokensDetails != nil {
-				o.CachedTokens = u.PromptTokensDetails.CachedTokens
-			}
+		if strings.Contains(data, `"usage"`) { // the last chunk's, with include_usage
+			o.usage(openai.UsageOf([]byte(data)))
 		}
 	})
 	return o

@@ -17,7 +17,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/pickapi"
 	testpod "github.com/kvroute/kvroute/test/pod"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -81,18 +83,17 @@ http {
 		t.Logf("nginx output:\n%s\n%s", out, log)
 	})
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
 		resp, err := http.Get(url + "/health")
 		if err == nil {
 			resp.Body.Close()
-			return url
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx never answered: %v\n%s", err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("nginx never answered: %v\n%s", err, out.String())
 	}
+	return url
 }
 
 // TestNginxKeyedOnPrefixHash: a gateway that dispatches requests itself
@@ -113,12 +114,14 @@ func TestNginxKeyedOnPrefixHash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pk.Close)
-	deadline := time.Now().Add(10 * time.Second)
-	for len(pk.View().Endpoints()) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("the picker never found the endpoints")
+	err = waitFor(10*time.Second, 10*time.Millisecond, func() error {
+		if n := len(pk.View().Endpoints()); n < 3 {
+			return fmt.Errorf("%d endpoints known", n)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the picker never found the endpoints: %v", err)
 	}
 	gateway := startNginx(t, engines)
 	system := strings.Repeat("You are the support agent of a large shop; follow the policies below. ", 30)
@@ -135,13 +138,11 @@ func TestNginxKeyedOnPrefixHash(t *testing.T) {
 		}
 		body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "messages": msgs, "max_tokens": 8, "cache_salt": "shop-1"})
 		// 1. Ask the picker for the hash.
-		resp, err := http.Post("http://"+pk.Addr()+"/routing/v1/pick", "application/json", bytes.NewReader(body))
+		resp, err := http.Post("http://"+pk.Addr()+pickapi.Path, "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pick struct {
-			PrefixHash string `json:"prefix_hash"`
-		}
+		var pick pickapi.Answer
 		if err := json.NewDecoder(resp.Body).Decode(&pick); err != nil || resp.StatusCode != 200 || len(pick.PrefixHash) != 16 {
 			t.Fatalf("turn %d pick: %d %v %+v", turn, resp.StatusCode, err, pick)
 		}
@@ -162,14 +163,9 @@ func TestNginxKeyedOnPrefixHash(t *testing.T) {
 					Content string `json:"content"`
 				} `json:"message"`
 			} `json:"choices"`
-			Usage struct {
-				PromptTokens        int `json:"prompt_tokens"`
-				PromptTokensDetails struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
 		}
-		if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || len(out.Choices) == 0 {
+		usage := openai.UsageOf(raw)
+		if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || len(out.Choices) == 0 || !usage.Seen {
 			t.Fatalf("turn %d via nginx: %d %s", turn, resp.StatusCode, raw)
 		}
 		got := resp.Header.Get("X-Upstream")
@@ -177,8 +173,8 @@ func TestNginxKeyedOnPrefixHash(t *testing.T) {
 			upstream = got
 		} else if got != upstream {
 			t.Fatalf("turn %d went to %s, the conversation is on %s", turn, got, upstream)
-		} else if cached := out.Usage.PromptTokensDetails.CachedTokens; cached < out.Usage.PromptTokens/2 {
-			t.Fatalf("turn %d: %d of %d prompt tokens cached", turn, cached, out.Usage.PromptTokens)
+		} else if usage.Cached < usage.Prompt/2 {
+			t.Fatalf("turn %d: %d of %d prompt tokens cached", turn, usage.Cached, usage.Prompt)
 		}
 		conversation = append(conversation, out.Choices[0].Message.Content, fmt.Sprintf("And question %d?", turn+2))
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/kvroute/kvroute/test/testnet"
 	"io"
 	"net/http"
 	"os/exec"
@@ -13,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // buildKvroute builds the binary once per test run.
@@ -62,6 +64,19 @@ func startProcess(t *testing.T, cmd *exec.Cmd, stop syscall.Signal, report func(
 	return &out
 }
 
+// waitFor polls cond every interval until it holds, and returns nil; or
+// cond's last error once d has passed.
+func waitFor(d, interval time.Duration, cond func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(interval)
+	}
+}
+
 func getJSON(url string, out any) error {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -92,20 +107,15 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 		"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--topic", "kv@e2e", "--debug-listen", debug,
 		"--grpc-listen", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0", "--node-name", "e2e-sidecar",
 		"--capacity", "4096", "--log-level", "warn")
-	deadline := time.Now().Add(30 * time.Second)
 	prompt := make([]int, 160)
 	for i := range prompt {
 		prompt[i] = 4000 + i
 	}
 	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 1})
-	for {
-		if time.Now().After(deadline) {
-			t.Fatal("the sidecar never indexed the engine's blocks")
-		}
-		time.Sleep(100 * time.Millisecond)
+	err := waitFor(30*time.Second, 100*time.Millisecond, func() error {
 		resp, err := http.Post(engine+"/v1/completions", "application/json", bytes.NewReader(body))
 		if err != nil {
-			continue
+			return err
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -115,12 +125,16 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 				Model string `json:"model"`
 			} `json:"identity"`
 		}
-		if err := getJSON("http://"+debug+"/debug/state", &state); err != nil || len(state) != 1 {
-			continue
+		if err := getJSON("http://"+debug+"/debug/state", &state); err != nil {
+			return err
 		}
-		if state[0].Blocks["GPU"] == 10 && state[0].Identity.Model == "Qwen/Qwen3-0.6B" {
-			break
+		if len(state) != 1 || state[0].Blocks["GPU"] != 10 || state[0].Identity.Model != "Qwen/Qwen3-0.6B" {
+			return fmt.Errorf("sidecar state %+v", state)
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the sidecar never indexed the engine's blocks: %v", err)
 	}
 	var ready map[string]any
 	if err := getJSON("http://"+debug+"/readyz", &ready); err != nil || ready["ready"] != true {
@@ -187,18 +201,12 @@ func TestPickerProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var out struct {
-			Usage struct {
-				PromptTokens        int `json:"prompt_tokens"`
-				PromptTokensDetails struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
+		raw, _ := io.ReadAll(resp.Body)
+		u, err := openai.DecodeUsage(raw)
+		if resp.StatusCode != 200 || err != nil || !u.Seen {
+			t.Fatalf("chat through the picker: %d %v %s", resp.StatusCode, err, raw)
 		}
-		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&out) != nil {
-			t.Fatalf("chat through the picker: %d", resp.StatusCode)
-		}
-		return resp.Header.Get("X-Kvroute-Endpoint"), out.Usage.PromptTokens, out.Usage.PromptTokensDetails.CachedTokens
+		return resp.Header.Get("X-Kvroute-Endpoint"), u.Prompt, u.Cached
 	}
 	first, _, _ := turn("Plan the migration.")
 	second, prompt, cached := turn("Plan the migration.", "Step one: inventory.", "Continue.")

@@ -50,18 +50,22 @@ func startProcessFleet(t *testing.T, bin string, members []member) string {
 	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
 		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	err := waitFor(30*time.Second, 100*time.Millisecond, func() error {
 		var dbg struct {
 			Endpoints []struct{} `json:"endpoints"`
 		}
-		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err == nil && len(dbg.Endpoints) == len(members) {
-			return "http://" + api
+		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the picker never found the %d endpoints", len(members))
+		if len(dbg.Endpoints) != len(members) {
+			return fmt.Errorf("%d endpoints known", len(dbg.Endpoints))
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the picker never found the %d endpoints: %v", len(members), err)
 	}
+	return "http://" + api
 }
 
 // verifyResult is `kvroute verify --json`'s output and exit code.

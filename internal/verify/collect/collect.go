@@ -1,0 +1,160 @@
+package collect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/internal/verify"
+	"github.com/kvroute/kvroute/picker/render"
+)
+
+// Config is the fleet to gather facts from, and how.
+type Config struct {
+	// Picker is the picker's HTTP base URL, e.g. http://kvroute-picker:8080.
+	Picker string
+	// Model, when set, limits the facts to that model's endpoints.
+	Model string
+	// Token is the decision API's bearer token, if it needs one.
+	Token string
+	// Timeout bounds each request, and a probe's wait for its blocks to
+	// reach the sidecar. Default 10 s.
+	Timeout time.Duration
+}
+
+// DefaultConfig is the configuration without a picker.
+func DefaultConfig() Config { return Config{Timeout: 10 * time.Second} }
+
+// Validate checks the configuration, naming the flag at fault.
+func (c Config) Validate() error {
+	if c.Picker == "" {
+		return errors.New("--picker URL is required (the picker's HTTP base URL)")
+	}
+	u, err := url.Parse(c.Picker)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--picker %q: want http://host:port", c.Picker)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("--timeout %v: want > 0", c.Timeout)
+	}
+	return nil
+}
+
+// Collector gathers a fleet's facts over HTTP.
+type Collector struct {
+	picker string // without a trailing slash
+	model  string
+	token  string
+	settle time.Duration  // longest wait for a probe's blocks to reach its sidecar
+	hc     *http.Client   // bounded by the timeout
+	rc     *render.Client // engines' own tokens, as the picker gets them
+}
+
+// New returns a collector for cfg; Close releases its connections.
+func New(cfg Config) (*Collector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Collector{picker: strings.TrimRight(cfg.Picker, "/"), model: cfg.Model, token: cfg.Token, settle: cfg.Timeout,
+		hc: &http.Client{Timeout: cfg.Timeout}, rc: render.New(cfg.Timeout, 16<<20)}, nil
+}
+
+// Close releases idle connections.
+func (c *Collector) Close() {
+	c.hc.CloseIdleConnections()
+	c.rc.Close()
+}
+
+// Facts gathers the fleet's facts; an error means verify could not run at
+// all.
+func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
+	var dbg struct {
+		Endpoints []verify.Endpoint `json:"endpoints"`
+		Refused   []verify.Refusal  `json:"refused"`
+	}
+	if err := c.getJSON(ctx, c.picker+"/debug/endpoints", &dbg); err != nil {
+		return verify.Facts{}, fmt.Errorf("the picker's endpoints: %w", err)
+	}
+	f := verify.Facts{Picker: c.picker}
+	for _, e := range dbg.Endpoints {
+		if c.model == "" || e.Model == c.model {
+			f.Fleet = append(f.Fleet, e)
+		}
+	}
+	if len(f.Fleet) == 0 && c.model != "" {
+		return verify.Facts{}, fmt.Errorf("the picker at %s knows no endpoint serving %s", c.picker, c.model)
+	}
+	if len(f.Fleet) == 0 {
+		return verify.Facts{}, fmt.Errorf("the picker at %s knows no endpoint", c.picker)
+	}
+	// The decision API may want a token the OpenAI endpoints do not.
+	_, probe := probeBody("completion", f.Fleet[0].Model, salt())
+	if _, err := c.decide(ctx, probe); err != nil {
+		var se *openai.StatusError
+		if errors.As(err, &se) && se.Status == http.StatusUnauthorized {
+			return verify.Facts{}, errors.New("the picker's decision API wants a token: --decision-token-file")
+		}
+		return verify.Facts{}, fmt.Errorf("the picker's decision API: %w", err)
+	}
+	for _, rf := range dbg.Refused {
+		if c.model == "" || rf.Model == c.model {
+			f.Refused = append(f.Refused, rf)
+		}
+	}
+	for _, e := range f.Fleet {
+		f.Endpoints = append(f.Endpoints, verify.EndpointFacts{Sidecar: c.sidecar(ctx, e), Details: c.details(ctx, e)})
+	}
+	for _, g := range verify.Groups(f.Fleet) {
+		bs, _ := strconv.Atoi(g.Values["block_size"]) // the model's majority block size
+		for _, kind := range []string{"chat", "completion", "responses"} {
+			f.Probes = append(f.Probes, verify.ProbeFacts{Result: c.probe(ctx, kind, g.Model, f.Fleet),
+				Tokens: c.tokens(ctx, kind, g.Model, bs, f.Fleet)})
+		}
+	}
+	return f, nil
+}
+
+// sidecar asks the endpoint's sidecar, at its debug URL, which endpoints
+// it follows.
+func (c *Collector) sidecar(ctx context.Context, e verify.Endpoint) verify.SidecarFacts {
+	f := verify.SidecarFacts{Endpoint: e.Endpoint, DebugURL: e.SidecarDebug}
+	if f.DebugURL == "" {
+		return f
+	}
+	var state []struct {
+		Identity struct {
+			Endpoint string `json:"endpoint"`
+		} `json:"identity"`
+	}
+	if err := c.getJSON(ctx, e.SidecarDebug+"/debug/state", &state); err != nil {
+		f.Err = err.Error()
+		return f
+	}
+	for _, s := range state {
+		f.Follows = append(f.Follows, s.Identity.Endpoint)
+	}
+	return f
+}
+
+// details sends a short completion twice straight to the engine and
+// records the second answer's usage.
+func (c *Collector) details(ctx context.Context, e verify.Endpoint) verify.DetailsFacts {
+	f := verify.DetailsFacts{Endpoint: e.Endpoint}
+	body := map[string]any{"model": e.Model, "prompt": probeText("details", 8), "max_tokens": 1, "cache_salt": salt()}
+	var u openai.Usage
+	for i := 0; i < 2; i++ {
+		var err error
+		if _, u, err = c.send(ctx, e.Endpoint+"/v1/completions", body); err != nil {
+			f.Err = err.Error()
+			return f
+		}
+	}
+	f.PromptTokens, f.CachedTokens, f.Details = u.Prompt, u.Cached, u.Details
+	return f
+}

@@ -1,0 +1,169 @@
+package collect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/internal/verify"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/pickapi"
+	testpod "github.com/kvroute/kvroute/test/pod"
+)
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	ok.Picker = "http://127.0.0.1:8080"
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		picker  string
+		timeout time.Duration
+		flag    string
+	}{
+		{"", time.Second, "--picker URL is required"},
+		{"kvroute-picker:8080", time.Second, "--picker"},
+		{"ftp://picker", time.Second, "--picker"},
+		{"http://", time.Second, "--picker"},
+		{"http://picker:8080", 0, "--timeout"},
+	} {
+		cfg := Config{Picker: tc.picker, Timeout: tc.timeout}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%+v: %v, want the flag %s named", cfg, err, tc.flag)
+		}
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
+
+// fakePicker answers /debug/endpoints with endpoints and the decision API
+// with status (and an OpenAI error body when not 200).
+func fakePicker(t *testing.T, endpoints []verify.Endpoint, status int) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/endpoints", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"endpoints": endpoints, "refused": []any{}})
+	})
+	mux.HandleFunc(pickapi.Path, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(status)
+		if status != http.StatusOK {
+			_, _ = w.Write([]byte(`{"error":{"message":"no","type":"invalid_request_error","code":"invalid_api_key"}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"endpoint":"http://e","matched_tokens":0}`))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestFactsCannotRun: what stops verify before any check, and the error
+// that says why.
+func TestFactsCannotRun(t *testing.T) {
+	one := []verify.Endpoint{{Endpoint: "http://127.0.0.1:1", Model: "m"}}
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
+	t.Cleanup(broken.Close)
+	for _, tc := range []struct {
+		name, picker, model string
+		want                string
+		status              int // the StatusError found in the chain (0: none)
+	}{
+		{"endpoints fail", broken.URL, "", "the picker's endpoints: " + broken.URL + "/debug/endpoints: status 502", 502},
+		{"no endpoint", fakePicker(t, nil, 200), "", "knows no endpoint", 0},
+		{"no endpoint of the model", fakePicker(t, one, 200), "other/model", "knows no endpoint serving other/model", 0},
+		{"decision API wants a token", fakePicker(t, one, 401), "", "the picker's decision API wants a token: --decision-token-file", 0},
+		{"decision API refuses otherwise", fakePicker(t, one, 403), "", `the picker's decision API: status 403: {"error":{"message":"no"`, 403},
+	} {
+		c, err := New(Config{Picker: tc.picker + "/", Model: tc.model, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Facts(context.Background())
+		c.Close()
+		var se *openai.StatusError
+		switch {
+		case err == nil || !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		case tc.status != 0 && (!errors.As(err, &se) || se.Status != tc.status):
+			t.Errorf("%s: %v carries no StatusError %d", tc.name, err, tc.status)
+		case tc.status == 0 && errors.As(err, &se):
+			t.Errorf("%s: %v carries %+v", tc.name, err, se)
+		}
+	}
+}
+
+// TestFactsOfAFleet gathers the facts of a real fleet in process: two
+// engines with their sidecars and a picker whose decision API wants a
+// token. Without the token verify cannot run; with it, every fact is in
+// and judged healthy.
+func TestFactsOfAFleet(t *testing.T) {
+	cfg := picker.DefaultServerConfig()
+	cfg.Listen, cfg.GRPCListen, cfg.Capacity, cfg.DecisionToken = "127.0.0.1:0", "", 4096, "s3cret"
+	for i := 0; i < 2; i++ {
+		cfg.Sidecars = append(cfg.Sidecars, testpod.Start(t, testpod.Options{GPUBlocks: 1024}).Sidecar.GRPCAddr())
+	}
+	pk, err := picker.Start(context.Background(), cfg, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pk.Close)
+	for deadline := time.Now().Add(10 * time.Second); len(pk.View().Endpoints()) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the picker never found the endpoints")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gather := func(token string) (verify.Facts, error) {
+		c, err := New(Config{Picker: "http://" + pk.Addr(), Token: token, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.Facts(ctx)
+	}
+	if _, err := gather(""); err == nil || !strings.Contains(err.Error(), "wants a token") {
+		t.Fatalf("without the token: %v", err)
+	}
+	f, err := gather("s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Fleet) != 2 || len(f.Endpoints) != 2 || len(f.Probes) != 3 {
+		t.Fatalf("%d endpoints, %d endpoint facts, %d probes", len(f.Fleet), len(f.Endpoints), len(f.Probes))
+	}
+	for i, e := range f.Endpoints {
+		if s := e.Sidecar; s.Endpoint != f.Fleet[i].Endpoint || s.DebugURL == "" || s.Err != "" || len(s.Follows) != 1 || s.Follows[0] != s.Endpoint {
+			t.Errorf("sidecar facts %+v", s)
+		}
+		if d := e.Details; !d.Details || d.CachedTokens == 0 || d.PromptTokens <= d.CachedTokens {
+			t.Errorf("details facts %+v", d)
+		}
+	}
+	for _, p := range f.Probes {
+		if r := p.Result; r.Err != "" || r.Keys == 0 || r.KeysIndexed != r.Keys || r.EngineCached == 0 {
+			t.Errorf("probe %+v", r)
+		}
+		if len(p.Tokens) != 2 {
+			t.Errorf("%s: token facts of %d endpoints", p.Result.Name, len(p.Tokens))
+		}
+		for _, tf := range p.Tokens {
+			if tf.Probe != p.Result.Name || tf.RenderErr != "" || len(tf.EngineKeys) == 0 || tf.Via == "" {
+				t.Errorf("token facts %+v", tf)
+			}
+		}
+	}
+	if r := verify.Judge(f, verify.DefaultMaxStale); !r.OK {
+		t.Fatalf("failed: %+v", verify.Failed(r.Checks))
+	}
+}

@@ -1,0 +1,27 @@
+// Package collect is the shell of kvroute verify: it gathers, over HTTP,
+// the facts internal/verify judges — what a picker reports of its fleet,
+// what each endpoint's sidecar and engine answer, and what the
+// token-parity probes observe.
+//
+// Contract:
+//   - Unlike its parent it does I/O, reads clocks and draws randomness:
+//     it talks to the picker (its /debug/endpoints, the decision API and
+//     the OpenAI endpoints), every endpoint's sidecar debug server and
+//     every engine; it draws a fresh random cache_salt for every probe. It
+//     judges nothing: each pass/fail rule is internal/verify's, and Facts
+//     only records what was seen, errors included, for Judge to read.
+//   - Config has DefaultConfig; Validate names the flag at fault. Every
+//     request is bounded by Timeout; a probe waits at most Timeout for its
+//     blocks to reach its endpoint's sidecar, then a fixed moment for the
+//     summary to reach the picker (polling the decision API instead would
+//     count every poll as a request in flight, and could move the repeat).
+//   - Facts fails only when verify cannot run at all: the picker does not
+//     answer, knows no endpoint (of the model asked for), or its decision
+//     API fails on a first request — one wanting a token says so, with
+//     the flag that gives it. Everything else is a fact.
+//   - Probes are small: a few hundred prompt tokens and one output token,
+//     sent to the engines directly and through the picker; Responses
+//     probes are not stored.
+//   - HTTP errors are *openai.StatusError, reading "url: status N: body"
+//     as before; callers test them with errors.As.
+package collect

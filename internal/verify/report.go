@@ -1,0 +1,72 @@
+package verify
+
+// Refusal is an endpoint the picker was offered but did not take, as its
+// /debug/endpoints lists it.
+type Refusal struct {
+	Endpoint      string `json:"endpoint"`
+	Sidecar       string `json:"sidecar"`
+	Reason        string `json:"reason"` // summary_params, group_full, other_owner
+	Model         string `json:"model"`
+	SummaryParams string `json:"summary_params"`
+}
+
+// EndpointFacts is what verify saw of one endpoint outside the probes.
+type EndpointFacts struct {
+	Sidecar SidecarFacts
+	Details DetailsFacts
+}
+
+// ProbeFacts is one probe of a model: sent through the picker, and
+// rendered by every endpoint of the model.
+type ProbeFacts struct {
+	Result ProbeResult
+	Tokens []TokenFacts
+}
+
+// Facts is everything verify gathered of a fleet.
+type Facts struct {
+	Picker string // the picker's base URL
+	// Fleet are the endpoints checked (with a model asked for, its own),
+	// and Refused the endpoints the picker did not take.
+	Fleet   []Endpoint
+	Refused []Refusal
+	// Endpoints are one per Fleet endpoint, in its order.
+	Endpoints []EndpointFacts
+	// Probes are, model by model (the order of Groups), the chat,
+	// completion and Responses probes.
+	Probes []ProbeFacts
+}
+
+// Report is verify's result (kvroute verify --json prints it).
+type Report struct {
+	Picker string        `json:"picker"`
+	Groups []Group       `json:"groups"`
+	Probes []ProbeResult `json:"probes"`
+	Checks []Check       `json:"checks"`
+	OK     bool          `json:"ok"`
+	Fleet  []Endpoint    `json:"endpoints"`
+}
+
+// Judge turns a fleet's facts into its report: the identity and freshness
+// checks, the refused endpoints, each endpoint's sidecar and cached-token
+// details, then each probe's checks followed by its per-endpoint token
+// checks. OK is whether every check passed.
+func Judge(f Facts, maxStale float64) Report {
+	r := Report{Picker: f.Picker, Fleet: f.Fleet}
+	r.Groups, r.Checks = Consistency(f.Fleet, maxStale)
+	for _, rf := range f.Refused {
+		r.Checks = append(r.Checks, Refused(rf.Endpoint, rf.Reason, rf.SummaryParams))
+	}
+	for _, e := range f.Endpoints {
+		r.Checks = append(r.Checks, JudgeSidecar(e.Sidecar), JudgeCachedDetails(e.Details))
+	}
+	for _, p := range f.Probes {
+		r.Probes = append(r.Probes, p.Result)
+		r.Checks = append(r.Checks, JudgeProbe(p.Result)...)
+		for _, t := range p.Tokens {
+			r.Checks = append(r.Checks, JudgeTokenParity(t))
+		}
+	}
+	r.OK = len(Failed(r.Checks)) == 0
+	return r
+}

@@ -1,0 +1,99 @@
+package verify
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// fleetFacts is a two-endpoint fleet of model a where the second endpoint
+// runs another chat template, with one refused endpoint.
+func fleetFacts() Facts {
+	e1, e2 := healthy(1, "a"), healthy(2, "a")
+	e1.SidecarDebug, e2.SidecarDebug = "http://10.0.0.1:9091", "http://10.0.0.2:9091"
+	sidecar := func(e Endpoint) EndpointFacts {
+		return EndpointFacts{Sidecar: SidecarFacts{Endpoint: e.Endpoint, DebugURL: e.SidecarDebug, Follows: []string{e.Endpoint}},
+			Details: DetailsFacts{Endpoint: e.Endpoint, PromptTokens: 130, CachedTokens: 128, Details: true}}
+	}
+	keys := []string{"0011223344556677", "8899aabbccddeeff"}
+	tokens := func(e Endpoint, engine []string) TokenFacts {
+		return TokenFacts{Probe: "chat", Endpoint: e.Endpoint, Via: "chat/completions render", Tokens: 40, EngineKeys: engine, PickerKeys: keys}
+	}
+	return Facts{
+		Picker:    "http://picker:8080",
+		Fleet:     []Endpoint{e1, e2},
+		Refused:   []Refusal{{Endpoint: "http://10.0.0.3:8000", Sidecar: "10.0.0.3:9090", Reason: "summary_params", Model: "a", SummaryParams: "m=1"}},
+		Endpoints: []EndpointFacts{sidecar(e1), sidecar(e2)},
+		Probes: []ProbeFacts{{
+			Result: ProbeResult{Name: "chat", Model: "a", FirstEndpoint: e1.Endpoint, SecondEndpoint: e1.Endpoint, PromptTokens: 40,
+				BlockSize: 16, Predicted: 32, EngineCached: 32, Keys: 2, KeysIndexed: 2},
+			Tokens: []TokenFacts{tokens(e1, keys), tokens(e2, []string{"ffffffffffffffff", "eeeeeeeeeeeeeeee"})},
+		}},
+	}
+}
+
+// TestJudge: the checks come in their order — identity and freshness by
+// endpoint, refusals, each endpoint's sidecar and details, then each
+// probe's checks and its token checks — and OK is false on one failure.
+func TestJudge(t *testing.T) {
+	f := fleetFacts()
+	r := Judge(f, DefaultMaxStale)
+	var names []string
+	for _, c := range r.Checks {
+		names = append(names, c.Name)
+	}
+	identity := strings.Repeat("identity block_size,identity hash_algo,identity key_format,identity summary_params,identity tokenizer_fingerprint,sidecar fresh,", 2)
+	want := identity + "routable," + strings.Repeat("sidecar reachable,engine reports cached tokens,", 2) +
+		"probe chat same endpoint,probe chat prediction,probe chat keys on sidecar,probe chat other salt,probe chat tokens,probe chat tokens"
+	if got := strings.Join(names, ","); got != want {
+		t.Fatalf("checks\n %s\nwant\n %s", got, want)
+	}
+	if got := failures(r.Checks); strings.Join(got, "|") != "http://10.0.0.3:8000 routable|http://10.0.0.2:8000 probe chat tokens" {
+		t.Fatalf("failed %q", got)
+	}
+	if r.OK || r.Picker != f.Picker || len(r.Groups) != 1 || len(r.Probes) != 1 || len(r.Fleet) != 2 {
+		t.Fatalf("%+v", r)
+	}
+	// Without the refused endpoint and the odd template, everything passes.
+	f.Refused, f.Probes[0].Tokens = nil, f.Probes[0].Tokens[:1]
+	if r := Judge(f, DefaultMaxStale); !r.OK || Summary(r.Checks) != "21 checks, 21 passed, 0 failed" {
+		t.Fatalf("%v: %s %q", r.OK, Summary(r.Checks), failures(r.Checks))
+	}
+}
+
+// TestReportJSON pins kvroute verify --json: its field names and order.
+func TestReportJSON(t *testing.T) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(Judge(fleetFacts(), DefaultMaxStale)); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "report.golden.json")
+	if *update {
+		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b.Bytes(), want) {
+		t.Fatalf("the report's JSON changed (go test -update rewrites %s if meant):\n%s", golden, b.Bytes())
+	}
+}
+
+func TestGroupsAreConsistencys(t *testing.T) {
+	e := []Endpoint{healthy(2, "b"), healthy(1, "a")}
+	g := Groups(e)
+	if len(g) != 2 || g[0].Model != "a" || g[1].Model != "b" || g[0].Values["block_size"] != "16" {
+		t.Fatalf("%+v", g)
+	}
+}

@@ -1,0 +1,46 @@
+package pickapi
+
+// Path is the decision API's path.
+const Path = "/routing/v1/pick"
+
+// Answer is the decision API's answer.
+type Answer struct {
+	Endpoint      string `json:"endpoint"`
+	EndpointID    string `json:"endpoint_id"`
+	Model         string `json:"model"`
+	PromptTokens  int    `json:"prompt_tokens"`
+	MatchedTokens int    `json:"matched_tokens"`
+	MatchedBlocks int    `json:"matched_blocks"`
+	// PrefixHash is 16 lowercase hex digits; "" when the request opted
+	// out (X-KVRoute-Cache: off) or its anchor holds no full block.
+	PrefixHash string `json:"prefix_hash,omitempty"`
+	Policy     string `json:"policy"`
+	Reason     string `json:"reason"`
+	// Candidates explain the decision (?explain=true).
+	Candidates []Candidate `json:"candidates,omitempty"`
+	// Keys are the request's block keys, canonical (?explain=true): what a
+	// sidecar's /debug/keys?canonical= looks up, for checking parity.
+	Keys []string `json:"keys,omitempty"`
+}
+
+// Candidate is one endpoint as the decision saw it.
+type Candidate struct {
+	Endpoint      string  `json:"endpoint"`
+	MatchedTokens int     `json:"matched_tokens"` // GPU
+	CPUTokens     int     `json:"cpu_matched_tokens,omitempty"`
+	StorageTokens int     `json:"storage_matched_tokens,omitempty"`
+	InFlight      float64 `json:"in_flight"`
+	Cost          float64 `json:"estimated_cost_tokens"`
+	UnderCap      bool    `json:"under_load_cap"`
+	Why           string  `json:"why"`
+}
+
+// MostMatched is the most GPU tokens the decision credits to any endpoint:
+// the chosen one's, or a candidate's (explained answers).
+func (a Answer) MostMatched() int {
+	n := a.MatchedTokens
+	for _, c := range a.Candidates {
+		n = max(n, c.MatchedTokens)
+	}
+	return n
+}
