@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/picker/pickapi"
 )
 
 func TestSnifferFindsUsage(t *testing.T) {
@@ -72,7 +73,7 @@ func TestForwardIsByteExact(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	r := &Router{cfg: DefaultConfig(), proxy: &http.Client{Transport: newProxyTransport()}}
 	r.m = newMetrics(reg, r)
-	p := &Pick{Endpoint: up.URL, MatchedTokens: 32, PrefixHash: "00112233aabbccdd", blockSize: 16}
+	p := &Pick{Answer: pickapi.Answer{Endpoint: up.URL, MatchedTokens: 32, PrefixHash: "00112233aabbccdd"}, blockSize: 16}
 	rec := httptest.NewRecorder()
 	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(nil))
 	done, err := r.forward(rec, in, p, "/v1/chat/completions", []byte(`{}`))
@@ -120,8 +121,8 @@ func TestAccountWithoutDetails(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	r := &Router{cfg: DefaultConfig()}
 	r.m = newMetrics(reg, r)
-	r.account(&Pick{MatchedTokens: 64, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
-	r.account(&Pick{MatchedTokens: 0, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
+	r.account(&Pick{Answer: pickapi.Answer{MatchedTokens: 64}, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
+	r.account(&Pick{Answer: pickapi.Answer{MatchedTokens: 0}, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
 	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "no_cached_details"); n != 1 {
 		t.Fatalf("no_cached_details %v", n)
 	}

@@ -21,12 +21,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker"
 	fleetpkg "github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/pickapi"
 	"github.com/kvroute/kvroute/picker/render"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/enginesim"
@@ -157,22 +159,8 @@ func (f *fleet) awaitHeld(t *testing.T, url, body string) {
 	}
 }
 
-type pickAnswer struct {
-	Endpoint      string `json:"endpoint"`
-	EndpointID    string `json:"endpoint_id"`
-	Model         string `json:"model"`
-	PromptTokens  int    `json:"prompt_tokens"`
-	MatchedTokens int    `json:"matched_tokens"`
-	MatchedBlocks int    `json:"matched_blocks"`
-	PrefixHash    string `json:"prefix_hash"`
-	Policy        string `json:"policy"`
-	Reason        string `json:"reason"`
-	Candidates    []struct {
-		Endpoint string `json:"endpoint"`
-		Why      string `json:"why"`
-	} `json:"candidates"`
-	Keys []string `json:"keys"`
-}
+// pickAnswer is the decision API's answer, as clients decode it.
+type pickAnswer = pickapi.Answer
 
 func (f *fleet) pick(t *testing.T, body string, header http.Header, query string) (int, pickAnswer, []byte) {
 	t.Helper()
@@ -218,24 +206,7 @@ func send(t *testing.T, url, path, body string) int {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%s: %d %s", path, resp.StatusCode, raw)
 	}
-	var out struct {
-		Usage struct {
-			PromptTokensDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-			InputTokensDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"input_tokens_details"`
-		} `json:"usage"`
-	}
-	_ = json.Unmarshal(raw, &out)
-	switch {
-	case out.Usage.PromptTokensDetails != nil:
-		return out.Usage.PromptTokensDetails.CachedTokens
-	case out.Usage.InputTokensDetails != nil:
-		return out.Usage.InputTokensDetails.CachedTokens
-	}
-	return 0
+	return openai.UsageOf(raw).Cached
 }
 
 func chatBody(salt string, turns ...string) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/inflight"
 	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/pickapi"
 	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/picker/score"
 )
@@ -150,22 +151,10 @@ func (r *Router) Close() {
 	r.proxy.CloseIdleConnections()
 }
 
-// Pick is a decision, as the decision API answers it.
+// Pick is a decision: the decision API's answer (picker/pickapi) and what
+// the proxy needs afterwards.
 type Pick struct {
-	Endpoint      string `json:"endpoint"`
-	EndpointID    string `json:"endpoint_id"`
-	Model         string `json:"model"`
-	PromptTokens  int    `json:"prompt_tokens"`
-	MatchedTokens int    `json:"matched_tokens"`
-	MatchedBlocks int    `json:"matched_blocks"`
-	PrefixHash    string `json:"prefix_hash,omitempty"`
-	Policy        string `json:"policy"`
-	Reason        string `json:"reason"`
-	// Candidates explain the decision (?explain=true).
-	Candidates []Candidate `json:"candidates,omitempty"`
-	// Keys are the request's block keys, canonical (?explain=true): what a
-	// sidecar's /debug/keys?canonical= looks up, for checking parity.
-	Keys []string `json:"keys,omitempty"`
+	pickapi.Answer
 
 	send            uint64 // the in-flight record, for Done
 	blockSize       int
@@ -173,16 +162,7 @@ type Pick struct {
 }
 
 // Candidate is one endpoint as the decision saw it.
-type Candidate struct {
-	Endpoint      string  `json:"endpoint"`
-	MatchedTokens int     `json:"matched_tokens"`
-	CPUTokens     int     `json:"cpu_matched_tokens,omitempty"`
-	StorageTokens int     `json:"storage_matched_tokens,omitempty"`
-	InFlight      float64 `json:"in_flight"`
-	Cost          float64 `json:"estimated_cost_tokens"`
-	UnderCap      bool    `json:"under_load_cap"`
-	Why           string  `json:"why"`
-}
+type Candidate = pickapi.Candidate
 
 // PickOptions are the per-request switches.
 type PickOptions struct {
@@ -210,8 +190,8 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	if !d.OK() {
 		return nil, noEndpoints(p.req.Model)
 	}
-	pick := &Pick{Model: p.req.Model, Policy: string(d.Policy), Reason: string(d.Reason), PromptTokens: p.dreq.PromptTokens,
-		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks,
+	pick := &Pick{Answer: pickapi.Answer{Model: p.req.Model, Policy: string(d.Policy), Reason: string(d.Reason), PromptTokens: p.dreq.PromptTokens,
+		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore}
 	if !opt.CacheOff {
 		pick.PrefixHash = p.prefixHash

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/internal/verify"
-	"github.com/kvroute/kvroute/internal/verify/collect"
+	"github.com/kvroute/kvroute/cmd/kvroute/collect"
 )
 
 func newVerifyCommand() *cobra.Command {

@@ -6,7 +6,7 @@
 // prints.
 //
 // Contract:
-//   - No I/O, clocks or randomness: internal/verify/collect gathers the
+//   - No I/O, clocks or randomness: cmd/kvroute/collect gathers the
 //     facts (Facts), this package judges them (Judge), so every rule is
 //     tested on tables. Judge's checks come in a fixed order: identity and
 //     freshness by endpoint, refused endpoints, each endpoint's sidecar and

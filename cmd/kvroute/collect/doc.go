@@ -4,7 +4,8 @@
 // token-parity probes observe.
 //
 // Contract:
-//   - Unlike its parent it does I/O, reads clocks and draws randomness:
+//   - Unlike internal/verify (pure, as internal/ packages are) it does
+//     I/O, reads clocks and draws randomness:
 //     it talks to the picker (its /debug/endpoints, the decision API and
 //     the OpenAI endpoints), every endpoint's sidecar debug server and
 //     every engine; it draws a fresh random cache_salt for every probe. It
