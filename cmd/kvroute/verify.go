@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/cmd/kvroute/collect"
+	"github.com/kvroute/kvroute/internal/verify"
 )
 
 func newVerifyCommand() *cobra.Command {
