@@ -24,12 +24,14 @@ var cores = []string{
 	"internal/identity",
 	"internal/inject",
 	"internal/kvevents",
+	"internal/openai",
 	"internal/summary",
 	"internal/tier",
 	"internal/verify",
 	"picker/decide",
 	"picker/fleet",
 	"picker/inflight",
+	"picker/pickapi",
 	"picker/score",
 	"sidecar/index",
 	"sidecar/sequence",
@@ -141,8 +143,19 @@ func coreProblems(t *testing.T, dir string) []string {
 }
 
 // TestCoresArePure: every core imports no I/O, clock, lock, randomness or
-// logger, starts no goroutine, and depends on cores only.
+// logger, starts no goroutine, and depends on cores only; and every
+// package under internal/ is one (DESIGN.md §3: internal/ holds the pure
+// packages shared by several components).
 func TestCoresArePure(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join(top, "internal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !slices.Contains(cores, "internal/"+e.Name()) {
+			t.Errorf("internal/%s is not listed as a pure core: make it one (and list it), or move it out of internal/", e.Name())
+		}
+	}
 	for _, dir := range cores {
 		for _, p := range coreProblems(t, dir) {
 			t.Error(p)
