@@ -377,15 +377,29 @@ func (x *Delta) GetOldestEventUnixNanos() int64 {
 	return 0
 }
 
-// LoadReport is the engine's load as last scraped.
+// LoadReport is the engine's load as last scraped, with the sidecar's
+// health verdicts on the engine and on its KV event stream. A sidecar sends
+// one after every scrape, failed scrapes included.
 type LoadReport struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Waiting          float64                `protobuf:"fixed64,1,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	Running          float64                `protobuf:"fixed64,2,opt,name=running,proto3" json:"running,omitempty"`
 	KvCacheUsage     float64                `protobuf:"fixed64,3,opt,name=kv_cache_usage,json=kvCacheUsage,proto3" json:"kv_cache_usage,omitempty"`
 	ScrapedUnixNanos int64                  `protobuf:"varint,4,opt,name=scraped_unix_nanos,json=scrapedUnixNanos,proto3" json:"scraped_unix_nanos,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// engine_down: the sidecar's last health check or scrape of the engine
+	// failed (engine_error says how); waiting and running are then the last
+	// good values.
+	EngineDown  bool   `protobuf:"varint,5,opt,name=engine_down,json=engineDown,proto3" json:"engine_down,omitempty"`
+	EngineError string `protobuf:"bytes,6,opt,name=engine_error,json=engineError,proto3" json:"engine_error,omitempty"`
+	// stream_state is the rank's live event stream as the sidecar judges it:
+	// "live", "replay_only" (batches arrive only through replay), "silent"
+	// (the engine serves, no batch arrives), "partial" (events were lost for
+	// good), or "unknown" (no evidence yet). stream_reason says why, with
+	// the likely fix.
+	StreamState   string `protobuf:"bytes,7,opt,name=stream_state,json=streamState,proto3" json:"stream_state,omitempty"`
+	StreamReason  string `protobuf:"bytes,8,opt,name=stream_reason,json=streamReason,proto3" json:"stream_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -446,6 +460,34 @@ func (x *LoadReport) GetScrapedUnixNanos() int64 {
 	return 0
 }
 
+func (x *LoadReport) GetEngineDown() bool {
+	if x != nil {
+		return x.EngineDown
+	}
+	return false
+}
+
+func (x *LoadReport) GetEngineError() string {
+	if x != nil {
+		return x.EngineError
+	}
+	return ""
+}
+
+func (x *LoadReport) GetStreamState() string {
+	if x != nil {
+		return x.StreamState
+	}
+	return ""
+}
+
+func (x *LoadReport) GetStreamReason() string {
+	if x != nil {
+		return x.StreamReason
+	}
+	return ""
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -497,7 +539,10 @@ type EndpointInfo struct {
 	Partial              bool                   `protobuf:"varint,11,opt,name=partial,proto3" json:"partial,omitempty"`
 	// The sidecar's debug HTTP base URL (/metrics, /readyz, /debug/state,
 	// /debug/keys), as others reach it; empty when it is not known.
-	DebugUrl      string `protobuf:"bytes,12,opt,name=debug_url,json=debugUrl,proto3" json:"debug_url,omitempty"`
+	DebugUrl string `protobuf:"bytes,12,opt,name=debug_url,json=debugUrl,proto3" json:"debug_url,omitempty"`
+	// The live event stream's state and reason, as in LoadReport.
+	StreamState   string `protobuf:"bytes,13,opt,name=stream_state,json=streamState,proto3" json:"stream_state,omitempty"`
+	StreamReason  string `protobuf:"bytes,14,opt,name=stream_reason,json=streamReason,proto3" json:"stream_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +661,20 @@ func (x *EndpointInfo) GetDebugUrl() string {
 	return ""
 }
 
+func (x *EndpointInfo) GetStreamState() string {
+	if x != nil {
+		return x.StreamState
+	}
+	return ""
+}
+
+func (x *EndpointInfo) GetStreamReason() string {
+	if x != nil {
+		return x.StreamReason
+	}
+	return ""
+}
+
 type InfoResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoints     []*EndpointInfo        `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
@@ -690,14 +749,19 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\x05Delta\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x125\n" +
-	"\x17oldest_event_unix_nanos\x18\x03 \x01(\x03R\x14oldestEventUnixNanos\"\x94\x01\n" +
+	"\x17oldest_event_unix_nanos\x18\x03 \x01(\x03R\x14oldestEventUnixNanos\"\xa0\x02\n" +
 	"\n" +
 	"LoadReport\x12\x18\n" +
 	"\awaiting\x18\x01 \x01(\x01R\awaiting\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x01R\arunning\x12$\n" +
 	"\x0ekv_cache_usage\x18\x03 \x01(\x01R\fkvCacheUsage\x12,\n" +
-	"\x12scraped_unix_nanos\x18\x04 \x01(\x03R\x10scrapedUnixNanos\"\r\n" +
-	"\vInfoRequest\"\xfe\x02\n" +
+	"\x12scraped_unix_nanos\x18\x04 \x01(\x03R\x10scrapedUnixNanos\x12\x1f\n" +
+	"\vengine_down\x18\x05 \x01(\bR\n" +
+	"engineDown\x12!\n" +
+	"\fengine_error\x18\x06 \x01(\tR\vengineError\x12!\n" +
+	"\fstream_state\x18\a \x01(\tR\vstreamState\x12#\n" +
+	"\rstream_reason\x18\b \x01(\tR\fstreamReason\"\r\n" +
+	"\vInfoRequest\"\xc6\x03\n" +
 	"\fEndpointInfo\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
@@ -713,7 +777,9 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\x05epoch\x18\n" +
 	" \x01(\x04R\x05epoch\x12\x18\n" +
 	"\apartial\x18\v \x01(\bR\apartial\x12\x1b\n" +
-	"\tdebug_url\x18\f \x01(\tR\bdebugUrl\"F\n" +
+	"\tdebug_url\x18\f \x01(\tR\bdebugUrl\x12!\n" +
+	"\fstream_state\x18\r \x01(\tR\vstreamState\x12#\n" +
+	"\rstream_reason\x18\x0e \x01(\tR\fstreamReason\"F\n" +
 	"\fInfoResponse\x126\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x18.kvroute.v1.EndpointInfoR\tendpoints2\x8d\x01\n" +
 	"\aSidecar\x12G\n" +
