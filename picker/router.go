@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/decide"
+	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/inflight"
 	"github.com/kvroute/kvroute/picker/intake"
@@ -46,9 +47,12 @@ type Config struct {
 	Unresolved string
 	// MaxBodyBytes bounds a request body. Default 16 MiB.
 	MaxBodyBytes int64
-	// StaleLoad: an endpoint whose last load report is older is unhealthy.
-	// Default 10 s.
-	StaleLoad time.Duration
+	// Health holds the limits endpoint health is judged by: a summary
+	// stale after --stale-summary (default 2 s) is routed by load only, an
+	// endpoint silent for --down-after (10 s) is down, and one whose sidecar
+	// is lost stays routable by load for --sidecar-grace (60 s) while its
+	// engine answers the picker's health probe.
+	Health fleet.HealthConfig
 	// EngineAPIKey, when set, is sent as a bearer token on the picker's own
 	// calls to engines (render, model lists), for engines started with
 	// --api-key; proxied requests carry the client's own header.
@@ -63,7 +67,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
-		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, StaleLoad: 10 * time.Second, PrefillTokensPerSecond: 5000}
+		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000}
 }
 
 // Validate checks c.
@@ -89,8 +93,8 @@ func (c *Config) Validate() error {
 	if !(c.PrefillTokensPerSecond > 0) {
 		errs = append(errs, fmt.Errorf("prefill rate %v tokens/s: want a positive rate", c.PrefillTokensPerSecond))
 	}
-	if c.StaleLoad <= 0 {
-		errs = append(errs, errors.New("stale-load interval must be positive"))
+	if err := c.Health.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -132,7 +136,7 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, StaleLoad: cfg.StaleLoad}, log: log, view: view,
+	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, view: view,
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
 		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger}
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}

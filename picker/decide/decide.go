@@ -16,14 +16,14 @@ import (
 // invalid, not a default, and Validate says which.
 type Config struct {
 	Score score.Config
-	// StaleLoad: an endpoint whose last load report is older is not
-	// routable. Default 10 s.
-	StaleLoad time.Duration
+	// Health holds the limits endpoint health is judged by (staleness,
+	// the sidecar grace period).
+	Health fleet.HealthConfig
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Score: score.DefaultConfig(), StaleLoad: 10 * time.Second}
+	return Config{Score: score.DefaultConfig(), Health: fleet.DefaultHealthConfig()}
 }
 
 // Validate checks c.
@@ -32,8 +32,8 @@ func (c *Config) Validate() error {
 	if err := c.Score.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.StaleLoad <= 0 {
-		errs = append(errs, errors.New("stale-load interval must be positive"))
+	if err := c.Health.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -81,6 +81,9 @@ type Decision struct {
 	// AnotherHeldMore: a routable endpoint held a longer GPU prefix than
 	// the chosen one (a load override, or an excluded retry).
 	AnotherHeldMore bool
+	// LoadOnly: the chosen endpoint's cache is unknown (its health is
+	// load-only): it got no cache credit and nothing is predicted.
+	LoadOnly bool
 	// Override is set when the best-cached candidate was skipped for load.
 	Override *score.Override
 	// Explain is every candidate as the decision saw it, in snapshot order.
@@ -104,6 +107,7 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	}
 	chosen := cands[sd.Index]
 	d.Endpoint = chosen.ID
+	d.LoadOnly = snap.Endpoints[sd.Index].HealthAt(now, cfg.Health).State == fleet.LoadOnly
 	d.MatchedTokens = chosen.Matched[tier.GPU]
 	if req.BlockSize > 0 {
 		d.MatchedBlocks = d.MatchedTokens / req.BlockSize
@@ -119,15 +123,19 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 }
 
 // Candidates is the scoring input: per endpoint of the snapshot, its
-// matched tokens per tier, its load and this picker's picks in flight,
-// and whether it may be chosen.
+// matched tokens per tier (none for a load-only endpoint: its cache is
+// unknown), its load and this picker's picks in flight, and whether it may
+// be chosen (routable, not excluded).
 func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.Candidate {
 	out := make([]score.Candidate, 0, len(snap.Endpoints))
 	for i := range snap.Endpoints {
 		e := &snap.Endpoints[i]
-		c := score.Candidate{ID: e.URL, Healthy: e.HealthAt(now, cfg.StaleLoad) == fleet.Routable && !req.Exclude[e.URL]}
-		for _, t := range tier.All() {
-			c.Matched[t] = snap.Matched[t][e.URL] * req.BlockSize
+		h := e.HealthAt(now, cfg.Health)
+		c := score.Candidate{ID: e.URL, Healthy: h.Routable() && !req.Exclude[e.URL]}
+		if h.State == fleet.Cached { // load-only endpoints get no cache credit
+			for _, t := range tier.All() {
+				c.Matched[t] = snap.Matched[t][e.URL] * req.BlockSize
+			}
 		}
 		if e.HasLoad() {
 			c.Waiting, c.Running = e.Load.Waiting, e.Load.Running
@@ -140,12 +148,12 @@ func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.
 }
 
 // RenderOrder orders the engines that may render a request's tokens:
-// the routable endpoints, least loaded first (by the last report), ties
-// by URL.
+// the routable endpoints (cached or load-only: both answer), least loaded
+// first (by the last report), ties by URL.
 func RenderOrder(cfg *Config, eps []fleet.Endpoint, now time.Time) []string {
 	var ok []fleet.Endpoint
 	for _, e := range eps {
-		if e.HealthAt(now, cfg.StaleLoad) == fleet.Routable {
+		if e.HealthAt(now, cfg.Health).Routable() {
 			ok = append(ok, e)
 		}
 	}

@@ -22,6 +22,21 @@ func ep(url string, waiting, running float64, ago time.Duration) fleet.Endpoint 
 	return e
 }
 
+func withStream(e fleet.Endpoint, state string) fleet.Endpoint {
+	e.StreamState, e.StreamReason = state, "test"
+	return e
+}
+
+func engineDown(e fleet.Endpoint) fleet.Endpoint {
+	e.Load.EngineDown, e.Load.EngineError = true, "connection refused"
+	return e
+}
+
+func ejected(e fleet.Endpoint) fleet.Endpoint {
+	e.Ejected, e.EjectedUntil, e.EjectReason = true, now.Add(time.Second), "connection refused"
+	return e
+}
+
 func gpu(m map[string]int) [tier.Count]map[string]int { return [tier.Count]map[string]int{m, nil, nil} }
 
 // anchored is a 1,024-token request with an anchor.
@@ -70,7 +85,7 @@ func TestDecide(t *testing.T) {
 			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, -1)}, Matched: gpu(map[string]int{"a": 10})},
 			want: "a", reason: score.ReasonCacheHit},
 		{name: "the stale limit is configurable",
-			cfg:  func(c *Config) { c.StaleLoad = time.Minute },
+			cfg:  func(c *Config) { c.Health.StaleSummary, c.Health.DownAfter = 30*time.Second, time.Minute },
 			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, 11*time.Second), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 60})},
 			want: "a", reason: score.ReasonCacheHit},
 		{name: "an excluded endpoint is neither chosen nor counted as holding more",
@@ -82,6 +97,29 @@ func TestDecide(t *testing.T) {
 					t.Error("an excluded endpoint counted as holding more")
 				}
 			}},
+		{name: "a load-only endpoint gets no cache credit and no prediction",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{
+				withStream(ep("a", 0, 0, fresh), fleet.StreamSilent), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 60})},
+			reason: score.ReasonColdAnchor, // a's 60 blocks are not credited: the prefix is cold
+			check: func(t *testing.T, d Decision) {
+				if d.MatchedTokens != 0 || d.Cached != 0 || d.AnotherHeldMore || d.LoadOnly != (d.Endpoint == "a") {
+					t.Errorf("%+v", d)
+				}
+			}},
+		{name: "chosen while load only: nothing predicted, and said so",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{withStream(ep("a", 0, 0, fresh), fleet.StreamReplayOnly)}, Matched: gpu(map[string]int{"a": 60})},
+			want: "a",
+			check: func(t *testing.T, d Decision) {
+				if !d.LoadOnly || d.MatchedTokens != 0 || d.Cached != 0 {
+					t.Errorf("%+v", d)
+				}
+			}},
+		{name: "an engine its sidecar reports down is not chosen",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{engineDown(ep("a", 0, 0, fresh)), ep("b", 5, 5, fresh)}, Matched: gpu(map[string]int{"a": 60})},
+			want: "b"},
+		{name: "an ejected endpoint is not chosen",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{ejected(ep("a", 0, 0, fresh)), ep("b", 5, 5, fresh)}, Matched: gpu(map[string]int{"a": 60})},
+			want: "b"},
 		{name: "nothing routable",
 			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, time.Minute)}},
 			want: "", reason: score.ReasonNoneHealthy},
@@ -156,7 +194,7 @@ func TestDecide(t *testing.T) {
 
 func (s Snapshot) hasRoutable(cfg *Config) bool {
 	for i := range s.Endpoints {
-		if s.Endpoints[i].HealthAt(now, cfg.StaleLoad) == fleet.Routable {
+		if s.Endpoints[i].HealthAt(now, cfg.Health).Routable() {
 			return true
 		}
 	}
@@ -228,9 +266,9 @@ func TestConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c.StaleLoad = 0
+	c.Health.StaleSummary = 0
 	if c.Validate() == nil {
-		t.Error("zero stale-load accepted")
+		t.Error("zero stale-summary accepted")
 	}
 	c = DefaultConfig()
 	c.Score.Epsilon = -1

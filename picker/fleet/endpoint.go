@@ -23,6 +23,8 @@ type Identity struct {
 	Epoch                uint64
 	Partial              bool   // the sidecar lost events it could not replay
 	DebugURL             string // the sidecar's debug HTTP base URL; "" unknown
+	StreamState          string // the live event stream, as the sidecar judged it when asked
+	StreamReason         string
 }
 
 // Group is the identity group the endpoint belongs to: endpoints of
@@ -37,6 +39,12 @@ type Load struct {
 	Waiting      float64 // requests waiting
 	Running      float64 // requests running
 	KVCacheUsage float64 // 0..1
+	// EngineDown: the sidecar's last check of the engine failed, and how.
+	EngineDown  bool
+	EngineError string
+	// StreamState and StreamReason are the sidecar's verdict on the live
+	// event stream (Stream* constants; "" from sidecars that send none).
+	StreamState, StreamReason string
 }
 
 // Endpoint is one engine rank as the fleet state knows it: a value,
@@ -51,8 +59,26 @@ type Endpoint struct {
 	Load   Load
 	LoadAt time.Time
 	// LastUpdate is when anything (delta, snapshot, load report) last
-	// arrived for the endpoint; zero while nothing has.
-	LastUpdate time.Time
+	// arrived for the endpoint; zero while nothing has. Since is when the
+	// state took the endpoint.
+	LastUpdate, Since time.Time
+	// StreamState and StreamReason are the sidecar's latest verdict on the
+	// live event stream (from Info, then from every load report).
+	StreamState, StreamReason string
+	// Ejected: the picker's passive outlier detection took the endpoint
+	// out, for EjectReason; it is probed again from EjectedUntil and comes
+	// back when a probe succeeds.
+	Ejected      bool
+	EjectedUntil time.Time
+	EjectReason  string
+	// Lag is the median of the recent event-to-routable lags (0: none
+	// measured yet).
+	Lag time.Duration
+	// SidecarLost is when the endpoint's sidecar was lost (zero: it is
+	// not); EngineAnswers is the picker's own health probe of the engine
+	// since.
+	SidecarLost   time.Time
+	EngineAnswers bool
 }
 
 // HasLoad reports whether a load report has arrived.

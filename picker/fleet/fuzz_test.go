@@ -83,7 +83,7 @@ func FuzzState(f *testing.F) {
 					eps[i] = ident(r)
 					groups = append(groups, eps[i].Group())
 				}
-				reg, err := s.Register(sc, eps, func(o string) bool { return live[o] })
+				reg, err := s.Register(sc, eps, func(o string) bool { return live[o] }, time.Time{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -45,7 +45,19 @@ type group struct {
 type entry struct {
 	Endpoint
 	slot int
+	// judged is the health last reported by Judge (for transitions).
+	judged Health
+	// ejections counts ejections since the endpoint last stayed in for
+	// EjectMax; readmitted is when it last came back.
+	ejections  int
+	readmitted time.Time
+	// lags are the recent event-to-routable lags, a ring.
+	lags [lagRing]time.Duration
+	nlag int
 }
+
+// lagRing is how many recent lags an endpoint keeps.
+const lagRing = 16
 
 // New returns an empty state. cfg must be valid (see Config).
 func New(cfg Config) (*State, error) {
@@ -103,7 +115,7 @@ type Registration struct {
 // as live.
 //
 // The error is the index failing to grow, which a valid Config rules out.
-func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar string) bool) (Registration, error) {
+func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar string) bool, now time.Time) (Registration, error) {
 	var reg Registration
 	listed := map[string]bool{}
 	for _, id := range eps {
@@ -166,10 +178,12 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 				}
 			}
 			g.slots[slot] = id.Endpoint
-			e = &entry{Endpoint: Endpoint{URL: id.Endpoint, Sidecar: sidecar, Group: gid}, slot: slot}
+			e = &entry{Endpoint: Endpoint{URL: id.Endpoint, Sidecar: sidecar, Group: gid, Since: now}, slot: slot}
 			s.endpoints[id.Endpoint] = e
 		}
 		e.Info = id
+		e.StreamState, e.StreamReason = id.StreamState, id.StreamReason
+		e.SidecarLost, e.EngineAnswers = time.Time{}, false
 		delete(s.refused, id.Endpoint)
 		reg.Positions = append(reg.Positions, s.positions(e)...)
 	}
@@ -267,6 +281,9 @@ func (s *State) ApplyLoad(sidecar, url string, l Load, now time.Time) bool {
 		return false
 	}
 	e.Load, e.LoadAt = l, now
+	if l.StreamState != "" {
+		e.StreamState, e.StreamReason = l.StreamState, l.StreamReason
+	}
 	return true
 }
 

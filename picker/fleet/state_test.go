@@ -54,7 +54,7 @@ func summaryOf(ks ...blockkey.Key) *summary.Counting {
 // on any error.
 func mustRegister(t testing.TB, s *State, sidecar string, eps ...Identity) Registration {
 	t.Helper()
-	reg, err := s.Register(sidecar, eps, nil)
+	reg, err := s.Register(sidecar, eps, nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestRegister(t *testing.T) {
 			for sc, eps := range tc.before {
 				mustRegister(t, s, sc, eps...)
 			}
-			reg, err := s.Register("s", tc.offer, func(sc string) bool { return tc.live[sc] })
+			reg, err := s.Register("s", tc.offer, func(sc string) bool { return tc.live[sc] }, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -297,7 +297,8 @@ func TestApplyLoad(t *testing.T) {
 	if e.Load != l || !e.LoadAt.Equal(now) || !e.LastUpdate.Equal(now) {
 		t.Fatalf("endpoint %+v", e)
 	}
-	if e.HealthAt(now.Add(time.Second), time.Second) != Routable || e.HealthAt(now.Add(2*time.Second), time.Second) != StaleLoad {
+	hc := DefaultHealthConfig()
+	if e.HealthAt(now.Add(time.Second), hc).State != Cached || e.HealthAt(now.Add(hc.StaleSummary+time.Second), hc).State != LoadOnly {
 		t.Fatal("health of the recorded report")
 	}
 	later := now.Add(time.Minute)

@@ -123,12 +123,14 @@ func GroupID(info *pb.EndpointInfo) string { return identityOf(info).Group() }
 func identityOf(info *pb.EndpointInfo) fleet.Identity {
 	return fleet.Identity{Endpoint: info.Endpoint, Rank: int(info.Rank), Model: info.Model, BlockSize: int(info.BlockSize),
 		NumGPUBlocks: int(info.NumGpuBlocks), HashAlgo: info.HashAlgo, KeyFormat: info.KeyFormat, SummaryParams: info.SummaryParams,
-		TokenizerFingerprint: info.TokenizerFingerprint, Epoch: info.Epoch, Partial: info.Partial, DebugURL: info.DebugUrl}
+		TokenizerFingerprint: info.TokenizerFingerprint, Epoch: info.Epoch, Partial: info.Partial, DebugURL: info.DebugUrl,
+		StreamState: info.StreamState, StreamReason: info.StreamReason}
 }
 
 // loadOf is kvroute's own copy of a load report.
 func loadOf(l *pb.LoadReport) fleet.Load {
-	return fleet.Load{Waiting: l.GetWaiting(), Running: l.GetRunning(), KVCacheUsage: l.GetKvCacheUsage()}
+	return fleet.Load{Waiting: l.GetWaiting(), Running: l.GetRunning(), KVCacheUsage: l.GetKvCacheUsage(),
+		EngineDown: l.GetEngineDown(), EngineError: l.GetEngineError(), StreamState: l.GetStreamState(), StreamReason: l.GetStreamReason()}
 }
 
 // streamRef is one follow goroutine.
@@ -316,7 +318,7 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 	if err := ctx.Err(); err != nil {
 		return nil, err // forgotten meanwhile
 	}
-	reg, err := v.state.Register(addr, ids, v.liveLocked)
+	reg, err := v.state.Register(addr, ids, v.liveLocked, time.Now())
 	for _, r := range reg.Refused {
 		switch r.Reason {
 		case fleet.ReasonSummaryParams:
