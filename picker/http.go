@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -132,8 +133,19 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 }
 
 func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request) {
-	if len(r.view.Endpoints()) == 0 {
+	eps := r.view.Endpoints()
+	if len(eps) == 0 {
 		http.Error(w, "no endpoints known yet", http.StatusServiceUnavailable)
+		return
+	}
+	routable := 0
+	for i := range eps {
+		if r.view.Health(&eps[i]).Routable() {
+			routable++
+		}
+	}
+	if routable == 0 {
+		http.Error(w, fmt.Sprintf("none of the %d endpoints known is routable (all down: see /debug/endpoints)", len(eps)), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = io.WriteString(w, "ok\n")
@@ -165,6 +177,17 @@ type debugEndpoint struct {
 	StaleSecs            float64 `json:"seconds_since_update"`
 	// NeverUpdated: the sidecar has sent nothing for this endpoint yet.
 	NeverUpdated bool `json:"never_updated,omitempty"`
+	// State is the endpoint's health (cached, load_only, down) and
+	// StateReason why; StreamState/StreamReason the sidecar's verdict on
+	// its live event stream; LagSeconds the median of its recent
+	// event-to-routable lags (absent while none was measured).
+	State        string  `json:"state"`
+	StateReason  string  `json:"state_reason,omitempty"`
+	StreamState  string  `json:"stream_state,omitempty"`
+	StreamReason string  `json:"stream_reason,omitempty"`
+	EngineDown   bool    `json:"engine_down,omitempty"`
+	EngineError  string  `json:"engine_error,omitempty"`
+	LagSeconds   float64 `json:"lag_seconds,omitempty"`
 }
 
 // debugRefused is an endpoint the picker's view did not take, and why:
@@ -188,6 +211,11 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 		d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGPUBlocks, e.Info.HashAlgo, e.Info.KeyFormat
 		d.SummaryParams, d.TokenizerFingerprint, d.SidecarDebug = e.Info.SummaryParams, e.Info.TokenizerFingerprint, e.Info.DebugURL
 		d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KVCacheUsage
+		h := r.view.Health(&e)
+		d.State, d.StateReason = h.State.String(), h.Reason
+		d.StreamState, d.StreamReason = e.StreamState, e.StreamReason
+		d.EngineDown, d.EngineError = e.Load.EngineDown, e.Load.EngineError
+		d.LagSeconds = e.Lag.Seconds()
 		if e.LastUpdate.IsZero() {
 			d.NeverUpdated = true
 		} else {

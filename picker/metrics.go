@@ -39,8 +39,9 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		tokenizeErrors: prometheus.NewCounterVec(opts("tokenize_errors_total", "Failed render or tokenize calls, by kind (timeout, refused, error)."), []string{"kind"}),
 		overrides:      prometheus.NewCounter(opts("load_overrides_total", "Decisions that skipped the best-cached endpoint because it was at the load cap.")),
 		overrideTokens: prometheus.NewCounter(opts("load_override_tokens_total", "Cached tokens given up by load overrides.")),
-		outcomes: prometheus.NewCounterVec(opts("outcomes_total", "Proxied requests by outcome: as_predicted, fewer_cached_than_predicted and another_endpoint_held_more "+
-			"(wrong-pod outcomes), no_usage (the engine reported none), no_cached_details (a hit was predicted and the engine gave no details)."), []string{"outcome"}),
+		outcomes: prometheus.NewCounterVec(opts("outcomes_total", "Proxied requests by outcome, engine-reported cached tokens against the prediction at block granularity: as_predicted (exactly), "+
+			"fewer_cached_than_predicted and another_endpoint_held_more (wrong-pod outcomes), more_cached_than_predicted (the signature of a stale summary), "+
+			"load_only (the endpoint's cache was unknown: nothing predicted), no_usage (the engine reported none), no_cached_details (a hit was predicted and the engine gave no details)."), []string{"outcome"}),
 		promptTokens: prometheus.NewCounter(opts("prompt_tokens_total", "Prompt tokens of proxied requests, as the engines reported them.")),
 		predicted:    prometheus.NewCounter(opts("predicted_cached_tokens_total", "Cached prompt tokens the picker predicted for proxied requests.")),
 		reported:     prometheus.NewCounter(opts("reported_cached_tokens_total", "Cached prompt tokens the engines reported (usage.prompt_tokens_details.cached_tokens).")),
@@ -82,6 +83,9 @@ func (m *metrics) observe(n *notes, d *decide.Decision) {
 	}
 	if !d.OK() {
 		return
+	}
+	if d.LoadOnly {
+		m.fallbacks.WithLabelValues("load_only_endpoint").Inc()
 	}
 	m.decisions.WithLabelValues(string(d.Policy), string(d.Reason)).Inc()
 	m.matchedBlocks.Observe(float64(d.MatchedBlocks))

@@ -135,6 +135,14 @@ func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
 	return out
 }
 
+// reportFailure tells the fleet view's passive outlier detection that an
+// engine could not be reached.
+func (r *Router) reportFailure(url, reason string) {
+	if r.view != nil {
+		r.view.ReportFailure(url, reason)
+	}
+}
+
 func isRefusal(err error) bool {
 	var ie *intake.Error
 	var re *render.RefusedError
@@ -207,13 +215,27 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		}()
 	}
 	t0 := time.Now()
-	full, err := r.render.Render(ctx, engine, kind, body)
+	// With another engine to fall back on, the first gets half the time:
+	// a hung engine then costs half the budget, not all of it.
+	first := ctx
+	if len(engines) > 1 {
+		var cancel context.CancelFunc
+		first, cancel = context.WithTimeout(ctx, r.cfg.TokenizeTimeout/2)
+		defer cancel()
+	}
+	full, err := r.render.Render(first, engine, kind, body)
+	if err != nil && !isRefusal(err) && ctx.Err() == nil {
+		r.reportFailure(engine, "render: "+err.Error())
+	}
 	if err != nil && !isRefusal(err) && ctx.Err() == nil && len(engines) > 1 {
-		// That engine could not be reached: another of the group renders
-		// the same tokens (the anchor, if it failed too, only costs the
-		// prefix hash).
+		// That engine could not be reached in time: another of the group
+		// renders the same tokens (the anchor, if it failed too, only
+		// costs the prefix hash).
 		n.tokenizeErrors = append(n.tokenizeErrors, errKind(err))
 		full, err = r.render.Render(ctx, engines[1], kind, body)
+		if err != nil && !isRefusal(err) && ctx.Err() == nil {
+			r.reportFailure(engines[1], "render: "+err.Error())
+		}
 	}
 	n.tokenized, n.tokenizeVia, n.tokenizeSecs = true, full.Via, time.Since(t0).Seconds()
 	if err != nil {

@@ -67,6 +67,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 				return
 			}
 			r.m.fallbacks.WithLabelValues("endpoint_failed").Inc()
+			r.reportFailure(p.Endpoint, "proxy: "+err.Error())
 			r.log.Debug("endpoint failed before answering; trying another", zap.String("endpoint", p.Endpoint), zap.Error(err))
 			opt.Exclude[p.Endpoint] = true
 			// The client is not told the engines' addresses (they are in the
@@ -173,28 +174,39 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 }
 
 // account compares the engine's reported cached tokens with the
-// prediction.
+// prediction, at block granularity: only exact agreement is as_predicted.
 func (r *Router) account(p *Pick, u openai.Usage) {
 	if !u.Seen {
 		r.m.outcomes.WithLabelValues("no_usage").Inc()
 		return
 	}
-	predicted := p.MatchedTokens
-	if bs := p.blockSize; bs > 0 && u.Prompt > 0 {
-		// vLLM recomputes at least the last prompt token: a fully cached
-		// prompt reports the whole blocks before it.
-		predicted = min(predicted, (u.Prompt-1)/bs*bs)
+	predicted, cached := p.MatchedTokens, u.Cached
+	if bs := p.blockSize; bs > 0 {
+		if u.Prompt > 0 {
+			// vLLM recomputes at least the last prompt token: a fully cached
+			// prompt reports the whole blocks before it.
+			predicted = min(predicted, (u.Prompt-1)/bs*bs)
+		}
+		cached = cached / bs * bs
 	}
 	r.m.promptTokens.Add(float64(u.Prompt))
 	r.m.predicted.Add(float64(predicted))
 	r.m.reported.Add(float64(u.Cached))
 	switch {
+	case p.loadOnly:
+		// The endpoint's cache was unknown: nothing was predicted, so
+		// nothing can be judged.
+		r.m.outcomes.WithLabelValues("load_only").Inc()
 	case !u.Details && predicted > 0:
 		// No details: the engine cached nothing, or does not say (no
 		// --enable-prompt-tokens-details); not counted as a wrong pod.
 		r.m.outcomes.WithLabelValues("no_cached_details").Inc()
-	case u.Cached < predicted:
+	case cached < predicted:
 		r.m.outcomes.WithLabelValues("fewer_cached_than_predicted").Inc()
+	case cached > predicted && u.Details:
+		// The engine held blocks the picker did not know of: the
+		// signature of a stale or one-sided summary.
+		r.m.outcomes.WithLabelValues("more_cached_than_predicted").Inc()
 	case p.anotherHeldMore:
 		r.m.outcomes.WithLabelValues("another_endpoint_held_more").Inc()
 	default:

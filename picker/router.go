@@ -163,6 +163,7 @@ type Pick struct {
 	send            uint64 // the in-flight record, for Done
 	blockSize       int
 	anotherHeldMore bool // a healthy endpoint held a longer GPU prefix
+	loadOnly        bool // the endpoint's cache was unknown: nothing predicted
 }
 
 // Candidate is one endpoint as the decision saw it.
@@ -196,7 +197,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	pick := &Pick{Answer: pickapi.Answer{Model: p.req.Model, Policy: string(d.Policy), Reason: string(d.Reason), PromptTokens: p.dreq.PromptTokens,
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
-		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore}
+		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly}
 	if !opt.CacheOff {
 		pick.PrefixHash = p.prefixHash
 	}

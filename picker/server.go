@@ -102,6 +102,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	var err error
 	vcfg := fleetview.DefaultConfig()
 	vcfg.Params = summary.ForCapacity(cfg.Capacity)
+	vcfg.Health = cfg.Router.Health // one judgement for the view and the decisions
 	if s.view, err = fleetview.New(vcfg, log.Named("view"), reg); err != nil {
 		return nil, err
 	}

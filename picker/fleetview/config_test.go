@@ -79,7 +79,12 @@ func TestFullGroupIsRefused(t *testing.T) {
 		t.Fatalf("refused counter %v", n)
 	}
 	v.Forget(addr)
-	if len(v.Refused()) != 0 || len(v.Endpoints()) != 0 {
-		t.Fatalf("after Forget: refused %+v, endpoints %+v", v.Refused(), v.Endpoints())
+	if len(v.Refused()) != 0 {
+		t.Fatalf("after Forget: refused %+v", v.Refused())
+	}
+	for _, e := range v.Endpoints() { // kept for the grace period, the sidecar lost
+		if e.SidecarLost.IsZero() {
+			t.Fatalf("after Forget: %s not marked as having lost its sidecar", e.URL)
+		}
 	}
 }

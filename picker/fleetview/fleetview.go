@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -41,12 +42,19 @@ type Config struct {
 	// TLS, when set, is used to dial sidecars; nil (the default) dials in
 	// plaintext.
 	TLS credentials.TransportCredentials
+	// Health holds the limits endpoint health is judged by (see
+	// fleet.HealthConfig); the view judges every HealthEvery, logs each
+	// transition once and probes the engines it must. Defaults
+	// fleet.DefaultHealthConfig() and 100 ms.
+	Health      fleet.HealthConfig
+	HealthEvery time.Duration
 }
 
 // DefaultConfig returns the defaults: Slots 256, Retry 500 ms, plaintext;
 // Params unset.
 func DefaultConfig() Config {
-	return Config{Slots: fleet.DefaultConfig().Slots, Retry: 500 * time.Millisecond}
+	return Config{Slots: fleet.DefaultConfig().Slots, Retry: 500 * time.Millisecond, Health: fleet.DefaultHealthConfig(),
+		HealthEvery: 100 * time.Millisecond}
 }
 
 // Validate checks c: Params valid, Slots in 1..256, Retry positive.
@@ -57,7 +65,10 @@ func (c *Config) Validate() error {
 	if c.Retry <= 0 {
 		return errors.New("fleetview: retry interval must be positive")
 	}
-	return nil
+	if c.HealthEvery <= 0 {
+		return errors.New("fleetview: health interval must be positive")
+	}
+	return c.Health.Validate()
 }
 
 // fleet is the fleet state's part of c.
@@ -83,6 +94,8 @@ type View struct {
 	malformed prometheus.Counter
 	applied   *prometheus.CounterVec
 	lag       prometheus.Histogram
+	health    healthMetrics
+	probe     *http.Client // the picker's own health probes of engines
 	closeCtx  context.Context
 	close     context.CancelFunc
 }
@@ -109,10 +122,18 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
 	}
+	v.health = newHealthMetrics(v)
+	v.probe = &http.Client{Timeout: probeTimeout}
 	if reg != nil {
 		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, staleness{v})
+		v.health.register(reg)
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		v.watchHealth(v.closeCtx)
+	}()
 	return v, nil
 }
 
@@ -146,6 +167,7 @@ func (v *View) Watch(addr string) {
 	ctx, cancel := context.WithCancel(v.closeCtx)
 	ref := &streamRef{cancel: cancel}
 	v.streams[addr] = ref
+	v.log.Info("sidecar joined: following its summary stream", zap.String("sidecar", addr))
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
@@ -158,17 +180,21 @@ func (v *View) Watch(addr string) {
 	}()
 }
 
-// Forget stops following a sidecar and drops its endpoints. Cancelling
-// under the lock makes it exact: a stream checks its context under the
-// same lock before touching the state.
+// Forget stops following a sidecar: it left, or gossip declared it dead.
+// Its endpoints stay, routed by load only while their engines answer the
+// view's health probe, for the sidecar grace period (fleet.State.
+// LoseSidecar). Cancelling under the lock makes it exact: a stream checks
+// its context under the same lock before touching the state.
 func (v *View) Forget(addr string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if ref, ok := v.streams[addr]; ok {
 		ref.cancel()
 		delete(v.streams, addr)
+		v.log.Warn("sidecar left: its endpoints go by load only while their engines answer",
+			zap.String("sidecar", addr), zap.Duration("grace", v.cfg.Health.SidecarGrace))
 	}
-	v.state.Forget(addr)
+	v.state.LoseSidecar(addr, time.Now())
 }
 
 // Refused is an endpoint a sidecar offered that the view did not take.
@@ -251,12 +277,22 @@ func (v *View) follow(ctx context.Context, addr string) {
 	}
 	defer conn.Close()
 	client := pb.NewSidecarClient(conn)
+	failing := false // one log line per transition, not per retry
+	up := func() {
+		if failing {
+			failing = false
+			v.log.Info("summary stream recovered", zap.String("sidecar", addr))
+		}
+	}
 	for ctx.Err() == nil {
-		err := v.stream(ctx, client, addr)
+		err := v.stream(ctx, client, addr, up)
 		if ctx.Err() != nil {
 			return
 		}
-		v.log.Debug("summary stream ended", zap.String("sidecar", addr), zap.Error(err))
+		if !failing {
+			failing = true
+			v.log.Warn("summary stream failed; retrying", zap.String("sidecar", addr), zap.Error(err), zap.Duration("retry", v.cfg.Retry))
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -265,7 +301,7 @@ func (v *View) follow(ctx context.Context, addr string) {
 	}
 }
 
-func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string) error {
+func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string, up func()) error {
 	info, err := client.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
 		return err
@@ -278,6 +314,7 @@ func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string)
 	if err != nil {
 		return err
 	}
+	up()
 	var feeds pb.Feeds
 	for {
 		u, err := ws.Recv()
@@ -411,7 +448,11 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 		}
 		v.applied.WithLabelValues("delta").Inc()
 		if ns := b.Delta.GetOldestEventUnixNanos(); ns > 0 {
-			v.lag.Observe(max(0, time.Since(time.Unix(0, ns)).Seconds()))
+			lag := max(0, time.Since(time.Unix(0, ns)))
+			v.lag.Observe(lag.Seconds())
+			v.mu.Lock()
+			v.state.RecordLag(u.Endpoint, lag)
+			v.mu.Unlock()
 		}
 		return nil
 	}

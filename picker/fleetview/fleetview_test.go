@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/internal/tier"
+	fleetpkg "github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
@@ -58,9 +60,14 @@ func startPodWith(t testing.TB, i int, join string, o podOptions) *pod {
 
 // viewConfig is the default configuration with params, re-dialling after
 // retry.
+// testGrace is the sidecar grace period of the tests' views: short, so a
+// lost sidecar's endpoints are seen to go load-only and then leave.
+const testGrace = time.Second
+
 func viewConfig(p summary.Params, retry time.Duration) fleetview.Config {
 	cfg := fleetview.DefaultConfig()
 	cfg.Params, cfg.Retry = p, retry
+	cfg.Health.SidecarGrace = testGrace
 	return cfg
 }
 
@@ -209,16 +216,31 @@ func TestPickersAgree(t *testing.T) {
 	t0 := time.Now()
 	pods[2].sidecar.Close()
 	t.Logf("sidecar Close took %v", time.Since(t0).Round(10*time.Millisecond))
+	// Its engine still answers: both pickers route it by load only within
+	// 5 s, then drop it when the grace period ends.
+	lost := pods[2].engine.URL()
 	for _, p := range pickers {
-		deadline := killed.Add(5 * time.Second)
+		eventually(t, 5*time.Second-time.Since(killed), "the dead sidecar's engine routed by load only", func() bool {
+			for _, e := range p.view.Endpoints() {
+				if e.URL == lost {
+					h := p.view.Health(&e)
+					return h.State == fleetpkg.LoadOnly && strings.Contains(h.Reason, "sidecar is lost")
+				}
+			}
+			return false
+		})
+	}
+	t.Logf("dead sidecar's engine load-only after %v", time.Since(killed).Round(10*time.Millisecond))
+	for _, p := range pickers {
+		deadline := killed.Add(5*time.Second + testGrace)
 		for len(p.view.Endpoints()) != 2 {
 			if time.Now().After(deadline) {
-				t.Fatalf("dead sidecar's endpoints still known after 5 s: %d endpoints", len(p.view.Endpoints()))
+				t.Fatalf("dead sidecar's endpoints still known 5 s + the grace after: %d endpoints", len(p.view.Endpoints()))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	t.Logf("dead sidecar forgotten after %v", time.Since(killed).Round(10*time.Millisecond))
+	t.Logf("dead sidecar's endpoints dropped after %v", time.Since(killed).Round(10*time.Millisecond))
 	live := pods[:2]
 	delete(reqs, 2)
 	// A restarted picker rebuilds from snapshots.

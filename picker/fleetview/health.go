@@ -1,0 +1,172 @@
+package fleetview
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/picker/fleet"
+)
+
+// probeTimeout bounds one health probe of an engine.
+const probeTimeout = 500 * time.Millisecond
+
+// lostProbeEvery is how often an engine whose sidecar is lost is probed.
+const lostProbeEvery = 500 * time.Millisecond
+
+// healthMetrics are the view's health series.
+type healthMetrics struct {
+	v           *View
+	transitions *prometheus.CounterVec
+	ejections   prometheus.Counter
+	probes      *prometheus.CounterVec
+}
+
+var statesDesc = prometheus.NewDesc("kvroute_picker_endpoint_states", "Endpoints by health state (cached, load_only, down).", []string{"state"}, nil)
+
+func newHealthMetrics(v *View) healthMetrics {
+	return healthMetrics{v: v,
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_transitions_total",
+			Help: "Endpoint health transitions, by the state entered (dropped: the sidecar's grace period ended)."}, []string{"state"}),
+		ejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_ejections_total",
+			Help: "Endpoints ejected by passive outlier detection (a failure reaching the engine)."}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_engine_probes_total",
+			Help: "The picker's own health probes of engines (ejected ones before readmission, those whose sidecar is lost), by result."}, []string{"result"}),
+	}
+}
+
+func (m healthMetrics) register(reg prometheus.Registerer) {
+	reg.MustRegister(m.transitions, m.ejections, m.probes, m)
+}
+
+func (m healthMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- statesDesc }
+
+// Collect counts the endpoints by state when scraped.
+func (m healthMetrics) Collect(ch chan<- prometheus.Metric) {
+	n := map[fleet.HealthState]int{}
+	now := time.Now()
+	for _, e := range m.v.Endpoints() {
+		n[e.HealthAt(now, m.v.cfg.Health).State]++
+	}
+	for _, s := range fleet.HealthStates() {
+		ch <- prometheus.MustNewConstMetric(statesDesc, prometheus.GaugeValue, float64(n[s]), s.String())
+	}
+}
+
+// Health judges one endpoint now, as routing does.
+func (v *View) Health(e *fleet.Endpoint) fleet.Health { return e.HealthAt(time.Now(), v.cfg.Health) }
+
+// ReportFailure is the picker's passive outlier detection: a failure
+// reaching an endpoint's engine (refused, reset, timed out, 502/503/504
+// before any byte) ejects it for a backoff; it comes back after a
+// successful probe. The transition is logged by the next judgement.
+func (v *View) ReportFailure(url, reason string) {
+	v.mu.Lock()
+	ejected := v.state.Failed(url, time.Now(), reason, v.cfg.Health)
+	v.mu.Unlock()
+	if ejected {
+		v.health.ejections.Inc()
+		v.judge() // at once: the log and gauges need not wait for the tick
+	}
+}
+
+// watchHealth judges every endpoint each HealthEvery: it logs every
+// transition once, drops endpoints whose sidecar's grace ended, and probes
+// the engines that need it (ejected ones whose backoff ended; those whose
+// sidecar is lost), until ctx ends.
+func (v *View) watchHealth(ctx context.Context) {
+	t := time.NewTicker(v.cfg.HealthEvery)
+	defer t.Stop()
+	lastLost := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v.judge()
+		now := time.Now()
+		v.mu.RLock()
+		due := v.state.ProbeDue(now)
+		var lost []string
+		if now.Sub(lastLost) >= lostProbeEvery {
+			lost, lastLost = v.state.Lost(), now
+		}
+		v.mu.RUnlock()
+		for _, url := range due {
+			err := v.probeEngine(ctx, url)
+			v.mu.Lock()
+			reason := ""
+			if err != nil {
+				reason = "health probe: " + err.Error()
+			}
+			v.state.Probed(url, err == nil, time.Now(), reason, v.cfg.Health)
+			v.mu.Unlock()
+			v.countProbe(err)
+		}
+		for _, url := range lost {
+			err := v.probeEngine(ctx, url)
+			v.mu.Lock()
+			v.state.EngineAnswered(url, err == nil)
+			v.mu.Unlock()
+			v.countProbe(err)
+		}
+	}
+}
+
+func (v *View) countProbe(err error) {
+	if err != nil {
+		v.health.probes.WithLabelValues("failed").Inc()
+	} else {
+		v.health.probes.WithLabelValues("ok").Inc()
+	}
+}
+
+// judge runs one judgement and logs its transitions.
+func (v *View) judge() {
+	v.mu.Lock()
+	tr := v.state.Judge(time.Now(), v.cfg.Health)
+	v.mu.Unlock()
+	for _, t := range tr {
+		to := t.To.State.String()
+		if t.Dropped {
+			to = "dropped"
+		}
+		v.health.transitions.WithLabelValues(to).Inc()
+		fields := []zap.Field{zap.String("endpoint", t.Endpoint), zap.String("from", t.From.State.String()), zap.String("to", to)}
+		if t.To.Reason != "" {
+			fields = append(fields, zap.String("reason", t.To.Reason))
+		}
+		if t.To.State == fleet.Cached {
+			v.log.Info("endpoint healthy: routed with cache knowledge", fields...)
+		} else {
+			v.log.Warn("endpoint health changed", fields...)
+		}
+	}
+}
+
+// probeEngine asks an engine's /health.
+func (v *View) probeEngine(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := v.probe.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return &statusError{resp.StatusCode}
+	}
+	return nil
+}
+
+type statusError struct{ status int }
+
+func (e *statusError) Error() string { return "/health: status " + http.StatusText(e.status) }
