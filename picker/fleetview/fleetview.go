@@ -11,8 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -288,6 +290,17 @@ func (v *View) follow(ctx context.Context, addr string) {
 		err := v.stream(ctx, client, addr, up)
 		if ctx.Err() != nil {
 			return
+		}
+		if status.Code(err) == codes.Unavailable {
+			// The sidecar cannot be reached (dead, or cut off): its
+			// endpoints go by load only at once while their engines
+			// answer, rather than after the summary goes stale; a stream
+			// that comes back takes them back.
+			v.mu.Lock()
+			if ctx.Err() == nil {
+				v.state.LoseSidecar(addr, time.Now())
+			}
+			v.mu.Unlock()
 		}
 		if !failing {
 			failing = true

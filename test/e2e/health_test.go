@@ -1,0 +1,358 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/test/testnet"
+)
+
+// healthFleet is a process fleet whose engines and sidecars can be
+// signalled: n engines, a sidecar each (bound SUB, the engine connecting:
+// the matching modes), and a picker, found through gossip on loopback.
+type healthFleet struct {
+	picker   string // http://host:port
+	engines  []*exec.Cmd
+	sidecars []*exec.Cmd
+	urls     []string // the engines' base URLs
+}
+
+func startHealthFleet(t *testing.T, bin string, n int, engineArgs []string, pickerArgs ...string) *healthFleet {
+	t.Helper()
+	f := &healthFleet{}
+	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	start := func(what string, args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		startProcess(t, cmd, syscall.SIGTERM, func(out string) { t.Logf("%s output:\n%s", what, out) })
+		return cmd
+	}
+	for i := 0; i < n; i++ {
+		httpPort, events, replay := testnet.FreePort(t), testnet.FreePort(t), testnet.FreePort(t)
+		kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d"}`, events, replay)
+		url := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+		f.urls = append(f.urls, url)
+		f.engines = append(f.engines, start("engine "+url, append([]string{"engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort),
+			"--sim-time-scale", "0", "--num-gpu-blocks", "1024", "--max-model-len", "8192", "--kv-events-config", kvcfg,
+			"--enable-prompt-tokens-details", "--log-level", "warn"}, engineArgs...)...))
+		gossipBind, join := "127.0.0.1:0", []string{"--join", seed}
+		if i == 0 {
+			gossipBind, join = seed, nil
+		}
+		f.sidecars = append(f.sidecars, start("sidecar "+url, append([]string{"sidecar", "--engine-url", url,
+			"--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
+			"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+			"--gossip-bind", gossipBind, "--node-name", fmt.Sprint("health-sidecar-", i), "--capacity", "4096", "--log-level", "warn"}, join...)...))
+	}
+	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	start("picker", append([]string{"picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
+		"--node-name", "health-picker", "--capacity", "4096", "--log-level", "info"}, pickerArgs...)...)
+	f.picker = "http://" + api
+	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error {
+		states, err := f.states()
+		if err != nil {
+			return err
+		}
+		for _, u := range f.urls {
+			if states[u] != "cached" {
+				return fmt.Errorf("states %v", states)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the fleet never became healthy: %v", err)
+	}
+	return f
+}
+
+// states reads each endpoint's health state from the picker.
+func (f *healthFleet) states() (map[string]string, error) {
+	var dbg struct {
+		Endpoints []struct {
+			Endpoint string `json:"endpoint"`
+			State    string `json:"state"`
+			Reason   string `json:"state_reason"`
+		} `json:"endpoints"`
+	}
+	if err := getJSON(f.picker+"/debug/endpoints", &dbg); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range dbg.Endpoints {
+		out[e.Endpoint] = e.State
+	}
+	return out, nil
+}
+
+// awaitState waits (bounded) until url's state is want; it returns how
+// long that took.
+func (f *healthFleet) awaitState(t *testing.T, url, want string, within time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	var last map[string]string
+	err := waitFor(within, 20*time.Millisecond, func() error {
+		s, err := f.states()
+		last = s
+		if err != nil {
+			return err
+		}
+		if s[url] != want {
+			return fmt.Errorf("%s is %q", url, s[url])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s not %s within %v: %v (states %v)", url, want, within, err, last)
+	}
+	return time.Since(t0)
+}
+
+// metric sums the picker's series name whose labels contain label.
+func (f *healthFleet) metric(t *testing.T, name, label string) float64 {
+	t.Helper()
+	resp, err := http.Get(f.picker + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || !strings.Contains(line, label) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// load sends non-streaming completions through the picker from workers
+// goroutines until stop is closed (or a minute passes), and records every
+// failure.
+type load struct {
+	mu       sync.Mutex
+	sent     int
+	failures []string
+	wg       sync.WaitGroup
+	stop     chan struct{}
+}
+
+func startLoad(t *testing.T, picker string, workers int) *load {
+	l := &load{stop: make(chan struct{})}
+	client := &http.Client{Timeout: 30 * time.Second}
+	deadline := time.Now().Add(time.Minute)
+	for w := 0; w < workers; w++ {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; time.Now().Before(deadline); i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 2, "cache_salt": fmt.Sprint("w", w),
+					"prompt": strings.Repeat(fmt.Sprintf("Worker %d asks question %d about caches. ", w, i%7), 20)})
+				resp, err := client.Post(picker+"/v1/completions", "application/json", bytes.NewReader(body))
+				msg := ""
+				if err != nil {
+					msg = err.Error()
+				} else {
+					raw, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						msg = fmt.Sprintf("status %d: %.200s", resp.StatusCode, raw)
+					}
+				}
+				l.mu.Lock()
+				l.sent++
+				if msg != "" {
+					l.failures = append(l.failures, msg)
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(l.end)
+	return l
+}
+
+func (l *load) end() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// TestKilledEngineUnderLoad: an engine SIGKILLed under load gets no new
+// pick after 1 s, and no non-streaming request fails (the picker retries
+// the ones it sent there before anything was written).
+func TestKilledEngineUnderLoad(t *testing.T) {
+	bin := buildKvroute(t)
+	f := startHealthFleet(t, bin, 3, nil)
+	l := startLoad(t, f.picker, 4)
+	dead := f.urls[1]
+	label := `endpoint="` + dead + `"`
+	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+		if f.metric(t, "kvroute_picker_selected_total", label) == 0 {
+			return fmt.Errorf("no pick of %s yet", dead)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := f.engines[1].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	took := f.awaitState(t, dead, "down", 5*time.Second)
+	t.Logf("down %v after SIGKILL", took.Round(time.Millisecond))
+	if wait := time.Until(killed.Add(time.Second)); wait > 0 {
+		<-time.After(wait) // the target's own second, not a settling sleep
+	}
+	picks := f.metric(t, "kvroute_picker_selected_total", label)
+	sentBefore := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }()
+	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+		if n := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }(); n < sentBefore+200 {
+			return fmt.Errorf("%d requests since", n-sentBefore)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if after := f.metric(t, "kvroute_picker_selected_total", label); after != picks {
+		t.Fatalf("%v picks of the dead engine more than 1 s after SIGKILL (%v then %v)", after-picks, picks, after)
+	}
+	l.end()
+	if len(l.failures) > 0 {
+		t.Fatalf("%d of %d requests failed, e.g. %s", len(l.failures), l.sent, l.failures[0])
+	}
+	t.Logf("%d requests, none failed", l.sent)
+}
+
+// TestStoppedEngine: a SIGSTOPped (hung) engine is ejected within 3 s
+// while requests keep flowing to the others; after SIGCONT it comes back.
+func TestStoppedEngine(t *testing.T) {
+	bin := buildKvroute(t)
+	f := startHealthFleet(t, bin, 3, nil)
+	l := startLoad(t, f.picker, 4)
+	hung := f.urls[2]
+	cont := func() { _ = f.engines[2].Process.Signal(syscall.SIGCONT) }
+	t.Cleanup(cont) // runs before the process's own cleanup stops it
+	if err := f.engines[2].Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	took := f.awaitState(t, hung, "down", 3*time.Second)
+	t.Logf("hung engine down %v after SIGSTOP", took.Round(time.Millisecond))
+	// Requests keep completing on the others meanwhile.
+	sent := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }
+	before := sent()
+	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+		if sent() < before+100 {
+			return fmt.Errorf("%d requests completed while the engine hangs", sent()-before)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cont()
+	back := f.awaitState(t, hung, "cached", 40*time.Second)
+	t.Logf("back %v after SIGCONT", back.Round(time.Millisecond))
+	l.end()
+	if len(l.failures) > 0 {
+		t.Fatalf("%d of %d requests failed, e.g. %s", len(l.failures), l.sent, l.failures[0])
+	}
+}
+
+// TestKilledSidecarGrace: a SIGKILLed sidecar leaves its engine routable
+// by load only for the grace period (it keeps answering the picker's
+// probe), then the engine leaves the picker's view.
+func TestKilledSidecarGrace(t *testing.T) {
+	bin := buildKvroute(t)
+	const grace = 3 * time.Second
+	f := startHealthFleet(t, bin, 2, nil, "--sidecar-grace", grace.String())
+	orphan := f.urls[1]
+	killed := time.Now()
+	if err := f.sidecars[1].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	took := f.awaitState(t, orphan, "load_only", 5*time.Second)
+	t.Logf("load-only %v after the sidecar's SIGKILL", took.Round(time.Millisecond))
+	// Requests still reach it (by load), none fails.
+	l := startLoad(t, f.picker, 2)
+	label := `endpoint="` + orphan + `"`
+	picks := f.metric(t, "kvroute_picker_selected_total", label)
+	if err := waitFor(grace, 20*time.Millisecond, func() error {
+		if f.metric(t, "kvroute_picker_selected_total", label) == picks {
+			return fmt.Errorf("no pick of the orphaned engine")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="load_only"`); n == 0 {
+		t.Fatal("no load_only outcome counted for the orphaned engine's requests")
+	}
+	// After the grace the engine leaves.
+	if err := waitFor(grace+10*time.Second, 50*time.Millisecond, func() error {
+		s, err := f.states()
+		if err != nil {
+			return err
+		}
+		if _, ok := s[orphan]; ok {
+			return fmt.Errorf("still listed (%s) %v after the kill", s[orphan], time.Since(killed).Round(time.Millisecond))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if gone := time.Since(killed); gone < grace {
+		t.Fatalf("left after %v, before the %v grace", gone, grace)
+	}
+	l.end()
+	if len(l.failures) > 0 {
+		t.Fatalf("%d of %d requests failed, e.g. %s", len(l.failures), l.sent, l.failures[0])
+	}
+}
+
+// TestStaleSummaryOutcome: an engine whose KV events arrive late (stale
+// summary) caches more than the picker predicts, and the outcome says so.
+func TestStaleSummaryOutcome(t *testing.T) {
+	bin := buildKvroute(t)
+	f := startHealthFleet(t, bin, 1, []string{"--sim-delay-events", "1500ms"})
+	body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 2, "cache_salt": "stale",
+		"prompt": strings.Repeat("A prompt whose blocks reach the picker late. ", 40)})
+	for i := 0; i < 2; i++ { // the second runs before the first's events arrive
+		resp, err := http.Post(f.picker+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, raw)
+		}
+	}
+	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="more_cached_than_predicted"`); n != 1 {
+		t.Fatalf("more_cached_than_predicted counted %v times, want 1", n)
+	}
+	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`); n != 1 {
+		t.Fatalf("as_predicted counted %v times, want 1 (the cold first request)", n)
+	}
+}
