@@ -21,8 +21,19 @@
 //   - A stream resumes from the positions the core holds; a delta that
 //     does not follow (lost, new epoch) ends the stream, counted as a
 //     resync, and the next one takes a snapshot; a malformed update ends it
-//     likewise, counted as malformed. A sidecar that leaves (or is
-//     forgotten) takes its endpoints out of every index at once.
+//     likewise, counted as malformed. A sidecar that gossip forgets, or
+//     whose stream cannot be re-established (gRPC Unavailable), is lost:
+//     its endpoints stay, routed by load only while their engines answer
+//     the view's own /health probe, for the sidecar grace period; a stream
+//     that comes back takes them back.
+//   - Health: every HealthConfig-judged transition (cached, load_only,
+//     down, with its reason) is logged once, when the view judges (every
+//     HealthEvery, and at once after an ejection), and counted; the states
+//     are a gauge at scrape time. ReportFailure is the passive outlier
+//     detection the router feeds (proxy and render failures); an ejected
+//     engine is probed when its backoff ends and readmitted on success.
+//   - Logs, once per transition: a sidecar joining (a stream started), a
+//     sidecar leaving, a summary stream failing, and recovering.
 //   - Concurrency: one RWMutex serialises every access to the core —
 //     Match, Endpoints and Refused under the read lock, everything else
 //     under the write lock — and a stream checks its context under that
