@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,9 +27,16 @@ type healthFleet struct {
 	engines  []*exec.Cmd
 	sidecars []*exec.Cmd
 	urls     []string // the engines' base URLs
+	eargs    [][]string
+	start    func(what string, args ...string) *exec.Cmd
 }
 
-func startHealthFleet(t *testing.T, bin string, n int, engineArgs []string, pickerArgs ...string) *healthFleet {
+// restartEngine starts engine i again with its arguments (same ports).
+func (f *healthFleet) restartEngine(i int) {
+	f.engines[i] = f.start("engine "+f.urls[i], f.eargs[i]...)
+}
+
+func startHealthFleet(t testing.TB, bin string, n int, engineArgs []string, pickerArgs ...string) *healthFleet {
 	t.Helper()
 	f := &healthFleet{}
 	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
@@ -37,14 +45,17 @@ func startHealthFleet(t *testing.T, bin string, n int, engineArgs []string, pick
 		startProcess(t, cmd, syscall.SIGTERM, func(out string) { t.Logf("%s output:\n%s", what, out) })
 		return cmd
 	}
+	f.start = start
 	for i := 0; i < n; i++ {
 		httpPort, events, replay := testnet.FreePort(t), testnet.FreePort(t), testnet.FreePort(t)
 		kvcfg := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d"}`, events, replay)
 		url := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 		f.urls = append(f.urls, url)
-		f.engines = append(f.engines, start("engine "+url, append([]string{"engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort),
+		eargs := append([]string{"engine", "--host", "127.0.0.1", "--port", fmt.Sprint(httpPort),
 			"--sim-time-scale", "0", "--num-gpu-blocks", "1024", "--max-model-len", "8192", "--kv-events-config", kvcfg,
-			"--enable-prompt-tokens-details", "--log-level", "warn"}, engineArgs...)...))
+			"--enable-prompt-tokens-details", "--log-level", "warn"}, engineArgs...)
+		f.eargs = append(f.eargs, eargs)
+		f.engines = append(f.engines, start("engine "+url, eargs...))
 		gossipBind, join := "127.0.0.1:0", []string{"--join", seed}
 		if i == 0 {
 			gossipBind, join = seed, nil
@@ -96,7 +107,7 @@ func (f *healthFleet) states() (map[string]string, error) {
 
 // awaitState waits (bounded) until url's state is want; it returns how
 // long that took.
-func (f *healthFleet) awaitState(t *testing.T, url, want string, within time.Duration) time.Duration {
+func (f *healthFleet) awaitState(t testing.TB, url, want string, within time.Duration) time.Duration {
 	t.Helper()
 	t0 := time.Now()
 	var last map[string]string
@@ -118,7 +129,7 @@ func (f *healthFleet) awaitState(t *testing.T, url, want string, within time.Dur
 }
 
 // metric sums the picker's series name whose labels contain label.
-func (f *healthFleet) metric(t *testing.T, name, label string) float64 {
+func (f *healthFleet) metric(t testing.TB, name, label string) float64 {
 	t.Helper()
 	resp, err := http.Get(f.picker + "/metrics")
 	if err != nil {
@@ -151,7 +162,7 @@ type load struct {
 	stop     chan struct{}
 }
 
-func startLoad(t *testing.T, picker string, workers int) *load {
+func startLoad(t testing.TB, picker string, workers int) *load {
 	l := &load{stop: make(chan struct{})}
 	client := &http.Client{Timeout: 30 * time.Second}
 	deadline := time.Now().Add(time.Minute)
@@ -354,5 +365,57 @@ func TestStaleSummaryOutcome(t *testing.T) {
 	}
 	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`); n != 1 {
 		t.Fatalf("as_predicted counted %v times, want 1 (the cold first request)", n)
+	}
+}
+
+// BenchmarkKillToLastPick measures, per trial, the time from SIGKILLing an
+// engine under load to the picker's last pick of it (the picker's
+// selected_total for it, polled every 5 ms), then restarts the engine and
+// waits until it is cached again. Run ≥ 20 trials:
+//
+//	go test -run '^$' -bench KillToLastPick -benchtime 20x ./test/e2e
+func BenchmarkKillToLastPick(b *testing.B) {
+	bin := buildKvroute(b)
+	f := startHealthFleet(b, bin, 3, nil)
+	l := startLoad(b, f.picker, 4)
+	victim := f.urls[0]
+	label := `endpoint="` + victim + `"`
+	var took []time.Duration
+	for i := 0; i < b.N; i++ {
+		before := f.metric(b, "kvroute_picker_selected_total", label)
+		if err := waitFor(20*time.Second, 5*time.Millisecond, func() error {
+			if f.metric(b, "kvroute_picker_selected_total", label) == before {
+				return fmt.Errorf("no pick of the engine")
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		killed := time.Now()
+		if err := f.engines[0].Process.Signal(syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		last, picks := killed, f.metric(b, "kvroute_picker_selected_total", label)
+		for quiet := time.Now(); time.Since(quiet) < 2*time.Second; { // 2 s without a pick: the last was the last
+			if n := f.metric(b, "kvroute_picker_selected_total", label); n != picks {
+				picks, last, quiet = n, time.Now(), time.Now()
+			}
+			<-time.After(5 * time.Millisecond)
+		}
+		took = append(took, last.Sub(killed))
+		_ = f.engines[0].Wait()
+		f.restartEngine(0)
+		f.awaitState(b, victim, "cached", 30*time.Second)
+	}
+	b.StopTimer()
+	l.end()
+	slices.Sort(took)
+	q := func(p float64) float64 { return took[min(len(took)-1, int(p*float64(len(took))))].Seconds() * 1000 }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(took[len(took)-1].Seconds()*1000, "max-ms")
+	b.ReportMetric(0, "ns/op")
+	if len(l.failures) > 0 {
+		b.Errorf("%d of %d requests failed, e.g. %s", len(l.failures), l.sent, l.failures[0])
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // buildKvroute builds the binary once per test run.
-func buildKvroute(t *testing.T) string {
+func buildKvroute(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "kvroute")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kvroute")
@@ -40,7 +40,7 @@ func run(t *testing.T, bin string, args ...string) *bytes.Buffer {
 
 // startProcess starts cmd, and at the end of the test sends it stop, then
 // kills it after 10 s; on failure it hands the output to report.
-func startProcess(t *testing.T, cmd *exec.Cmd, stop syscall.Signal, report func(out string)) *bytes.Buffer {
+func startProcess(t testing.TB, cmd *exec.Cmd, stop syscall.Signal, report func(out string)) *bytes.Buffer {
 	t.Helper()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
