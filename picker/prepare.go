@@ -136,8 +136,12 @@ func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
 }
 
 // reportFailure tells the fleet view's passive outlier detection that an
-// engine could not be reached.
+// engine could not be reached, and drops the pooled connections: those to
+// a dead engine would fail the next requests too (a POST is not retried on
+// a stale connection), including those to a new process on its port.
 func (r *Router) reportFailure(url, reason string) {
+	r.proxy.CloseIdleConnections()
+	r.render.Close() // closes idle connections only
 	if r.view != nil {
 		r.view.ReportFailure(url, reason)
 	}

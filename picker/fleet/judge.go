@@ -122,9 +122,9 @@ type Transition struct {
 
 // Judge judges every endpoint at now, drops those whose sidecar has been
 // lost for longer than c.SidecarGrace, and returns what changed since the
-// previous call, sorted by endpoint: a new state, or a new reason for a
-// state other than Cached (reasons that only count time passing do not
-// count as new). A new endpoint is taken as Cached before it is judged.
+// previous call, sorted by endpoint: each endpoint whose state changed (a
+// new reason within the same state is not a transition). A new endpoint
+// is taken as Cached before it is judged.
 func (s *State) Judge(now time.Time, c HealthConfig) []Transition {
 	var out []Transition
 	for url, e := range s.endpoints {
@@ -134,7 +134,7 @@ func (s *State) Judge(now time.Time, c HealthConfig) []Transition {
 			continue
 		}
 		h := e.HealthAt(now, c)
-		if h.State != e.judged.State || kind(h.Reason) != kind(e.judged.Reason) {
+		if h.State != e.judged.State {
 			out = append(out, Transition{Endpoint: url, From: e.judged, To: h})
 		}
 		e.judged = h
@@ -149,18 +149,4 @@ func (s *State) Judge(now time.Time, c HealthConfig) []Transition {
 		return 0
 	})
 	return out
-}
-
-// kind is a reason without the figures that change as time passes, so
-// that "stale for 2.1 s" and "stale for 2.3 s" are one spell.
-func kind(reason string) string {
-	out := make([]byte, 0, len(reason))
-	for i := 0; i < len(reason); i++ {
-		c := reason[i]
-		if c >= '0' && c <= '9' || c == '.' {
-			continue
-		}
-		out = append(out, c)
-	}
-	return string(out)
 }

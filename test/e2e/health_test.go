@@ -152,8 +152,10 @@ func (f *healthFleet) metric(t testing.TB, name, label string) float64 {
 }
 
 // load sends non-streaming completions through the picker from workers
-// goroutines until stop is closed (or a minute passes), and records every
-// failure.
+// goroutines until stop is closed (or a minute passes, five with spread),
+// and records every failure. With spread every request has a salt of its
+// own, so cold placement spreads them over every engine; without, each
+// worker repeats a few prompts under its own salt (cache affinity).
 type load struct {
 	mu       sync.Mutex
 	sent     int
@@ -162,10 +164,13 @@ type load struct {
 	stop     chan struct{}
 }
 
-func startLoad(t testing.TB, picker string, workers int) *load {
+func startLoad(t testing.TB, picker string, workers int, spread bool) *load {
 	l := &load{stop: make(chan struct{})}
 	client := &http.Client{Timeout: 30 * time.Second}
 	deadline := time.Now().Add(time.Minute)
+	if spread {
+		deadline = time.Now().Add(5 * time.Minute)
+	}
 	for w := 0; w < workers; w++ {
 		l.wg.Add(1)
 		go func() {
@@ -176,7 +181,11 @@ func startLoad(t testing.TB, picker string, workers int) *load {
 					return
 				default:
 				}
-				body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 2, "cache_salt": fmt.Sprint("w", w),
+				salt := fmt.Sprint("w", w)
+				if spread {
+					salt = fmt.Sprint("w", w, "-", i)
+				}
+				body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 2, "cache_salt": salt,
 					"prompt": strings.Repeat(fmt.Sprintf("Worker %d asks question %d about caches. ", w, i%7), 20)})
 				resp, err := client.Post(picker+"/v1/completions", "application/json", bytes.NewReader(body))
 				msg := ""
@@ -217,7 +226,7 @@ func (l *load) end() {
 func TestKilledEngineUnderLoad(t *testing.T) {
 	bin := buildKvroute(t)
 	f := startHealthFleet(t, bin, 3, nil)
-	l := startLoad(t, f.picker, 4)
+	l := startLoad(t, f.picker, 4, false)
 	dead := f.urls[1]
 	label := `endpoint="` + dead + `"`
 	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
@@ -262,7 +271,7 @@ func TestKilledEngineUnderLoad(t *testing.T) {
 func TestStoppedEngine(t *testing.T) {
 	bin := buildKvroute(t)
 	f := startHealthFleet(t, bin, 3, nil)
-	l := startLoad(t, f.picker, 4)
+	l := startLoad(t, f.picker, 4, false)
 	hung := f.urls[2]
 	cont := func() { _ = f.engines[2].Process.Signal(syscall.SIGCONT) }
 	t.Cleanup(cont) // runs before the process's own cleanup stops it
@@ -306,7 +315,7 @@ func TestKilledSidecarGrace(t *testing.T) {
 	took := f.awaitState(t, orphan, "load_only", 5*time.Second)
 	t.Logf("load-only %v after the sidecar's SIGKILL", took.Round(time.Millisecond))
 	// Requests still reach it (by load), none fails.
-	l := startLoad(t, f.picker, 2)
+	l := startLoad(t, f.picker, 2, false)
 	label := `endpoint="` + orphan + `"`
 	picks := f.metric(t, "kvroute_picker_selected_total", label)
 	if err := waitFor(grace, 20*time.Millisecond, func() error {
@@ -377,7 +386,7 @@ func TestStaleSummaryOutcome(t *testing.T) {
 func BenchmarkKillToLastPick(b *testing.B) {
 	bin := buildKvroute(b)
 	f := startHealthFleet(b, bin, 3, nil)
-	l := startLoad(b, f.picker, 4)
+	l := startLoad(b, f.picker, 4, true)
 	victim := f.urls[0]
 	label := `endpoint="` + victim + `"`
 	var took []time.Duration
