@@ -125,7 +125,9 @@ func (ep *endpoint) openIntake() (*intake, error) {
 	}
 	if cfg.Bind {
 		if last, err := sub.GetLastEndpoint(); err == nil {
+			ep.mu.Lock() // the scraper reads it for its log lines
 			ep.events = last
+			ep.mu.Unlock()
 		}
 	}
 	return in, nil
