@@ -165,8 +165,8 @@ func TestExampleFleet(t *testing.T) {
 			t.Errorf("sidecar args lack %s: %v", want, side.Args)
 		}
 	}
-	// No readiness probe: an idle engine sends no KV event, and the
-	// sidecar's /readyz waits for one; vLLM must stay in its Service.
+	// No readiness probe: the sidecar's /readyz fails while vLLM does not
+	// answer, and vLLM's own probes decide whether it stays in its Service.
 	if side.StartupProbe == nil || side.LivenessProbe == nil || side.ReadinessProbe != nil || side.Resources.Requests.Memory().IsZero() {
 		t.Fatalf("sidecar probes or resources: %+v", side)
 	}

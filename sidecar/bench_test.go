@@ -1,7 +1,14 @@
 package sidecar_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // BenchmarkEventToSummaryLag runs an engine and a sidecar on loopback and
@@ -75,4 +83,82 @@ func lagBench(b *testing.B, pace time.Duration) {
 		b.ReportMetric(quantile(0.99)*1000, "p99-ms≤")
 		b.ReportMetric(h.GetSampleSum()/total*1000, "mean-ms")
 	}
+}
+
+// BenchmarkStreamReport measures the time from an engine's first request
+// to its sidecar reporting the connect/connect mismatch: the engine's
+// events endpoint names 127.0.0.1 (so it connects, as vLLM does) and the
+// sidecar connects too. Without replay the stream turns silent; with
+// replay, whose idle catch-ups bring the batches, replay_only. Each
+// iteration starts a fresh engine and sidecar, waits for the sidecar's
+// first scrape, sends one 160-token request at a phase of the scrape
+// interval that moves by a tenth each iteration (the request lands
+// anywhere between two scrapes), and polls the state every 5 ms. Target
+// ≤ 5 s. Run with -benchtime=Nx (an iteration takes ~3 s).
+func BenchmarkStreamReport(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		replay bool
+		want   string
+	}{{"silent", false, "silent"}, {"replay_only", true, "replay_only"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var took []time.Duration
+			for i := 0; i < b.N; i++ {
+				took = append(took, streamReport(b, tc.replay, tc.want, i))
+			}
+			slices.Sort(took)
+			var sum time.Duration
+			for _, d := range took {
+				sum += d
+			}
+			b.ReportMetric(took[len(took)/2].Seconds(), "p50-s")
+			b.ReportMetric(took[len(took)-1].Seconds(), "max-s")
+			b.ReportMetric(sum.Seconds()/float64(len(took)), "mean-s")
+		})
+	}
+}
+
+func streamReport(b *testing.B, replay bool, want string, i int) time.Duration {
+	b.Helper()
+	ecfg := engineConfig()
+	ecfg.KVEvents.Endpoint = fmt.Sprintf("tcp://127.0.0.1:%d", testnet.FreePort(b)) // the engine's PUB connects
+	p, err := enginesim.Start(ecfg, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	e := p.Engines()[0]
+	cfg := sidecarConfig(e)
+	cfg.KVEvents = ecfg.KVEvents.Endpoint // and so does the sidecar (its default mode)
+	if !replay {
+		cfg.Replay = ""
+	}
+	s, err := sidecar.Start(context.Background(), cfg, zap.NewNop(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	poll := func(what string, d time.Duration, cond func(sidecar.EndpointState) bool) {
+		deadline := time.Now().Add(d)
+		for !cond(s.State()[0]) {
+			if time.Now().After(deadline) {
+				b.Fatalf("no %s within %v: %+v", what, d, s.State()[0])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	poll("first scrape", 10*time.Second, func(st sidecar.EndpointState) bool {
+		return strings.Contains(st.StreamReason, "stored no new block")
+	})
+	body, _ := json.Marshal(map[string]any{"prompt": prompt(160, 5000), "max_tokens": 1})
+	time.Sleep(time.Duration(i%10) * cfg.ScrapeInterval / 10) // the phase
+	t0 := time.Now()
+	resp, err := http.Post(e.URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	poll(want, 10*time.Second, func(st sidecar.EndpointState) bool { return st.StreamState == want })
+	return time.Since(t0)
 }

@@ -76,6 +76,14 @@ type Config struct {
 	// StartupTimeout bounds waiting for the engine to answer /v1/models and
 	// the render probe. Default 2 minutes.
 	StartupTimeout time.Duration
+	// StreamWindow is how long the engine may show new blocks in its
+	// counters (vLLM's prefix-cache queries − hits) without a live batch
+	// arriving before the rank's event stream is reported silent, or
+	// replay_only when its batches come only through replay (package
+	// sidecar/streamhealth). Keep it longer than IdleCheck, the catch-up
+	// period of a one-sided stream. Default 2.5 s: a broken stream shows
+	// within about 3 s of the engine's first request.
+	StreamWindow time.Duration
 }
 
 // DefaultConfig returns the documented defaults, which fit a vLLM pod.
@@ -93,6 +101,7 @@ func DefaultConfig() Config {
 		ReplayTimeout:    2 * time.Second,
 		IdleCheck:        2 * time.Second,
 		StartupTimeout:   2 * time.Minute,
+		StreamWindow:     2500 * time.Millisecond,
 	}
 }
 
@@ -115,6 +124,7 @@ func (c *Config) Validate() error {
 	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)
 	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0, "timeouts must be positive")
+	check(c.StreamWindow >= 100*time.Millisecond, "--stream-window %v: at least 100ms", c.StreamWindow)
 	_, _, err = net.SplitHostPort(c.DebugListen)
 	check(err == nil, "--debug-listen %q: want host:port", c.DebugListen)
 	if c.Gossip != nil {

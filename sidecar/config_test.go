@@ -30,6 +30,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no replay timeout", func(c *Config) { c.ReplayTimeout = 0 }, false},
 		{"no idle check", func(c *Config) { c.IdleCheck = 0 }, false},
 		{"no startup timeout", func(c *Config) { c.StartupTimeout = 0 }, false},
+		{"no stream window", func(c *Config) { c.StreamWindow = 0 }, false},
+		{"a stream window below 100ms", func(c *Config) { c.StreamWindow = 50 * time.Millisecond }, false},
 		{"a TLS cert without its key", func(c *Config) { c.GRPCTLSCert = "cert.pem" }, false},
 		{"gossip without gRPC", func(c *Config) { g := gossip.DefaultConfig(); c.Gossip, c.GRPCListen = &g, "" }, false},
 		{"a scrape interval below 10ms", func(c *Config) { c.ScrapeInterval = time.Millisecond }, false},

@@ -24,6 +24,24 @@
 //     into numbered deltas every DeltaInterval and streamed over gRPC
 //     (kvroute.v1.Sidecar) with snapshots and load reports; the sidecar
 //     gossips its gRPC address, identity group and positions.
+//   - Stream health: the stream judge core (package sidecar/streamhealth,
+//     one per rank) weighs the scraped engine counters against the live
+//     and replayed batches the intake reports, and says whether the live
+//     stream works: unknown, live, replay_only, silent or partial, with a
+//     reason naming the likely fix (--kv-events-mode, the right way round
+//     for the sidecar's own mode). The scraper judges after every scrape;
+//     the state is in /debug/state (stream_state, stream_reason), the
+//     kvroute_sidecar_stream_state gauge (1 for the current state), one
+//     log line per transition (warn into silent, replay_only or partial;
+//     info back to live), Info and every load report.
+//   - Engine health: every scrape, failed ones included, sends a load
+//     report; a failed one carries engine_down and engine_error (and the
+//     last good load), the next good one engine_down=false.
+//   - /readyz says the sidecar can serve: every rank's engine answered its
+//     last scrape and its event intake is open. It does not wait for
+//     events, and a silent or replay-only stream is not "not ready": the
+//     sidecar still serves load reports, and pickers route that endpoint
+//     by load only; /readyz lists each rank's stream state beside.
 //   - Malformed payloads are counted and skipped, never fatal; debug HTTP
 //     shows hashes and counts, never token ids or text.
 //   - Config: start from DefaultConfig; Validate rejects zero and invalid

@@ -18,6 +18,7 @@ import (
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar/index"
 	"github.com/kvroute/kvroute/sidecar/sequence"
+	"github.com/kvroute/kvroute/sidecar/streamhealth"
 )
 
 // recentEvent is one line of the recent-events view: hashes and counts,
@@ -52,18 +53,21 @@ type endpoint struct {
 
 	oldestPending float64 // engine ts of the oldest batch applied since the last delta (under mu)
 
-	mu       sync.Mutex
-	idx      *index.Index
-	epoch    uint64
-	lastSeq  uint64
-	haveSeq  bool
-	partial  bool
-	live     bool
-	counters endpointCounters
-	recent   []recentEvent
-	deltaSeq [tier.Count]uint64
-	identity Identity
-	load     Load
+	mu         sync.Mutex
+	idx        *index.Index
+	epoch      uint64
+	lastSeq    uint64
+	haveSeq    bool
+	partial    bool
+	live       bool
+	intakeOpen bool
+	judge      *streamhealth.Judge // the live stream's health, from the intake's batches and the scraper's counters
+	stream     streamhealth.Status // as the scraper last judged it
+	counters   endpointCounters
+	recent     []recentEvent
+	deltaSeq   [tier.Count]uint64
+	identity   Identity
+	load       Load
 }
 
 type endpointCounters struct {
@@ -121,7 +125,9 @@ func (ep *endpoint) openIntake() (*intake, error) {
 	}
 	if cfg.Bind {
 		if last, err := sub.GetLastEndpoint(); err == nil {
+			ep.mu.Lock() // the scraper reads it for its log lines
 			ep.events = last
+			ep.mu.Unlock()
 		}
 	}
 	return in, nil
@@ -147,7 +153,15 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 		ready <- err
 		return
 	}
-	defer in.close()
+	ep.mu.Lock()
+	ep.intakeOpen = true
+	ep.mu.Unlock()
+	defer func() {
+		ep.mu.Lock()
+		ep.intakeOpen = false
+		ep.mu.Unlock()
+		in.close()
+	}()
 	ready <- nil
 	ep.exec(in, ep.seq.Start(time.Now()), nil)
 	nextDelta := time.Now().Add(ep.s.cfg.DeltaInterval)
@@ -186,6 +200,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 		}
 		ep.mu.Lock()
 		ep.live = true
+		ep.judge.LiveBatch(time.Now())
 		ep.mu.Unlock()
 		ep.exec(in, ep.seq.Live(m.Seq), m.Payload)
 	}
@@ -266,13 +281,20 @@ func (ep *endpoint) replayFrom(in *intake, from uint64) error {
 		if f.End {
 			return nil
 		}
-		ep.exec(in, ep.seq.Replayed(f.Seq), f.Payload)
+		acts := ep.seq.Replayed(f.Seq)
+		if slices.ContainsFunc(acts, func(a sequence.Action) bool { return a.Kind == sequence.Apply }) {
+			ep.mu.Lock()
+			ep.judge.ReplayedBatch(time.Now()) // new to the sidecar, and it came through replay
+			ep.mu.Unlock()
+		}
+		ep.exec(in, acts, f.Payload)
 	}
 }
 
 func (ep *endpoint) markPartial(why string) {
 	ep.mu.Lock()
 	ep.partial = true
+	ep.judge.SetPartial(time.Now(), true, why)
 	ep.mu.Unlock()
 	ep.log.Warn("endpoint state is partial", zap.String("reason", why))
 	ep.s.metrics.partial.WithLabelValues(ep.label()).Set(1)
@@ -309,6 +331,7 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 			for _, a := range ep.seq.Cleared() {
 				ep.epoch = a.Epoch
 				ep.partial = false // the state is exact again
+				ep.judge.SetPartial(now, false, "")
 				ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
 				ep.newEpochLocked()
 			}
@@ -363,6 +386,7 @@ func (ep *endpoint) restart(a sequence.Action) {
 	ep.idx.Clear()
 	ep.epoch = a.Epoch
 	ep.haveSeq, ep.partial = false, false
+	ep.judge.SetPartial(time.Now(), false, "")
 	ep.counters.Restarts++
 	ep.newEpochLocked()
 	ep.mu.Unlock()

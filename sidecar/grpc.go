@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/internal/tier"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+	"github.com/kvroute/kvroute/sidecar/streamhealth"
 )
 
 // grpcServer implements the Sidecar service.
@@ -75,7 +76,7 @@ func (g *grpcServer) WatchSummaries(req *pb.WatchRequest, stream grpc.ServerStre
 			}
 			initial = append(initial, snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
 		}
-		initial = append(initial, loadUpdate(id, ep.epoch, ep.load))
+		initial = append(initial, loadUpdate(id, ep.epoch, ep.load, ep.stream))
 	}
 	s.hub.subs[sub] = struct{}{}
 	s.hub.mu.Unlock()
@@ -155,9 +156,14 @@ func (g *grpcServer) send(stream grpc.ServerStreamingServer[pb.SummaryUpdate], u
 	return nil
 }
 
-func loadUpdate(endpoint string, epoch uint64, l Load) *pb.SummaryUpdate {
+// loadUpdate is a load report: the load as last scraped (the last good
+// values when the engine is down, with the time of that scrape), the
+// engine's health and the event stream's.
+func loadUpdate(endpoint string, epoch uint64, l Load, stream streamhealth.Status) *pb.SummaryUpdate {
 	return &pb.SummaryUpdate{Endpoint: endpoint, Epoch: epoch, Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{
-		Waiting: l.Waiting, Running: l.Running, KvCacheUsage: l.KVUsage, ScrapedUnixNanos: l.At.UnixNano()}}}
+		Waiting: l.Waiting, Running: l.Running, KvCacheUsage: l.KVUsage, ScrapedUnixNanos: l.At.UnixNano(),
+		EngineDown: l.Error != "", EngineError: l.Error,
+		StreamState: stream.State.String(), StreamReason: stream.Reason}}}
 }
 
 func (g *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
@@ -170,6 +176,7 @@ func (g *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespo
 			NumGpuBlocks: int32(id.NumGPUBlocks), HashAlgo: id.HashAlgo, KeyFormat: id.KeyFormat,
 			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint,
 			Epoch: ep.epoch, Partial: ep.partial, DebugUrl: g.s.debugURL,
+			StreamState: ep.stream.State.String(), StreamReason: ep.stream.Reason,
 		})
 		ep.mu.Unlock()
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/sidecar/streamhealth"
 )
 
 // Identity is what makes an endpoint's keys comparable with another's.
@@ -138,6 +140,7 @@ func firstModel(ctx context.Context, hc *http.Client, base string) (string, erro
 // scrapeResult is one parse of the engine's /metrics.
 type scrapeResult struct {
 	load         Load
+	counters     streamhealth.Counters // BlockSize left to the caller
 	blockSize    int
 	numGPUBlocks int
 	hashAlgo     string
@@ -165,25 +168,41 @@ func scrape(ctx context.Context, hc *http.Client, base string) (scrapeResult, er
 	if err != nil {
 		return r, fmt.Errorf("/metrics: %w", err)
 	}
-	sum := func(name string) float64 {
-		f := families[name]
-		if f == nil {
-			return 0
-		}
-		v := 0.0
-		for _, m := range f.Metric {
-			if g := m.GetGauge(); g != nil {
-				v += g.GetValue()
-			} else if c := m.GetCounter(); c != nil {
-				v += c.GetValue()
-			} else if u := m.GetUntyped(); u != nil {
-				v += u.GetValue()
+	// sum adds up every series of the first family of names the engine
+	// exports, and says whether it exports one.
+	sum := func(names ...string) (float64, bool) {
+		for _, name := range names {
+			f := families[name]
+			if f == nil {
+				continue
 			}
+			v := 0.0
+			for _, m := range f.Metric {
+				if g := m.GetGauge(); g != nil {
+					v += g.GetValue()
+				} else if c := m.GetCounter(); c != nil {
+					v += c.GetValue()
+				} else if u := m.GetUntyped(); u != nil {
+					v += u.GetValue()
+				}
+			}
+			return v, true
 		}
-		return v
+		return 0, false
 	}
-	r.load = Load{Waiting: sum("vllm:num_requests_waiting"), Running: sum("vllm:num_requests_running"),
-		KVUsage: sum("vllm:kv_cache_usage_perc"), StartTime: sum("process_start_time_seconds"), At: time.Now()}
+	value := func(names ...string) float64 { v, _ := sum(names...); return v }
+	r.load = Load{Waiting: value("vllm:num_requests_waiting"), Running: value("vllm:num_requests_running"),
+		KVUsage: value("vllm:kv_cache_usage_perc"), StartTime: value("process_start_time_seconds"), At: time.Now()}
+	// The stream judge's evidence. vLLM ~0.9–0.10 exported the prefix-cache
+	// counters as vllm:gpu_prefix_cache_*.
+	c := &r.counters
+	var haveHits bool
+	c.PrefixQueries, c.HaveQueries = sum("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+	c.PrefixHits, haveHits = sum("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+	c.HaveQueries = c.HaveQueries && haveHits
+	c.Requests, c.HaveRequests = sum("vllm:request_success_total")
+	c.InFlight = r.load.Waiting + r.load.Running
+	c.PromptTokens, c.GenerationTokens = value("vllm:prompt_tokens_total"), value("vllm:generation_tokens_total")
 	if f := families["vllm:cache_config_info"]; f != nil && len(f.Metric) > 0 {
 		for _, l := range f.Metric[0].Label {
 			switch l.GetName() {
@@ -200,14 +219,22 @@ func scrape(ctx context.Context, hc *http.Client, base string) (scrapeResult, er
 }
 
 // scrapeLoop reads the engine's /metrics every interval: load, cache
-// config, and the start time that reveals a restart.
+// config, the start time that reveals a restart, and the counters the
+// stream judge weighs. After every scrape, failed ones included, it judges
+// the event stream and sends a load report: a failed scrape reports the
+// engine down (with the last good load), the next good one up again.
 func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 	t := time.NewTicker(ep.s.cfg.ScrapeInterval)
 	defer t.Stop()
 	lastErr := ""
 	for {
 		r, err := scrape(ctx, hc, ep.engineURL)
+		if ctx.Err() != nil {
+			return // shutting down: the failure is ours
+		}
+		now := time.Now()
 		ep.mu.Lock()
+		wasDown := ep.load.Error != ""
 		if err != nil {
 			ep.load.Error = err.Error()
 		} else {
@@ -221,23 +248,33 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 			if r.hashAlgo != "" {
 				ep.identity.HashAlgo = r.hashAlgo
 			}
+			r.counters.BlockSize = ep.identity.BlockSize
+			if r.counters.BlockSize <= 0 {
+				r.counters.BlockSize = ep.idx.BlockSize() // learned from the events
+			}
+			ep.judge.Scraped(now, r.counters)
 		}
+		prev, st := ep.stream, ep.judge.Judge(now)
+		ep.stream = st
+		load, epoch, events := ep.load, ep.epoch, ep.events
 		ep.mu.Unlock()
+		ep.reportStream(prev, st, events)
 		if err != nil {
 			ep.s.metrics.scrapeErrors.WithLabelValues(ep.label()).Inc()
-			if msg := err.Error(); msg != lastErr && ctx.Err() == nil {
-				ep.log.Warn("engine metrics scrape failed", zap.Error(err))
+			ep.s.metrics.engineDown.WithLabelValues(ep.label()).Set(1)
+			if msg := err.Error(); msg != lastErr {
+				ep.log.Warn("engine metrics scrape failed: reporting the engine down", zap.Error(err))
 				lastErr = msg
 			}
 		} else {
 			lastErr = ""
+			if wasDown {
+				ep.log.Info("engine answers again")
+			}
+			ep.s.metrics.engineDown.WithLabelValues(ep.label()).Set(0)
 			ep.s.metrics.load.WithLabelValues(ep.label(), "waiting").Set(r.load.Waiting)
 			ep.s.metrics.load.WithLabelValues(ep.label(), "running").Set(r.load.Running)
 			ep.s.metrics.load.WithLabelValues(ep.label(), "kv_cache_usage").Set(r.load.KVUsage)
-			ep.mu.Lock()
-			epoch := ep.epoch
-			ep.mu.Unlock()
-			ep.s.hub.load(loadUpdate(ep.identity.Endpoint, epoch, r.load))
 			if r.load.StartTime > 0 {
 				select {
 				case ep.restartCh <- r.load.StartTime:
@@ -245,11 +282,41 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 				}
 			}
 		}
+		ep.s.hub.load(loadUpdate(ep.identity.Endpoint, epoch, load, st))
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// reportStream shows a change of the stream's state: the gauge, and one
+// log line per transition (warn into a degraded state, info back to live).
+func (ep *endpoint) reportStream(prev, st streamhealth.Status, events string) {
+	if st.State == prev.State {
+		return
+	}
+	ep.setStreamGauge(st.State)
+	fields := []zap.Field{zap.String("from", prev.State.String()), zap.String("state", st.State.String()),
+		zap.String("reason", st.Reason), zap.String("events", events), zap.Bool("bind", ep.s.cfg.Bind)}
+	switch st.State {
+	case streamhealth.Live, streamhealth.Unknown:
+		ep.log.Info("kv event stream state changed", fields...)
+	default:
+		ep.log.Warn("kv event stream state changed", fields...)
+	}
+}
+
+// setStreamGauge sets kvroute_sidecar_stream_state: 1 for s, 0 for the
+// other states.
+func (ep *endpoint) setStreamGauge(s streamhealth.State) {
+	for _, x := range streamhealth.States() {
+		v := 0.0
+		if x == s {
+			v = 1
+		}
+		ep.s.metrics.streamState.WithLabelValues(ep.label(), x.String()).Set(v)
 	}
 }
 

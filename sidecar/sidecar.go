@@ -23,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/sidecar/index"
 	"github.com/kvroute/kvroute/sidecar/sequence"
+	"github.com/kvroute/kvroute/sidecar/streamhealth"
 )
 
 // Sidecar serves one vLLM pod: an endpoint per data-parallel rank.
@@ -126,6 +127,13 @@ func (s *Sidecar) newEndpoint(ctx context.Context, hc *http.Client, r int) (*end
 	if ep.seq, err = sequence.New(qcfg, epoch); err != nil {
 		return nil, err
 	}
+	hcfg := streamhealth.DefaultConfig()
+	hcfg.Window, hcfg.Bind = cfg.StreamWindow, cfg.Bind
+	if ep.judge, err = streamhealth.New(hcfg); err != nil {
+		return nil, err
+	}
+	ep.stream = ep.judge.Status()
+	ep.setStreamGauge(ep.stream.State)
 	return ep, nil
 }
 
@@ -360,17 +368,27 @@ func (s *Sidecar) Close() {
 
 // EndpointState is one endpoint's /debug/state entry.
 type EndpointState struct {
-	Identity Identity          `json:"identity"`
-	Epoch    uint64            `json:"epoch"`
-	LastSeq  *uint64           `json:"last_seq"`
-	Partial  bool              `json:"partial"`
-	Live     bool              `json:"live"`
-	Blocks   map[string]int    `json:"blocks"`
-	Summary  map[string]Fill   `json:"summary"`
-	Counters endpointCounters  `json:"counters"`
-	Index    index.Stats       `json:"index"`
-	Load     Load              `json:"load"`
-	DeltaSeq map[string]uint64 `json:"delta_seq"`
+	Identity Identity `json:"identity"`
+	Epoch    uint64   `json:"epoch"`
+	LastSeq  *uint64  `json:"last_seq"`
+	Partial  bool     `json:"partial"`
+	Live     bool     `json:"live"` // a live batch has ever arrived
+	// StreamState is the live event stream's state (unknown, live,
+	// replay_only, silent, partial; package sidecar/streamhealth), since
+	// StreamSince (absent for the initial unknown), and StreamReason why,
+	// with the likely fix.
+	StreamState  string     `json:"stream_state"`
+	StreamReason string     `json:"stream_reason"`
+	StreamSince  *time.Time `json:"stream_since,omitempty"`
+	// EngineDown: the last scrape of the engine failed, with EngineError.
+	EngineDown  bool              `json:"engine_down"`
+	EngineError string            `json:"engine_error,omitempty"`
+	Blocks      map[string]int    `json:"blocks"`
+	Summary     map[string]Fill   `json:"summary"`
+	Counters    endpointCounters  `json:"counters"`
+	Index       index.Stats       `json:"index"`
+	Load        Load              `json:"load"`
+	DeltaSeq    map[string]uint64 `json:"delta_seq"`
 }
 
 // Fill describes a tier's summary.
@@ -386,8 +404,13 @@ func (s *Sidecar) State() []EndpointState {
 	for _, ep := range s.endpoints {
 		ep.mu.Lock()
 		st := EndpointState{Identity: ep.identity, Epoch: ep.epoch, Partial: ep.partial, Live: ep.live,
+			StreamState: ep.stream.State.String(), StreamReason: ep.stream.Reason,
+			EngineDown: ep.load.Error != "", EngineError: ep.load.Error,
 			Blocks: map[string]int{}, Summary: map[string]Fill{}, Counters: ep.counters, Index: ep.idx.Stats(),
 			Load: ep.load, DeltaSeq: map[string]uint64{}}
+		if since := ep.stream.Since; !since.IsZero() {
+			st.StreamSince = &since
+		}
 		if ep.haveSeq {
 			seq := ep.lastSeq
 			st.LastSeq = &seq
@@ -416,26 +439,31 @@ func (s *Sidecar) handler() http.Handler {
 	return mux
 }
 
-// handleReady: ready once every engine answers and every event stream has
-// delivered (live messages or a replay).
+// handleReady says whether the sidecar can serve: every rank's engine
+// answered its last scrape and its event intake is open. The event
+// stream's health is not part of it: a silent or replay-only stream still
+// serves load reports (pickers route that endpoint by load only), so it
+// is shown here, in "streams", and in /debug/state, not as "not ready".
 func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 	var problems []string
+	streams := map[string]string{}
 	for _, ep := range s.endpoints {
 		ep.mu.Lock()
-		live, loadErr := ep.live || ep.haveSeq, ep.load.Error
+		open, loadErr, stream := ep.intakeOpen, ep.load.Error, ep.stream.State
 		ep.mu.Unlock()
+		streams[strconv.Itoa(ep.rank)] = stream.String()
 		if loadErr != "" {
 			problems = append(problems, fmt.Sprintf("rank %d: engine: %s", ep.rank, loadErr))
 		}
-		if !live {
-			problems = append(problems, fmt.Sprintf("rank %d: no kv events yet", ep.rank))
+		if !open {
+			problems = append(problems, fmt.Sprintf("rank %d: kv event intake closed", ep.rank))
 		}
 	}
 	if len(problems) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems, "streams": streams})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "streams": streams})
 }
 
 // handleKeys looks a block up: ?canonical=<16 hex> or ?engine=<decimal>,

@@ -115,6 +115,16 @@ restarts (seq going backwards, a new process start time) and AllBlocksCleared
 clear the endpoint and bump its epoch. Debug endpoints: /healthz, /readyz,
 /metrics, /debug/state, /debug/keys?canonical=…|engine=…, /debug/events.
 
+vLLM binds its event socket when the --kv-events-config endpoint has a
+wildcard host (tcp://*:5557) and connects when it names a host: use the
+default --kv-events-mode connect with the first, bind with the second. The
+sidecar judges each rank's live stream from the engine's counters (new
+blocks computed, no live batch within --stream-window): stream_state live,
+replay_only, silent, partial or unknown, with the fix in stream_reason, in
+/debug/state, kvroute_sidecar_stream_state, a warning per change and every
+load report. /readyz only says the sidecar can serve (engine answered,
+intake open): a silent stream is served by load only, not "not ready".
+
 Settings may also come from a JSON file (--config) whose keys are flag
 names; flags given on the command line win. Summaries and load reports are
 served to pickers over gRPC (kvroute.v1.Sidecar/WatchSummaries: a snapshot,
@@ -157,6 +167,7 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.DurationVar(&cfg.ReplayTimeout, "replay-timeout", cfg.ReplayTimeout, "bound on one replay exchange")
 	f.DurationVar(&cfg.IdleCheck, "idle-check", cfg.IdleCheck, "after this long without events, ask the replay ring for anything newer")
 	f.DurationVar(&cfg.StartupTimeout, "startup-timeout", cfg.StartupTimeout, "how long to wait for the engine to answer at start")
+	f.DurationVar(&cfg.StreamWindow, "stream-window", cfg.StreamWindow, "how long the engine may show new blocks with no live event batch before the stream is reported silent or replay_only (keep it above --idle-check)")
 	f.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address pickers dial, gossiped (default: the listen address; the gossip host when listening on every interface)")
 	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
 	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", "gossip address (UDP and TCP); empty disables gossip")

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,19 +32,37 @@ func buildKvroute(t testing.TB) string {
 
 // run starts a kvroute process and stops it (SIGTERM, then SIGKILL) at the
 // end of the test; its output is kept for failure messages.
-func run(t *testing.T, bin string, args ...string) *bytes.Buffer {
+func run(t *testing.T, bin string, args ...string) *output {
 	t.Helper()
 	return startProcess(t, exec.Command(bin, args...), syscall.SIGTERM, func(out string) {
 		t.Logf("%s %s output:\n%s", filepath.Base(bin), args[0], out)
 	})
 }
 
+// output is a process's combined output, safe to read while it runs.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
 // startProcess starts cmd, and at the end of the test sends it stop, then
 // kills it after 10 s; on failure it hands the output to report.
-func startProcess(t testing.TB, cmd *exec.Cmd, stop syscall.Signal, report func(out string)) *bytes.Buffer {
+func startProcess(t testing.TB, cmd *exec.Cmd, stop syscall.Signal, report func(out string)) *output {
 	t.Helper()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &output{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +80,7 @@ func startProcess(t testing.TB, cmd *exec.Cmd, stop syscall.Signal, report func(
 			report(out.String())
 		}
 	})
-	return &out
+	return out
 }
 
 // waitFor polls cond every interval until it holds, and returns nil; or

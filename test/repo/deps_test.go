@@ -35,6 +35,7 @@ var cores = []string{
 	"picker/score",
 	"sidecar/index",
 	"sidecar/sequence",
+	"sidecar/streamhealth",
 }
 
 // helpers are the test/ packages that exist only for tests; the other
