@@ -77,13 +77,13 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 			return nil, err
 		}
 	}
-	s.serve()
-	if cfg.Gossip != nil {
+	if cfg.Gossip != nil { // before serving: handleReady reads s.members
 		if err := s.startGossip(runCtx); err != nil {
 			s.Close()
 			return nil, err
 		}
 	}
+	s.serve()
 	return s, nil
 }
 
@@ -417,7 +417,8 @@ func (s *Sidecar) handler() http.Handler {
 }
 
 // handleReady: ready once every engine answers and every event stream has
-// delivered (live messages or a replay).
+// delivered (live messages or a replay), and while no other gossip member
+// claims the sidecar's name.
 func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 	var problems []string
 	for _, ep := range s.endpoints {
@@ -430,6 +431,9 @@ func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 		if !live {
 			problems = append(problems, fmt.Sprintf("rank %d: no kv events yet", ep.rank))
 		}
+	}
+	if err := s.members.Conflict(); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems})
