@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Name conflicts. memberlist refuses a member that claims a name another
@@ -71,11 +72,12 @@ func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
 	}
 	cf := &conflict{self: existing.Name == m.name, holder: holder, notices: 1}
 	m.conflicts[key] = cf
+	log := m.log.WithOptions(zap.AddStacktrace(zapcore.InvalidLevel)) // the stack is memberlist's gossip handling
 	if cf.self {
-		m.log.Error("gossip name conflict: another member claims this node's name, so one of the two cannot join; give each process its own --node-name",
+		log.Error("gossip name conflict: another member claims this node's name, so one of the two cannot join; give each process its own --node-name",
 			zap.String("name", key.name), zap.String("this", holder), zap.String("other", key.claimant))
 	} else {
-		m.log.Error("gossip name conflict: two members claim one name and only the first is seen here; give each process its own --node-name",
+		log.Error("gossip name conflict: two members claim one name and only the first is seen here; give each process its own --node-name",
 			zap.String("name", key.name), zap.String("seen", holder), zap.String("refused", key.claimant))
 	}
 	if m.conflictsSeen != nil {
