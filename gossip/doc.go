@@ -8,6 +8,22 @@
 // Contract:
 //   - Config has DefaultConfig (LAN timings) and LocalConfig (loopback
 //     tests); Validate names the flag at fault.
+//   - Names are unique by default on one host too: the default NodeName is
+//     "<host name>-{role}-{port}", resolved once the port is bound
+//     ({port}: the advertised port when set, else the bound one), and the
+//     bind port falls back to the next free one of BindPorts (default
+//     7946–7961), so sidecars and pickers sharing a host with default
+//     settings each bind a port and take a distinct name. A given name
+//     without placeholders is used as it is.
+//   - A name conflict (another member claiming a name held at another
+//     address, which memberlist refuses) is logged once at error level,
+//     counted (kvroute_gossip_name_conflicts_total{kind}) and held on a
+//     gauge (kvroute_gossip_name_conflict{kind}) until the claimant,
+//     contacted every Rejoin, stops renewing it; Conflict reports one
+//     that involves this node's own name, for readiness checks.
+//   - memberlist's own log lines reach zap at the level they are tagged
+//     with ([DEBUG], [INFO], [WARN], [ERR]); its per-message "Conflicting
+//     address" line is at debug, the conflict being reported as above.
 //   - Join takes host:port entries or DNS names that resolve to several
 //     addresses (a headless Service); each address is tried.
 //   - Node metadata is a Meta (role, gRPC address, identity group, and each

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"os"
 	"sort"
@@ -24,14 +25,24 @@ import (
 // which. AdvertiseAddr/AdvertisePort, Join, KeyFile and Transport are
 // optional: empty means "not set", as documented on each.
 type Config struct {
-	// NodeName must be unique in the cluster. Default: the host name.
+	// NodeName must be unique in the cluster. "{role}" and "{port}" in it
+	// are replaced, once the port is bound, by the member's role (sidecar,
+	// picker) and its gossip port (the advertised one when set, else the
+	// one bound), so processes sharing a host get distinct names. Default
+	// "<host name>-{role}-{port}", e.g. "gpu-3-sidecar-7946".
 	NodeName string
 	// BindAddr and BindPort are where gossip listens (UDP and TCP).
 	// Default 0.0.0.0:7946; port 0 picks a free one.
 	BindAddr string
 	BindPort int
+	// BindPorts is how many ports, from BindPort up, are tried in turn
+	// until one is free, so processes sharing a host each find one: 1 is
+	// BindPort exactly. Default 16 (7946–7961); 1 in LocalConfig. With an
+	// AdvertisePort (others dial that port) it must be 1.
+	BindPorts int
 	// AdvertiseAddr/AdvertisePort are what others dial; default: the bind
-	// address (or the first private address when binding 0.0.0.0).
+	// address (or the first private address when binding 0.0.0.0) and the
+	// port bound.
 	AdvertiseAddr string
 	AdvertisePort int
 	// Join lists host:port entries or DNS names resolving to several
@@ -48,20 +59,25 @@ type Config struct {
 	EventBuffer int
 	// Rejoin: this often, Join seeds that are not members are contacted
 	// again, so a partition heals by itself (memberlist alone never probes
-	// members it declared dead). Default 10 s; 1 s in LocalConfig. Must be
-	// positive.
+	// members it declared dead), and the claimant of a name conflict is
+	// contacted to see whether the conflict lasts. Default 10 s; 1 s in
+	// LocalConfig. Must be positive.
 	Rejoin time.Duration
 }
 
 // DefaultConfig returns LAN defaults.
 func DefaultConfig() Config {
-	host, _ := os.Hostname()
-	return Config{NodeName: host, BindAddr: "0.0.0.0", BindPort: 7946, EventBuffer: 1024, Rejoin: 10 * time.Second}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "kvroute"
+	}
+	return Config{NodeName: host + "-{role}-{port}", BindAddr: "0.0.0.0", BindPort: 7946, BindPorts: 16,
+		EventBuffer: 1024, Rejoin: 10 * time.Second}
 }
 
 // LocalConfig returns loopback defaults with fast failure detection.
 func LocalConfig(name string) Config {
-	return Config{NodeName: name, BindAddr: "127.0.0.1", BindPort: 0, Local: true, EventBuffer: 1024, Rejoin: time.Second}
+	return Config{NodeName: name, BindAddr: "127.0.0.1", BindPort: 0, BindPorts: 1, Local: true, EventBuffer: 1024, Rejoin: time.Second}
 }
 
 // Validate checks c.
@@ -73,6 +89,14 @@ func (c *Config) Validate() error {
 	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
 		errs = append(errs, fmt.Errorf("--gossip-bind/--gossip-advertise: port out of range"))
 	}
+	switch {
+	case c.BindPorts < 1:
+		errs = append(errs, fmt.Errorf("--gossip-ports %d: want at least 1", c.BindPorts))
+	case c.BindPort > 0 && c.BindPort+c.BindPorts-1 > 65535:
+		errs = append(errs, fmt.Errorf("--gossip-ports %d: ports from %d on run past 65535", c.BindPorts, c.BindPort))
+	case c.BindPorts > 1 && c.AdvertisePort != 0:
+		errs = append(errs, fmt.Errorf("--gossip-ports %d with --gossip-advertise port %d: others dial the advertised port, so the bind port cannot move (want 1)", c.BindPorts, c.AdvertisePort))
+	}
 	if c.Transport == nil && net.ParseIP(c.BindAddr) == nil {
 		errs = append(errs, fmt.Errorf("--gossip-bind %q: want an IP address", c.BindAddr))
 	}
@@ -83,6 +107,11 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("gossip: event buffer %d", c.EventBuffer))
 	}
 	return errors.Join(errs...)
+}
+
+// nodeName resolves name's {role} and {port}.
+func nodeName(name, role string, port int) string {
+	return strings.NewReplacer("{role}", role, "{port}", strconv.Itoa(port)).Replace(name)
 }
 
 // EventType says what happened to a member.
@@ -120,6 +149,7 @@ type Members struct {
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring
 	events  chan Event
+	name    string // cfg.NodeName resolved
 
 	mu   sync.Mutex
 	meta []byte
@@ -132,6 +162,8 @@ type Members struct {
 	// memberlist alone never probes a member it declared dead, so a healed
 	// partition would otherwise stay split.
 	failed map[string]time.Time
+	// conflicts are the name conflicts held, by name and claimant address.
+	conflicts map[conflictKey]*conflict
 
 	stop chan struct{}
 	once sync.Once
@@ -139,6 +171,8 @@ type Members struct {
 
 	dropped, received prometheus.Counter
 	size              prometheus.GaugeFunc
+	conflictsSeen     *prometheus.CounterVec
+	inConflict        *prometheus.GaugeVec
 }
 
 // New starts membership with meta as this node's metadata and joins
@@ -154,7 +188,8 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	if err != nil {
 		return nil, err
 	}
-	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc, stop: make(chan struct{}), view: map[string]Member{}, failed: map[string]time.Time{}}
+	m := &Members{cfg: cfg, log: log, events: make(chan Event, cfg.EventBuffer), meta: enc, stop: make(chan struct{}),
+		view: map[string]Member{}, failed: map[string]time.Time{}, conflicts: map[conflictKey]*conflict{}}
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Local {
 		// Loopback: probe often so a dead member is gone within ~1–3 s.
@@ -162,23 +197,13 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 		mc.ProbeInterval, mc.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
 		mc.SuspicionMult, mc.GossipInterval = 2, 50*time.Millisecond
 	}
-	mc.Name = cfg.NodeName
 	// A member restarted under the same name at a new address (a pod
 	// rescheduled) is taken back once its old self has been dead this long.
 	mc.DeadNodeReclaimTime = 30 * time.Second
-	mc.BindAddr, mc.BindPort = cfg.BindAddr, cfg.BindPort
-	if cfg.AdvertiseAddr != "" {
-		mc.AdvertiseAddr = cfg.AdvertiseAddr
-	}
-	if cfg.AdvertisePort != 0 {
-		mc.AdvertisePort = cfg.AdvertisePort
-	}
-	if cfg.Transport != nil {
-		mc.Transport = cfg.Transport
-	}
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
-	mc.Logger = zap.NewStdLog(log.Named("memberlist"))
+	mc.Conflict = (*conflicts)(m)
+	mc.Logger = stdlog.New(memberlistLogger(log), "", 0)
 	if cfg.KeyFile != "" {
 		keys, err := readKeys(cfg.KeyFile)
 		if err != nil {
@@ -193,31 +218,102 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	if reg != nil {
 		m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_gossip_events_dropped_total", Help: "Membership events lost because the consumer fell behind."})
 		m.received = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_gossip_events_total", Help: "Membership events (join, leave, update)."})
-		reg.MustRegister(m.dropped, m.received)
+		m.conflictsSeen = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_gossip_name_conflicts_total",
+			Help: "Gossip name conflicts detected (each counted once, however often gossip repeats it): kind self, another member claims this node's name; others, two other members claim one name."}, []string{"kind"})
+		m.inConflict = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_gossip_name_conflict",
+			Help: "1 while a gossip name conflict of this kind is held (self also fails /readyz), else 0."}, []string{"kind"})
+		for _, k := range []string{kindSelf, kindOthers} {
+			m.conflictsSeen.WithLabelValues(k)
+			m.inConflict.WithLabelValues(k).Set(0)
+		}
+		reg.MustRegister(m.dropped, m.received, m.conflictsSeen, m.inConflict)
 	}
-	if m.ml, err = memberlist.Create(mc); err != nil {
+	// Bind first, so the name can carry the port.
+	port := cfg.AdvertisePort
+	mc.AdvertiseAddr = cfg.AdvertiseAddr
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+		if _, p, err := cfg.Transport.FinalAdvertiseAddr(cfg.AdvertiseAddr, cfg.AdvertisePort); err == nil && port == 0 {
+			port = p
+		}
+		mc.BindAddr, mc.BindPort, mc.AdvertisePort = cfg.BindAddr, cfg.BindPort, port
+	} else {
+		nt, err := bind(cfg, mc.Logger)
+		if err != nil {
+			return nil, err
+		}
+		bound := nt.GetAutoBindPort()
+		if port == 0 {
+			port = bound
+		}
+		if cfg.BindPort != 0 && bound != cfg.BindPort {
+			log.Info("gossip port in use; bound the next free one", zap.Int("port", cfg.BindPort), zap.Int("bound", bound))
+		}
+		mc.Transport, mc.BindAddr, mc.BindPort, mc.AdvertisePort = nt, cfg.BindAddr, bound, port
+		defer func() {
+			if m.ml == nil {
+				_ = nt.Shutdown() // memberlist never took it
+			}
+		}()
+	}
+	m.name = nodeName(cfg.NodeName, meta.Role, port)
+	mc.Name = m.name
+	ml, err := memberlist.Create(mc)
+	if err != nil {
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
+	m.ml = ml
 	m.mu.Lock()
 	m.self = member(m.ml.LocalNode())
 	m.self.Meta, m.self.MetaErr = meta, nil
 	delete(m.view, m.self.Name) // the join of ourselves, if already reported
+	self := m.self
 	m.mu.Unlock()
 	if reg != nil {
 		m.size = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_gossip_members", Help: "Members alive in this node's view."},
 			func() float64 { return float64(m.ml.NumMembers()) })
-		reg.MustRegister(m.size)
+		info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_gossip_node_info", Help: "This node's gossip name and address (always 1).",
+			ConstLabels: prometheus.Labels{"name": self.Name, "addr": self.Addr}})
+		info.Set(1)
+		reg.MustRegister(m.size, info)
 	}
+	log.Info("gossip member", zap.String("name", self.Name), zap.String("addr", self.Addr))
 	if len(cfg.Join) > 0 {
 		if _, err := m.Join(cfg.Join...); err != nil {
 			log.Warn("gossip join failed; will retry", zap.Error(err))
 		}
 	}
-	if cfg.Rejoin > 0 {
-		go m.rejoinLoop()
-	}
+	go m.rejoinLoop()
 	return m, nil
 }
+
+// bind opens the UDP/TCP transport on the first free port of BindPort …
+// BindPort+BindPorts-1. Port 0 lets the kernel choose, and is retried as
+// memberlist does: its TCP port's UDP twin may be taken.
+func bind(cfg Config, logger *stdlog.Logger) (*memberlist.NetTransport, error) {
+	tries, step := cfg.BindPorts, 1
+	if cfg.BindPort == 0 {
+		tries, step = 10, 0
+	}
+	var err error
+	for i := 0; i < tries; i++ {
+		nc := &memberlist.NetTransportConfig{BindAddrs: []string{cfg.BindAddr}, BindPort: cfg.BindPort + i*step, Logger: logger}
+		var nt *memberlist.NetTransport
+		if nt, err = memberlist.NewNetTransport(nc); err == nil {
+			return nt, nil
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	if cfg.BindPorts > 1 && cfg.BindPort != 0 {
+		return nil, fmt.Errorf("--gossip-bind %s: ports %d to %d: %w", cfg.BindAddr, cfg.BindPort, cfg.BindPort+cfg.BindPorts-1, err)
+	}
+	return nil, fmt.Errorf("--gossip-bind %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+}
+
+// Name is this node's gossip name (NodeName with {role} and {port} resolved).
+func (m *Members) Name() string { return m.name }
 
 // reconnectFor bounds how long a dead member's address is retried.
 const reconnectFor = 10 * time.Minute
@@ -259,10 +355,15 @@ func (m *Members) rejoinLoop() {
 			}
 		}
 		if len(missing) > 0 {
-			if n, err := m.ml.Join(missing); err == nil && n > 0 {
+			// A seed named by another address than the one its member
+			// advertises (127.0.0.1 for 10.0.0.5) is contacted every round:
+			// only a join that brought members back is worth a line.
+			before := m.ml.NumMembers()
+			if n, err := m.ml.Join(missing); err == nil && n > 0 && m.ml.NumMembers() > before {
 				m.log.Info("gossip rejoined", zap.Strings("seeds", missing))
 			}
 		}
+		m.recheckConflicts()
 	}
 }
 

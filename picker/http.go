@@ -21,6 +21,9 @@ type HandlerOptions struct {
 	DecisionToken string
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
+	// Ready, when set, is a readiness check besides knowing an endpoint
+	// (a gossip name conflict); its error is /readyz's answer.
+	Ready func() error
 }
 
 // Handler serves the OpenAI endpoints (proxied), the decision API (POST
@@ -33,7 +36,7 @@ func (r *Router) Handler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("POST /v1/completions", r.handleProxy(intake.Completion, "/v1/completions"))
 	mux.HandleFunc("POST /v1/responses", r.handleProxy(intake.Responses, "/v1/responses"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", r.handleReady)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
 	mux.HandleFunc("GET /debug/endpoints", r.handleDebugEndpoints)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
@@ -132,7 +135,13 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 	writeJSON(w, http.StatusOK, p)
 }
 
-func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request) {
+func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request, ready func() error) {
+	if ready != nil {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	eps := r.view.Endpoints()
 	if len(eps) == 0 {
 		http.Error(w, "no endpoints known yet", http.StatusServiceUnavailable)

@@ -133,7 +133,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 		go s.view.FollowGossip(runCtx, s.members)
 	}
-	handler := s.router.Handler(HandlerOptions{DecisionToken: cfg.DecisionToken,
+	handler := s.router.Handler(HandlerOptions{DecisionToken: cfg.DecisionToken, Ready: s.members.Conflict,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.

@@ -78,13 +78,13 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 			return nil, err
 		}
 	}
-	s.serve()
-	if cfg.Gossip != nil {
+	if cfg.Gossip != nil { // before serving: handleReady reads s.members
 		if err := s.startGossip(runCtx); err != nil {
 			s.Close()
 			return nil, err
 		}
 	}
+	s.serve()
 	return s, nil
 }
 
@@ -440,10 +440,11 @@ func (s *Sidecar) handler() http.Handler {
 }
 
 // handleReady says whether the sidecar can serve: every rank's engine
-// answered its last scrape and its event intake is open. The event
-// stream's health is not part of it: a silent or replay-only stream still
-// serves load reports (pickers route that endpoint by load only), so it
-// is shown here, in "streams", and in /debug/state, not as "not ready".
+// answered its last scrape, its event intake is open, and no other gossip
+// member claims the sidecar's name. The event stream's health is not part
+// of it: a silent or replay-only stream still serves load reports (pickers
+// route that endpoint by load only), so it is shown here, in "streams",
+// and in /debug/state, not as "not ready".
 func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 	var problems []string
 	streams := map[string]string{}
@@ -458,6 +459,9 @@ func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 		if !open {
 			problems = append(problems, fmt.Sprintf("rank %d: kv event intake closed", ep.rank))
 		}
+	}
+	if err := s.members.Conflict(); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems, "streams": streams})

@@ -38,7 +38,7 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 		cfg.Router.Score.Policy = p
 		cfg.Gossip = nil
 		if gossipBind != "" {
-			if err := applyGossipFlags(&gcfg, gossipBind, gossipAdvertise); err != nil {
+			if err := applyGossipFlags(&gcfg, gossipBind, gossipAdvertise, cmd.Flags()); err != nil {
 				return err
 			}
 			cfg.Gossip = &gcfg
@@ -110,10 +110,11 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address of kvroute.v1.Picker; empty disables")
 	f.StringSliceVar(&cfg.Sidecars, "sidecars", nil, "sidecar gRPC addresses to follow besides those gossip finds")
 	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
-	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", "gossip address (UDP and TCP); empty disables gossip")
+	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", gossipBindHelp)
+	f.IntVar(&gcfg.BindPorts, "gossip-ports", gcfg.BindPorts, gossipPortsHelp)
 	f.StringVar(&gossipAdvertise, "gossip-advertise", "", "gossip address others dial (default: the bind address)")
 	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read on SIGHUP")
-	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, "unique gossip member name (default: the host name)")
+	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, nodeNameHelp)
 	f.StringVar(&policy, "policy", string(score.Precise), "routing policy: precise, prefix-hash, least-loaded or round-robin (the last three are baselines)")
 	f.Float64Var(&r.Score.Epsilon, "load-epsilon", r.Score.Epsilon, "bounded-load factor ε: no endpoint above ⌈(1+ε)·mean⌉ in flight while another is under it")
 	f.IntVar(&r.Score.MinCap, "min-load-cap", r.Score.MinCap, "the load cap never goes below this many requests in flight")

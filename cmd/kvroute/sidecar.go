@@ -20,8 +20,17 @@ import (
 	"github.com/kvroute/kvroute/sidecar"
 )
 
-// applyGossipFlags sets the bind and advertise addresses (host:port).
-func applyGossipFlags(g *gossip.Config, bind, advertise string) error {
+// Help shared by the sidecar's and the picker's gossip flags.
+const (
+	nodeNameHelp    = "unique gossip member name; {role} and {port} in it become the role and the gossip port (the advertised one when given, else the one bound)"
+	gossipBindHelp  = "gossip address (UDP and TCP); when its port is taken, the next free one of --gossip-ports is used; empty disables gossip"
+	gossipPortsHelp = "ports tried from --gossip-bind's up until one is free, so processes sharing a host each bind one (1: exactly that port; 1 when --gossip-advertise is given)"
+)
+
+// applyGossipFlags sets the bind and advertise addresses (host:port). An
+// advertised port is what others dial, so the bind port stays exact with
+// one unless --gossip-ports says otherwise (then Validate refuses it).
+func applyGossipFlags(g *gossip.Config, bind, advertise string, fl *pflag.FlagSet) error {
 	host, port, err := net.SplitHostPort(bind)
 	if err != nil {
 		return fmt.Errorf("--gossip-bind %q: want host:port", bind)
@@ -39,6 +48,9 @@ func applyGossipFlags(g *gossip.Config, bind, advertise string) error {
 			return fmt.Errorf("--gossip-advertise %q: bad port", advertise)
 		}
 		g.AdvertiseAddr = host
+		if !fl.Changed("gossip-ports") {
+			g.BindPorts = 1
+		}
 	}
 	return nil
 }
@@ -96,7 +108,7 @@ func sidecarCommand() (*cobra.Command, *sidecar.Config, func() error) {
 		}
 		cfg.Gossip = nil
 		if gossipBind != "" {
-			if err := applyGossipFlags(&gcfg, gossipBind, gossipAdvertise); err != nil {
+			if err := applyGossipFlags(&gcfg, gossipBind, gossipAdvertise, cmd.Flags()); err != nil {
 				return err
 			}
 			cfg.Gossip = &gcfg
@@ -170,10 +182,11 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.DurationVar(&cfg.StreamWindow, "stream-window", cfg.StreamWindow, "how long the engine may show new blocks with no live event batch before the stream is reported silent or replay_only (keep it above --idle-check)")
 	f.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address pickers dial, gossiped (default: the listen address; the gossip host when listening on every interface)")
 	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
-	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", "gossip address (UDP and TCP); empty disables gossip")
+	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", gossipBindHelp)
+	f.IntVar(&gcfg.BindPorts, "gossip-ports", gcfg.BindPorts, gossipPortsHelp)
 	f.StringVar(&gossipAdvertise, "gossip-advertise", "", "gossip address others dial (default: the bind address)")
 	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read on SIGHUP")
-	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, "unique gossip member name (default: the host name)")
+	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, nodeNameHelp)
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, finish

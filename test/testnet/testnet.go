@@ -39,6 +39,24 @@ func FreePortPair(t testing.TB) int {
 	return 0
 }
 
+// FreePortRun returns a port p such that p … p+n-1 are free on 127.0.0.1,
+// for processes that take the first free port of a range.
+func FreePortRun(t testing.TB, n int) int {
+	t.Helper()
+	lo, hi := portRange()
+	for i := 0; i < 1000; i++ {
+		p, ok := lo+rand.IntN(hi-lo-n+1), true
+		for j := 0; j < n && ok; j++ {
+			ok = free(p + j)
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatalf("no %d adjacent free ports on 127.0.0.1", n)
+	return 0
+}
+
 // portRange is the span below the ephemeral ports (the kernel's
 // ip_local_port_range, default 32768) that tests draw from.
 func portRange() (lo, hi int) {
