@@ -38,7 +38,17 @@ actually cache:
     picker's block keys must be on that endpoint's sidecar, and another
     salt must share nothing; and each probe rendered by every endpoint of
     the model must give the picker's block keys (another tokenizer or chat
-    template shows here even when the picker routes nothing to it).
+    template shows here even when the picker routes nothing to it);
+  - sidecar stream: after the probes, each sidecar's verdict on its live KV
+    event stream must be "live" — "silent", "replay_only", "partial" fail
+    with the sidecar's reason (a sidecar in connect mode whose engine
+    connects too needs --kv-events-mode bind), and so does "unknown" once
+    the engine has served verify's requests;
+  - lag: per model, a completion under a fresh cache_salt sent straight to
+    every engine the picker routes the model to, then the picker's
+    decision API polled until it predicts the prompt's blocks on each: the
+    time from the engine's answer to that prediction, printed, must not
+    exceed --max-lag.
 
 Probes send small requests (a few hundred tokens, one output token) to the
 engines, directly and through the picker. Exit status: 0 when every check
@@ -70,7 +80,9 @@ bad flags).`,
 			if err != nil {
 				return &exitCodeError{code: exitUsage, err: err} // verify itself could not run
 			}
-			rep := verify.Judge(facts, verify.DefaultMaxStale)
+			lim := verify.DefaultLimits()
+			lim.MaxLag = cfg.MaxLag
+			rep := verify.Judge(facts, lim)
 			w := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(w)
@@ -92,6 +104,7 @@ bad flags).`,
 	f.StringVar(&cfg.Model, "model", "", "check only this model (default: every model the picker routes)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on each request")
+	f.DurationVar(&cfg.MaxLag, "max-lag", cfg.MaxLag, "longest event-to-routable lag the lag probe passes with")
 	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the picker's decision API token, if it needs one")
 	return cmd
 }
@@ -117,6 +130,10 @@ func printVerify(w io.Writer, rep *verify.Report) {
 		mark := "✔"
 		if !c.OK {
 			mark = "✘"
+		}
+		if c.Figure != "" {
+			fmt.Fprintf(w, "%s %-40s %s  %s\n", mark, c.Name, c.Endpoint, c.Figure)
+			continue
 		}
 		fmt.Fprintf(w, "%s %-40s %s\n", mark, c.Name, c.Endpoint)
 	}

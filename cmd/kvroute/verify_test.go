@@ -8,7 +8,8 @@ import (
 )
 
 // TestPrintVerify pins the human report: the groups with their values in
-// key order, a line per check, the failures with their causes, the count.
+// key order, a line per check (with its figure, when it has one), the
+// failures with their causes, the count.
 func TestPrintVerify(t *testing.T) {
 	rep := verify.Report{
 		Picker: "http://127.0.0.1:36429",
@@ -18,6 +19,8 @@ func TestPrintVerify(t *testing.T) {
 			{Name: "identity block_size", Endpoint: "http://a", OK: true, Detail: "fine"},
 			{Name: "probe chat tokens", Endpoint: "http://b", Detail: "the first 0 agree", Cause: "another template"},
 			{Name: "probe chat", Detail: "first send: status 500", Cause: "the probe could not complete"},
+			{Name: "probe lag", Endpoint: "http://a", OK: true, Detail: "predicted 23 ms after", Figure: "23 ms"},
+			{Name: "probe lag", Endpoint: "http://b", Detail: "never predicted in 5.0 s", Cause: "no live events", Figure: "never predicted"},
 		},
 	}
 	want := `kvroute verify: picker http://127.0.0.1:36429, 2 endpoint(s)
@@ -28,6 +31,8 @@ identity groups:
 ✔ identity block_size                      http://a
 ✘ probe chat tokens                        http://b
 ✘ probe chat                               
+✔ probe lag                                http://a  23 ms
+✘ probe lag                                http://b  never predicted
 
 failures:
 ✘ probe chat tokens http://b
@@ -36,8 +41,11 @@ failures:
 ✘ probe chat 
     first send: status 500
     likely cause: the probe could not complete
+✘ probe lag http://b
+    never predicted in 5.0 s
+    likely cause: no live events
 
-3 checks, 1 passed, 2 failed
+5 checks, 2 passed, 3 failed
 `
 	var b bytes.Buffer
 	printVerify(&b, &rep)

@@ -25,6 +25,18 @@ type Endpoint struct {
 	NeverUpdated         bool    `json:"never_updated,omitempty"`
 	// SidecarDebug is the sidecar's debug HTTP base URL ("" unknown).
 	SidecarDebug string `json:"sidecar_debug"`
+	// Group is the picker's identity group of the endpoint.
+	Group string `json:"group,omitempty"`
+	// State is the picker's health state of the endpoint (cached,
+	// load_only, draining, down) and StateReason why; StreamState and
+	// StreamReason the sidecar's verdict on its event stream, as the picker
+	// has it; LagSecs its recent event-to-routable lag (nil: none). All
+	// absent from pickers that do not report them.
+	State        string   `json:"state,omitempty"`
+	StateReason  string   `json:"state_reason,omitempty"`
+	StreamState  string   `json:"stream_state,omitempty"`
+	StreamReason string   `json:"stream_reason,omitempty"`
+	LagSecs      *float64 `json:"lag_seconds,omitempty"`
 }
 
 // Check is one verdict.
@@ -32,8 +44,9 @@ type Check struct {
 	Name     string `json:"name"`               // e.g. "identity block_size"
 	Endpoint string `json:"endpoint,omitempty"` // the endpoint judged ("" for fleet-wide checks)
 	OK       bool   `json:"ok"`
-	Detail   string `json:"detail"`          // the numbers behind the verdict
-	Cause    string `json:"cause,omitempty"` // the likely cause, on failure
+	Detail   string `json:"detail"`           // the numbers behind the verdict
+	Cause    string `json:"cause,omitempty"`  // the likely cause, on failure
+	Figure   string `json:"figure,omitempty"` // a measured figure worth a look even on a pass, e.g. "23 ms"
 }
 
 // Group is the endpoints serving one model and the values they agree on

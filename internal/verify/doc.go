@@ -9,10 +9,10 @@
 //   - No I/O, clocks or randomness: cmd/kvroute/collect gathers the
 //     facts (Facts), this package judges them (Judge), so every rule is
 //     tested on tables. Judge's checks come in a fixed order: identity and
-//     freshness by endpoint, refused endpoints, each endpoint's sidecar and
-//     cached-token details, then each probe's checks and its per-endpoint
-//     token checks. The Report's JSON is kvroute verify --json's, pinned by
-//     a golden file.
+//     freshness by endpoint, refused endpoints, each endpoint's sidecar,
+//     its stream and its cached-token details, then each probe's checks
+//     and its per-endpoint token checks, then the lag probes. The Report's
+//     JSON is kvroute verify --json's, pinned by a golden file.
 //   - Endpoints serving one model must agree on everything keys, summaries
 //     and tokens depend on: block size, hash algorithm, key format, summary
 //     parameters and tokenizer fingerprint. The reference for each field is
@@ -36,4 +36,15 @@
 //     block keys of its own rendering (at the model's block size: a block
 //     size that differs is the identity check's) are the picker's, all of
 //     them and at least one.
+//   - An endpoint's sidecar stream passes when the sidecar judges that
+//     rank's live KV event stream "live". "silent", "replay_only" and
+//     "partial" fail with the sidecar's reason (its likely fix, such as
+//     --kv-events-mode bind) as the cause; "unknown" (no evidence) fails
+//     once the engine has served verify's requests; a sidecar that reports
+//     no stream state (an older version) or its engine down fails.
+//   - A lag probe passes when the picker predicts the prompt's full blocks
+//     below its last token (FullBlockTokens) on the endpoint that cached
+//     it within Limits.MaxLag of the engine's answer; a prompt never
+//     predicted fails, with the picker's state of the endpoint when it
+//     has one. The check's Figure is the measured lag.
 package verify

@@ -46,10 +46,7 @@ func JudgeProbe(p ProbeResult) []Check {
 
 	// vLLM never reports the prompt's last token cached: compare at block
 	// granularity below that bound.
-	bound := p.PromptTokens
-	if p.BlockSize > 0 && p.PromptTokens > 0 {
-		bound = (p.PromptTokens - 1) / p.BlockSize * p.BlockSize
-	}
+	bound := FullBlockTokens(p.PromptTokens, p.BlockSize)
 	pred, eng := min(p.Predicted, bound), min(p.EngineCached, bound)
 	if p.BlockSize > 0 {
 		pred, eng = pred/p.BlockSize*p.BlockSize, eng/p.BlockSize*p.BlockSize

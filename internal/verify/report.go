@@ -1,5 +1,7 @@
 package verify
 
+import "time"
+
 // Refusal is an endpoint the picker was offered but did not take, as its
 // /debug/endpoints lists it.
 type Refusal struct {
@@ -10,10 +12,13 @@ type Refusal struct {
 	SummaryParams string `json:"summary_params"`
 }
 
-// EndpointFacts is what verify saw of one endpoint outside the probes.
+// EndpointFacts is what verify saw of one endpoint outside the probes:
+// its sidecar and engine before them, and its sidecar's stream state after
+// them (and after the lag probes).
 type EndpointFacts struct {
 	Sidecar SidecarFacts
 	Details DetailsFacts
+	Stream  StreamFacts
 }
 
 // ProbeFacts is one probe of a model: sent through the picker, and
@@ -35,30 +40,46 @@ type Facts struct {
 	// Probes are, model by model (the order of Groups), the chat,
 	// completion and Responses probes.
 	Probes []ProbeFacts
+	// Lags are, model by model, the lag probes of the endpoints the picker
+	// routes the model to (an endpoint in another identity group of the
+	// model gets no routing, so no lag to measure: its identity checks say
+	// why).
+	Lags []LagResult
 }
+
+// Limits are the thresholds Judge applies.
+type Limits struct {
+	MaxStale float64       // seconds without an update from the sidecar
+	MaxLag   time.Duration // event-to-routable lag a lag probe passes with
+}
+
+// DefaultLimits are kvroute verify's defaults.
+func DefaultLimits() Limits { return Limits{MaxStale: DefaultMaxStale, MaxLag: DefaultMaxLag} }
 
 // Report is verify's result (kvroute verify --json prints it).
 type Report struct {
 	Picker string        `json:"picker"`
 	Groups []Group       `json:"groups"`
 	Probes []ProbeResult `json:"probes"`
+	Lags   []LagResult   `json:"lag_probes"`
 	Checks []Check       `json:"checks"`
 	OK     bool          `json:"ok"`
 	Fleet  []Endpoint    `json:"endpoints"`
 }
 
 // Judge turns a fleet's facts into its report: the identity and freshness
-// checks, the refused endpoints, each endpoint's sidecar and cached-token
-// details, then each probe's checks followed by its per-endpoint token
-// checks. OK is whether every check passed.
-func Judge(f Facts, maxStale float64) Report {
-	r := Report{Picker: f.Picker, Fleet: f.Fleet}
-	r.Groups, r.Checks = Consistency(f.Fleet, maxStale)
+// checks, the refused endpoints, each endpoint's sidecar, its stream and
+// its cached-token details, then each probe's checks followed by its
+// per-endpoint token checks, then the lag probes. OK is whether every
+// check passed.
+func Judge(f Facts, lim Limits) Report {
+	r := Report{Picker: f.Picker, Fleet: f.Fleet, Lags: f.Lags}
+	r.Groups, r.Checks = Consistency(f.Fleet, lim.MaxStale)
 	for _, rf := range f.Refused {
 		r.Checks = append(r.Checks, Refused(rf.Endpoint, rf.Reason, rf.SummaryParams))
 	}
 	for _, e := range f.Endpoints {
-		r.Checks = append(r.Checks, JudgeSidecar(e.Sidecar), JudgeCachedDetails(e.Details))
+		r.Checks = append(r.Checks, JudgeSidecar(e.Sidecar), JudgeStream(e.Stream), JudgeCachedDetails(e.Details))
 	}
 	for _, p := range f.Probes {
 		r.Probes = append(r.Probes, p.Result)
@@ -66,6 +87,9 @@ func Judge(f Facts, maxStale float64) Report {
 		for _, t := range p.Tokens {
 			r.Checks = append(r.Checks, JudgeTokenParity(t))
 		}
+	}
+	for _, l := range f.Lags {
+		r.Checks = append(r.Checks, JudgeLag(l, lim.MaxLag))
 	}
 	r.OK = len(Failed(r.Checks)) == 0
 	return r

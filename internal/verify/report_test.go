@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -17,9 +18,14 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func fleetFacts() Facts {
 	e1, e2 := healthy(1, "a"), healthy(2, "a")
 	e1.SidecarDebug, e2.SidecarDebug = "http://10.0.0.1:9091", "http://10.0.0.2:9091"
+	// The first as a picker with endpoint states reports it, the second as
+	// one without.
+	lag := 0.018
+	e1.Group, e1.State, e1.StateReason, e1.StreamState, e1.StreamReason, e1.LagSecs = "g1", "cached", "live events", "live", "live batches", &lag
 	sidecar := func(e Endpoint) EndpointFacts {
 		return EndpointFacts{Sidecar: SidecarFacts{Endpoint: e.Endpoint, DebugURL: e.SidecarDebug, Follows: []string{e.Endpoint}},
-			Details: DetailsFacts{Endpoint: e.Endpoint, PromptTokens: 130, CachedTokens: 128, Details: true}}
+			Details: DetailsFacts{Endpoint: e.Endpoint, PromptTokens: 130, CachedTokens: 128, Details: true},
+			Stream:  StreamFacts{Endpoint: e.Endpoint, DebugURL: e.SidecarDebug, Found: true, Reported: true, State: StreamLive, Served: true}}
 	}
 	keys := []string{"0011223344556677", "8899aabbccddeeff"}
 	tokens := func(e Endpoint, engine []string) TokenFacts {
@@ -35,35 +41,50 @@ func fleetFacts() Facts {
 				BlockSize: 16, Predicted: 32, EngineCached: 32, Keys: 2, KeysIndexed: 2},
 			Tokens: []TokenFacts{tokens(e1, keys), tokens(e2, []string{"ffffffffffffffff", "eeeeeeeeeeeeeeee"})},
 		}},
+		Lags: []LagResult{
+			{Model: "a", Endpoint: e1.Endpoint, PromptTokens: 40, BlockSize: 16, FullTokens: 32, Predicted: true, LagSecs: 0.021, MostPredicted: 32, WaitedSecs: 0.03, Polls: 2},
+			{Model: "a", Endpoint: e2.Endpoint, PromptTokens: 40, BlockSize: 16, FullTokens: 32, Predicted: true, LagSecs: 0.034, MostPredicted: 32, WaitedSecs: 0.04, Polls: 3},
+		},
 	}
 }
 
 // TestJudge: the checks come in their order — identity and freshness by
-// endpoint, refusals, each endpoint's sidecar and details, then each
-// probe's checks and its token checks — and OK is false on one failure.
+// endpoint, refusals, each endpoint's sidecar, stream and details, then
+// each probe's checks and its token checks, then the lag probes — and OK
+// is false on one failure.
 func TestJudge(t *testing.T) {
 	f := fleetFacts()
-	r := Judge(f, DefaultMaxStale)
+	r := Judge(f, DefaultLimits())
 	var names []string
 	for _, c := range r.Checks {
 		names = append(names, c.Name)
 	}
 	identity := strings.Repeat("identity block_size,identity hash_algo,identity key_format,identity summary_params,identity tokenizer_fingerprint,sidecar fresh,", 2)
-	want := identity + "routable," + strings.Repeat("sidecar reachable,engine reports cached tokens,", 2) +
-		"probe chat same endpoint,probe chat prediction,probe chat keys on sidecar,probe chat other salt,probe chat tokens,probe chat tokens"
+	want := identity + "routable," + strings.Repeat("sidecar reachable,sidecar stream,engine reports cached tokens,", 2) +
+		"probe chat same endpoint,probe chat prediction,probe chat keys on sidecar,probe chat other salt,probe chat tokens,probe chat tokens," +
+		"probe lag,probe lag"
 	if got := strings.Join(names, ","); got != want {
 		t.Fatalf("checks\n %s\nwant\n %s", got, want)
 	}
 	if got := failures(r.Checks); strings.Join(got, "|") != "http://10.0.0.3:8000 routable|http://10.0.0.2:8000 probe chat tokens" {
 		t.Fatalf("failed %q", got)
 	}
-	if r.OK || r.Picker != f.Picker || len(r.Groups) != 1 || len(r.Probes) != 1 || len(r.Fleet) != 2 {
+	if r.OK || r.Picker != f.Picker || len(r.Groups) != 1 || len(r.Probes) != 1 || len(r.Lags) != 2 || len(r.Fleet) != 2 {
 		t.Fatalf("%+v", r)
 	}
 	// Without the refused endpoint and the odd template, everything passes.
 	f.Refused, f.Probes[0].Tokens = nil, f.Probes[0].Tokens[:1]
-	if r := Judge(f, DefaultMaxStale); !r.OK || Summary(r.Checks) != "21 checks, 21 passed, 0 failed" {
+	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "25 checks, 25 passed, 0 failed" {
 		t.Fatalf("%v: %s %q", r.OK, Summary(r.Checks), failures(r.Checks))
+	}
+	// The limits are Judge's: a tighter --max-lag fails the slower
+	// endpoint, a silent stream fails its sidecar stream.
+	f.Endpoints[1].Stream.State, f.Endpoints[1].Stream.Reason = StreamSilent, "use --kv-events-mode bind"
+	lim := DefaultLimits()
+	lim.MaxLag = 30 * time.Millisecond
+	r = Judge(f, lim)
+	if got := failures(r.Checks); strings.Join(got, "|") != "http://10.0.0.2:8000 sidecar stream|http://10.0.0.2:8000 probe lag" {
+		t.Fatalf("failed %q", got)
 	}
 }
 
@@ -72,7 +93,7 @@ func TestReportJSON(t *testing.T) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(Judge(fleetFacts(), DefaultMaxStale)); err != nil {
+	if err := enc.Encode(Judge(fleetFacts(), DefaultLimits())); err != nil {
 		t.Fatal(err)
 	}
 	golden := filepath.Join("testdata", "report.golden.json")

@@ -78,7 +78,14 @@ type verifyResult struct {
 		OK       bool   `json:"ok"`
 		Detail   string `json:"detail"`
 		Cause    string `json:"cause"`
+		Figure   string `json:"figure"`
 	} `json:"checks"`
+	Lags []struct {
+		Endpoint  string  `json:"endpoint"`
+		Predicted bool    `json:"predicted"`
+		LagSecs   float64 `json:"lag_seconds"`
+		Polls     int     `json:"polls"`
+	} `json:"lag_probes"`
 	Fleet []struct {
 		Endpoint  string `json:"endpoint"`
 		BlockSize int    `json:"block_size"`
@@ -119,17 +126,43 @@ func runVerify(t *testing.T, bin string, args ...string) verifyResult {
 	return r
 }
 
-// TestVerifyHealthyFleet: every check passes, the human report has a line
-// per check, and the exit status is 0.
+// TestVerifyHealthyFleet: every check but the sidecar streams' passes
+// (TestVerifyHealthyFleetPasses has those), the lag probe measures every
+// endpoint within --max-lag and prints the figure, the human report has a
+// line per check, and verify that cannot run exits 2.
 func TestVerifyHealthyFleet(t *testing.T) {
 	bin := buildKvroute(t)
 	picker := startProcessFleet(t, bin, []member{{}, {}})
 	r := runVerify(t, bin, "--picker", picker, "--json")
-	if r.code != 0 || !r.OK || len(r.failed()) != 0 || len(r.Checks) < 20 {
-		t.Fatalf("exit %d, failed %v\n%s", r.code, r.failed(), r.raw)
+	if r.code == 2 || len(r.Checks) < 20 {
+		t.Fatalf("exit %d, %d checks\n%s", r.code, len(r.Checks), r.raw)
+	}
+	for _, c := range r.Checks {
+		if !c.OK && c.Name != "sidecar stream" {
+			t.Errorf("failed: %+v", c)
+		}
+	}
+	lagChecks := 0
+	for _, c := range r.Checks {
+		if c.Name == "probe lag" {
+			lagChecks++
+			if !c.OK || c.Figure == "" || !strings.Contains(c.Detail, c.Figure+" after the engine answered") {
+				t.Errorf("lag check %+v", c)
+			}
+		}
+	}
+	if lagChecks != len(r.Fleet) || len(r.Lags) != len(r.Fleet) {
+		t.Fatalf("%d lag checks, %d lag probes for %d endpoints\n%s", lagChecks, len(r.Lags), len(r.Fleet), r.raw)
+	}
+	for _, l := range r.Lags {
+		if !l.Predicted || l.LagSecs <= 0 || l.LagSecs > 1 || l.Polls == 0 {
+			t.Errorf("lag probe %+v", l)
+		}
+		t.Logf("lag probe of %s: %.1f ms (%d decisions)", l.Endpoint, l.LagSecs*1000, l.Polls)
 	}
 	human := runVerify(t, bin, "--picker", picker)
-	if human.code != 0 || !strings.Contains(human.raw, "✔ probe responses prediction") || strings.Contains(human.raw, "✘") {
+	if human.code == 2 || !strings.Contains(human.raw, "✔ probe responses prediction") || !strings.Contains(human.raw, "✔ probe lag") ||
+		!strings.Contains(human.raw, " ms\n") {
 		t.Fatalf("exit %d\n%s", human.code, human.raw)
 	}
 	// verify itself cannot run: exit 2.
@@ -141,6 +174,64 @@ func TestVerifyHealthyFleet(t *testing.T) {
 	}
 	if r := runVerify(t, bin, "--picker", picker, "--model", "no/such-model"); r.code != 2 || !strings.Contains(r.raw, "no/such-model") {
 		t.Fatalf("unknown model: exit %d\n%s", r.code, r.raw)
+	}
+	if r := runVerify(t, bin, "--picker", picker, "--max-lag", "0s"); r.code != 2 || !strings.Contains(r.raw, "--max-lag") {
+		t.Fatalf("--max-lag 0s: exit %d\n%s", r.code, r.raw)
+	}
+}
+
+// TestVerifyHealthyFleetPasses: on a healthy fleet (its sidecars bind, as
+// engines whose event endpoint names a host connect) every check passes,
+// the sidecar streams' included, and verify exits 0. It needs sidecars
+// that report their stream state (issue 15): older ones fail it.
+func TestVerifyHealthyFleetPasses(t *testing.T) {
+	bin := buildKvroute(t)
+	picker := startProcessFleet(t, bin, []member{{}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--json")
+	if r.code != 0 || !r.OK || len(r.failed()) != 0 {
+		t.Fatalf("exit %d, failed %v\n%s", r.code, r.failed(), r.raw)
+	}
+	streams := 0
+	for _, c := range r.Checks {
+		if c.Name == "sidecar stream" && c.OK {
+			streams++
+		}
+	}
+	if streams != len(r.Fleet) {
+		t.Fatalf("%d live streams for %d endpoints\n%s", streams, len(r.Fleet), r.raw)
+	}
+	human := runVerify(t, bin, "--picker", picker)
+	if human.code != 0 || !strings.Contains(human.raw, "✔ sidecar stream") || !strings.Contains(human.raw, "✔ probe lag") || strings.Contains(human.raw, "✘") {
+		t.Fatalf("exit %d\n%s", human.code, human.raw)
+	}
+}
+
+// TestVerifyConnectMismatch: an engine whose event endpoint names a
+// concrete host connects, and its sidecar, in its default connect mode,
+// connects too — no live event ever flows. verify exits 1, failing that
+// endpoint's sidecar stream with the sidecar's hint (--kv-events-mode
+// bind). It needs the sidecar's stream state (issue 15).
+func TestVerifyConnectMismatch(t *testing.T) {
+	bin := buildKvroute(t)
+	picker := startProcessFleet(t, bin, []member{{sidecar: []string{"--kv-events-mode", "connect"}}})
+	r := runVerify(t, bin, "--picker", picker, "--json")
+	if r.code != 1 || len(r.Fleet) != 1 {
+		t.Fatalf("exit %d\n%s", r.code, r.raw)
+	}
+	ep := r.Fleet[0].Endpoint
+	found := false
+	for _, c := range r.Checks {
+		if c.Name == "sidecar stream" {
+			found = c.Endpoint == ep && !c.OK && strings.Contains(c.Cause, "--kv-events-mode bind")
+		}
+	}
+	if !found {
+		t.Fatalf("no sidecar stream failure on %s with the bind hint: %v\n%s", ep, r.failed(), r.raw)
+	}
+	human := runVerify(t, bin, "--picker", picker)
+	if human.code != 1 || !strings.Contains(human.raw, "✘ sidecar stream                           "+ep) ||
+		!strings.Contains(human.raw, "--kv-events-mode bind") {
+		t.Fatalf("exit %d\n%s", human.code, human.raw)
 	}
 }
 
@@ -197,7 +288,8 @@ func TestVerifyLostEvents(t *testing.T) {
 // template (a simulator switch). Its tokenizer fingerprint differs, so the
 // picker keeps it in an identity group of its own and routes the model to
 // the other two; verify fails it on the fingerprint and on the chat and
-// Responses token parity — and nowhere else.
+// Responses token parity — and nowhere else (the lag probe leaves it out:
+// nothing is routed there).
 func TestVerifyTemplateMismatch(t *testing.T) {
 	bin := buildKvroute(t)
 	picker := startProcessFleet(t, bin, []member{{}, {engine: []string{"--sim-chat-template", "alt"}}, {}})
@@ -216,6 +308,9 @@ func TestVerifyTemplateMismatch(t *testing.T) {
 	}
 	want := map[string]bool{"identity tokenizer_fingerprint " + odd: true, "probe chat tokens " + odd: true, "probe responses tokens " + odd: true}
 	for _, f := range r.failed() {
+		if strings.HasPrefix(f, "sidecar stream ") {
+			continue // the stream is the healthy tests' (TestVerifyHealthyFleetPasses)
+		}
 		if !want[f] {
 			t.Errorf("unexpected failure %s", f)
 		}

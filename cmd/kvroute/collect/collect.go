@@ -26,10 +26,13 @@ type Config struct {
 	// Timeout bounds each request, and a probe's wait for its blocks to
 	// reach the sidecar. Default 10 s.
 	Timeout time.Duration
+	// MaxLag is the event-to-routable lag a lag probe passes with; a lag
+	// probe gives up polling at max(5 s, 5 × MaxLag). Default 1 s.
+	MaxLag time.Duration
 }
 
 // DefaultConfig is the configuration without a picker.
-func DefaultConfig() Config { return Config{Timeout: 10 * time.Second} }
+func DefaultConfig() Config { return Config{Timeout: 10 * time.Second, MaxLag: verify.DefaultMaxLag} }
 
 // Validate checks the configuration, naming the flag at fault.
 func (c Config) Validate() error {
@@ -43,6 +46,9 @@ func (c Config) Validate() error {
 	if c.Timeout <= 0 {
 		return fmt.Errorf("--timeout %v: want > 0", c.Timeout)
 	}
+	if c.MaxLag <= 0 {
+		return fmt.Errorf("--max-lag %v: want > 0", c.MaxLag)
+	}
 	return nil
 }
 
@@ -52,6 +58,7 @@ type Collector struct {
 	model  string
 	token  string
 	settle time.Duration  // longest wait for a probe's blocks to reach its sidecar
+	maxLag time.Duration  // a lag probe gives up at lagGiveUp(maxLag)
 	hc     *http.Client   // bounded by the timeout
 	rc     *render.Client // engines' own tokens, as the picker gets them
 }
@@ -61,7 +68,7 @@ func New(cfg Config) (*Collector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Collector{picker: strings.TrimRight(cfg.Picker, "/"), model: cfg.Model, token: cfg.Token, settle: cfg.Timeout,
+	return &Collector{picker: strings.TrimRight(cfg.Picker, "/"), model: cfg.Model, token: cfg.Token, settle: cfg.Timeout, maxLag: cfg.MaxLag,
 		hc: &http.Client{Timeout: cfg.Timeout}, rc: render.New(cfg.Timeout, 16<<20)}, nil
 }
 
@@ -107,15 +114,32 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 			f.Refused = append(f.Refused, rf)
 		}
 	}
+	served := map[string]bool{} // endpoints whose engines answered verify directly
 	for _, e := range f.Fleet {
-		f.Endpoints = append(f.Endpoints, verify.EndpointFacts{Sidecar: c.sidecar(ctx, e), Details: c.details(ctx, e)})
+		ef := verify.EndpointFacts{Sidecar: c.sidecar(ctx, e), Details: c.details(ctx, e)}
+		served[e.Endpoint] = ef.Details.Err == ""
+		f.Endpoints = append(f.Endpoints, ef)
 	}
-	for _, g := range verify.Groups(f.Fleet) {
+	groups := verify.Groups(f.Fleet)
+	for _, g := range groups {
 		bs, _ := strconv.Atoi(g.Values["block_size"]) // the model's majority block size
 		for _, kind := range []string{"chat", "completion", "responses"} {
 			f.Probes = append(f.Probes, verify.ProbeFacts{Result: c.probe(ctx, kind, g.Model, f.Fleet),
 				Tokens: c.tokens(ctx, kind, g.Model, bs, f.Fleet)})
 		}
+	}
+	// The lag probes after the token-parity probes: their decisions count
+	// as picks in flight, which must not move a probe's repeat.
+	for _, g := range groups {
+		for _, l := range c.lag(ctx, g.Model, f.Fleet) {
+			served[l.Endpoint] = served[l.Endpoint] || (l.Endpoint != "" && l.Err == "")
+			f.Lags = append(f.Lags, l)
+		}
+	}
+	// The streams last: by now every engine has served requests, so a
+	// sidecar has had its evidence.
+	for i, s := range c.streams(ctx, f.Fleet, served) {
+		f.Endpoints[i].Stream = s
 	}
 	return f, nil
 }
@@ -127,12 +151,8 @@ func (c *Collector) sidecar(ctx context.Context, e verify.Endpoint) verify.Sidec
 	if f.DebugURL == "" {
 		return f
 	}
-	var state []struct {
-		Identity struct {
-			Endpoint string `json:"endpoint"`
-		} `json:"identity"`
-	}
-	if err := c.getJSON(ctx, e.SidecarDebug+"/debug/state", &state); err != nil {
+	state, err := c.sidecarState(ctx, e.SidecarDebug)
+	if err != nil {
 		f.Err = err.Error()
 		return f
 	}

@@ -35,14 +35,20 @@ func TestConfigValidate(t *testing.T) {
 		{"ftp://picker", time.Second, "--picker"},
 		{"http://", time.Second, "--picker"},
 		{"http://picker:8080", 0, "--timeout"},
+		{"http://picker:8080", -1, "--timeout"},
 	} {
-		cfg := Config{Picker: tc.picker, Timeout: tc.timeout}
+		cfg := DefaultConfig()
+		cfg.Picker, cfg.Timeout = tc.picker, tc.timeout
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%+v: %v, want the flag %s named", cfg, err, tc.flag)
 		}
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
+	}
+	ok.MaxLag = 0
+	if err := ok.Validate(); err == nil || !strings.Contains(err.Error(), "--max-lag") {
+		t.Errorf("no lag: %v, want --max-lag named", err)
 	}
 }
 
@@ -84,7 +90,9 @@ func TestFactsCannotRun(t *testing.T) {
 		{"decision API wants a token", fakePicker(t, one, 401), "", "the picker's decision API wants a token: --decision-token-file", 0},
 		{"decision API refuses otherwise", fakePicker(t, one, 403), "", `the picker's decision API: status 403: {"error":{"message":"no"`, 403},
 	} {
-		c, err := New(Config{Picker: tc.picker + "/", Model: tc.model, Timeout: 5 * time.Second})
+		cfg := DefaultConfig()
+		cfg.Picker, cfg.Model, cfg.Timeout = tc.picker+"/", tc.model, 5*time.Second
+		c, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,13 +110,13 @@ func TestFactsCannotRun(t *testing.T) {
 	}
 }
 
-// TestFactsOfAFleet gathers the facts of a real fleet in process: two
-// engines with their sidecars and a picker whose decision API wants a
-// token. Without the token verify cannot run; with it, every fact is in
-// and judged healthy.
-func TestFactsOfAFleet(t *testing.T) {
+// healthyFleet starts a real fleet in process: two engines with their
+// sidecars and a picker whose decision API wants token. It returns the
+// picker's URL once the picker knows both endpoints.
+func healthyFleet(t *testing.T, token string) string {
+	t.Helper()
 	cfg := picker.DefaultServerConfig()
-	cfg.Listen, cfg.GRPCListen, cfg.Capacity, cfg.DecisionToken = "127.0.0.1:0", "", 4096, "s3cret"
+	cfg.Listen, cfg.GRPCListen, cfg.Capacity, cfg.DecisionToken = "127.0.0.1:0", "", 4096, token
 	for i := 0; i < 2; i++ {
 		cfg.Sidecars = append(cfg.Sidecars, testpod.Start(t, testpod.Options{GPUBlocks: 1024}).Sidecar.GRPCAddr())
 	}
@@ -122,25 +130,40 @@ func TestFactsOfAFleet(t *testing.T) {
 			t.Fatal("the picker never found the endpoints")
 		}
 	}
+	return "http://" + pk.Addr()
+}
+
+// gather collects the facts of the fleet behind pickerURL.
+func gather(t *testing.T, pickerURL, token string) (verify.Facts, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	gather := func(token string) (verify.Facts, error) {
-		c, err := New(Config{Picker: "http://" + pk.Addr(), Token: token, Timeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.Facts(ctx)
-	}
-	if _, err := gather(""); err == nil || !strings.Contains(err.Error(), "wants a token") {
-		t.Fatalf("without the token: %v", err)
-	}
-	f, err := gather("s3cret")
+	cfg := DefaultConfig()
+	cfg.Picker, cfg.Token, cfg.Timeout = pickerURL, token, 5*time.Second
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Fleet) != 2 || len(f.Endpoints) != 2 || len(f.Probes) != 3 {
-		t.Fatalf("%d endpoints, %d endpoint facts, %d probes", len(f.Fleet), len(f.Endpoints), len(f.Probes))
+	defer c.Close()
+	return c.Facts(ctx)
+}
+
+// TestFactsOfAFleet gathers the facts of a real fleet in process. Without
+// the decision token verify cannot run; with it, every fact is in, the
+// lag probe measures both endpoints well within --max-lag (the figure is
+// logged), and every check is judged healthy — all but the sidecar
+// stream, which TestFactsOfAFleetStreamLive covers.
+func TestFactsOfAFleet(t *testing.T) {
+	u := healthyFleet(t, "s3cret")
+	if _, err := gather(t, u, ""); err == nil || !strings.Contains(err.Error(), "wants a token") {
+		t.Fatalf("without the token: %v", err)
+	}
+	f, err := gather(t, u, "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Fleet) != 2 || len(f.Endpoints) != 2 || len(f.Probes) != 3 || len(f.Lags) != 2 {
+		t.Fatalf("%d endpoints, %d endpoint facts, %d probes, %d lag probes", len(f.Fleet), len(f.Endpoints), len(f.Probes), len(f.Lags))
 	}
 	for i, e := range f.Endpoints {
 		if s := e.Sidecar; s.Endpoint != f.Fleet[i].Endpoint || s.DebugURL == "" || s.Err != "" || len(s.Follows) != 1 || s.Follows[0] != s.Endpoint {
@@ -148,6 +171,9 @@ func TestFactsOfAFleet(t *testing.T) {
 		}
 		if d := e.Details; !d.Details || d.CachedTokens == 0 || d.PromptTokens <= d.CachedTokens {
 			t.Errorf("details facts %+v", d)
+		}
+		if s := e.Stream; s.Endpoint != f.Fleet[i].Endpoint || s.DebugURL == "" || s.Err != "" || !s.Found || !s.Served {
+			t.Errorf("stream facts %+v", s)
 		}
 	}
 	for _, p := range f.Probes {
@@ -163,7 +189,35 @@ func TestFactsOfAFleet(t *testing.T) {
 			}
 		}
 	}
-	if r := verify.Judge(f, verify.DefaultMaxStale); !r.OK {
+	for i, l := range f.Lags {
+		if l.Endpoint != f.Fleet[i].Endpoint || l.Err != "" || !l.Predicted || l.FullTokens == 0 || l.MostPredicted < l.FullTokens ||
+			l.LagSecs > verify.DefaultMaxLag.Seconds() || l.Polls == 0 {
+			t.Errorf("lag probe %+v", l)
+		}
+		t.Logf("lag probe of %s: predicted %d tokens %s after the engine answered (%d decisions)", l.Endpoint, l.FullTokens, verify.LagFigure(l.LagSecs), l.Polls)
+	}
+	r := verify.Judge(f, verify.DefaultLimits())
+	for _, c := range verify.Failed(r.Checks) {
+		if c.Name != "sidecar stream" {
+			t.Errorf("failed: %+v", c)
+		}
+	}
+}
+
+// TestFactsOfAFleetStreamLive: on a healthy fleet every sidecar judges its
+// stream live, and everything passes. It needs the sidecar's stream state
+// (issue 15's sidecar work): a sidecar without it fails here.
+func TestFactsOfAFleetStreamLive(t *testing.T) {
+	f, err := gather(t, healthyFleet(t, ""), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range f.Endpoints {
+		if s := e.Stream; !s.Reported || s.State != verify.StreamLive || s.EngineDown {
+			t.Errorf("stream facts %+v", s)
+		}
+	}
+	if r := verify.Judge(f, verify.DefaultLimits()); !r.OK {
 		t.Fatalf("failed: %+v", verify.Failed(r.Checks))
 	}
 }

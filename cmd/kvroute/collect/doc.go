@@ -15,6 +15,22 @@
 //     blocks to reach its endpoint's sidecar, then a fixed moment for the
 //     summary to reach the picker (polling the decision API instead would
 //     count every poll as a request in flight, and could move the repeat).
+//   - After the token-parity probes (whose repeats polls could move), a
+//     lag probe per model sends one completion under a fresh salt straight
+//     to every engine the picker routes the model to — with no wait for
+//     any sidecar — then polls the explained decision API with the same
+//     body every 15 ms until each endpoint's candidate matches the
+//     prompt's full blocks, or gives up max(5 s, 5 × MaxLag) after that
+//     engine answered; the lag is from the engine's answer to the
+//     decision that showed the prediction (an upper bound, within a
+//     poll). Its polls count as picks in flight on the picker, harmless
+//     under a salt no other request shares. Endpoints of the model in
+//     another identity group get no lag probe (nothing is routed there).
+//   - Last, each endpoint's sidecar stream state and engine verdict from
+//     its sidecar's /debug/state entry (matched by endpoint and rank);
+//     one still "unknown" after verify's requests is read again every
+//     100 ms for at most 5 s. A sidecar that reports no stream_state is
+//     recorded as such.
 //   - Facts fails only when verify cannot run at all: the picker does not
 //     answer, knows no endpoint (of the model asked for), or its decision
 //     API fails on a first request — one wanting a token says so, with
