@@ -64,6 +64,9 @@ type Config struct {
 	// ScrapeInterval is how often the engine's /metrics is read (100–250 ms
 	// recommended). Default 200 ms.
 	ScrapeInterval time.Duration
+	// ScrapeTimeout bounds one scrape: past it the engine is reported down
+	// (a hung engine), until a scrape answers again. Default 2 s.
+	ScrapeTimeout time.Duration
 	// DeltaInterval batches summary bit flips into numbered deltas.
 	// Default 10 ms.
 	DeltaInterval time.Duration
@@ -97,6 +100,7 @@ func DefaultConfig() Config {
 		GRPCListen:       ":9090",
 		Capacity:         65536,
 		ScrapeInterval:   200 * time.Millisecond,
+		ScrapeTimeout:    2 * time.Second,
 		DeltaInterval:    10 * time.Millisecond,
 		ReplayTimeout:    2 * time.Second,
 		IdleCheck:        2 * time.Second,
@@ -123,7 +127,7 @@ func (c *Config) Validate() error {
 	check(c.Capacity >= 1 && c.Capacity <= 1<<26, "--capacity %d: want 1..%d blocks", c.Capacity, 1<<26)
 	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)
-	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0, "timeouts must be positive")
+	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0 && c.ScrapeTimeout > 0, "timeouts must be positive")
 	check(c.StreamWindow >= 100*time.Millisecond, "--stream-window %v: at least 100ms", c.StreamWindow)
 	_, _, err = net.SplitHostPort(c.DebugListen)
 	check(err == nil, "--debug-listen %q: want host:port", c.DebugListen)

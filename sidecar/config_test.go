@@ -26,6 +26,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no debug address", func(c *Config) { c.DebugListen = "" }, false},
 		{"no capacity", func(c *Config) { c.Capacity = 0 }, false},
 		{"no scrape interval", func(c *Config) { c.ScrapeInterval = 0 }, false},
+		{"no scrape timeout", func(c *Config) { c.ScrapeTimeout = 0 }, false},
 		{"no delta interval", func(c *Config) { c.DeltaInterval = 0 }, false},
 		{"no replay timeout", func(c *Config) { c.ReplayTimeout = 0 }, false},
 		{"no idle check", func(c *Config) { c.IdleCheck = 0 }, false},

@@ -228,7 +228,9 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 	defer t.Stop()
 	lastErr := ""
 	for {
-		r, err := scrape(ctx, hc, ep.engineURL)
+		sctx, cancel := context.WithTimeout(ctx, ep.s.cfg.ScrapeTimeout)
+		r, err := scrape(sctx, hc, ep.engineURL)
+		cancel()
 		if ctx.Err() != nil {
 			return // shutting down: the failure is ours
 		}

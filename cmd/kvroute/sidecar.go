@@ -175,6 +175,7 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.StringVar(&cfg.Model, "model", "", "canonical model name (default: the engine's first model on /v1/models)")
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for (fleet-wide)")
 	f.DurationVar(&cfg.ScrapeInterval, "scrape-interval", cfg.ScrapeInterval, "how often to read the engine's /metrics")
+	f.DurationVar(&cfg.ScrapeTimeout, "scrape-timeout", cfg.ScrapeTimeout, "bound on one /metrics read; past it the engine is reported down (hung) until one answers")
 	f.DurationVar(&cfg.DeltaInterval, "delta-interval", cfg.DeltaInterval, "how often summary bit flips become a delta")
 	f.DurationVar(&cfg.ReplayTimeout, "replay-timeout", cfg.ReplayTimeout, "bound on one replay exchange")
 	f.DurationVar(&cfg.IdleCheck, "idle-check", cfg.IdleCheck, "after this long without events, ask the replay ring for anything newer")

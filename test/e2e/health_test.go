@@ -280,16 +280,21 @@ func TestStoppedEngine(t *testing.T) {
 	}
 	took := f.awaitState(t, hung, "down", 3*time.Second)
 	t.Logf("hung engine down %v after SIGSTOP", took.Round(time.Millisecond))
-	// Requests keep completing on the others meanwhile.
-	sent := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }
-	before := sent()
+	// New requests complete on the others meanwhile (those already sent
+	// to the hung engine wait for it: they are not failed).
+	fresh := startLoad(t, f.picker, 2, true)
+	sent := func() int { fresh.mu.Lock(); defer fresh.mu.Unlock(); return fresh.sent }
 	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
-		if sent() < before+100 {
-			return fmt.Errorf("%d requests completed while the engine hangs", sent()-before)
+		if sent() < 100 {
+			return fmt.Errorf("%d new requests completed while the engine hangs", sent())
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	fresh.end()
+	if len(fresh.failures) > 0 {
+		t.Fatalf("%d of %d new requests failed, e.g. %s", len(fresh.failures), fresh.sent, fresh.failures[0])
 	}
 	cont()
 	back := f.awaitState(t, hung, "cached", 40*time.Second)
