@@ -399,7 +399,8 @@ func BenchmarkKillToLastPick(b *testing.B) {
 		before := f.metric(b, "kvroute_picker_selected_total", label)
 		if err := waitFor(20*time.Second, 5*time.Millisecond, func() error {
 			if f.metric(b, "kvroute_picker_selected_total", label) == before {
-				return fmt.Errorf("no pick of the engine")
+				s, _ := f.states()
+				return fmt.Errorf("no pick of the engine in trial %d (states %v, %d requests sent)", i, s, func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }())
 			}
 			return nil
 		}); err != nil {
