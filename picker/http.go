@@ -154,7 +154,7 @@ func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request, ready func(
 		}
 	}
 	if routable == 0 {
-		http.Error(w, fmt.Sprintf("none of the %d endpoints known is routable (all down: see /debug/endpoints)", len(eps)), http.StatusServiceUnavailable)
+		http.Error(w, fmt.Sprintf("none of the %d endpoints known is routable (down or draining: see /debug/endpoints)", len(eps)), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = io.WriteString(w, "ok\n")

@@ -87,6 +87,12 @@ type Config struct {
 	// period of a one-sided stream. Default 2.5 s: a broken stream shows
 	// within about 3 s of the engine's first request.
 	StreamWindow time.Duration
+	// DrainDelay is how long Drain keeps the summary streams open after it
+	// has told the watching pickers the engines are going away (a load
+	// report with draining set), so every picker stops sending new
+	// requests before the sidecar leaves; it ends early when no picker
+	// watches. 0 leaves at once. Default 2 s.
+	DrainDelay time.Duration
 }
 
 // DefaultConfig returns the documented defaults, which fit a vLLM pod.
@@ -106,6 +112,7 @@ func DefaultConfig() Config {
 		IdleCheck:        2 * time.Second,
 		StartupTimeout:   2 * time.Minute,
 		StreamWindow:     2500 * time.Millisecond,
+		DrainDelay:       2 * time.Second,
 	}
 }
 
@@ -129,6 +136,7 @@ func (c *Config) Validate() error {
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)
 	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0 && c.ScrapeTimeout > 0, "timeouts must be positive")
 	check(c.StreamWindow >= 100*time.Millisecond, "--stream-window %v: at least 100ms", c.StreamWindow)
+	check(c.DrainDelay >= 0 && c.DrainDelay <= 10*time.Minute, "--drain-delay %v: want 0 (leave at once) up to 10m", c.DrainDelay)
 	_, _, err = net.SplitHostPort(c.DebugListen)
 	check(err == nil, "--debug-listen %q: want host:port", c.DebugListen)
 	if c.Gossip != nil {

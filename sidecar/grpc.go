@@ -76,7 +76,7 @@ func (g *grpcServer) WatchSummaries(req *pb.WatchRequest, stream grpc.ServerStre
 			}
 			initial = append(initial, snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
 		}
-		initial = append(initial, loadUpdate(id, ep.epoch, ep.load, ep.stream))
+		initial = append(initial, loadUpdate(id, ep.epoch, ep.load, ep.stream, s.drainReason()))
 	}
 	s.hub.subs[sub] = struct{}{}
 	s.hub.mu.Unlock()
@@ -158,12 +158,13 @@ func (g *grpcServer) send(stream grpc.ServerStreamingServer[pb.SummaryUpdate], u
 
 // loadUpdate is a load report: the load as last scraped (the last good
 // values when the engine is down, with the time of that scrape), the
-// engine's health and the event stream's.
-func loadUpdate(endpoint string, epoch uint64, l Load, stream streamhealth.Status) *pb.SummaryUpdate {
+// engine's health, the event stream's, and the drain announced ("" none).
+func loadUpdate(endpoint string, epoch uint64, l Load, stream streamhealth.Status, drain string) *pb.SummaryUpdate {
 	return &pb.SummaryUpdate{Endpoint: endpoint, Epoch: epoch, Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{
 		Waiting: l.Waiting, Running: l.Running, KvCacheUsage: l.KVUsage, ScrapedUnixNanos: l.At.UnixNano(),
 		EngineDown: l.Error != "", EngineError: l.Error,
-		StreamState: stream.State.String(), StreamReason: stream.Reason}}}
+		StreamState: stream.State.String(), StreamReason: stream.Reason,
+		Draining: drain != "", DrainReason: drain}}}
 }
 
 func (g *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {

@@ -10,7 +10,7 @@ type metrics struct {
 	unresolved, invalid, scrapeErrors  *prometheus.CounterVec
 	deltas, deltaFlips, deltaBytes     *prometheus.CounterVec
 	updates, streamBytes               *prometheus.CounterVec
-	watchers                           prometheus.Gauge
+	watchers, draining                 prometheus.Gauge
 	watchersCut                        prometheus.Counter
 	blocks, partial, epoch, load, fill *prometheus.GaugeVec
 	streamState, engineDown            *prometheus.GaugeVec
@@ -56,6 +56,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.watchers = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "watchers", Help: "Pickers watching summaries."})
 	m.watchersCut = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "watchers_cut_total", Help: "Watchers cut for falling too far behind."})
-	reg.MustRegister(m.lag, m.watchers, m.watchersCut)
+	m.draining = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "draining",
+		Help: "1 once the sidecar announced a drain to its pickers (its engines are going away)."})
+	reg.MustRegister(m.lag, m.watchers, m.watchersCut, m.draining)
 	return m
 }

@@ -259,6 +259,9 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 		prev, st := ep.stream, ep.judge.Judge(now)
 		ep.stream = st
 		load, epoch, events := ep.load, ep.epoch, ep.events
+		// Sent under ep.mu, so no report taken before a drain was announced
+		// reaches a picker after the announcement (Drain).
+		ep.s.hub.load(loadUpdate(ep.identity.Endpoint, epoch, load, st, ep.s.drainReason()))
 		ep.mu.Unlock()
 		ep.reportStream(prev, st, events)
 		if err != nil {
@@ -284,7 +287,6 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 				}
 			}
 		}
-		ep.s.hub.load(loadUpdate(ep.identity.Endpoint, epoch, load, st))
 		select {
 		case <-ctx.Done():
 			return

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,7 @@ type Sidecar struct {
 	grpc      *grpc.Server
 	grpcLn    net.Listener
 	members   *gossip.Members
+	drain     atomic.Pointer[string] // the drain announced (Drain); nil while none is
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -381,8 +383,12 @@ type EndpointState struct {
 	StreamReason string     `json:"stream_reason"`
 	StreamSince  *time.Time `json:"stream_since,omitempty"`
 	// EngineDown: the last scrape of the engine failed, with EngineError.
-	EngineDown  bool              `json:"engine_down"`
-	EngineError string            `json:"engine_error,omitempty"`
+	EngineDown  bool   `json:"engine_down"`
+	EngineError string `json:"engine_error,omitempty"`
+	// Draining: the sidecar announced to its pickers that the engine is
+	// going away (Drain), for DrainReason.
+	Draining    bool              `json:"draining"`
+	DrainReason string            `json:"drain_reason,omitempty"`
 	Blocks      map[string]int    `json:"blocks"`
 	Summary     map[string]Fill   `json:"summary"`
 	Counters    endpointCounters  `json:"counters"`
@@ -406,6 +412,7 @@ func (s *Sidecar) State() []EndpointState {
 		st := EndpointState{Identity: ep.identity, Epoch: ep.epoch, Partial: ep.partial, Live: ep.live,
 			StreamState: ep.stream.State.String(), StreamReason: ep.stream.Reason,
 			EngineDown: ep.load.Error != "", EngineError: ep.load.Error,
+			Draining: s.drainReason() != "", DrainReason: s.drainReason(),
 			Blocks: map[string]int{}, Summary: map[string]Fill{}, Counters: ep.counters, Index: ep.idx.Stats(),
 			Load: ep.load, DeltaSeq: map[string]uint64{}}
 		if since := ep.stream.Since; !since.IsZero() {
@@ -440,8 +447,8 @@ func (s *Sidecar) handler() http.Handler {
 }
 
 // handleReady says whether the sidecar can serve: every rank's engine
-// answered its last scrape, its event intake is open, and no other gossip
-// member claims the sidecar's name. The event stream's health is not part
+// answered its last scrape, its event intake is open, no other gossip
+// member claims the sidecar's name, and no drain was announced. The event stream's health is not part
 // of it: a silent or replay-only stream still serves load reports (pickers
 // route that endpoint by load only), so it is shown here, in "streams",
 // and in /debug/state, not as "not ready".
@@ -462,6 +469,9 @@ func (s *Sidecar) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.members.Conflict(); err != nil {
 		problems = append(problems, err.Error())
+	}
+	if d := s.drainReason(); d != "" {
+		problems = append(problems, "draining ("+d+"): the engines are going away")
 	}
 	if len(problems) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "problems": problems, "streams": streams})

@@ -39,6 +39,13 @@ func newHub(onCut func()) *hub {
 	return &hub{feeds: map[string]*feed{}, subs: map[*subscriber]struct{}{}, cuts: onCut}
 }
 
+// watchers counts the pickers watching.
+func (h *hub) watchers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
 func feedKey(endpoint, tier string) string { return endpoint + "|" + tier }
 
 // broadcast hands u to every watcher; one that cannot keep up is cut.

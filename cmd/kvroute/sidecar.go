@@ -156,6 +156,11 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "sidecar debug server on http://%s\n", s.DebugAddr())
 			serveUntilSignal(ctx, s.Members(), log)
+			// Tell the pickers first, then leave: a second signal cuts the
+			// drain short.
+			again, stopAgain := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			s.Drain(again, "shutting down: "+context.Cause(ctx).Error())
+			stopAgain()
 			s.Close()
 			return nil
 		},
@@ -181,6 +186,7 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.DurationVar(&cfg.IdleCheck, "idle-check", cfg.IdleCheck, "after this long without events, ask the replay ring for anything newer")
 	f.DurationVar(&cfg.StartupTimeout, "startup-timeout", cfg.StartupTimeout, "how long to wait for the engine to answer at start")
 	f.DurationVar(&cfg.StreamWindow, "stream-window", cfg.StreamWindow, "how long the engine may show new blocks with no live event batch before the stream is reported silent or replay_only (keep it above --idle-check)")
+	f.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "on SIGTERM, how long to keep telling pickers the engines are draining before leaving (ends early when no picker watches; 0: leave at once)")
 	f.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address pickers dial, gossiped (default: the listen address; the gossip host when listening on every interface)")
 	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
 	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", gossipBindHelp)

@@ -81,8 +81,9 @@ var fields = []field{
 const DefaultMaxStale = 5.0 // seconds without an update from the sidecar
 
 // Consistency groups eps by model and checks every endpoint's identity
-// against its model's majority, and its sidecar's freshness (stale beyond
-// maxStale seconds, or partial).
+// against its model's majority, its sidecar's freshness (stale beyond
+// maxStale seconds, or partial), and its state on the picker
+// (JudgePickerState).
 func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
 	byModel := map[string][]Endpoint{}
 	for _, e := range eps {
@@ -133,10 +134,40 @@ func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
 			c.OK, c.Detail = false, fmt.Sprintf("no update for %.1f s (more than %.0f s)", e.StaleSecs, maxStale)
 			c.Cause = "the sidecar stopped streaming or cannot scrape its engine: check its /readyz and logs"
 		}
-		checks = append(checks, c)
+		checks = append(checks, c, JudgePickerState(e))
 	}
 	slices.SortStableFunc(checks, func(a, b Check) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
 	return groups, checks
+}
+
+// JudgePickerState checks the picker's health state of e: only an
+// endpoint routed with cache knowledge passes. A picker that reports no
+// state (an older one) is not judged.
+func JudgePickerState(e Endpoint) Check {
+	c := Check{Name: "picker state", Endpoint: e.Endpoint}
+	why := ""
+	if e.StateReason != "" {
+		why = ": " + e.StateReason
+	}
+	switch e.State {
+	case "":
+		c.OK, c.Detail = true, "the picker reports no health state (an older picker): not judged"
+	case "cached":
+		c.OK, c.Detail = true, "routed with cache knowledge"
+	case "load_only":
+		c.Detail = "routed by load only, with no cache credit" + why
+		c.Cause = "the picker does not know what the engine caches: see this endpoint's sidecar stream and freshness checks"
+	case "draining":
+		c.Detail = "draining" + why
+		c.Cause = "its sidecar announced that the engine is going away (SIGTERM, as when its pod is deleted): it gets no new request; verify again once it is gone or replaced"
+	case "down":
+		c.Detail = "down, sent nothing" + why
+		c.Cause = "the engine cannot be reached or its sidecar is silent: an ejected engine comes back once the picker's health probe succeeds"
+	default:
+		c.Detail = fmt.Sprintf("state %q%s", e.State, why)
+		c.Cause = "the picker reports a state this verify does not know: use the same kvroute version for both"
+	}
+	return c
 }
 
 // Groups is Consistency's groups alone: the models of eps, sorted, each

@@ -9,7 +9,7 @@ import (
 func healthy(i int, model string) Endpoint {
 	return Endpoint{Endpoint: fmt.Sprintf("http://10.0.0.%d:8000", i), Sidecar: fmt.Sprintf("10.0.0.%d:9090", i), Model: model,
 		BlockSize: 16, NumGPUBlocks: 4096, HashAlgo: "sha256_cbor", KeyFormat: "kvroute-xxh3-v1", SummaryParams: "m=65536",
-		TokenizerFingerprint: "tok-a", StaleSecs: 0.2}
+		TokenizerFingerprint: "tok-a", StaleSecs: 0.2, State: "cached"}
 }
 
 // failures is "endpoint check" for each failed check, sorted as returned.
@@ -60,6 +60,14 @@ func TestConsistency(t *testing.T) {
 			e[1].StaleSecs, e[1].NeverUpdated = 0, true
 			return e
 		}, []string{"http://10.0.0.2:8000 sidecar fresh"}},
+		{"draining, down and load-only endpoints on the picker", func() []Endpoint {
+			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a"), healthy(4, "a"), healthy(5, "a")}
+			e[1].State, e[1].StateReason = "draining", "the sidecar announced a drain (shutting down)"
+			e[2].State, e[2].StateReason = "down", "ejected by the picker after a failure reaching the engine: connection refused"
+			e[3].State, e[3].StateReason = "load_only", "the KV event stream is silent: use --kv-events-mode bind"
+			e[4].State, e[4].StateReason = "", "" // a picker that reports no state
+			return e
+		}, []string{"http://10.0.0.2:8000 picker state", "http://10.0.0.3:8000 picker state", "http://10.0.0.4:8000 picker state"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, checks := Consistency(tc.eps(), DefaultMaxStale)
@@ -71,7 +79,7 @@ func TestConsistency(t *testing.T) {
 					t.Errorf("%+v: a failure needs its numbers and a likely cause", c)
 				}
 			}
-			if n := len(checks); n != len(tc.eps())*(len(fields)+1) {
+			if n := len(checks); n != len(tc.eps())*(len(fields)+2) {
 				t.Fatalf("%d checks", n)
 			}
 		})
@@ -92,7 +100,7 @@ func TestGroups(t *testing.T) {
 	if !strings.Contains(c.Detail, `block_size "32", a's majority has "16"`) || !strings.Contains(c.Cause, "--block-size") {
 		t.Fatalf("%+v", c)
 	}
-	if s := Summary(checks); s != "24 checks, 23 passed, 1 failed" {
+	if s := Summary(checks); s != "28 checks, 27 passed, 1 failed" {
 		t.Fatal(s)
 	}
 }

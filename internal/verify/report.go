@@ -67,8 +67,8 @@ type Report struct {
 	Fleet  []Endpoint    `json:"endpoints"`
 }
 
-// Judge turns a fleet's facts into its report: the identity and freshness
-// checks, the refused endpoints, each endpoint's sidecar, its stream and
+// Judge turns a fleet's facts into its report: the identity, freshness
+// and picker-state checks, the refused endpoints, each endpoint's sidecar, its stream and
 // its cached-token details, then each probe's checks followed by its
 // per-endpoint token checks, then the lag probes. OK is whether every
 // check passed.

@@ -148,7 +148,8 @@ func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.
 }
 
 // RenderOrder orders the engines that may render a request's tokens:
-// the routable endpoints (cached or load-only: both answer), least loaded
+// the routable endpoints (cached or load-only: both answer; a draining
+// engine is going away), least loaded
 // first (by the last report), ties by URL.
 func RenderOrder(cfg *Config, eps []fleet.Endpoint, now time.Time) []string {
 	var ok []fleet.Endpoint

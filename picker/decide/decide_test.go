@@ -32,6 +32,11 @@ func engineDown(e fleet.Endpoint) fleet.Endpoint {
 	return e
 }
 
+func draining(e fleet.Endpoint) fleet.Endpoint {
+	e.Load.Draining, e.Load.DrainReason = true, "SIGTERM"
+	return e
+}
+
 func ejected(e fleet.Endpoint) fleet.Endpoint {
 	e.Ejected, e.EjectedUntil, e.EjectReason = true, now.Add(time.Second), "connection refused"
 	return e
@@ -120,6 +125,12 @@ func TestDecide(t *testing.T) {
 		{name: "an ejected endpoint is not chosen",
 			snap: Snapshot{Endpoints: []fleet.Endpoint{ejected(ep("a", 0, 0, fresh)), ep("b", 5, 5, fresh)}, Matched: gpu(map[string]int{"a": 60})},
 			want: "b"},
+		{name: "a draining endpoint is not chosen, however much it holds",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{draining(ep("a", 0, 0, fresh)), ep("b", 5, 5, fresh)}, Matched: gpu(map[string]int{"a": 60})},
+			want: "b"},
+		{name: "only draining endpoints: none",
+			snap: Snapshot{Endpoints: []fleet.Endpoint{draining(ep("a", 0, 0, fresh))}, Matched: gpu(map[string]int{"a": 60})},
+			want: "", reason: score.ReasonNoneHealthy},
 		{name: "nothing routable",
 			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, time.Minute)}},
 			want: "", reason: score.ReasonNoneHealthy},
@@ -245,7 +256,7 @@ func TestCandidates(t *testing.T) {
 func TestRenderOrder(t *testing.T) {
 	cfg := DefaultConfig()
 	eps := []fleet.Endpoint{ep("d", 1, 1, time.Second), ep("a", 0, 5, time.Second), ep("c", 0, 0, -1), ep("b", 1, 1, time.Second),
-		ep("stale", 0, 0, time.Hour)}
+		ep("stale", 0, 0, time.Hour), draining(ep("draining", 0, 0, time.Second))}
 	got := RenderOrder(&cfg, eps, now)
 	want := []string{"c", "b", "d", "a"}
 	if len(got) != len(want) {

@@ -10,7 +10,8 @@
 //     replicas that see the same state agree without talking, and every
 //     rule is tested on tables.
 //   - Health comes from the fleet state (fleet.Endpoint.HealthAt): only
-//     routable endpoints are candidates; endpoints the caller excludes
+//     routable endpoints (cached or load-only; never draining or down) are
+//     candidates; endpoints the caller excludes
 //     (already tried for this request) are not either.
 //   - Scoring is picker/score's: matched blocks become tokens at the
 //     group's block size; the load is the engine's last report plus this

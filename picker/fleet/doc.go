@@ -32,14 +32,15 @@
 //     load (StartSnapshot) is stepped under the caller's write lock, which
 //     it may release between steps.
 //   - Endpoint health is judged in one place, Endpoint.HealthAt
-//     (health.go): cached, load-only or down, each with its reason (DESIGN.md
-//     §11), from the signals State holds beside the endpoint — the
-//     sidecar's verdicts (engine down; stream silent, replay-only,
-//     partial), staleness, a lost sidecar and the picker's probe of its
-//     engine, and the passive outlier ejections (Failed, ProbeDue, Probed,
-//     with a doubling backoff). Judge reports the transitions since its
-//     last call and drops endpoints whose sidecar's grace has ended.
-//     Draining is not a state yet: nothing announces it.
+//     (health.go): cached, load-only, draining or down, each with its
+//     reason (DESIGN.md §11), from the signals State holds beside the
+//     endpoint — the sidecar's verdicts (engine down; stream silent,
+//     replay-only, partial; a drain it announced), staleness, a lost
+//     sidecar and the picker's probe of its engine, and the passive outlier
+//     ejections (Failed, ProbeDue, Probed, with a doubling backoff). Only
+//     cached and load-only endpoints are routable. Judge reports the
+//     transitions since its last call and drops endpoints whose sidecar's
+//     grace has ended, or whose sidecar left after announcing a drain.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.
 package fleet

@@ -45,6 +45,10 @@ type Load struct {
 	// StreamState and StreamReason are the sidecar's verdict on the live
 	// event stream (Stream* constants; "" from sidecars that send none).
 	StreamState, StreamReason string
+	// Draining: the sidecar announced that the engine is going away, for
+	// DrainReason (such as "SIGTERM").
+	Draining    bool
+	DrainReason string
 }
 
 // Endpoint is one engine rank as the fleet state knows it: a value,

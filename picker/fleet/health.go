@@ -19,12 +19,17 @@ const (
 	// the sidecar is lost while the engine answers). No cache credit, no
 	// prediction.
 	LoadOnly
+	// Draining: its sidecar announced that the engine is going away (it got
+	// SIGTERM, as when the pod is deleted). No new request is sent to it;
+	// those in flight finish. When the sidecar then leaves, the endpoint
+	// goes at once, with no grace period.
+	Draining
 	// Down: nothing is sent to it.
 	Down
 )
 
 // HealthStates lists the states, for metrics.
-func HealthStates() []HealthState { return []HealthState{Cached, LoadOnly, Down} }
+func HealthStates() []HealthState { return []HealthState{Cached, LoadOnly, Draining, Down} }
 
 func (h HealthState) String() string {
 	switch h {
@@ -32,6 +37,8 @@ func (h HealthState) String() string {
 		return "cached"
 	case LoadOnly:
 		return "load_only"
+	case Draining:
+		return "draining"
 	case Down:
 		return "down"
 	}
@@ -44,8 +51,8 @@ type Health struct {
 	Reason string // "" for Cached
 }
 
-// Routable reports whether the endpoint may be picked.
-func (h Health) Routable() bool { return h.State != Down }
+// Routable reports whether the endpoint may be picked for a new request.
+func (h Health) Routable() bool { return h.State == Cached || h.State == LoadOnly }
 
 // HealthConfig holds the limits health is judged by. Start from
 // DefaultHealthConfig: a zero value is invalid, not a default.
@@ -99,6 +106,8 @@ func (c HealthConfig) Validate() error {
 //   - ejected by the picker's passive outlier detection (until its
 //     backoff ends and a probe succeeds): down;
 //   - the sidecar reports the engine down: down;
+//   - the sidecar announced a drain: draining (Judge drops the endpoint
+//     once that sidecar is lost);
 //   - the sidecar is lost: load only while the engine answers the picker's
 //     probe, down when it does not (the state drops the endpoint once the
 //     grace period ends);
@@ -115,6 +124,8 @@ func (e *Endpoint) HealthAt(now time.Time, c HealthConfig) Health {
 		return Health{Down, "ejected by the picker (" + e.EjectReason + "); back once a health probe of the engine succeeds"}
 	case e.Load.EngineDown:
 		return Health{Down, "the sidecar cannot reach the engine: " + e.Load.EngineError}
+	case e.Load.Draining:
+		return Health{Draining, "the sidecar announced a drain (" + e.Load.DrainReason + "): no new requests, those in flight finish"}
 	case !e.SidecarLost.IsZero() && !e.EngineAnswers:
 		return Health{Down, "the sidecar is lost and the engine does not answer the picker's health probe"}
 	case !e.SidecarLost.IsZero():

@@ -44,6 +44,16 @@ func TestHealthAt(t *testing.T) {
 		{"not ejected", fresh(func(e *Endpoint) { e.EjectedUntil = now.Add(time.Second) }), Cached, ""},
 		{"sidecar lost, engine answers", fresh(func(e *Endpoint) { e.SidecarLost, e.EngineAnswers = now.Add(-5*time.Second), true }), LoadOnly, "sidecar is lost"},
 		{"sidecar lost, engine silent", fresh(func(e *Endpoint) { e.SidecarLost = now.Add(-5 * time.Second) }), Down, "does not answer"},
+		{"draining", fresh(func(e *Endpoint) { e.Load.Draining, e.Load.DrainReason = true, "SIGTERM" }), Draining, "SIGTERM"},
+		{"draining with a silent stream", fresh(func(e *Endpoint) {
+			e.Load.Draining, e.StreamState = true, StreamSilent
+		}), Draining, "drain"},
+		{"draining, lost sidecar (until Judge drops it)", fresh(func(e *Endpoint) {
+			e.Load.Draining, e.SidecarLost, e.EngineAnswers = true, now, true
+		}), Draining, "drain"},
+		{"an engine down while draining is down", fresh(func(e *Endpoint) {
+			e.Load.Draining, e.Load.EngineDown, e.Load.EngineError = true, true, "connection refused"
+		}), Down, "connection refused"},
 		{"ejection wins over a lost sidecar", fresh(func(e *Endpoint) {
 			e.SidecarLost, e.EngineAnswers, e.Ejected, e.EjectedUntil = now, true, true, now.Add(time.Second)
 		}), Down, "ejected"},
@@ -55,7 +65,7 @@ func TestHealthAt(t *testing.T) {
 		if (h.State == Cached) != (h.Reason == "") {
 			t.Errorf("%s: state %v with reason %q", tc.name, h.State, h.Reason)
 		}
-		if h.Routable() != (h.State != Down) {
+		if h.Routable() != (h.State == Cached || h.State == LoadOnly) {
 			t.Errorf("%s: routable %v for %v", tc.name, h.Routable(), h.State)
 		}
 	}

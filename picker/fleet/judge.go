@@ -121,15 +121,20 @@ type Transition struct {
 }
 
 // Judge judges every endpoint at now, drops those whose sidecar has been
-// lost for longer than c.SidecarGrace, and returns what changed since the
+// lost for longer than c.SidecarGrace, or lost after it announced a drain,
+// and returns what changed since the
 // previous call, sorted by endpoint: each endpoint whose state changed (a
 // new reason within the same state is not a transition). A new endpoint
 // is taken as Cached before it is judged.
 func (s *State) Judge(now time.Time, c HealthConfig) []Transition {
 	var out []Transition
 	for url, e := range s.endpoints {
-		if !e.SidecarLost.IsZero() && now.Sub(e.SidecarLost) > c.SidecarGrace {
-			out = append(out, Transition{Endpoint: url, From: e.judged, To: Health{Down, "dropped: the sidecar is lost beyond the grace period"}, Dropped: true})
+		if lost := !e.SidecarLost.IsZero(); lost && (e.Load.Draining || now.Sub(e.SidecarLost) > c.SidecarGrace) {
+			why := "dropped: the sidecar is lost beyond the grace period"
+			if e.Load.Draining {
+				why = "dropped: the sidecar left after announcing a drain"
+			}
+			out = append(out, Transition{Endpoint: url, From: e.judged, To: Health{Down, why}, Dropped: true})
 			s.remove(url)
 			continue
 		}

@@ -50,6 +50,38 @@ func TestSidecarLostAndGrace(t *testing.T) {
 	}
 }
 
+// TestDrainThenLeave: a draining endpoint is out of routing at once, and
+// goes with no grace period when its sidecar leaves; its neighbour whose
+// sidecar was lost without a drain keeps the grace.
+func TestDrainThenLeave(t *testing.T) {
+	s := newState(t, 4)
+	c := DefaultHealthConfig()
+	t0 := time.Unix(5000, 0)
+	mustRegister(t, s, "s", ident("http://a", "m"))
+	mustRegister(t, s, "s2", ident("http://b", "m"))
+	s.ApplyLoad("s", "http://a", Load{StreamState: StreamLive}, t0)
+	s.ApplyLoad("s2", "http://b", Load{StreamState: StreamLive}, t0)
+	if tr := s.Judge(t0, c); len(tr) != 0 {
+		t.Fatalf("first judgement: %+v", tr)
+	}
+	s.ApplyLoad("s", "http://a", Load{StreamState: StreamLive, Draining: true, DrainReason: "SIGTERM"}, t0.Add(100*time.Millisecond))
+	tr := s.Judge(t0.Add(100*time.Millisecond), c)
+	if len(tr) != 1 || tr[0].Endpoint != "http://a" || tr[0].To.State != Draining || tr[0].To.Routable() || !strings.Contains(tr[0].To.Reason, "SIGTERM") {
+		t.Fatalf("after the announcement: %+v", tr)
+	}
+	t1 := t0.Add(time.Second)
+	s.LoseSidecar("s", t1)
+	s.LoseSidecar("s2", t1)
+	tr = s.Judge(t1, c)
+	if len(tr) != 2 || tr[0].Endpoint != "http://a" || !tr[0].Dropped || !strings.Contains(tr[0].To.Reason, "drain") ||
+		tr[1].Endpoint != "http://b" || tr[1].Dropped || tr[1].To.State != LoadOnly {
+		t.Fatalf("after both sidecars left: %+v", tr)
+	}
+	if eps := s.Endpoints(); len(eps) != 1 || eps[0].URL != "http://b" {
+		t.Fatalf("left: %+v", eps)
+	}
+}
+
 func TestSidecarReturnsWithinGrace(t *testing.T) {
 	s := newState(t, 4)
 	c := DefaultHealthConfig()

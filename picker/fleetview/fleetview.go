@@ -153,7 +153,8 @@ func identityOf(info *pb.EndpointInfo) fleet.Identity {
 // loadOf is kvroute's own copy of a load report.
 func loadOf(l *pb.LoadReport) fleet.Load {
 	return fleet.Load{Waiting: l.GetWaiting(), Running: l.GetRunning(), KVCacheUsage: l.GetKvCacheUsage(),
-		EngineDown: l.GetEngineDown(), EngineError: l.GetEngineError(), StreamState: l.GetStreamState(), StreamReason: l.GetStreamReason()}
+		EngineDown: l.GetEngineDown(), EngineError: l.GetEngineError(), StreamState: l.GetStreamState(), StreamReason: l.GetStreamReason(),
+		Draining: l.GetDraining(), DrainReason: l.GetDrainReason()}
 }
 
 // streamRef is one follow goroutine.

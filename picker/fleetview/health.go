@@ -140,9 +140,14 @@ func (v *View) judge() {
 		if t.To.Reason != "" {
 			fields = append(fields, zap.String("reason", t.To.Reason))
 		}
-		if t.To.State == fleet.Cached {
+		switch {
+		case t.To.State == fleet.Cached:
 			v.log.Info("endpoint healthy: routed with cache knowledge", fields...)
-		} else {
+		case t.To.State == fleet.Draining:
+			v.log.Info("endpoint draining: no new requests, those in flight finish", fields...)
+		case t.Dropped && t.From.State == fleet.Draining:
+			v.log.Info("drained endpoint gone", fields...)
+		default:
 			v.log.Warn("endpoint health changed", fields...)
 		}
 	}

@@ -36,7 +36,7 @@ func (f *healthFleet) restartEngine(i int) {
 	f.engines[i] = f.start("engine "+f.urls[i], f.eargs[i]...)
 }
 
-func startHealthFleet(t testing.TB, bin string, n int, engineArgs []string, pickerArgs ...string) *healthFleet {
+func startHealthFleet(t testing.TB, bin string, n int, engineArgs, sidecarArgs []string, pickerArgs ...string) *healthFleet {
 	t.Helper()
 	f := &healthFleet{}
 	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
@@ -63,7 +63,8 @@ func startHealthFleet(t testing.TB, bin string, n int, engineArgs []string, pick
 		f.sidecars = append(f.sidecars, start("sidecar "+url, append([]string{"sidecar", "--engine-url", url,
 			"--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
 			"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-			"--gossip-bind", gossipBind, "--node-name", fmt.Sprint("health-sidecar-", i), "--capacity", "4096", "--log-level", "warn"}, join...)...))
+			"--gossip-bind", gossipBind, "--node-name", fmt.Sprint("health-sidecar-", i), "--capacity", "4096", "--log-level", "warn"},
+			append(join, sidecarArgs...)...)...))
 	}
 	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	start("picker", append([]string{"picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
@@ -225,7 +226,7 @@ func (l *load) end() {
 // the ones it sent there before anything was written).
 func TestKilledEngineUnderLoad(t *testing.T) {
 	bin := buildKvroute(t)
-	f := startHealthFleet(t, bin, 3, nil)
+	f := startHealthFleet(t, bin, 3, nil, nil)
 	l := startLoad(t, f.picker, 4, false)
 	dead := f.urls[1]
 	label := `endpoint="` + dead + `"`
@@ -270,7 +271,7 @@ func TestKilledEngineUnderLoad(t *testing.T) {
 // while requests keep flowing to the others; after SIGCONT it comes back.
 func TestStoppedEngine(t *testing.T) {
 	bin := buildKvroute(t)
-	f := startHealthFleet(t, bin, 3, nil)
+	f := startHealthFleet(t, bin, 3, nil, nil)
 	l := startLoad(t, f.picker, 4, false)
 	hung := f.urls[2]
 	cont := func() { _ = f.engines[2].Process.Signal(syscall.SIGCONT) }
@@ -311,7 +312,7 @@ func TestStoppedEngine(t *testing.T) {
 func TestKilledSidecarGrace(t *testing.T) {
 	bin := buildKvroute(t)
 	const grace = 3 * time.Second
-	f := startHealthFleet(t, bin, 2, nil, "--sidecar-grace", grace.String())
+	f := startHealthFleet(t, bin, 2, nil, nil, "--sidecar-grace", grace.String())
 	orphan := f.urls[1]
 	killed := time.Now()
 	if err := f.sidecars[1].Process.Signal(syscall.SIGKILL); err != nil {
@@ -356,11 +357,89 @@ func TestKilledSidecarGrace(t *testing.T) {
 	}
 }
 
+// TestDrainedSidecar: a SIGTERMed sidecar tells the picker its engine is
+// draining: the picker sends it no new request (none fails), verify says
+// so, and when the sidecar leaves (a second signal cuts its drain short)
+// the engine leaves the picker at once, with no grace period, though it
+// still answers.
+func TestDrainedSidecar(t *testing.T) {
+	bin := buildKvroute(t)
+	f := startHealthFleet(t, bin, 2, nil, []string{"--drain-delay", "1m"})
+	l := startLoad(t, f.picker, 4, true)
+	leaving := f.urls[1]
+	label := `endpoint="` + leaving + `"`
+	if err := waitFor(10*time.Second, 10*time.Millisecond, func() error {
+		if f.metric(t, "kvroute_picker_selected_total", label) == 0 {
+			return fmt.Errorf("no pick of %s yet", leaving)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sidecars[1].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	took := f.awaitState(t, leaving, "draining", 5*time.Second)
+	t.Logf("draining %v after the sidecar's SIGTERM", took.Round(time.Millisecond))
+	picks := f.metric(t, "kvroute_picker_selected_total", label)
+	sent := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }
+	n := sent()
+	if err := waitFor(10*time.Second, 10*time.Millisecond, func() error { // 200 more requests, none to it
+		if sent() < n+200 {
+			return fmt.Errorf("%d requests sent since", sent()-n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if now := f.metric(t, "kvroute_picker_selected_total", label); now != picks {
+		t.Fatalf("%v new picks of the draining engine", now-picks)
+	}
+	r := runVerify(t, bin, "--picker", f.picker, "--json")
+	if r.code != 1 || !slices.Contains(r.failed(), "picker state "+leaving) || !strings.Contains(r.raw, "draining") {
+		t.Fatalf("verify while draining: exit %d, failed %v\n%s", r.code, r.failed(), r.raw)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- f.sidecars[1].Wait() }()
+	if err := f.sidecars[1].Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the sidecar exited with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a second SIGTERM did not end the sidecar's minute-long drain within 15 s")
+	}
+	if err := waitFor(5*time.Second, 20*time.Millisecond, func() error {
+		s, err := f.states()
+		if err != nil {
+			return err
+		}
+		if st, ok := s[leaving]; ok {
+			return fmt.Errorf("still listed (%s)", st)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the drained engine stayed after its sidecar left: %v", err)
+	}
+	if resp, err := http.Get(leaving + "/health"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the engine itself should still answer: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	l.end()
+	if len(l.failures) > 0 {
+		t.Fatalf("%d of %d requests failed, e.g. %s", len(l.failures), l.sent, l.failures[0])
+	}
+}
+
 // TestStaleSummaryOutcome: an engine whose KV events arrive late (stale
 // summary) caches more than the picker predicts, and the outcome says so.
 func TestStaleSummaryOutcome(t *testing.T) {
 	bin := buildKvroute(t)
-	f := startHealthFleet(t, bin, 1, []string{"--sim-delay-events", "1500ms"})
+	f := startHealthFleet(t, bin, 1, []string{"--sim-delay-events", "1500ms"}, nil)
 	body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 2, "cache_salt": "stale",
 		"prompt": strings.Repeat("A prompt whose blocks reach the picker late. ", 40)})
 	for i := 0; i < 2; i++ { // the second runs before the first's events arrive
@@ -390,7 +469,7 @@ func TestStaleSummaryOutcome(t *testing.T) {
 //	go test -run '^$' -bench KillToLastPick -benchtime 20x ./test/e2e
 func BenchmarkKillToLastPick(b *testing.B) {
 	bin := buildKvroute(b)
-	f := startHealthFleet(b, bin, 3, nil)
+	f := startHealthFleet(b, bin, 3, nil, nil)
 	l := startLoad(b, f.picker, 4, true)
 	victim := f.urls[0]
 	label := `endpoint="` + victim + `"`

@@ -396,8 +396,13 @@ type LoadReport struct {
 	// (the engine serves, no batch arrives), "partial" (events were lost for
 	// good), or "unknown" (no evidence yet). stream_reason says why, with
 	// the likely fix.
-	StreamState   string `protobuf:"bytes,7,opt,name=stream_state,json=streamState,proto3" json:"stream_state,omitempty"`
-	StreamReason  string `protobuf:"bytes,8,opt,name=stream_reason,json=streamReason,proto3" json:"stream_reason,omitempty"`
+	StreamState  string `protobuf:"bytes,7,opt,name=stream_state,json=streamState,proto3" json:"stream_state,omitempty"`
+	StreamReason string `protobuf:"bytes,8,opt,name=stream_reason,json=streamReason,proto3" json:"stream_reason,omitempty"`
+	// draining: the sidecar announced that its engine is going away (it got
+	// SIGTERM, as when its pod is deleted), drain_reason says why. Pickers
+	// send the endpoint no new request; requests in flight finish.
+	Draining      bool   `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
+	DrainReason   string `protobuf:"bytes,10,opt,name=drain_reason,json=drainReason,proto3" json:"drain_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +489,20 @@ func (x *LoadReport) GetStreamState() string {
 func (x *LoadReport) GetStreamReason() string {
 	if x != nil {
 		return x.StreamReason
+	}
+	return ""
+}
+
+func (x *LoadReport) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *LoadReport) GetDrainReason() string {
+	if x != nil {
+		return x.DrainReason
 	}
 	return ""
 }
@@ -749,7 +768,7 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\x05Delta\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x125\n" +
-	"\x17oldest_event_unix_nanos\x18\x03 \x01(\x03R\x14oldestEventUnixNanos\"\xa0\x02\n" +
+	"\x17oldest_event_unix_nanos\x18\x03 \x01(\x03R\x14oldestEventUnixNanos\"\xdf\x02\n" +
 	"\n" +
 	"LoadReport\x12\x18\n" +
 	"\awaiting\x18\x01 \x01(\x01R\awaiting\x12\x18\n" +
@@ -760,7 +779,10 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"engineDown\x12!\n" +
 	"\fengine_error\x18\x06 \x01(\tR\vengineError\x12!\n" +
 	"\fstream_state\x18\a \x01(\tR\vstreamState\x12#\n" +
-	"\rstream_reason\x18\b \x01(\tR\fstreamReason\"\r\n" +
+	"\rstream_reason\x18\b \x01(\tR\fstreamReason\x12\x1a\n" +
+	"\bdraining\x18\t \x01(\bR\bdraining\x12!\n" +
+	"\fdrain_reason\x18\n" +
+	" \x01(\tR\vdrainReason\"\r\n" +
 	"\vInfoRequest\"\xc6\x03\n" +
 	"\fEndpointInfo\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x12\n" +
