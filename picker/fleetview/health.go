@@ -3,6 +3,7 @@ package fleetview
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,25 +97,40 @@ func (v *View) watchHealth(ctx context.Context) {
 			lost, lastLost = v.state.Lost(), now
 		}
 		v.mu.RUnlock()
-		for _, url := range due {
-			err := v.probeEngine(ctx, url)
-			v.mu.Lock()
+		v.probeAll(ctx, due, func(url string, err error) {
 			reason := ""
 			if err != nil {
 				reason = "health probe: " + err.Error()
 			}
 			v.state.Probed(url, err == nil, time.Now(), reason, v.cfg.Health)
-			v.mu.Unlock()
-			v.countProbe(err)
-		}
-		for _, url := range lost {
+		})
+		v.probeAll(ctx, lost, func(url string, err error) { v.state.EngineAnswered(url, err == nil) })
+	}
+}
+
+// probeParallel bounds the health probes in flight at once: a round of
+// probes takes about one probeTimeout however many engines hang.
+const probeParallel = 16
+
+// probeAll probes urls' engines, at most probeParallel at a time, and
+// hands each result to record under the write lock; it returns when every
+// probe has.
+func (v *View) probeAll(ctx context.Context, urls []string, record func(url string, err error)) {
+	sem := make(chan struct{}, probeParallel)
+	var wg sync.WaitGroup
+	for _, url := range urls {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
 			err := v.probeEngine(ctx, url)
 			v.mu.Lock()
-			v.state.EngineAnswered(url, err == nil)
+			record(url, err)
 			v.mu.Unlock()
 			v.countProbe(err)
-		}
+		}()
 	}
+	wg.Wait()
 }
 
 func (v *View) countProbe(err error) {
