@@ -104,6 +104,12 @@ func (v *View) watchHealth(ctx context.Context) {
 			}
 			v.state.Probed(url, err == nil, time.Now(), reason, v.cfg.Health)
 		})
+		if len(due) > 0 {
+			// At once, as ReportFailure does: a readmitted endpoint can fail
+			// again before the next tick, and its transitions would go
+			// unlogged and uncounted.
+			v.judge()
+		}
 		v.probeAll(ctx, lost, func(url string, err error) { v.state.EngineAnswered(url, err == nil) })
 	}
 }
