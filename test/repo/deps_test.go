@@ -31,6 +31,7 @@ var cores = []string{
 	"picker/decide",
 	"picker/fleet",
 	"picker/inflight",
+	"picker/peers",
 	"picker/pickapi",
 	"picker/score",
 	"sidecar/index",

@@ -1,0 +1,30 @@
+// Package peers re-implements the routing policies of kvroute's peers —
+// llm-d's scheduler (two profiles), NVIDIA Dynamo's KV router and SGLang's
+// model gateway (SMG) — from their published algorithms and default
+// parameters (shared/docs/peer-policies.md, which cites the source of each
+// rule), so they run in the same picker, on the same fleet and requests,
+// as comparison baselines for `kvroute bench`. They are not kvroute's
+// routing; picker/score is.
+//
+// Contract:
+//   - Pure: no I/O, no clock reads, no randomness of its own, no logging,
+//     no locks. Every call takes now; Pick takes a random value, from which
+//     a policy derives its random tie-breaks (Rand), so a seeded caller
+//     gets reproducible runs. test/repo's dependency test holds it to that.
+//   - A Policy holds its own state — the cache model a peer builds from
+//     its own routing decisions, its load bookings — and is not safe for
+//     concurrent use: the caller serialises Pick, Dispatched, FirstToken,
+//     Done and Forget (the picker under its router lock).
+//   - The lifecycle is the peers': Pick chooses, Dispatched books the
+//     request on the chosen endpoint (llm-d's PreRequest, Dynamo's
+//     add_request, SMG's insert), FirstToken marks the first streamed
+//     chunk (prefill done), Done its end — answered, failed or abandoned —
+//     which also ends a prefill that FirstToken never marked (a
+//     non-streaming answer). Forget drops an endpoint that left the pool.
+//   - What kvroute's fleet can give a policy is in Request and Candidate;
+//     where a policy needs an input that differs from the peer's own, the
+//     substitution is written in that policy's doc comment (and in
+//     docs/benchmarks.md).
+//   - Each policy's defaults are the peer's, in its Default*Config, and
+//     its Config has a Validate; New* refuses an invalid one.
+package peers
