@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvroute/kvroute/internal/tier"
+	"github.com/kvroute/kvroute/picker/peers"
 )
 
 // Policy names a routing policy.
@@ -22,17 +24,32 @@ const (
 	RoundRobin  Policy = "round-robin"  // in turn
 )
 
-// Policies lists every policy.
-var Policies = []Policy{Precise, PrefixHash, LeastLoaded, RoundRobin}
+// The peers' policies, re-implemented as comparison baselines (package
+// picker/peers decides for them, not Decide).
+const (
+	LLMD        Policy = peers.LLMD
+	LLMDPrecise Policy = peers.LLMDPrecise
+	Dynamo      Policy = peers.Dynamo
+	SGLang      Policy = peers.SGLang
+)
 
-// ParsePolicy checks a policy name.
+// Policies lists kvroute's own policies: the product and its baselines.
+func Policies() []Policy { return []Policy{Precise, PrefixHash, LeastLoaded, RoundRobin} }
+
+// PeerPolicies lists the peers' policies.
+func PeerPolicies() []Policy { return []Policy{LLMD, LLMDPrecise, Dynamo, SGLang} }
+
+// IsPeer reports whether p is one of the peers' policies.
+func (p Policy) IsPeer() bool { return slices.Contains(PeerPolicies(), p) }
+
+// ParsePolicy checks a policy name: one of kvroute's or a peer's.
 func ParsePolicy(s string) (Policy, error) {
-	for _, p := range Policies {
+	for _, p := range append(Policies(), PeerPolicies()...) {
 		if string(p) == s {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("unknown policy %q: want precise, prefix-hash, least-loaded or round-robin", s)
+	return "", fmt.Errorf("unknown policy %q: want precise, prefix-hash, least-loaded or round-robin, or a peer's for comparison: llm-d, llm-d-precise, dynamo or sglang", s)
 }
 
 // Reason says why a decision went the way it did (a metric label).

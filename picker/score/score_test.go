@@ -165,7 +165,7 @@ func ceil(x float64) float64 {
 // different order make the same choice.
 func TestReplicasAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, p := range Policies {
+	for _, p := range Policies() {
 		cfg := DefaultConfig()
 		cfg.Policy = p
 		for range 500 {
@@ -245,5 +245,19 @@ func TestLeastLoadedTiesIgnoreThePrefix(t *testing.T) {
 	}
 	if len(seen) != 2 {
 		t.Fatalf("one prefix always went to %v", seen)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for _, p := range append(Policies(), PeerPolicies()...) {
+		if got, err := ParsePolicy(string(p)); err != nil || got != p {
+			t.Errorf("%s: %v %v", p, got, err)
+		}
+		if p.IsPeer() != slices.Contains(PeerPolicies(), p) {
+			t.Errorf("%s: IsPeer %v", p, p.IsPeer())
+		}
+	}
+	if _, err := ParsePolicy("llmd"); err == nil {
+		t.Error("a misspelt policy accepted")
 	}
 }

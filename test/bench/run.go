@@ -172,7 +172,7 @@ type requestLine struct {
 // Run runs the scenario once per policy, each on a fresh fleet.
 func Run(ctx context.Context, o Options) (*Results, error) {
 	if len(o.Policies) == 0 {
-		o.Policies = score.Policies
+		o.Policies = score.Policies()
 	}
 	fc := o.Scenario.Fleet()
 	if o.Engines == 0 {
