@@ -17,4 +17,7 @@
 //     here but reported in Request.Unresolved, for the picker's
 //     --unresolved policy.
 //   - The body is forwarded as received; Parse never rewrites it.
+//   - Text reads a body's text as a character-level router does (the
+//     sglang peer policy), with a parse of its own: only that policy pays
+//     for it.
 package intake
