@@ -78,12 +78,14 @@ func (c DynamoConfig) Validate() error {
 // (shared/docs/peer-policies.md §2). For worker w, lower is better:
 //
 //	raw    = (A_w + L)/B
-//	credit = c_eff·O_dev + 0.75·O_host + 0.25·O_disk
+//	credit = c_eff·O_dev + h·O_host + d·O_disk
 //	cost   = ρ·max(0, raw − credit) + (D_w + N_w) + κ·R_w
 //
-// which with the defaults is (A_w + L − O·B)/B + D_w + N_w: the blocks
-// left to prefill plus the blocks to decode over. L is the prompt's
-// tokens, B the block size, O the leading prompt blocks w holds, per
+// (c_eff = c unless the credit decay is on; h = 0.75 and d = 0.25 by
+// default). With the defaults and only a device overlap O this is
+// (A_w + L − O·B)/B + D_w + N_w: the blocks left to prefill plus the
+// blocks to decode over. L is the prompt's tokens, B the block size,
+// O_dev, O_host and O_disk the leading prompt blocks w holds, per
 // tier; A_w the booked prefill tokens of w's requests whose first token
 // has not come, D_w the distinct prompt blocks of w's booked requests,
 // N_w this request's prompt blocks not among them, R_w w's booked
@@ -91,7 +93,8 @@ func (c DynamoConfig) Validate() error {
 // L − O_dev·B (at least 0) to A_w, which FirstToken (or Done, when no
 // first token came) removes; the prompt's blocks join D_w, reference
 // counted across requests, until Done; a booking older than StaleAfter
-// is dropped at the next Pick or Dispatched, in dispatch order. Output
+// is dropped at the next Pick or Dispatched, in dispatch order (if now
+// ever goes back, an old booking waits behind a fresher one). Output
 // blocks are not tracked (router_track_output_blocks is off by default).
 //
 // Selection: at temperature 0 the cheapest, exact ties broken uniformly
@@ -115,7 +118,7 @@ func (c DynamoConfig) Validate() error {
 //     *Request, or one with equal model, salt, prompt length and keys);
 //     otherwise the whole prompt is booked as prefill.
 //   - A_w never decays: Dynamo decays it only with an AIC model, which
-//     there is none of here (nor by default there).
+//     is not configured by default and has no counterpart here.
 //   - The busy-threshold filters (active decode blocks, active prefill
 //     tokens) and the queue threshold are off by default and are not
 //     implemented.
