@@ -92,9 +92,9 @@ func (c LLMDConfig) Validate() error {
 		llmdPositiveInt("LRUCapacity", c.LRUCapacity),
 	)
 	if c.MaxPrefixTokens < max(c.MinBlockSize, 1) {
-		err = errors.Join(err, fmt.Errorf("llm-d: MaxPrefixTokens %d: want at least MinBlockSize (%d)", c.MaxPrefixTokens, c.MinBlockSize))
+		err = errors.Join(err, fmt.Errorf("MaxPrefixTokens %d: want at least MinBlockSize (%d)", c.MaxPrefixTokens, c.MinBlockSize))
 	}
-	return err
+	return llmdConfigError(LLMD, err)
 }
 
 // LLMDPolicy is llm-d's default scheduling profile since 2026-08,
@@ -509,9 +509,9 @@ func (c LLMDPreciseConfig) Validate() error {
 		llmdPositiveInt("DefaultBlockSize", c.DefaultBlockSize),
 	)
 	if !(c.PrefixWeight+c.KVUtilizationWeight+c.QueueWeight > 0) {
-		err = errors.Join(err, errors.New("llm-d-precise: every scorer's weight is 0"))
+		err = errors.Join(err, errors.New("every scorer's weight is 0"))
 	}
-	return err
+	return llmdConfigError(LLMDPrecise, err)
 }
 
 // LLMDPrecisePolicy is llm-d's precise-prefix-cache well-lit path as its
@@ -683,23 +683,31 @@ func llmdClamp(s float64) float64 {
 	return min(s, 1)
 }
 
+// llmdConfigError names the policy whose configuration err is about.
+func llmdConfigError(policy string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s config: %w", policy, err)
+}
+
 func llmdInRange(name string, v, lo, hi float64) error {
 	if !(v >= lo && v <= hi) {
-		return fmt.Errorf("llm-d: %s %v: want %v to %v", name, v, lo, hi)
+		return fmt.Errorf("%s %v: want %v to %v", name, v, lo, hi)
 	}
 	return nil
 }
 
 func llmdPositive(name string, v float64) error {
 	if !(v > 0 && v <= math.MaxFloat64) {
-		return fmt.Errorf("llm-d: %s %v: want a positive, finite value", name, v)
+		return fmt.Errorf("%s %v: want a positive, finite value", name, v)
 	}
 	return nil
 }
 
 func llmdPositiveInt(name string, v int) error {
 	if v <= 0 {
-		return fmt.Errorf("llm-d: %s %d: want a positive value", name, v)
+		return fmt.Errorf("%s %d: want a positive value", name, v)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package peers
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -883,4 +884,15 @@ func FuzzLLMDPick(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestLLMDConfigErrorsNamePolicy(t *testing.T) {
+	err := LLMDConfig{}.Validate()
+	if err == nil || !strings.HasPrefix(err.Error(), "llm-d config: ") || !strings.Contains(err.Error(), "PeakPrefillThroughput") {
+		t.Fatalf("%v", err)
+	}
+	err = LLMDPreciseConfig{}.Validate()
+	if err == nil || !strings.HasPrefix(err.Error(), "llm-d-precise config: ") || !strings.Contains(err.Error(), "DefaultBlockSize") {
+		t.Fatalf("%v", err)
+	}
 }
