@@ -149,6 +149,10 @@ func (c LLMDConfig) Validate() error {
 //     among its ready pods); the walk still counts every endpoint the
 //     model holds, as llm-d's indexer does.
 //   - One prompt per request (llm-d hashes each of a request's prompts).
+//   - Dispatched recomputes the chosen endpoint's match against the
+//     model before adding the blocks, where llm-d keeps the one its
+//     scheduling cycle computed: the same figure when, as the picker
+//     does, the caller calls Dispatched right after Pick.
 //   - Exploration and the shuffle draw from Rand seeded with Pick's rnd;
 //     the exploration draw is made only when its probability is above 0.
 //   - addEstimatedOutputTokens is not offered: it is off by default.
