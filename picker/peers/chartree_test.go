@@ -138,6 +138,14 @@ func TestCharTreeInsertMatchSplit(t *testing.T) {
 		labels:  []string{"abc[A,B]", "def[B]"},
 		chars:   map[string]int{"A": 3, "B": 6},
 		matches: []match{{"abcdefg", 6, []string{"B"}}},
+	}, {
+		// A walk that leaves an edge partway stops there, though the rest
+		// of the query would match that node's child.
+		name:    "no match past a divergence",
+		inserts: []ins{{"abcd", "A"}, {"abcdXY", "B"}},
+		labels:  []string{"abcd[A,B]", "XY[B]"},
+		chars:   map[string]int{"A": 4, "B": 6},
+		matches: []match{{"abXY", 2, []string{"A", "B"}}, {"abcdXYZ", 6, []string{"B"}}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tree := newCharTree()
