@@ -42,6 +42,7 @@ type ctNode struct {
 type ctStamp struct {
 	tenant string
 	at     int64 // UnixNano
+	kids   int32 // children of the node the tenant owns; 0: its leaf
 }
 
 func newCharTree() *charTree {
@@ -115,6 +116,7 @@ func (t *charTree) stamp(n *ctNode, tenant string, at int64) {
 	n.stamps = slices.Insert(n.stamps, i, ctStamp{tenant: tenant, at: at})
 	t.chars[tenant] += n.runes
 	t.total += n.runes
+	t.countKid(n, tenant, +1)
 }
 
 // unstamp drops tenant's ownership of n (which it has) and its count.
@@ -126,6 +128,16 @@ func (t *charTree) unstamp(n *ctNode, tenant string) {
 	if t.chars[tenant] == 0 {
 		delete(t.chars, tenant)
 	}
+	t.countKid(n, tenant, -1)
+}
+
+// countKid adds d to the count of tenant's children at n's parent, which
+// tenant owns (ownership is prefix-closed); the root keeps no stamps.
+func (t *charTree) countKid(n *ctNode, tenant string, d int32) {
+	if p := n.parent; p != t.root {
+		i, _ := p.stampIndex(tenant)
+		p.stamps[i].kids += d
+	}
 }
 
 // split cuts c's edge after k bytes (a rune boundary inside it): a new
@@ -135,6 +147,9 @@ func (t *charTree) unstamp(n *ctNode, tenant string) {
 func (t *charTree) split(c *ctNode, k int) *ctNode {
 	mid := t.newNode(strings.Clone(c.label[:k]))
 	mid.stamps = slices.Clone(c.stamps)
+	for i := range mid.stamps {
+		mid.stamps[i].kids = 1 // c, which the same tenants own
+	}
 	p := c.parent
 	i, _ := p.childIndex(ctFirstRune(c.label))
 	p.children[i], mid.parent = mid, p
@@ -146,25 +161,21 @@ func (t *charTree) split(c *ctNode, k int) *ctNode {
 
 // Remove drops tenant from every node, and the nodes left unowned.
 func (t *charTree) Remove(tenant string) {
-	t.removeUnder(t.root, tenant)
-	t.total -= t.chars[tenant]
-	delete(t.chars, tenant)
-}
-
-// removeUnder drops tenant from n's subtree (not n itself) and prunes.
-func (t *charTree) removeUnder(n *ctNode, tenant string) {
-	kept := n.children[:0]
-	for _, c := range n.children {
-		t.removeUnder(c, tenant)
-		if i, ok := c.stampIndex(tenant); ok {
-			c.stamps = slices.Delete(c.stamps, i, i+1)
+	var owned []*ctNode
+	t.walk(func(n *ctNode) bool {
+		_, ok := n.stampIndex(tenant)
+		if ok {
+			owned = append(owned, n)
 		}
-		if len(c.stamps) > 0 {
-			kept = append(kept, c)
+		return ok
+	})
+	for _, n := range slices.Backward(owned) { // children before parents
+		p := n.parent
+		t.unstamp(n, tenant)
+		if len(n.stamps) == 0 {
+			p.removeChild(n)
 		}
 	}
-	clear(n.children[len(kept):])
-	n.children = kept
 }
 
 // Evict takes tenants' leaves, least recently used first across all
@@ -174,12 +185,13 @@ func (t *charTree) Evict(budget int) {
 		return
 	}
 	h := &ctLeaves{}
-	t.walk(t.root, func(n *ctNode) {
+	t.walk(func(n *ctNode) bool {
 		for _, s := range n.stamps {
-			if !n.childOwned(s.tenant) {
+			if s.kids == 0 {
 				h.items = append(h.items, ctLeaf{n: n, tenant: s.tenant, at: s.at})
 			}
 		}
+		return true
 	})
 	heap.Init(h)
 	for t.total > budget && h.Len() > 0 {
@@ -189,20 +201,29 @@ func (t *charTree) Evict(budget int) {
 		if len(l.n.stamps) == 0 {
 			p.removeChild(l.n)
 		}
-		if p == t.root || p.childOwned(l.tenant) {
+		if p == t.root {
 			continue
 		}
-		if i, ok := p.stampIndex(l.tenant); ok {
+		if i, _ := p.stampIndex(l.tenant); p.stamps[i].kids == 0 {
 			heap.Push(h, ctLeaf{n: p, tenant: l.tenant, at: p.stamps[i].at})
 		}
 	}
 }
 
-// walk calls f on every node below n, in child order.
-func (t *charTree) walk(n *ctNode, f func(*ctNode)) {
-	for _, c := range n.children {
-		f(c)
-		t.walk(c, f)
+// walk calls f on every node below the root, depth first in child order,
+// descending below a node only when f returns true. It keeps its own
+// stack: a long conversation's chain of turns can be deep.
+func (t *charTree) walk(f func(*ctNode) bool) {
+	stack := []*ctNode{t.root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if n != t.root && !f(n) {
+			continue
+		}
+		for _, c := range slices.Backward(n.children) {
+			stack = append(stack, c)
+		}
 	}
 }
 
@@ -241,16 +262,6 @@ func (n *ctNode) stampIndex(tenant string) (int, bool) {
 	return slices.BinarySearchFunc(n.stamps, tenant, func(s ctStamp, t string) int {
 		return strings.Compare(s.tenant, t)
 	})
-}
-
-// childOwned reports whether tenant owns a child of n.
-func (n *ctNode) childOwned(tenant string) bool {
-	for _, c := range n.children {
-		if _, ok := c.stampIndex(tenant); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // ctLeaf is a tenant's leaf: a node it owns and none of whose children it

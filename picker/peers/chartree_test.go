@@ -11,8 +11,10 @@ import (
 
 // ctCheck reports the first broken invariant of tree: per-tenant counts
 // and the total equal a walk, every node is owned, ownership is
-// prefix-closed, labels are non-empty valid UTF-8, children are sorted by
-// distinct first runes and point back to their parent.
+// prefix-closed, each stamp counts the children its tenant owns, labels
+// are non-empty valid UTF-8, children are sorted by distinct first runes
+// and point back to their parent. It recurses on its own (not through
+// walk, which it checks too).
 func ctCheck(tree *charTree) error {
 	walked := map[string]int{}
 	var err error
@@ -34,6 +36,15 @@ func ctCheck(tree *charTree) error {
 				err = fmt.Errorf("node %q: stamps unsorted", c.label)
 			}
 			for _, s := range c.stamps {
+				kids := 0
+				for _, g := range c.children {
+					if _, ok := g.stampIndex(s.tenant); ok {
+						kids++
+					}
+				}
+				if int(s.kids) != kids {
+					err = fmt.Errorf("node %q: %s's kids %d, owns %d", c.label, s.tenant, s.kids, kids)
+				}
 				walked[s.tenant] += c.runes
 				if _, ok := n.stampIndex(s.tenant); n.parent != nil && !ok {
 					err = fmt.Errorf("node %q: %s owns it, not its parent", c.label, s.tenant)
@@ -45,6 +56,11 @@ func ctCheck(tree *charTree) error {
 	visit(tree.root)
 	if err != nil {
 		return err
+	}
+	nodes := 0
+	tree.walk(func(*ctNode) bool { nodes++; return true })
+	if nodes != ctCount(tree.root)-1 {
+		return fmt.Errorf("walk visited %d nodes of %d", nodes, ctCount(tree.root)-1)
 	}
 	sum := 0
 	for tenant, n := range walked {
@@ -59,15 +75,25 @@ func ctCheck(tree *charTree) error {
 	return nil
 }
 
+// ctCount counts n and the nodes below it.
+func ctCount(n *ctNode) int {
+	c := 1
+	for _, k := range n.children {
+		c += ctCount(k)
+	}
+	return c
+}
+
 // ctLabels lists the tree's edges depth first, as "label[tenants]".
 func ctLabels(tree *charTree) []string {
 	var out []string
-	tree.walk(tree.root, func(n *ctNode) {
+	tree.walk(func(n *ctNode) bool {
 		var ts []string
 		for _, s := range n.stamps {
 			ts = append(ts, s.tenant)
 		}
 		out = append(out, n.label+"["+strings.Join(ts, ",")+"]")
+		return true
 	})
 	return out
 }
@@ -188,7 +214,7 @@ func TestCharTreeEdgesOwnTheirMemory(t *testing.T) {
 	tree.Insert(text[:250]+"z", "C", 1)
 	start := uintptr(unsafe.Pointer(unsafe.StringData(text)))
 	seen := map[uintptr]bool{}
-	tree.walk(tree.root, func(n *ctNode) {
+	tree.walk(func(n *ctNode) bool {
 		p := uintptr(unsafe.Pointer(unsafe.StringData(n.label)))
 		if p >= start && p < start+uintptr(len(text)) {
 			t.Errorf("label %.10q… points into the request text", n.label)
@@ -197,6 +223,7 @@ func TestCharTreeEdgesOwnTheirMemory(t *testing.T) {
 			t.Errorf("label %.10q… shares an allocation", n.label)
 		}
 		seen[p] = true
+		return true
 	})
 	if len(seen) != 5 {
 		t.Errorf("%d edges, want 5: %q", len(seen), ctLabels(tree))
@@ -293,6 +320,40 @@ func TestCharTreeRemove(t *testing.T) {
 	tree.Remove("B")
 	if err := ctCheck(tree); err != nil || len(tree.root.children) != 0 || tree.Total() != 0 {
 		t.Errorf("after removing all: %v, %q, total %d", err, ctLabels(tree), tree.Total())
+	}
+}
+
+func TestCharTreeDeepChain(t *testing.T) {
+	// A conversation growing turn by turn makes a chain one node per turn.
+	tree := newCharTree()
+	const turns = 3000
+	text := ""
+	for i := range turns {
+		text += "t "
+		tree.Insert(text, "A", int64(i))
+	}
+	tree.Insert(text[:10]+"B", "B", turns)
+	if err := ctCheck(tree); err != nil {
+		t.Fatal(err)
+	}
+	if n := ctCount(tree.root) - 1; n != turns+1 {
+		t.Fatalf("%d nodes, want %d", n, turns+1)
+	}
+	// 11 characters over: A's 6 deepest turns (2 each) go, the oldest
+	// leaves; B's is the newest.
+	tree.Evict(2 * turns)
+	if err := ctCheck(tree); err != nil {
+		t.Fatal(err)
+	}
+	if tree.Total() != 2*turns-1 || tree.TenantChars("B") != 11 {
+		t.Errorf("total %d B %d, want %d and 11", tree.Total(), tree.TenantChars("B"), 2*turns-1)
+	}
+	if m, _ := tree.Match(text); m != 2*(turns-6) {
+		t.Errorf("A's text matches %d runes, want %d", m, 2*(turns-6))
+	}
+	tree.Remove("A")
+	if err := ctCheck(tree); err != nil || tree.Total() != 11 {
+		t.Errorf("after Remove: %v, total %d", err, tree.Total())
 	}
 }
 
