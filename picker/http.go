@@ -132,6 +132,7 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		writeError(w, err)
 		return
 	}
+	r.peerDone(p) // a peer policy's booking: the request is not seen again
 	writeJSON(w, http.StatusOK, p)
 }
 

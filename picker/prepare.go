@@ -24,6 +24,7 @@ type prepared struct {
 	group      string
 	eps        []fleet.Endpoint // the group's, sorted by URL
 	chain      []blockkey.Key   // the request's block keys (none: load only, or no tokens)
+	tokens     []uint32         // its exact tokens (nil: none had), for a peer policy
 	prefixHash string           // "" when not anchorable
 	dreq       decide.Request
 }
@@ -103,6 +104,7 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 	case err == nil:
 		kr := blockkey.Request{Tokens: toks.full, LoRA: lora, CacheSalt: req.CacheSalt, MM: toks.mm}
 		p.chain = kr.AppendKeys(nil, model, blockSize)
+		p.tokens = toks.full
 		p.dreq.PromptTokens = len(toks.full)
 		if len(p.chain) > 0 {
 			p.dreq.TieKey = uint64(p.chain[0])

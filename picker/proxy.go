@@ -149,9 +149,13 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 	}
 	defer r.bufs.Put(bp)
 	buf := *bp
-	for {
+	for first := true; ; {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
+			if first && sse {
+				r.peerFirstToken(p) // prefill done, as the peers count it
+			}
+			first = false
 			_, _ = sn.Write(buf[:n])
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return true, werr // the client left

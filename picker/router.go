@@ -62,12 +62,18 @@ type Config struct {
 	// prefill work shrinks at this rate from the moment it was made.
 	// Default 5,000.
 	PrefillTokensPerSecond float64
+	// PolicySeed seeds the random tie-breaks of a peer policy (llm-d,
+	// llm-d-precise, dynamo, sglang: comparison baselines), so a bench run
+	// is reproducible. kvroute's own policies draw no random numbers. Any
+	// value is valid; default 1.
+	PolicySeed uint64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
-		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000}
+		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000,
+		PolicySeed: 1}
 }
 
 // Validate checks c.
@@ -120,6 +126,7 @@ type Router struct {
 
 	mu     sync.Mutex
 	ledger *inflight.Ledger // picks not yet covered by a load report
+	peer   *peerPolicy      // a peer's policy, when one is configured (comparison runs)
 }
 
 // NewRouter returns a router over view.
@@ -145,6 +152,11 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		defer cancel()
 		return listModels(ctx, hc, base, cfg.EngineAPIKey)
 	}}
+	if cfg.Score.Policy.IsPeer() {
+		if r.peer, err = newPeerPolicy(string(cfg.Score.Policy), cfg.PolicySeed); err != nil {
+			return nil, err
+		}
+	}
 	r.m = newMetrics(reg, r)
 	return r, nil
 }
@@ -160,7 +172,8 @@ func (r *Router) Close() {
 type Pick struct {
 	pickapi.Answer
 
-	send            uint64 // the in-flight record, for Done
+	send            uint64     // the in-flight record, for Done
+	peer            peerTicket // the peer policy's booking, for FirstToken and Done
 	blockSize       int
 	anotherHeldMore bool // a healthy endpoint held a longer GPU prefix
 	loadOnly        bool // the endpoint's cache was unknown: nothing predicted
@@ -183,10 +196,15 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	p, err := r.prepare(ctx, kind, body, &n)
 	var d decide.Decision
 	var now time.Time
+	var ticket peerTicket
 	if err == nil {
 		now = time.Now()
 		p.dreq.Exclude = opt.Exclude
-		d = decide.Decide(&r.dcfg, p.dreq, r.snapshot(p, now), now)
+		if r.peer != nil && p.dreq.Policy == "" {
+			d, ticket = r.peerDecide(p, kind, body, r.snapshot(p, now), now)
+		} else {
+			d = decide.Decide(&r.dcfg, p.dreq, r.snapshot(p, now), now)
+		}
 	}
 	r.m.observe(&n, &d)
 	if err != nil {
@@ -214,6 +232,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	r.mu.Lock()
 	pick.send = r.ledger.Record(d.Endpoint, d.Uncached, now)
 	r.mu.Unlock()
+	pick.peer = ticket
 	return pick, nil
 }
 
@@ -241,6 +260,7 @@ func (r *Router) Done(p *Pick) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ledger.Done(p.Endpoint, p.send)
+	r.peerDoneLocked(p)
 }
 
 func noEndpoints(model string) *intake.Error {
