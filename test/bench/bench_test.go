@@ -75,7 +75,7 @@ func TestSeedContinuation(t *testing.T) {
 		}
 	}
 	pol := doc["policies"].(map[string]any)["precise"].(map[string]any)
-	if p.PickOverheadUs.P99 <= 0 || p.PickOverheadUs.P99 < p.PickOverheadUs.P50 || p.WrongPodRate > 0.5 {
+	if o := p.PickOverheadUs; o.Samples < 8 || o.Mean <= 0 || o.P99Bound <= 0 || o.P99Bound < o.P50Bound || o.Note == "" || p.WrongPodRate > 0.5 {
 		t.Fatalf("picker figures: %+v, wrong-pod rate %v", p.PickOverheadUs, p.WrongPodRate)
 	}
 	for _, k := range []string{"requests", "errors", "hit_rate", "ttft_ms", "continuation_ttft_ms", "conversations", "warm_returns", "load_imbalance", "throughput_rps", "pick_overhead_us", "wrong_pod_rate"} {
@@ -105,9 +105,9 @@ func TestSeedContinuation(t *testing.T) {
 			t.Fatal("timeline ends with no cached blocks")
 		}
 	}
-	// The report of a real run, in a real browser: the two summary charts
-	// and two per policy.
-	checkReportInChromium(t, filepath.Join(dir, "report.html"), "report-seed-continuation.png", 2+2*2)
+	// The report of a real run, in a real browser: the three summary
+	// charts and two per policy.
+	checkReportInChromium(t, filepath.Join(dir, "report.html"), "report-seed-continuation.png", 3+2*2)
 }
 
 // TestAgenticPressure runs a small agentic shape under precise and
