@@ -33,8 +33,9 @@
 //     (warm returns ÷ continuations) is judged ("vs chance" in the table).
 //   - per policy "hit_rate_over_time" ({"t_s", "hit_rate", "requests"}):
 //     the hit rate of the requests starting in each of 20 equal windows of
-//     the run's simulated time (empty windows left out), drawn as one line
-//     per policy in the report.
+//     the run's simulated time (fewer for a short run, so that a window
+//     holds 12 requests on average; empty windows left out), drawn as one
+//     line per policy in the report.
 //   - per policy "pick_overhead_us": the picker's arrival-to-dispatch time
 //     from its histogram, as the bench sees no raw samples: "mean" is
 //     exact (the samples' sum ÷ count), "p50_bucket_bound" and

@@ -93,26 +93,49 @@ func TestComparePeers(t *testing.T) {
 }
 
 // TestHitRateOverTime checks the windows: requests counted by their start,
-// empty windows left out, errors ignored, times in simulated seconds.
+// empty windows left out, errors ignored, times in simulated seconds, and
+// fewer windows for fewer requests.
 func TestHitRateOverTime(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int, prompt, cached int) Outcome {
 		return Outcome{Start: t0.Add(time.Duration(ms) * time.Millisecond), PromptTokens: prompt, CachedTokens: cached}
 	}
-	outs := []Outcome{at(0, 100, 0), at(40, 100, 50), at(510, 200, 150), at(1999, 100, 100), at(3000, 100, 100),
-		{Start: t0.Add(time.Second), Err: errString("boom"), PromptTokens: 100}}
-	s := hitRateOverTime(outs, t0, 2*time.Second, 0.5) // 4 simulated seconds, windows of 0.2 s
-	if len(s.Seconds) != 3 || len(s.HitRate) != 3 || len(s.Requests) != 3 {
-		t.Fatalf("%+v", s)
+	// 244 answered requests over 2 s of wall time (4 simulated): 20
+	// windows of 0.2 simulated seconds; nothing starts in 1.0–1.2 s.
+	var outs []Outcome
+	for k := 0; k < 20; k++ {
+		for j := 0; j < 12; j++ {
+			ms := 100*k + 8*j
+			if k == 5 {
+				ms += 100 // into the next window
+			}
+			outs = append(outs, at(ms, 100, 5*k))
+		}
 	}
-	if s.Requests[0] != 2 || s.HitRate[0] != 0.25 || math.Abs(s.Seconds[0]-0.1) > 1e-9 {
-		t.Fatalf("first window: %+v", s)
+	outs = append(outs, at(2500, 100, 100), at(2100, 100, 100), at(440, 100, 100), at(460, 100, 100), // past the end: the last window
+		Outcome{Start: t0.Add(time.Second / 2), Err: errString("boom"), PromptTokens: 100}) // an error: not counted
+	s := hitRateOverTime(outs, t0, 2*time.Second, 0.5)
+	if len(s.Seconds) != 19 || len(s.HitRate) != 19 || len(s.Requests) != 19 {
+		t.Fatalf("%d windows: %+v", len(s.Seconds), s)
 	}
-	if s.Requests[1] != 1 || s.HitRate[1] != 0.75 || math.Abs(s.Seconds[1]-1.1) > 1e-9 { // 510 ms of 2 s: window 5
-		t.Fatalf("second window: %+v", s)
+	if s.Requests[0] != 12 || s.HitRate[0] != 0 || math.Abs(s.Seconds[0]-0.1) > 1e-9 {
+		t.Fatalf("first window: %v %v %v", s.Requests[0], s.HitRate[0], s.Seconds[0])
 	}
-	if s.Requests[2] != 2 || s.HitRate[2] != 1 || math.Abs(s.Seconds[2]-3.9) > 1e-9 { // the last, and one past the end
-		t.Fatalf("last window: %+v", s)
+	if s.Requests[4] != 14 || math.Abs(s.HitRate[4]-(12*0.2+2)/14) > 1e-9 { // 400–500 ms, with the two extra
+		t.Fatalf("window 5: %v %v", s.Requests[4], s.HitRate[4])
+	}
+	if math.Abs(s.Seconds[5]-1.3) > 1e-9 || s.Requests[5] != 24 { // window 6 (1.0–1.2 s) is empty and left out
+		t.Fatalf("after the gap: %v at %v", s.Requests[5], s.Seconds[5])
+	}
+	if last := len(s.Seconds) - 1; s.Requests[last] != 14 || math.Abs(s.Seconds[last]-3.9) > 1e-9 {
+		t.Fatalf("last window: %v at %v", s.Requests[last], s.Seconds[last])
+	}
+	// 36 requests: 3 windows.
+	if few := hitRateOverTime(outs[:36], t0, 300*time.Millisecond, 1); len(few.Seconds) != 3 || few.Requests[0] != 12 {
+		t.Fatalf("36 requests: %+v", few)
+	}
+	if one := hitRateOverTime(outs[:3], t0, time.Second, 1); len(one.Seconds) != 1 || one.Requests[0] != 3 {
+		t.Fatalf("3 requests: %+v", one)
 	}
 	if e := hitRateOverTime(nil, t0, 0, 1); e == nil || e.Seconds == nil || len(e.Seconds) != 0 {
 		t.Fatalf("empty: %+v", e)

@@ -146,18 +146,20 @@ type StepResult struct {
 }
 
 // HitRateSeries is a policy's hit rate over its run: the run's simulated
-// time cut into hitRateWindows equal windows, each request counted in the
-// window its start falls in; a window's hit rate is its answered requests'
-// cached prompt tokens ÷ their prompt tokens. Windows without an answered
-// request are left out, so the three lists stay parallel.
+// time cut into equal windows — 20, or fewer so that a window holds 12
+// answered requests on average — each request counted in the window its
+// start falls in; a window's hit rate is its answered requests' cached
+// prompt tokens ÷ their prompt tokens. Windows without an answered request
+// are left out, so the three lists stay parallel.
 type HitRateSeries struct {
 	Seconds  []float64 `json:"t_s"` // the window's middle, simulated seconds since the policy's start
 	HitRate  []float64 `json:"hit_rate"`
 	Requests []int     `json:"requests"` // answered requests starting in the window
 }
 
-// hitRateWindows is the number of windows of a HitRateSeries.
-const hitRateWindows = 20
+// Hit rate windows: at most hitRateWindows, of hitRatePerWindow answered
+// requests on average at least.
+const hitRateWindows, hitRatePerWindow = 20, 12
 
 // hitRateOverTime windows the outcomes of a run that started at start and
 // lasted elapsed (wall time; scale turns it into simulated seconds).
@@ -165,17 +167,21 @@ func hitRateOverTime(outs []Outcome, start time.Time, elapsed time.Duration, sca
 	if elapsed <= 0 {
 		elapsed = time.Nanosecond
 	}
-	var prompt, cached, n [hitRateWindows]int
+	var ok []Outcome
 	for _, o := range outs {
-		if o.Err != nil || o.Start.IsZero() {
-			continue
+		if o.Err == nil && !o.Start.IsZero() {
+			ok = append(ok, o)
 		}
-		k := int(float64(hitRateWindows) * float64(o.Start.Sub(start)) / float64(elapsed))
-		k = min(max(k, 0), hitRateWindows-1)
+	}
+	windows := min(hitRateWindows, max(1, len(ok)/hitRatePerWindow))
+	prompt, cached, n := make([]int, windows), make([]int, windows), make([]int, windows)
+	for _, o := range ok {
+		k := int(float64(windows) * float64(o.Start.Sub(start)) / float64(elapsed))
+		k = min(max(k, 0), windows-1)
 		prompt[k], cached[k], n[k] = prompt[k]+o.PromptTokens, cached[k]+o.CachedTokens, n[k]+1
 	}
 	s := &HitRateSeries{Seconds: []float64{}, HitRate: []float64{}, Requests: []int{}}
-	width := elapsed.Seconds() / scale / hitRateWindows
+	width := elapsed.Seconds() / scale / float64(windows)
 	for k := range n {
 		if n[k] == 0 {
 			continue
