@@ -25,13 +25,20 @@ type benchFlags struct {
 	engines, gpuBlocks, limit                int
 	timeScale, traceRate, epsilon            float64
 	seed                                     uint64
+	sequential, peers                        bool
 }
 
 // scenario builds the named scenario from the flags.
 func (b *benchFlags) buildScenario() (bench.Scenario, error) {
+	if b.sequential && b.scenario != "seed-continuation" {
+		return nil, fmt.Errorf("--sequential is a form of --scenario seed-continuation, not of %s", b.scenario)
+	}
 	switch b.scenario {
 	case "seed-continuation":
-		return bench.SeedContinuation{}, nil
+		if b.sequential {
+			return bench.SeedContinuation{}, nil
+		}
+		return bench.SeedConcurrent{}, nil
 	case "agentic-pressure":
 		return bench.AgenticPressure{}, nil
 	case "shared-prefix":
@@ -64,10 +71,26 @@ sidecar each and a picker, all over real sockets on 127.0.0.1 in this
 process, once per routing policy with a fresh fleet each; print the table and
 write DIR/results.json, DIR/summary.txt and DIR/report.html.
 
+Policies (--policies, comma-separated): kvroute's own — precise,
+prefix-hash, least-loaded, round-robin — and the peers' routing,
+re-implemented in the picker as baselines — llm-d, llm-d-precise, dynamo,
+sglang. --peers is shorthand for the four peers, precise and round-robin:
+  --policies ` + peersShorthand + `
+When a peer ran, every policy is also set against the best peer: its hit
+rate, mean TTFT and p99 TTFT ÷ the best peer's (results.json vs_best_peer,
+summary.txt, report.html).
+
 Scenarios:
-  seed-continuation  2 engines, 12 two-turn Responses conversations run one
-                     after another as agentic-api runs them (≈ 6.6k tokens on
-                     turn 2), a fresh cache_salt each.
+  seed-continuation  4 engines × 3,072 blocks, 64 of the seed run's two-turn
+                     agentic Responses conversations at once, interleaved
+                     (1.25 start a second): turn 1 ≈ 6.8k tokens (system
+                     prompt, tools, task), then a tool call and its
+                     32–128-token output, and turn 2 the whole conversation
+                     rehydrated; a fresh cache_salt each; working set ≈ 2.3×
+                     the fleet's KV, 9× one engine's. Reports the
+                     continuation hit and warm returns against chance (1 ÷
+                     engines). With --sequential, the seed run as it was: 2
+                     engines, 12 conversations one after another.
   agentic-pressure   8 engines, 64 concurrent agent sessions of 4 agent types
                      (2k–6k-token system prompts with tools), 5–20 tool-call
                      turns with 200–2,000-token outputs, branches, 4 tenants
@@ -92,7 +115,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			if err != nil {
 				return usageError(err)
 			}
-			ps, err := parsePolicies(b.policies)
+			ps, err := b.policyList(cmd.Flags().Changed("policies"))
 			if err != nil {
 				return usageError(err)
 			}
@@ -125,10 +148,12 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&b.scenario, "scenario", "seed-continuation", "scenario: seed-continuation, agentic-pressure, shared-prefix or trace")
+	f.BoolVar(&b.sequential, "sequential", false, "with --scenario seed-continuation: its sequential form (2 engines, conversations one after another)")
 	f.StringVar(&b.trace, "trace", "", "Mooncake-format JSONL file for --scenario trace")
 	f.IntVar(&b.limit, "limit", 0, "replay only the trace's first N records (0: all)")
 	f.Float64Var(&b.traceRate, "trace-rate", 1, "scale the trace's request rate (0.5: half the rate, for a smaller fleet)")
-	f.StringVar(&b.policies, "policies", "round-robin,least-loaded,prefix-hash,precise", "policies to compare, comma-separated")
+	f.StringVar(&b.policies, "policies", "round-robin,least-loaded,prefix-hash,precise", "policies to compare, comma-separated: kvroute's (precise, prefix-hash, least-loaded, round-robin) or peers' (llm-d, llm-d-precise, dynamo, sglang)")
+	f.BoolVar(&b.peers, "peers", false, "shorthand for --policies "+peersShorthand)
 	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
 	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
@@ -137,6 +162,28 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
 	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	return cmd
+}
+
+// peersShorthand is what --peers stands for: the peers' policies, then
+// kvroute's precise and round-robin.
+var peersShorthand = func() string {
+	var names []string
+	for _, p := range append(score.PeerPolicies(), score.Precise, score.RoundRobin) {
+		names = append(names, string(p))
+	}
+	return strings.Join(names, ",")
+}()
+
+// policyList is the policies to run: --policies, or what --peers stands
+// for (not both; policiesSet says whether --policies was given).
+func (b *benchFlags) policyList(policiesSet bool) ([]score.Policy, error) {
+	if b.peers {
+		if policiesSet {
+			return nil, fmt.Errorf("--peers is shorthand for --policies %s: give one of them", peersShorthand)
+		}
+		b.policies = peersShorthand
+	}
+	return parsePolicies(b.policies)
 }
 
 // parsePolicies parses a comma-separated policy list.

@@ -75,7 +75,7 @@ func TestSeedContinuation(t *testing.T) {
 		}
 	}
 	pol := doc["policies"].(map[string]any)["precise"].(map[string]any)
-	if p.PickOverheadUs.P99 <= 0 || p.PickOverheadUs.P99 < p.PickOverheadUs.P50 || p.WrongPodRate > 0.5 {
+	if o := p.PickOverheadUs; o.Samples < 8 || o.Mean <= 0 || o.P99Bound <= 0 || o.P99Bound < o.P50Bound || o.Note == "" || p.WrongPodRate > 0.5 {
 		t.Fatalf("picker figures: %+v, wrong-pod rate %v", p.PickOverheadUs, p.WrongPodRate)
 	}
 	for _, k := range []string{"requests", "errors", "hit_rate", "ttft_ms", "continuation_ttft_ms", "conversations", "warm_returns", "load_imbalance", "throughput_rps", "pick_overhead_us", "wrong_pod_rate"} {
@@ -105,9 +105,110 @@ func TestSeedContinuation(t *testing.T) {
 			t.Fatal("timeline ends with no cached blocks")
 		}
 	}
-	// The report of a real run, in a real browser: the two summary charts
-	// and two per policy.
-	checkReportInChromium(t, filepath.Join(dir, "report.html"), "report-seed-continuation.png", 2+2*2)
+	// The report of a real run, in a real browser: the three summary
+	// charts and two per policy.
+	checkReportInChromium(t, filepath.Join(dir, "report.html"), "report-seed-continuation.png", 3+2*2)
+}
+
+// capture runs a scenario and keeps copies of its outcomes (Run drops the
+// bodies).
+type capture struct {
+	Scenario
+	mu  sync.Mutex
+	got map[int][]Outcome // by run
+	n   int
+}
+
+func (c *capture) Run(ctx context.Context, cl *Client, rng *rand.Rand) ([]Outcome, error) {
+	outs, err := c.Scenario.Run(ctx, cl, rng)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.got[c.n] = slices.Clone(outs)
+	c.n++
+	return outs, err
+}
+
+// TestSeedConcurrent runs a small concurrent seed-continuation (16
+// two-turn conversations of ≈ 3k tokens on 4 engines, 2 starting a
+// second, five times faster than real time) under precise and least-loaded
+// routing: every conversation's two turns answered, turn 2
+// carrying the function_call and its output; both policies get the same
+// requests; precise brings the second turns back warm, least-loaded does
+// not; the chance level and the hit rate over time are in the results.
+func TestSeedConcurrent(t *testing.T) {
+	sc := &capture{Scenario: SeedConcurrent{GPUBlocks: 1024, Conversations: 16, InstructionTokens: 2500, InputTokens: 300,
+		ToolMin: 16, ToolMax: 48, OutputTokens: 8, Rate: 2, Think: time.Second}, got: map[int][]Outcome{}}
+	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.LeastLoaded},
+		TimeScale: 0.2, Seed: 9, SampleEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", Table(res))
+	if res.Scenario != "seed-continuation" || res.Fleet.Engines != 4 || res.Fleet.GPUBlocksPerEngine != 1024 || res.WarmReturnChance != 0.25 {
+		t.Fatalf("results header: %+v", res)
+	}
+	bodies := map[string]bool{}
+	for run := 0; run < 2; run++ {
+		for _, o := range sc.got[run] {
+			if o.Turn == 2 && (!strings.Contains(string(o.Body), `"type":"function_call"`) || !strings.Contains(string(o.Body), `"type":"function_call_output"`)) {
+				t.Fatalf("turn 2 without its tool call: %s", o.Body)
+			}
+			if o.Turn == 1 {
+				bodies[string(o.Body)] = true
+			}
+		}
+	}
+	if len(bodies) != 16 { // 16 distinct first turns, the same for both policies
+		t.Fatalf("%d distinct first turns over two policies", len(bodies))
+	}
+	p, ll := res.Policies["precise"], res.Policies["least-loaded"]
+	for name, r := range map[string]*PolicyResult{"precise": p, "least-loaded": ll} {
+		if r.Errors != 0 || r.Requests != 32 || r.Conversations != 16 || r.Continuations != 16 {
+			t.Fatalf("%s: %+v", name, r)
+		}
+		if s := r.HitRateOverTime; s == nil || len(s.Seconds) == 0 || len(s.HitRate) != len(s.Seconds) {
+			t.Fatalf("%s: hit rate over time %+v", name, s)
+		}
+	}
+	// Loose bounds: a test machine under the race detector picks slowly
+	// (tens of ms), and precise, weighing queues against the cache, then
+	// moves the odd turn 2 off its warm engine.
+	if p.WarmReturns < 12 || p.ContinuationHitRate < 0.7 || p.WarmReturnRate != float64(p.WarmReturns)/16 {
+		t.Fatalf("precise: %d warm of 16, continuation hit %.3f", p.WarmReturns, p.ContinuationHitRate)
+	}
+	if ll.WarmReturns > 11 || ll.ContinuationHitRate >= p.ContinuationHitRate {
+		t.Fatalf("least-loaded: %d warm of 16, continuation hit %.3f (precise %.3f)", ll.WarmReturns, ll.ContinuationHitRate, p.ContinuationHitRate)
+	}
+	if res.VsBestPeer != nil {
+		t.Fatal("a comparison with peers when none ran")
+	}
+}
+
+// TestSeedConcurrentPlan checks the plan: the same for a seed, starts in
+// order at about the rate, tool runs and outputs in bounds.
+func TestSeedConcurrentPlan(t *testing.T) {
+	s := SeedConcurrent{}.withDefaults()
+	a, b := s.plan(rand.New(rand.NewPCG(4, 1))), s.plan(rand.New(rand.NewPCG(4, 1)))
+	if len(a) != 64 || !slices.Equal(a, b) {
+		t.Fatal("the plan differs for one seed")
+	}
+	for i, c := range a {
+		if i > 0 && c.start < a[i-1].start || c.think < s.Think/4 || c.think > s.Think || c.toolTokens < s.ToolMin || c.toolTokens > s.ToolMax {
+			t.Fatalf("conversation %d: %+v", i, c)
+		}
+	}
+	if span := a[63].start.Seconds(); span < 63/s.Rate/2 || span > 63/s.Rate*2 {
+		t.Fatalf("64 conversations start over %.1f s at %.1f a second", span, s.Rate)
+	}
+	// The default shape fits the engines' context; a small cache does not.
+	if n := s.promptBound(); n > (s.GPUBlocks-1)*16 || n < 6500 {
+		t.Fatalf("a conversation needs %d tokens", n)
+	}
+	c := NewClient("http://127.0.0.1:1")
+	c.MaxModelLen = 4096
+	if _, err := s.Run(context.Background(), c, rand.New(rand.NewPCG(1, 1))); err == nil || !strings.Contains(err.Error(), "context") {
+		t.Fatalf("a context too small: %v", err)
+	}
 }
 
 // TestAgenticPressure runs a small agentic shape under precise and

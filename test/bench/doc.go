@@ -15,4 +15,31 @@
 //   - A run fails (an error) when a component fails or a request errors
 //     unexpectedly; the figures of a failed run are not reported as if it
 //     had succeeded.
+//   - Policies are handled by name: kvroute's own (score.Policies) and the
+//     peers' re-implemented as baselines (score.PeerPolicies: llm-d,
+//     llm-d-precise, dynamo, sglang) run alike; a peer is only special in
+//     that, when one ran, every policy is set against the best peer.
+//
+// results.json, besides each policy's figures (PolicyResult):
+//   - "vs_best_peer" (PeerComparison), present when a peer policy ran:
+//     "best_peer" names, per figure, the best peer — the highest
+//     "hit_rate", the lowest "ttft_mean", the lowest "ttft_p99" — "best"
+//     holds those values (TTFTs in ms), and "ratios" maps every policy of
+//     the run to its figure ÷ the best peer's ({"hit_rate", "ttft_mean",
+//     "ttft_p99"}; null where undefined). summary.txt and report.html show
+//     the same as a block and a table.
+//   - "warm_return_chance": 1 ÷ the engines, the warm-return share of
+//     routing at random, against which each policy's "warm_return_rate"
+//     (warm returns ÷ continuations) is judged ("vs chance" in the table).
+//   - per policy "hit_rate_over_time" ({"t_s", "hit_rate", "requests"}):
+//     the hit rate of the requests starting in each of 20 equal windows of
+//     the run's simulated time (fewer for a short run, so that a window
+//     holds 12 requests on average; empty windows left out), drawn as one
+//     line per policy in the report.
+//   - per policy "pick_overhead_us": the picker's arrival-to-dispatch time
+//     from its histogram, as the bench sees no raw samples: "mean" is
+//     exact (the samples' sum ÷ count), "p50_bucket_bound" and
+//     "p99_bucket_bound" are the upper bounds of the buckets holding the
+//     quantiles ("p99_beyond_last_bucket": past the last finite bound), so
+//     summary.txt and the report print them as "≤ 250 µs".
 package bench

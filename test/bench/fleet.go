@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"go.uber.org/zap"
 
@@ -48,11 +49,11 @@ type Fleet struct {
 
 // PickerStats are figures read from the picker's metrics.
 type PickerStats struct {
-	OverheadP50us, OverheadP99us float64 // arrival → dispatch, bucket upper bounds
-	Outcomes                     map[string]float64
-	Decisions                    map[string]float64 // by reason
-	LoadOverrides                float64            // best-cached endpoint skipped at the load cap
-	OverrideTokens               float64            // cached tokens given up by them
+	Overhead       PickOverhead // arrival → dispatch, per attempt
+	Outcomes       map[string]float64
+	Decisions      map[string]float64 // by reason
+	LoadOverrides  float64            // best-cached endpoint skipped at the load cap
+	OverrideTokens float64            // cached tokens given up by them
 }
 
 // PickerStats reads the picker's metrics.
@@ -65,26 +66,7 @@ func (f *Fleet) PickerStats() (PickerStats, error) {
 	for _, fam := range families {
 		switch fam.GetName() {
 		case "kvroute_picker_proxy_overhead_seconds":
-			h := fam.Metric[0].GetHistogram()
-			// The bucket holding the quantile; past the last finite
-			// bound, that bound (a lower bound on the value: JSON has
-			// no infinity).
-			q := func(p float64) float64 {
-				top := 0.0
-				for _, b := range h.Bucket {
-					if math.IsInf(b.GetUpperBound(), 1) {
-						break
-					}
-					top = b.GetUpperBound() * 1e6
-					if float64(b.GetCumulativeCount()) >= p*float64(h.GetSampleCount()) {
-						return top
-					}
-				}
-				return top
-			}
-			if h.GetSampleCount() > 0 {
-				st.OverheadP50us, st.OverheadP99us = q(0.5), q(0.99)
-			}
+			st.Overhead = overheadOf(fam.Metric[0].GetHistogram())
 		case "kvroute_picker_decisions_total":
 			for _, m := range fam.Metric {
 				for _, l := range m.Label {
@@ -108,6 +90,34 @@ func (f *Fleet) PickerStats() (PickerStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// overheadOf reads the overhead histogram: the mean exactly (the sum of
+// the raw samples ÷ their count), the quantiles as bucket bounds.
+func overheadOf(h *dto.Histogram) PickOverhead {
+	o := PickOverhead{Note: pickOverheadNote}
+	n := h.GetSampleCount()
+	if n == 0 {
+		return o
+	}
+	o.Samples, o.Mean = int(n), h.GetSampleSum()/float64(n)*1e6
+	// The bucket holding the quantile: its upper bound; past the last
+	// finite bound, that bound, marked beyond (JSON has no infinity).
+	q := func(p float64) (bound float64, beyond bool) {
+		for _, bk := range h.Bucket {
+			if math.IsInf(bk.GetUpperBound(), 1) {
+				break
+			}
+			bound = bk.GetUpperBound() * 1e6
+			if float64(bk.GetCumulativeCount()) >= p*float64(n) {
+				return bound, false
+			}
+		}
+		return bound, true
+	}
+	o.P50Bound, o.P50Beyond = q(0.5)
+	o.P99Bound, o.P99Beyond = q(0.99)
+	return o
 }
 
 // StartFleet starts engines, sidecars and a picker on 127.0.0.1.

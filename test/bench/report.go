@@ -22,14 +22,17 @@ type reportRow struct {
 	R    *PolicyResult
 }
 
-// WriteReport writes report.html for r: the table, hit rate against the
-// pooled bound, the TTFT distribution per policy, and requests and cached
-// blocks per engine over time — charts drawn by Chart.js from the results
-// embedded in the page.
+// WriteReport writes report.html for r: the table, the policies against
+// the best peer (when a peer policy ran), hit rate against the pooled
+// bound, the TTFT distribution and the hit rate over time per policy, and
+// requests answered and in flight per engine over time — charts drawn by
+// Chart.js from the results embedded in the page.
 func WriteReport(w io.Writer, r *Results) error {
 	t, err := template.New("report").Funcs(template.FuncMap{
-		"pct": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
-		"ms":  func(f float64) string { return fmt.Sprintf("%.0f ms", f) },
+		"pct":      func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+		"ms":       func(f float64) string { return fmt.Sprintf("%.0f ms", f) },
+		"ratio":    ratioText,
+		"vschance": func(x *PolicyResult) string { return vsChance(x, r.WarmReturnChance) },
 	}).Parse(reportTemplate)
 	if err != nil {
 		return err

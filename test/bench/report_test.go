@@ -18,15 +18,20 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// syntheticResults is a two-policy result with every chart's data, and a
-// scenario name that would break out of a script element if unescaped.
+// syntheticResults is a three-policy result (two of kvroute's, a peer's)
+// with every chart's data, and a scenario name that would break out of a
+// script element if unescaped.
 func syntheticResults() *Results {
-	r := &Results{Scenario: `x</script><script>alert(1)</script>`, Seed: 3, PooledBoundHitRate: 0.8,
-		Policies: map[string]*PolicyResult{}, Order: []string{"round-robin", "precise"}}
+	r := &Results{Scenario: `x</script><script>alert(1)</script>`, Seed: 3, PooledBoundHitRate: 0.8, WarmReturnChance: 0.5,
+		Policies: map[string]*PolicyResult{}, Order: []string{"round-robin", "precise", "dynamo"}}
 	r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Fleet.BlockSize = 2, 128, 16
 	for i, p := range r.Order {
-		pr := &PolicyResult{Requests: 10, HitRate: 0.2 + 0.5*float64(i), TTFTms: Quantiles{Mean: 100, P50: 90, P90: 150, P99: 200},
-			Timeline: &Timeline{Seconds: []float64{0, 1, 2}}}
+		pr := &PolicyResult{Requests: 10, HitRate: 0.2 + 0.25*float64(i), TTFTms: Quantiles{Mean: 100, P50: 90, P90: 150, P99: 200 - 20*float64(i)},
+			Continuations: 4, WarmReturns: 2 * i, WarmReturnRate: float64(2*i) / 4,
+			PickOverheadUs: PickOverhead{Samples: 10, Mean: 180, P50Bound: 250, P99Bound: 1e6, P99Beyond: true, Note: pickOverheadNote},
+			Timeline:       &Timeline{Seconds: []float64{0, 1, 2}},
+			HitRateOverTime: &HitRateSeries{Seconds: []float64{0.25, 0.75, 1.75}, HitRate: []float64{0, 0.3 * float64(i), 0.4 * float64(i)},
+				Requests: []int{2, 5, 3}}}
 		for q := 0; q <= 100; q++ {
 			pr.TTFTPercentiles = append(pr.TTFTPercentiles, float64(10*q+100*(1-i)))
 		}
@@ -36,6 +41,7 @@ func syntheticResults() *Results {
 		}
 		r.Policies[p] = pr
 	}
+	r.VsBestPeer = ComparePeers(r)
 	return r
 }
 
@@ -48,7 +54,9 @@ func TestReportContents(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := b.String()
-	for _, want := range []string{"Chart.js v4", "<td>precise</td>", "<td>round-robin</td>", "70.0%", "80.0%", `"ttft_percentiles_ms"`} {
+	for _, want := range []string{"Chart.js v4", "<td>precise</td>", "<td>round-robin</td>", "<td>dynamo</td>", "45.0%", "80.0%", `"ttft_percentiles_ms"`,
+		`"hit_rate_over_time"`, "Against the best peer", "<td>dynamo: 70.0%</td>", "<td>0.64×</td>", "<td>1.25×</td>", "bucket bounds",
+		"≤ 250 µs / &gt; 1000000 µs", "<td>2.00×</td>", "requests in flight per engine"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -73,7 +81,7 @@ func TestReportInChromium(t *testing.T) {
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	checkReportInChromium(t, path, "report-synthetic.png", 2+2*2)
+	checkReportInChromium(t, path, "report-synthetic.png", 3+2*3)
 }
 
 // checkReportInChromium loads the report at path and checks that charts

@@ -66,14 +66,14 @@ type PolicyResult struct {
 	Conversations       int       `json:"conversations"`
 	Continuations       int       `json:"continuations"` // turns continuing an answered one
 	WarmReturns         int       `json:"warm_returns"`
-	LoadImbalance       float64   `json:"load_imbalance"`
-	ThroughputRPS       float64   `json:"throughput_rps"`
+	// WarmReturnRate is WarmReturns ÷ Continuations (0 without any): set
+	// it against Results.WarmReturnChance.
+	WarmReturnRate float64 `json:"warm_return_rate"`
+	LoadImbalance  float64 `json:"load_imbalance"`
+	ThroughputRPS  float64 `json:"throughput_rps"`
 	// PickOverheadUs is the picker's own time per request (arrival to
-	// dispatch), from its histogram: bucket upper bounds.
-	PickOverheadUs struct {
-		P50 float64 `json:"p50"`
-		P99 float64 `json:"p99"`
-	} `json:"pick_overhead_us"`
+	// dispatch): an exact mean, and quantiles as histogram bucket bounds.
+	PickOverheadUs PickOverhead `json:"pick_overhead_us"`
 	// WrongPodRate is the share of answered requests whose engine cached
 	// fewer tokens than predicted or while another endpoint held more.
 	WrongPodRate        float64 `json:"wrong_pod_rate"`
@@ -91,10 +91,47 @@ type PolicyResult struct {
 	// values), for the distribution chart.
 	TTFTPercentiles []float64 `json:"ttft_percentiles_ms"`
 	Timeline        *Timeline `json:"timeline,omitempty"`
+	// HitRateOverTime is the hit rate in windows of the run's simulated
+	// time, for the hit-rate-over-time chart.
+	HitRateOverTime *HitRateSeries `json:"hit_rate_over_time,omitempty"`
 	// Steps are the figures per load step, for scenarios that step their
 	// load (shared-prefix's QPS).
 	Steps []StepResult `json:"steps,omitempty"`
 }
+
+// PickOverhead is the picker's own time per request, arrival to dispatch
+// (per attempt), in µs. The bench has no raw samples of it, only the
+// picker's histogram (kvroute_picker_proxy_overhead_seconds): Mean is
+// exact (the samples' sum ÷ their count), but the quantiles are bucket
+// bounds — P50Bound is the upper bound of the bucket holding the p50 (the
+// p50 is ≤ it), unless P50Beyond, when the p50 is past the last finite
+// bound, P50Bound; likewise P99.
+type PickOverhead struct {
+	Samples   int     `json:"samples"`
+	Mean      float64 `json:"mean"`
+	P50Bound  float64 `json:"p50_bucket_bound"`
+	P99Bound  float64 `json:"p99_bucket_bound"`
+	P50Beyond bool    `json:"p50_beyond_last_bucket,omitempty"`
+	P99Beyond bool    `json:"p99_beyond_last_bucket,omitempty"`
+	Note      string  `json:"note,omitempty"`
+}
+
+// pickOverheadNote says what the figures are, in results.json.
+const pickOverheadNote = "from the picker's histogram: mean exact (sum ÷ count); p50 and p99 are histogram bucket bounds (the quantile is ≤ the bound, or > it when beyond_last_bucket), not quantiles of raw samples"
+
+// bucketBound words a quantile known only as a bucket bound.
+func bucketBound(us float64, beyond bool) string {
+	if beyond {
+		return fmt.Sprintf("> %.0f µs", us)
+	}
+	return fmt.Sprintf("≤ %.0f µs", us)
+}
+
+// P50Text and P99Text word the quantiles as the bounds they are.
+func (o PickOverhead) P50Text() string { return bucketBound(o.P50Bound, o.P50Beyond) }
+
+// P99Text words the p99 as the bound it is.
+func (o PickOverhead) P99Text() string { return bucketBound(o.P99Bound, o.P99Beyond) }
 
 // StepResult is one load step's figures.
 type StepResult struct {
@@ -106,6 +143,57 @@ type StepResult struct {
 	TTFTms         Quantiles `json:"ttft_ms"`
 	ThroughputRPS  float64   `json:"throughput_rps"` // answered ÷ the step's length
 	PromptTokensPS float64   `json:"prompt_tokens_per_s"`
+}
+
+// HitRateSeries is a policy's hit rate over its run: the run's simulated
+// time cut into equal windows — 20, or fewer so that a window holds 12
+// answered requests on average — each request counted in the window its
+// start falls in; a window's hit rate is its answered requests' cached
+// prompt tokens ÷ their prompt tokens. Windows without an answered request
+// are left out, so the three lists stay parallel.
+type HitRateSeries struct {
+	Seconds  []float64 `json:"t_s"` // the window's middle, simulated seconds since the policy's start
+	HitRate  []float64 `json:"hit_rate"`
+	Requests []int     `json:"requests"` // answered requests starting in the window
+}
+
+// Hit rate windows: at most hitRateWindows, of hitRatePerWindow answered
+// requests on average at least.
+const hitRateWindows, hitRatePerWindow = 20, 12
+
+// hitRateOverTime windows the outcomes of a run that started at start and
+// lasted elapsed (wall time; scale turns it into simulated seconds).
+func hitRateOverTime(outs []Outcome, start time.Time, elapsed time.Duration, scale float64) *HitRateSeries {
+	if elapsed <= 0 {
+		elapsed = time.Nanosecond
+	}
+	var ok []Outcome
+	for _, o := range outs {
+		if o.Err == nil && !o.Start.IsZero() {
+			ok = append(ok, o)
+		}
+	}
+	windows := min(hitRateWindows, max(1, len(ok)/hitRatePerWindow))
+	prompt, cached, n := make([]int, windows), make([]int, windows), make([]int, windows)
+	for _, o := range ok {
+		k := int(float64(windows) * float64(o.Start.Sub(start)) / float64(elapsed))
+		k = min(max(k, 0), windows-1)
+		prompt[k], cached[k], n[k] = prompt[k]+o.PromptTokens, cached[k]+o.CachedTokens, n[k]+1
+	}
+	s := &HitRateSeries{Seconds: []float64{}, HitRate: []float64{}, Requests: []int{}}
+	width := elapsed.Seconds() / scale / float64(windows)
+	for k := range n {
+		if n[k] == 0 {
+			continue
+		}
+		rate := 0.0
+		if prompt[k] > 0 {
+			rate = float64(cached[k]) / float64(prompt[k])
+		}
+		s.Seconds = append(s.Seconds, (float64(k)+0.5)*width)
+		s.HitRate, s.Requests = append(s.HitRate, rate), append(s.Requests, n[k])
+	}
+	return s
 }
 
 // stepped is a scenario with load steps (their rates, in order).
@@ -139,10 +227,17 @@ type Results struct {
 	PooledBoundHitRate float64 `json:"pooled_bound_hit_rate"`
 	// WorkingSetBlocks is the number of distinct KV blocks the requests
 	// touch; WorkingSetRatio that over the fleet's KV capacity.
-	WorkingSetBlocks int                      `json:"working_set_blocks"`
-	WorkingSetRatio  float64                  `json:"working_set_ratio"`
+	WorkingSetBlocks int     `json:"working_set_blocks"`
+	WorkingSetRatio  float64 `json:"working_set_ratio"`
+	// WarmReturnChance is the share of continuations a pick at random
+	// would bring back to their turn's engine: 1 ÷ the engines.
+	WarmReturnChance float64                  `json:"warm_return_chance"`
 	Policies         map[string]*PolicyResult `json:"policies"`
 	Order            []string                 `json:"policy_order"`
+	// VsBestPeer sets every policy against the best of the peer policies
+	// that ran (llm-d, llm-d-precise, dynamo, sglang); absent when none
+	// did.
+	VsBestPeer *PeerComparison `json:"vs_best_peer,omitempty"`
 
 	requests []policyOutcomes // for requests.jsonl
 	scale    float64          // wall time ÷ simulated time
@@ -190,6 +285,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale}
 	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
+	res.WarmReturnChance = 1 / float64(o.Engines)
 	for i, p := range o.Policies {
 		mml := fc.MaxModelLen
 		if mml > 0 {
@@ -235,11 +331,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		pr := summarize(outcomes, engines, elapsed, scale)
 		pr.Timeline = timeline
+		pr.HitRateOverTime = hitRateOverTime(outcomes, start, elapsed, scale)
 		if st, ok := o.Scenario.(stepped); ok {
 			qps, each := st.Steps()
 			pr.Steps = steps(outcomes, qps, each, scale)
 		}
-		pr.PickOverheadUs.P50, pr.PickOverheadUs.P99 = stats.OverheadP50us, stats.OverheadP99us
+		pr.PickOverheadUs = stats.Overhead
 		pr.Decisions, pr.Outcomes = map[string]int{}, map[string]int{}
 		for k, v := range stats.Decisions {
 			pr.Decisions[k] = int(v)
@@ -259,6 +356,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.Policies[string(p)] = pr
 		res.Order = append(res.Order, string(p))
 	}
+	res.VsBestPeer = ComparePeers(res)
 	return res, nil
 }
 
@@ -357,6 +455,9 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale fl
 	}
 	if contPrompt > 0 {
 		r.ContinuationHitRate = float64(contCached) / float64(contPrompt)
+	}
+	if r.Continuations > 0 {
+		r.WarmReturnRate = float64(r.WarmReturns) / float64(r.Continuations)
 	}
 	r.TTFTms, r.ContinuationTTFTms = quantiles(ttft), quantiles(cont)
 	r.TTFTPercentiles = percentiles(ttft)
@@ -553,16 +654,27 @@ func Write(dir string, r *Results) (string, error) {
 	return t, os.WriteFile(filepath.Join(dir, "requests.jsonl"), lines.Bytes(), 0o644)
 }
 
+// vsChance words a policy's warm-return share against chance ("1.02×",
+// "-" without continuations).
+func vsChance(x *PolicyResult, chance float64) string {
+	if x.Continuations == 0 || chance <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", x.WarmReturnRate/chance)
+}
+
 // Table is the side-by-side summary.
 func Table(r *Results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; working set %.2f× the fleet's KV; pooled-cache bound hit rate %.1f%%\n\n",
+	fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; working set %.2f× the fleet's KV; pooled-cache bound hit rate %.1f%%\n",
 		r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, r.WorkingSetRatio, 100*r.PooledBoundHitRate)
-	fmt.Fprintf(&b, "%-13s %8s %6s %8s %9s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "imbalance")
+	fmt.Fprintf(&b, "warm returns by chance (a pick at random among %d engines): %.1f%%\n\n", r.Fleet.Engines, 100*r.WarmReturnChance)
+	fmt.Fprintf(&b, "%-13s %8s %6s %8s %9s %11s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "vs chance", "imbalance")
 	for _, p := range r.Order {
 		x := r.Policies[p]
-		fmt.Fprintf(&b, "%-13s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %4d/%-4d %9.2f\n", p, x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
-			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Continuations, x.LoadImbalance)
+		vs := vsChance(x, r.WarmReturnChance)
+		fmt.Fprintf(&b, "%-13s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %5d/%-5d %9s %9.2f\n", p, x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
+			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Continuations, vs, x.LoadImbalance)
 	}
 	if len(r.Order) > 0 && len(r.Policies[r.Order[0]].Steps) > 0 {
 		fmt.Fprintf(&b, "\nper load step\n%-13s %4s %6s %8s %8s %11s %11s %11s %10s\n", "policy", "step", "qps", "requests", "hit", "ttft p50", "ttft p90", "ttft p99", "answered/s")
@@ -572,6 +684,13 @@ func Table(r *Results) string {
 					st.TTFTms.P50, st.TTFTms.P90, st.TTFTms.P99, st.ThroughputRPS)
 			}
 		}
+	}
+	b.WriteString(peerTable(r))
+	fmt.Fprintf(&b, "\npick overhead, arrival to dispatch (wall time): the mean is exact; p50 and p99 are histogram bucket bounds, not raw-sample quantiles\n")
+	fmt.Fprintf(&b, "%-13s %8s %10s %14s %14s\n", "policy", "samples", "mean", "p50 (bucket)", "p99 (bucket)")
+	for _, p := range r.Order {
+		o := r.Policies[p].PickOverheadUs
+		fmt.Fprintf(&b, "%-13s %8d %7.0f µs %14s %14s\n", p, o.Samples, o.Mean, o.P50Text(), o.P99Text())
 	}
 	return b.String()
 }

@@ -266,17 +266,19 @@ func text(rng *rand.Rand, n int) string {
 	return b.String()
 }
 
-// SeedContinuation is the seed run's shape: two engines and 12 two-turn
-// Responses conversations run one after another as agentic-api runs them —
-// turn 2 carries the full rehydrated input (≈ 6.6k tokens), every
-// conversation its own cache_salt.
+// SeedContinuation is the seed run's shape in its sequential form
+// (`kvroute bench --scenario seed-continuation --sequential`): two engines
+// and 12 two-turn Responses conversations run one after another as
+// agentic-api runs them — turn 2 carries the full rehydrated input (≈ 6.6k
+// tokens), every conversation its own cache_salt. SeedConcurrent is the
+// default form, many conversations at once.
 type SeedContinuation struct {
 	Conversations int // default 12
 	OutputTokens  int // per turn; default 32
 }
 
 // Name is the scenario's name.
-func (SeedContinuation) Name() string { return "seed-continuation" }
+func (SeedContinuation) Name() string { return "seed-continuation (sequential)" }
 
 // Fleet is the fleet the scenario is defined for: two engines.
 func (SeedContinuation) Fleet() FleetConfig { return FleetConfig{Engines: 2, GPUBlocks: 2048} }
