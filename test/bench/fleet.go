@@ -35,6 +35,8 @@ type FleetConfig struct {
 	// LoadEpsilon, when set, is the picker's bounded-load factor ε
 	// (default the picker's, 0.25).
 	LoadEpsilon *float64
+	// PolicySeed seeds a peer policy's random tie-breaks (the run's seed).
+	PolicySeed uint64
 }
 
 // Fleet is a running benchmark fleet.
@@ -146,6 +148,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	pcfg := picker.DefaultServerConfig()
 	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = cmp.Or(cfg.PickerListen, "127.0.0.1:0"), "", cfg.GPUBlocks
 	pcfg.Router.Score.Policy = cfg.Policy
+	pcfg.Router.PolicySeed = cfg.PolicySeed
 	if cfg.LoadEpsilon != nil {
 		pcfg.Router.Score.Epsilon = *cfg.LoadEpsilon
 	}

@@ -292,7 +292,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			mml = min(mml, (o.GPUBlocks-1)*16) // --gpu-blocks may shrink the cache
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
-			TimeScale: o.TimeScale, Policy: p, Log: o.Log, LoadEpsilon: o.LoadEpsilon})
+			TimeScale: o.TimeScale, Policy: p, Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
