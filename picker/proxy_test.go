@@ -219,10 +219,13 @@ func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
 			onWarm++
 		}
 	}
+	// The cost (each running request counts RunningTokens) spreads them
+	// before the bounded-load cap has to: either may have moved some.
 	overrides := counter(t, f.reg, "kvroute_picker_load_overrides_total")
-	if onWarm < 4 || onWarm == len(got) || overrides == 0 {
+	if onWarm < 4 || onWarm == len(got) {
 		t.Fatalf("%d of %d concurrent sessions on the warm endpoint, %v load overrides", onWarm, len(got), overrides)
 	}
+	t.Logf("%d of %d on the warm endpoint, %v load overrides", onWarm, len(got), overrides)
 }
 
 // post2 sends a request and returns the endpoint that served it.

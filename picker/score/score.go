@@ -72,7 +72,10 @@ const (
 type Config struct {
 	Policy Policy
 	// Epsilon is the bounded-load factor: no candidate above ⌈(1+ε)·mean⌉
-	// requests in flight while another is under it. Default 0.25.
+	// requests in flight while another is under it. Default 1: a hard cap
+	// at twice the mean, a safety net behind the cost, which spreads load
+	// by itself through RunningTokens (0.25 moved sessions off their warm
+	// engines too often: docs/benchmarks.md, issue 16).
 	Epsilon float64
 	// MinCap is the least the cap may be. At low load ⌈(1+ε)·mean⌉ is 1,
 	// and a conversation whose previous turn the picker still counts in
@@ -90,14 +93,17 @@ type Config struct {
 	// picker knows nothing about (another picker's). Default 1024.
 	WaitingTokens float64
 	// RunningTokens is the prefill-token equivalent of the slowdown one
-	// running request adds (its decode steps share the batch). Default 32.
+	// running request adds (its decode steps share the batch, its KV
+	// crowds the cache). Default 512: calibrated on the agentic-pressure
+	// bench, where 32 left the cost blind to how many sessions an engine
+	// already serves (docs/benchmarks.md, issue 16).
 	RunningTokens float64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Policy: Precise, Epsilon: 0.25, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
-		WaitingTokens: 1024, RunningTokens: 32}
+	return Config{Policy: Precise, Epsilon: 1, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
+		WaitingTokens: 1024, RunningTokens: 512}
 }
 
 // Validate checks c.

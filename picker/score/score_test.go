@@ -144,6 +144,7 @@ func TestMinCap(t *testing.T) {
 	cs := []Candidate{{ID: "warm", Healthy: true, Matched: gpu(960), Sent: 1, SentTokens: 40}, healthy("b", gpu(0), 0), healthy("c", gpu(0), 0)}
 	r := Request{PromptTokens: 1000, Anchor: 1, HasAnchor: true}
 	cfg := DefaultConfig()
+	cfg.Epsilon = 0.25 // a cap tight enough for the floor to matter
 	if d := Decide(&cfg, r, cs); cs[d.Index].ID != "warm" || d.Cap != 4 {
 		t.Fatalf("with the floor: chose %s, cap %d", cs[d.Index].ID, d.Cap)
 	}
