@@ -14,6 +14,13 @@
 //     report (aged at the engine's prefill rate), and the pure scoring core
 //     (picker/score). It never sends anything to an engine except render
 //     and model-list calls.
+//   - With a peer's policy (Config.Score.Policy llm-d, llm-d-precise,
+//     dynamo or sglang: comparison baselines, picker/peers), the same
+//     candidates go to that policy instead of picker/score; it books each
+//     pick at dispatch, at the first streamed chunk and at the end (the
+//     decision API's picks end at once), under the router's lock, its
+//     tie-breaks drawn from a source seeded by Config.PolicySeed. The
+//     prediction the outcome metrics judge stays the fleet index's.
 //   - The proxy forwards the body as received and streams the answer back
 //     byte for byte; it offers a request to another endpoint only when the
 //     chosen one could not be reached or answered 502/503/504, before any
