@@ -138,7 +138,7 @@ func TestDecide(t *testing.T) {
 			snap: Snapshot{},
 			want: "", reason: score.ReasonNoneHealthy},
 		{name: "picks in flight count as load: the bounded-load cap moves the request",
-			cfg: func(c *Config) { c.Score.MinCap, c.Score.Epsilon = 1, 0.25 },
+			cfg: func(c *Config) { c.Score.MinCap, c.Score.Epsilon, c.Score.SaturationWaiting = 1, 0.25, 0 },
 			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 40}),
 				InFlight: map[string]inflight.Pending{"a": {Count: 3, Tokens: 500}}},
 			want: "b",

@@ -92,6 +92,14 @@ type Config struct {
 	// WaitingTokens is the prefill work assumed for a waiting request the
 	// picker knows nothing about (another picker's). Default 1024.
 	WaitingTokens float64
+	// SaturationWaiting gates the bounded-load cap for cache hits: the cap
+	// moves a request off the endpoint holding its prefix only when that
+	// engine reports at least this many requests waiting — it is queueing,
+	// not just batching. An engine that admits everything it is sent keeps
+	// its warm sessions; the cost (RunningTokens, the picks in flight)
+	// still weighs its load. 0 lets the cap bind on the count alone.
+	// Default 1.
+	SaturationWaiting float64
 	// RunningTokens is the prefill-token equivalent of the slowdown one
 	// running request adds (its decode steps share the batch, its KV
 	// crowds the cache). Default 512: calibrated on the agentic-pressure
@@ -103,7 +111,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Policy: Precise, Epsilon: 1, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
-		WaitingTokens: 1024, RunningTokens: 512}
+		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1}
 }
 
 // Validate checks c.
@@ -125,6 +133,9 @@ func (c *Config) Validate() error {
 		if !(w >= 0 && w <= 1) {
 			errs = append(errs, fmt.Errorf("tier %d weight %v: want 0..1", t, w))
 		}
+	}
+	if !(c.SaturationWaiting >= 0) || math.IsInf(c.SaturationWaiting, 0) {
+		errs = append(errs, fmt.Errorf("saturation waiting %v: want a finite count ≥ 0", c.SaturationWaiting))
 	}
 	if !(c.WaitingTokens >= 0) || !(c.RunningTokens >= 0) || math.IsInf(c.WaitingTokens, 0) || math.IsInf(c.RunningTokens, 0) {
 		errs = append(errs, errors.New("waiting and running token costs must be finite and non-negative"))
@@ -199,7 +210,8 @@ type cand struct {
 	inFlight float64
 	queued   float64
 	cost     float64
-	weight   uint64 // rendezvous weight for the request's key
+	waiting  float64 // the engine's reported waiting requests
+	weight   uint64  // rendezvous weight for the request's key
 	underCap bool
 }
 
@@ -220,7 +232,7 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 	total := 0.0
 	for i := range cs {
 		c := &cs[i]
-		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c),
+		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c), waiting: c.Waiting,
 			queued: c.Waiting*cfg.WaitingTokens + c.Running*cfg.RunningTokens + c.SentTokens, weight: Weight(key, c.ID)}
 		x.cost = float64(r.PromptTokens) - x.cached + x.queued
 		d.Explain[i] = Explain{ID: c.ID, Matched: c.Matched, Cached: x.cached, InFlight: x.inFlight, Queued: x.queued, Cost: x.cost}
@@ -267,6 +279,12 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 		best := bestCached(healthy)
 		switch {
 		case healthy[best].cached >= float64(cfg.MinMatchTokens):
+			for j := range healthy { // the cap binds only on engines that queue
+				if healthy[j].waiting < cfg.SaturationWaiting {
+					healthy[j].underCap = true
+					d.Explain[healthy[j].i].UnderCap = true
+				}
+			}
 			pick, d.Reason = cheapest(healthy), ReasonCacheHit
 			if !healthy[best].underCap && healthy[best].cached > healthy[pick].cached {
 				d.Override = &Override{Index: healthy[best].i, TokensLost: healthy[best].cached - healthy[pick].cached}

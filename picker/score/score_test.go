@@ -20,6 +20,9 @@ func TestDecideRules(t *testing.T) {
 	def := DefaultConfig()
 	policy := func(p Policy) *Config { c := DefaultConfig(); c.Policy = p; return &c }
 	epsilon := func(e float64) *Config { c := DefaultConfig(); c.Epsilon, c.MinCap = e, 1; return &c }
+	// queueing is c with the candidate's engine reporting waiting requests:
+	// the bounded-load cap binds only on an engine that queues.
+	queueing := func(c Candidate, waiting float64) Candidate { c.Waiting = waiting; return c }
 	def.MinCap = 1 // the formula alone; TestMinCap covers the floor
 	anchored := Request{PromptTokens: 4096, Anchor: 42, HasAnchor: true}
 	// The anchor's rendezvous order over a, b, c, d.
@@ -51,7 +54,11 @@ func TestDecideRules(t *testing.T) {
 			[]Candidate{{ID: "a", Healthy: true, Matched: gpu(256), Waiting: 2, Running: 2}, healthy("b", gpu(0), 2)}, "b", ReasonCacheHit, ""},
 		{"tokens this picker sent count as queued work", &def, anchored,
 			[]Candidate{{ID: "a", Healthy: true, Matched: gpu(1024), Sent: 1, SentTokens: 4000}, healthy("b", gpu(512), 0)}, "b", ReasonCacheHit, ""},
-		{"the best-cached endpoint at the cap is skipped", epsilon(0), anchored,
+		{"the best-cached endpoint at the cap is skipped when its engine queues", epsilon(0), anchored,
+			[]Candidate{queueing(healthy("a", gpu(4000), 6), 1), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, order2("b", "c"), ReasonCacheHit, "a"},
+		{"the best-cached endpoint over the cap keeps the request while its engine does not queue", epsilon(0), anchored,
+			[]Candidate{healthy("a", gpu(4000), 6), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, "a", ReasonCacheHit, ""},
+		{"with the gate off (SaturationWaiting 0) the count alone binds", func() *Config { c := epsilon(0); c.SaturationWaiting = 0; return c }(), anchored,
 			[]Candidate{healthy("a", gpu(4000), 6), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, order2("b", "c"), ReasonCacheHit, "a"},
 		{"at ε=0.25 the same endpoint is within the cap", &def, anchored,
 			[]Candidate{healthy("a", gpu(4000), 3), healthy("b", gpu(0), 2), healthy("c", gpu(0), 2)}, "a", ReasonCacheHit, ""},
@@ -144,7 +151,8 @@ func TestMinCap(t *testing.T) {
 	cs := []Candidate{{ID: "warm", Healthy: true, Matched: gpu(960), Sent: 1, SentTokens: 40}, healthy("b", gpu(0), 0), healthy("c", gpu(0), 0)}
 	r := Request{PromptTokens: 1000, Anchor: 1, HasAnchor: true}
 	cfg := DefaultConfig()
-	cfg.Epsilon = 0.25 // a cap tight enough for the floor to matter
+	cfg.Epsilon = 0.25        // a cap tight enough for the floor to matter
+	cfg.SaturationWaiting = 0 // and binding on the count alone
 	if d := Decide(&cfg, r, cs); cs[d.Index].ID != "warm" || d.Cap != 4 {
 		t.Fatalf("with the floor: chose %s, cap %d", cs[d.Index].ID, d.Cap)
 	}
@@ -222,6 +230,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.MinCap = 0 },
 		func(c *Config) { c.TierWeights[tier.CPU] = 2 },
 		func(c *Config) { c.WaitingTokens = -1 },
+		func(c *Config) { c.SaturationWaiting = -1 },
 	} {
 		c := DefaultConfig()
 		mod(&c)
