@@ -138,7 +138,7 @@ func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.
 			}
 		}
 		if e.HasLoad() {
-			c.Waiting, c.Running = e.Load.Waiting, e.Load.Running
+			c.Waiting, c.Running, c.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KVCacheUsage
 		}
 		p := snap.InFlight[e.URL]
 		c.Sent, c.SentTokens = p.Count, p.Tokens

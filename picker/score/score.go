@@ -92,14 +92,16 @@ type Config struct {
 	// WaitingTokens is the prefill work assumed for a waiting request the
 	// picker knows nothing about (another picker's). Default 1024.
 	WaitingTokens float64
-	// SaturationWaiting gates the bounded-load cap for cache hits: the cap
-	// moves a request off the endpoint holding its prefix only when that
-	// engine reports at least this many requests waiting — it is queueing,
-	// not just batching. An engine that admits everything it is sent keeps
-	// its warm sessions; the cost (RunningTokens, the picks in flight)
-	// still weighs its load. 0 lets the cap bind on the count alone.
-	// Default 1.
-	SaturationWaiting float64
+	// SaturationWaiting and SaturationKVUsage gate the bounded-load cap
+	// for cache hits: the cap moves a request off the endpoint holding its
+	// prefix only when that engine is saturated — it reports at least
+	// SaturationWaiting requests waiting (it queues, not just batches), or
+	// its live requests hold at least SaturationKVUsage of its KV cache
+	// (more sessions would evict cached prefixes). An engine with room
+	// keeps its warm sessions; the cost (RunningTokens, the picks in
+	// flight) still weighs its load. Either at 0 lets the cap bind on the
+	// count alone. Defaults 1 and 0.5.
+	SaturationWaiting, SaturationKVUsage float64
 	// RunningTokens is the prefill-token equivalent of the slowdown one
 	// running request adds (its decode steps share the batch, its KV
 	// crowds the cache). Default 512: calibrated on the agentic-pressure
@@ -111,7 +113,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Policy: Precise, Epsilon: 1, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
-		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1}
+		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1, SaturationKVUsage: 0.5}
 }
 
 // Validate checks c.
@@ -137,6 +139,9 @@ func (c *Config) Validate() error {
 	if !(c.SaturationWaiting >= 0) || math.IsInf(c.SaturationWaiting, 0) {
 		errs = append(errs, fmt.Errorf("saturation waiting %v: want a finite count ≥ 0", c.SaturationWaiting))
 	}
+	if !(c.SaturationKVUsage >= 0 && c.SaturationKVUsage <= 1) {
+		errs = append(errs, fmt.Errorf("saturation KV usage %v: want 0..1", c.SaturationKVUsage))
+	}
 	if !(c.WaitingTokens >= 0) || !(c.RunningTokens >= 0) || math.IsInf(c.WaitingTokens, 0) || math.IsInf(c.RunningTokens, 0) {
 		errs = append(errs, errors.New("waiting and running token costs must be finite and non-negative"))
 	}
@@ -150,8 +155,9 @@ type Candidate struct {
 	// Matched is how many leading prompt tokens the endpoint holds, per
 	// tier (whole blocks, from the fleet index).
 	Matched [tier.Count]int
-	// Waiting and Running are the engine's last load report.
-	Waiting, Running float64
+	// Waiting, Running and KVUsage (0..1: the share of its KV cache its
+	// live requests hold) are the engine's last load report.
+	Waiting, Running, KVUsage float64
 	// Sent and SentTokens are the requests (and their uncached prompt
 	// tokens) this picker sent the endpoint since that report.
 	Sent       int
@@ -210,8 +216,7 @@ type cand struct {
 	inFlight float64
 	queued   float64
 	cost     float64
-	waiting  float64 // the engine's reported waiting requests
-	weight   uint64  // rendezvous weight for the request's key
+	weight   uint64 // rendezvous weight for the request's key
 	underCap bool
 }
 
@@ -232,7 +237,7 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 	total := 0.0
 	for i := range cs {
 		c := &cs[i]
-		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c), waiting: c.Waiting,
+		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c),
 			queued: c.Waiting*cfg.WaitingTokens + c.Running*cfg.RunningTokens + c.SentTokens, weight: Weight(key, c.ID)}
 		x.cost = float64(r.PromptTokens) - x.cached + x.queued
 		d.Explain[i] = Explain{ID: c.ID, Matched: c.Matched, Cached: x.cached, InFlight: x.inFlight, Queued: x.queued, Cost: x.cost}
@@ -280,7 +285,7 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 		switch {
 		case healthy[best].cached >= float64(cfg.MinMatchTokens):
 			for j := range healthy { // the cap binds only on engines that queue
-				if healthy[j].waiting < cfg.SaturationWaiting {
+				if !cfg.saturated(cs[healthy[j].i]) {
 					healthy[j].underCap = true
 					d.Explain[healthy[j].i].UnderCap = true
 				}
@@ -326,6 +331,13 @@ func why(d *Decision, x, chosen cand) string {
 		return "more requests in flight"
 	}
 	return "equal load, lower tie-break weight"
+}
+
+// saturated reports whether the bounded-load cap binds on c's engine for
+// a cache hit (SaturationWaiting, SaturationKVUsage).
+func (cfg *Config) saturated(c Candidate) bool {
+	return cfg.SaturationWaiting == 0 || cfg.SaturationKVUsage == 0 ||
+		c.Waiting >= cfg.SaturationWaiting || c.KVUsage >= cfg.SaturationKVUsage
 }
 
 func inFlight(c *Candidate) float64 {

@@ -22,7 +22,7 @@ func TestDecideRules(t *testing.T) {
 	epsilon := func(e float64) *Config { c := DefaultConfig(); c.Epsilon, c.MinCap = e, 1; return &c }
 	// queueing is c with the candidate's engine reporting waiting requests:
 	// the bounded-load cap binds only on an engine that queues.
-	queueing := func(c Candidate, waiting float64) Candidate { c.Waiting = waiting; return c }
+	queueing := func(c Candidate, waiting float64) Candidate { c.Waiting, c.KVUsage = waiting, 0.1; return c }
 	def.MinCap = 1 // the formula alone; TestMinCap covers the floor
 	anchored := Request{PromptTokens: 4096, Anchor: 42, HasAnchor: true}
 	// The anchor's rendezvous order over a, b, c, d.
@@ -56,7 +56,10 @@ func TestDecideRules(t *testing.T) {
 			[]Candidate{{ID: "a", Healthy: true, Matched: gpu(1024), Sent: 1, SentTokens: 4000}, healthy("b", gpu(512), 0)}, "b", ReasonCacheHit, ""},
 		{"the best-cached endpoint at the cap is skipped when its engine queues", epsilon(0), anchored,
 			[]Candidate{queueing(healthy("a", gpu(4000), 6), 1), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, order2("b", "c"), ReasonCacheHit, "a"},
-		{"the best-cached endpoint over the cap keeps the request while its engine does not queue", epsilon(0), anchored,
+		{"the best-cached endpoint at the cap is skipped when its live requests hold half its KV", epsilon(0), anchored,
+			[]Candidate{func() Candidate { c := healthy("a", gpu(4000), 6); c.KVUsage = 0.5; return c }(), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)},
+			order2("b", "c"), ReasonCacheHit, "a"},
+		{"the best-cached endpoint over the cap keeps the request while its engine has room", epsilon(0), anchored,
 			[]Candidate{healthy("a", gpu(4000), 6), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, "a", ReasonCacheHit, ""},
 		{"with the gate off (SaturationWaiting 0) the count alone binds", func() *Config { c := epsilon(0); c.SaturationWaiting = 0; return c }(), anchored,
 			[]Candidate{healthy("a", gpu(4000), 6), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, order2("b", "c"), ReasonCacheHit, "a"},
@@ -231,6 +234,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.TierWeights[tier.CPU] = 2 },
 		func(c *Config) { c.WaitingTokens = -1 },
 		func(c *Config) { c.SaturationWaiting = -1 },
+		func(c *Config) { c.SaturationKVUsage = 1.5 },
 	} {
 		c := DefaultConfig()
 		mod(&c)
