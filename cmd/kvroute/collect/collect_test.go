@@ -125,9 +125,18 @@ func healthyFleet(t *testing.T, token string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(pk.Close)
-	for deadline := time.Now().Add(10 * time.Second); len(pk.View().Endpoints()) < 2; time.Sleep(10 * time.Millisecond) {
+	updated := func() bool { // both known, and each has sent something (verify fails one that has not)
+		eps := pk.View().Endpoints()
+		for _, e := range eps {
+			if e.LastUpdate.IsZero() {
+				return false
+			}
+		}
+		return len(eps) == 2
+	}
+	for deadline := time.Now().Add(10 * time.Second); !updated(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the picker never found the endpoints")
+			t.Fatal("the picker never found the endpoints, or never heard from their sidecars")
 		}
 	}
 	return "http://" + pk.Addr()
