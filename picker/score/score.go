@@ -100,7 +100,8 @@ type Config struct {
 	// (more sessions would evict cached prefixes). An engine with room
 	// keeps its warm sessions; the cost (RunningTokens, the picks in
 	// flight) still weighs its load. Either at 0 lets the cap bind on the
-	// count alone. Defaults 1 and 0.5.
+	// count alone. Defaults 1 and 0.25 (chosen on the agentic-pressure and
+	// shared-prefix benches, docs/benchmarks.md).
 	SaturationWaiting, SaturationKVUsage float64
 	// RunningTokens is the prefill-token equivalent of the slowdown one
 	// running request adds (its decode steps share the batch, its KV
@@ -113,7 +114,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Policy: Precise, Epsilon: 1, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
-		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1, SaturationKVUsage: 0.5}
+		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1, SaturationKVUsage: 0.25}
 }
 
 // Validate checks c.
