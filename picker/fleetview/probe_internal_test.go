@@ -27,11 +27,15 @@ func TestProbeAllInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	release := make(chan struct{})
+	release, full := make(chan struct{}), make(chan struct{})
+	var fullOnce sync.Once
 	var inFlight, most atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
+		if n == probeParallel {
+			fullOnce.Do(func() { close(full) })
+		}
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
 		select {
@@ -56,12 +60,10 @@ func TestProbeAllInParallel(t *testing.T) {
 		})
 		close(done)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for inFlight.Load() < probeParallel {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d probes in flight at once, want %d", inFlight.Load(), probeParallel)
-		}
-		time.Sleep(5 * time.Millisecond)
+	select { // every slot busy at once: the probes run side by side
+	case <-full:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d probes in flight at once, want %d", inFlight.Load(), probeParallel)
 	}
 	close(release)
 	select {

@@ -134,8 +134,12 @@ func healthyFleet(t *testing.T, token string) string {
 		}
 		return len(eps) == 2
 	}
-	for deadline := time.Now().Add(10 * time.Second); !updated(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	tick, deadline := time.NewTicker(10*time.Millisecond), time.After(10*time.Second)
+	defer tick.Stop()
+	for !updated() {
+		select {
+		case <-tick.C:
+		case <-deadline:
 			t.Fatal("the picker never found the endpoints, or never heard from their sidecars")
 		}
 	}
