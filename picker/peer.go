@@ -134,6 +134,9 @@ func modelOf(eps []fleet.Endpoint) string {
 // peerDone ends a pick's peer booking: the decision API's, whose request
 // the picker never sees (a peer policy books it and lets it go at once).
 func (r *Router) peerDone(p *Pick) {
+	if r.peer == nil || !p.peer.ok {
+		return // kvroute's own policies: no lock on the decision API's path
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.peerDoneLocked(p)
