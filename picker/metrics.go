@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		predicted:    prometheus.NewCounter(opts("predicted_cached_tokens_total", "Cached prompt tokens the picker predicted for proxied requests.")),
 		reported:     prometheus.NewCounter(opts("reported_cached_tokens_total", "Cached prompt tokens the engines reported (usage.prompt_tokens_details.cached_tokens).")),
 		tokenize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "tokenize_seconds",
-			Help:    "Render or tokenize call latency, by path (chat_render, completions_render, responses_render, responses_as_chat, tokenize).",
+			Help:    "Render or tokenize call latency, by via: the engine endpoint used (chat_render, completions_render, responses_render, responses_as_chat, tokenize).",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}}, []string{"via"}),
 		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "proxy_overhead_seconds",
 			Help:    "From a proxied request's arrival to its dispatch to the chosen engine (body read, tokens, decision), per attempt.",

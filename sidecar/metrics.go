@@ -5,16 +5,16 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics are the sidecar's series (kvroute_sidecar_*), labelled by the
 // endpoint (the rank's engine URL).
 type metrics struct {
-	events, replays                    *prometheus.CounterVec
-	malformed, gaps, restarts          *prometheus.CounterVec
-	unresolved, invalid, scrapeErrors  *prometheus.CounterVec
-	deltas, deltaFlips, deltaBytes     *prometheus.CounterVec
-	updates, streamBytes               *prometheus.CounterVec
-	watchers, draining                 prometheus.Gauge
-	watchersCut                        prometheus.Counter
-	blocks, partial, epoch, load, fill *prometheus.GaugeVec
-	streamState, engineDown            *prometheus.GaugeVec
-	lag                                *prometheus.HistogramVec
+	events, replays                                 *prometheus.CounterVec
+	malformed, gaps, restarts                       *prometheus.CounterVec
+	unresolved, invalid, scrapeErrors               *prometheus.CounterVec
+	deltas, deltaFlips, deltaBytes                  *prometheus.CounterVec
+	updates, streamBytes                            *prometheus.CounterVec
+	watchers, draining                              prometheus.Gauge
+	watchersCut                                     prometheus.Counter
+	blocks, partial, epoch, requests, kvUsage, fill *prometheus.GaugeVec
+	streamState, engineDown                         *prometheus.GaugeVec
+	lag                                             *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,7 +45,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		blocks:       gv("blocks", "Engine blocks indexed, by tier.", "endpoint", "tier"),
 		partial:      gv("partial", "1 when the endpoint's state may miss blocks (lost events that replay could not recover).", "endpoint"),
 		epoch:        gv("epoch", "The endpoint's epoch: bumped on every clear and engine restart.", "endpoint"),
-		load:         gv("engine_load", "The engine's load as last scraped.", "endpoint", "kind"),
+		requests:     gv("engine_requests", "The engine's requests as last scraped, by state (waiting, running).", "endpoint", "state"),
+		kvUsage:      gv("engine_kv_cache_usage_ratio", "The share (0..1) of the engine's KV cache its live requests hold, as last scraped.", "endpoint"),
 		fill:         gv("summary_fill", "Fraction of summary bits set.", "endpoint", "tier"),
 		streamState: gv("stream_state", "The live KV event stream's state: 1 for the current one (unknown, live, replay_only, silent, partial), 0 for the others.",
 			"endpoint", "state"),

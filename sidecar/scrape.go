@@ -277,9 +277,9 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 				ep.log.Info("engine answers again")
 			}
 			ep.s.metrics.engineDown.WithLabelValues(ep.label()).Set(0)
-			ep.s.metrics.load.WithLabelValues(ep.label(), "waiting").Set(r.load.Waiting)
-			ep.s.metrics.load.WithLabelValues(ep.label(), "running").Set(r.load.Running)
-			ep.s.metrics.load.WithLabelValues(ep.label(), "kv_cache_usage").Set(r.load.KVUsage)
+			ep.s.metrics.requests.WithLabelValues(ep.label(), "waiting").Set(r.load.Waiting)
+			ep.s.metrics.requests.WithLabelValues(ep.label(), "running").Set(r.load.Running)
+			ep.s.metrics.kvUsage.WithLabelValues(ep.label()).Set(r.load.KVUsage)
 			if r.load.StartTime > 0 {
 				select {
 				case ep.restartCh <- r.load.StartTime:

@@ -59,15 +59,15 @@ func (c Config) Validate() error {
 
 // Stats count what Apply saw.
 type Stats struct {
-	StoredBlocks      uint64 // blocks of BlockStored runs indexed
-	RemovedBlocks     uint64 // copies removed
-	Clears            uint64 // AllBlocksCleared and Clear calls
-	UnknownRemovals   uint64 // removals of hashes not indexed
-	UnresolvedParents uint64 // runs dropped for an unknown parent
-	SkippedGroups     uint64 // runs of groups that are not full attention
-	Placeholders      uint64 // connector runs without tokens
-	Invalid           uint64 // runs that fail validation or carry unknown extras
-	UnknownEvents     uint64 // events of a type this index does not know
+	StoredBlocks      uint64 `json:"stored_blocks"`      // blocks of BlockStored runs indexed
+	RemovedBlocks     uint64 `json:"removed_blocks"`     // copies removed
+	Clears            uint64 `json:"clears"`             // AllBlocksCleared and Clear calls
+	UnknownRemovals   uint64 `json:"unknown_removals"`   // removals of hashes not indexed
+	UnresolvedParents uint64 `json:"unresolved_parents"` // runs dropped for an unknown parent
+	SkippedGroups     uint64 `json:"skipped_groups"`     // runs of groups that are not full attention
+	Placeholders      uint64 `json:"placeholders"`       // connector runs without tokens
+	Invalid           uint64 `json:"invalid_runs"`       // runs that fail validation or carry unknown extras
+	UnknownEvents     uint64 `json:"unknown_events"`     // events of a type this index does not know
 }
 
 // shelf is one tier's blocks and summary.
