@@ -30,8 +30,17 @@ import (
 // as cfg says (its Index set), once it knows all of them.
 func simView(t testing.TB, n int, cfg simsidecar.Config) (*fleetview.View, []*simsidecar.Sidecar) {
 	t.Helper()
+	return simViewWith(t, n, func(i int, c *simsidecar.Config) { *c = cfg; c.Index = i })
+}
+
+// simViewWith is simView with each sidecar's configuration set by
+// adjust (from the zero Config; its Index already i).
+func simViewWith(t testing.TB, n int, adjust func(i int, c *simsidecar.Config)) (*fleetview.View, []*simsidecar.Sidecar) {
+	t.Helper()
+	var first simsidecar.Config
+	adjust(0, &first)
 	vcfg := fleetview.DefaultConfig()
-	vcfg.Params, vcfg.Retry = cfg.Params, 50*time.Millisecond
+	vcfg.Params, vcfg.Retry = first.Params, 50*time.Millisecond
 	v, err := fleetview.New(vcfg, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +48,8 @@ func simView(t testing.TB, n int, cfg simsidecar.Config) (*fleetview.View, []*si
 	t.Cleanup(v.Close)
 	var sims []*simsidecar.Sidecar
 	for i := range n {
-		cfg.Index = i
+		cfg := simsidecar.Config{Index: i}
+		adjust(i, &cfg)
 		s := simsidecar.Start(t, cfg)
 		sims = append(sims, s)
 		v.Watch(s.Addr())

@@ -41,7 +41,31 @@ func (r *Router) Handler(o HandlerOptions) http.Handler {
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
-	return mux
+	mux.Handle("/", notRouted(mux))
+	return r.instrument(mux)
+}
+
+// notRouted answers what no route serves, in OpenAI's error format: 405
+// with an Allow header when the path is served for other methods, else
+// 404.
+func notRouted(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			probe := &http.Request{Method: m, URL: req.URL, Host: req.Host, Header: http.Header{}}
+			if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, &intake.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+				Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s.", req.Method, req.URL.Path, strings.Join(allow, ", "))})
+			return
+		}
+		writeError(w, &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Code: "not_found",
+			Message: fmt.Sprintf("No route serves %s %s.", req.Method, req.URL.Path)})
+	})
 }
 
 // writeError answers err in OpenAI's error format: the picker's own
@@ -76,17 +100,31 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	writeRaw(w, status, b)
 }
 
+// Lingering on a refused body: how much more of it the picker reads, and
+// for how long, before answering 413, so that a client writing its whole
+// body before reading sees the 413 rather than a broken pipe (as nginx's
+// lingering close does).
+const (
+	lingerBytes = 64 << 20
+	lingerTime  = 5 * time.Second
+)
+
 // readBody reads a request body of at most max bytes; a larger one is a
-// 413 in OpenAI's format.
+// 413 in OpenAI's format, after the rest of it is drained (a bounded
+// amount, for a bounded time) and the connection marked to close.
 func readBody(w http.ResponseWriter, req *http.Request, max int64) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, req.Body, max))
-	var tooBig *http.MaxBytesError
+	b, err := io.ReadAll(io.LimitReader(req.Body, max+1))
 	switch {
-	case errors.As(err, &tooBig):
-		return nil, &intake.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
-			Message: "The request body is larger than this picker accepts (--max-body-bytes)."}
 	case err != nil:
 		return nil, intake.BadRequest("", "", "Could not read the request body: %v", err)
+	case int64(len(b)) > max:
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.CopyN(io.Discard, req.Body, lingerBytes)
+		_ = rc.SetReadDeadline(time.Time{})
+		w.Header().Set("Connection", "close")
+		return nil, &intake.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("The request body is larger than this picker accepts (%d bytes, --max-body-bytes).", max)}
 	}
 	return b, nil
 }

@@ -24,6 +24,11 @@ type metrics struct {
 	promptTokens   prometheus.Counter
 	predicted      prometheus.Counter
 	reported       prometheus.Counter
+	requests       *prometheus.CounterVec   // by route, model, code
+	duration       *prometheus.HistogramVec // by route, model
+	ttfb           *prometheus.HistogramVec // by route, model
+	inFlight       *prometheus.GaugeVec     // proxied requests at an engine, by endpoint
+	retries        *prometheus.CounterVec   // by cause
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -51,15 +56,32 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "proxy_overhead_seconds",
 			Help:    "From a proxied request's arrival to its dispatch to the chosen engine (body read, tokens, decision), per attempt.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}}),
+		requests: prometheus.NewCounterVec(opts("requests_total", "Requests answered, by route (the API path), model (none before one is resolved) and status code."),
+			[]string{"route", "model", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "request_duration_seconds",
+			Help: "From a request's arrival to the end of its answer, by route and model.", Buckets: latencyBuckets()}, []string{"route", "model"}),
+		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "time_to_first_byte_seconds",
+			Help:    "From a request's arrival to the first byte of its answer's body sent to the client (for a stream: the time to first token as the client sees it), by route and model.",
+			Buckets: latencyBuckets()}, []string{"route", "model"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "endpoint_requests_in_flight",
+			Help: "Proxied requests sent to an engine and not yet answered in full, by endpoint."}, []string{"endpoint"}),
+		retries: prometheus.NewCounterVec(opts("upstream_retries_total", "Requests offered to another engine because the chosen one could not be reached (connect_error) or answered 502, 503 or 504 (bad_status) before any byte reached the client."),
+			[]string{"cause"}),
 		matchedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "matched_blocks",
 			Help:    "GPU blocks the chosen endpoint held of the request's prefix.",
 			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
-			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported, endpointsByGroup{r})
+			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
+			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, endpointsByGroup{r})
 	}
 	return m
+}
+
+// latencyBuckets are the request latency buckets: 5 ms to 2 minutes.
+func latencyBuckets() []float64 {
+	return []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
 }
 
 // observe records a pick: what its preparation noted and, when an

@@ -331,7 +331,8 @@ func TestDecisionAPIRefusals(t *testing.T) {
 		{"no model", `{"messages":[{"role":"user","content":"x"}]}`, auth, 400, ""},
 		{"unknown model", `{"model":"gpt-nothing","messages":[{"role":"user","content":"x"}]}`, auth, 404, "model_not_found"},
 		{"previous response", `{"model":"Qwen/Qwen3-0.6B","input":"more","previous_response_id":"resp_1"}`, auth, 400, "unresolved_previous_response"},
-		{"several prompts", `{"model":"Qwen/Qwen3-0.6B","prompt":["a","b"]}`, auth, 400, "unresolved_identity"},
+		{"mixed batch", `{"model":"Qwen/Qwen3-0.6B","prompt":["a",[1,2]]}`, auth, 400, ""},
+		{"unknown lora", `{"model":"Qwen/Qwen3-0.6B","token_ids":[1,2,3],"lora":"no-such-adapter"}`, auth, 404, "model_not_found"},
 		{"too large", `{"model":"Qwen/Qwen3-0.6B","prompt":"` + strings.Repeat("x", 5000) + `"}`, auth, 413, ""},
 	} {
 		code, _, raw := f.pick(t, tc.body, tc.header, "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -66,8 +67,17 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 		n.refused = "unknown_model"
 		return nil, err
 	}
+	recordOf(ctx).model = req.Model
 	lora := ref.lora
 	if req.LoRA != "" {
+		// An adapter named apart from the model (the decision API's token
+		// bodies) must be one the model's group serves, as vLLM answers an
+		// unknown adapter: 404.
+		if a, err := r.models.resolve(req.LoRA); err != nil || a.lora != req.LoRA || a.group != ref.group {
+			n.refused = "unknown_lora"
+			return nil, &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Param: "lora", Code: "model_not_found",
+				Message: fmt.Sprintf("The LoRA adapter `%s` does not exist for the model `%s`.", req.LoRA, req.Model)}
+		}
 		lora = req.LoRA
 	}
 	p := &prepared{req: req, group: ref.group, eps: r.groupEndpoints(ref.group)}
@@ -86,13 +96,8 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 		switch r.cfg.Unresolved {
 		case UnresolvedReject:
 			return p, unresolvedError(req.Unresolved)
-		case UnresolvedLoadOnly:
-			loadOnly = true
-		case UnresolvedPreciseOnly:
-			// Score what is known: the first prompt when it came as token
-			// ids (intake keeps it); text prompts cannot be rendered one by
-			// one here, so they go by load.
-			loadOnly = req.TokenIDs == nil
+		case UnresolvedLoadOnly, UnresolvedPreciseOnly:
+			loadOnly = true // nothing known can be scored
 		}
 	}
 	p.dreq = decide.Request{Request: score.Request{Counter: r.counter.Add(1) - 1, LoadOnly: loadOnly}, BlockSize: blockSize}
@@ -115,6 +120,14 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 		}
 	case isRefusal(err):
 		return p, err
+	case errors.Is(err, render.ErrMultimodalTokenize):
+		// Media, and no engine of the group renders with multimodal
+		// features: the keys would miss the media's identity.
+		n.unresolved = "multimodal_without_render"
+		if r.cfg.Unresolved == UnresolvedReject {
+			return p, unresolvedError(n.unresolved)
+		}
+		p.dreq.LoadOnly = true
 	default:
 		// No tokens in time: place by consistent hashing on the raw
 		// anchor, salted, so retries and siblings still meet.
@@ -219,6 +232,9 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 			a, err := r.render.Render(ctx, engine, kind, body)
 			anchorCh <- result{a, err}
 		}()
+	}
+	if req.RenderBody != nil {
+		body = req.RenderBody // a batch: its first prompt alone
 	}
 	t0 := time.Now()
 	// With another engine to fall back on, the first gets half the time:

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +49,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			return
 		}
 		opt := PickOptions{CacheOff: cacheOff(req.Header), Exclude: map[string]bool{}}
+		rec := recordOf(req.Context())
 		var lastErr error
 		for attempt := 0; attempt < maxAttempts; attempt++ {
 			p, err := r.Pick(req.Context(), kind, body, opt)
@@ -61,12 +61,16 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 				return
 			}
 			r.m.overhead.Observe(time.Since(arrived).Seconds())
+			rec.endpoint, rec.attempts, rec.prompt, rec.matched = p.Endpoint, attempt+1, p.PromptTokens, p.MatchedTokens
+			inFlight := r.m.inFlight.WithLabelValues(p.Endpoint)
+			inFlight.Inc()
 			done, err := r.forward(w, req, p, path, body)
+			inFlight.Dec()
 			r.Done(p)
 			if done {
 				return
 			}
-			r.m.fallbacks.WithLabelValues("endpoint_failed").Inc()
+			r.m.retries.WithLabelValues(retryCause(err)).Inc()
 			r.reportFailure(p.Endpoint, "proxy: "+err.Error())
 			r.log.Debug("endpoint failed before answering; trying another", zap.String("endpoint", p.Endpoint), zap.Error(err))
 			opt.Exclude[p.Endpoint] = true
@@ -92,6 +96,21 @@ func dropHop(h http.Header) {
 	for _, x := range hopHeaders {
 		h.Del(x)
 	}
+}
+
+// badStatus is an engine's 502, 503 or 504 before any byte of its answer
+// reached the client.
+type badStatus struct{ status string }
+
+func (e *badStatus) Error() string { return e.status }
+
+// retryCause labels why a request was offered to another engine.
+func retryCause(err error) string {
+	var bs *badStatus
+	if errors.As(err, &bs) {
+		return "bad_status"
+	}
+	return "connect_error"
 }
 
 func isNoEndpoint(err error) bool {
@@ -122,7 +141,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 	switch resp.StatusCode {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		return false, errors.New(resp.Status)
+		return false, &badStatus{resp.Status}
 	}
 	h := w.Header()
 	length := resp.Header.Get("Content-Length")
@@ -133,11 +152,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 	if length != "" {
 		h.Set("Content-Length", length)
 	}
-	h.Set("X-Kvroute-Endpoint", p.Endpoint)
-	h.Set("X-Kvroute-Matched-Tokens", strconv.Itoa(p.MatchedTokens))
-	if p.PrefixHash != "" {
-		h.Set("X-Kvroute-Prefix-Hash", p.PrefixHash)
-	}
+	setDecisionHeaders(h, r.cfg.ResponseHeaders, p)
 	w.WriteHeader(resp.StatusCode)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	sn := &sniffer{sse: sse, limit: 4 << 20}
@@ -172,7 +187,11 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 		}
 	}
 	if resp.StatusCode == http.StatusOK {
-		r.account(p, sn.result())
+		u := sn.result()
+		if u.Seen {
+			recordOf(in.Context()).cached = u.Cached // 0 without details: nothing cached, or not said
+		}
+		r.account(p, u)
 	}
 	return true, nil
 }

@@ -28,7 +28,7 @@ import (
 // cannot be resolved exactly.
 const (
 	UnresolvedReject      = "reject"       // 400, code "unresolved_identity" (default)
-	UnresolvedPreciseOnly = "precise-only" // score what is known (the first prompt of several)
+	UnresolvedPreciseOnly = "precise-only" // score what is known exactly; the rest by load
 	UnresolvedLoadOnly    = "load-only"    // route by load alone
 )
 
@@ -67,13 +67,20 @@ type Config struct {
 	// is reproducible. kvroute's own policies draw no random numbers. Any
 	// value is valid; default 1.
 	PolicySeed uint64
+	// ResponseHeaders is which x-kvroute-* headers proxied answers carry:
+	// all (the engine's address too), decision (no pod address) or none.
+	// The decision API is unaffected. Default all.
+	ResponseHeaders string
+	// AccessLog is the share of requests the access log records, one
+	// info line each (never prompt text): 1 every one, 0 none. Default 1.
+	AccessLog float64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
 		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000,
-		PolicySeed: 1}
+		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1}
 }
 
 // Validate checks c.
@@ -102,6 +109,12 @@ func (c *Config) Validate() error {
 	if err := c.Health.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := validResponseHeaders(c.ResponseHeaders); err != nil {
+		errs = append(errs, err)
+	}
+	if !(c.AccessLog >= 0 && c.AccessLog <= 1) {
+		errs = append(errs, fmt.Errorf("--access-log %v: want the share of requests logged, 0 (off) to 1 (every one)", c.AccessLog))
+	}
 	return errors.Join(errs...)
 }
 
@@ -121,6 +134,9 @@ type Router struct {
 	proxy  *http.Client // requests to engines
 	bufs   sync.Pool    // *[]byte copy buffers for answers
 	m      *metrics
+
+	accessLog *zap.Logger // the access log (Config.AccessLog)
+	access    sampler
 
 	counter atomic.Uint64 // round-robin position
 
@@ -145,7 +161,8 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 	}
 	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, view: view,
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
-		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger}
+		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, accessLog: log.Named("access")}
+	r.access.rate = cfg.AccessLog
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
 	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, list: func(ctx context.Context, base string) ([]modelEntry, error) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.TokenizeTimeout)

@@ -122,6 +122,8 @@ and ?explain=true on the decision API.`,
 	f.DurationVar(&r.TokenizeTimeout, "tokenize-timeout", r.TokenizeTimeout, "bound on one render call; past it the request is placed by consistent hashing (counted)")
 	f.StringVar(&r.Unresolved, "unresolved", r.Unresolved, "requests whose cache identity cannot be resolved exactly: reject (400), precise-only (score what is known) or load-only")
 	f.IntVar(&r.AnchorTokens, "anchor-tokens", r.AnchorTokens, "anchor of a raw prompt (completions, token ids): its first N tokens")
+	f.StringVar(&r.ResponseHeaders, "response-headers", r.ResponseHeaders, "x-kvroute-* headers on proxied answers: all, decision (no pod address) or none; the decision API is unaffected")
+	f.Float64Var(&r.AccessLog, "access-log", r.AccessLog, "share of requests the access log records, one info line each without prompt text: 1 every one, 0 off, 0.1 one in ten")
 	f.Int64Var(&r.MaxBodyBytes, "max-body-bytes", r.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	f.DurationVar(&r.Health.StaleSummary, "stale-summary", r.Health.StaleSummary, "an endpoint whose sidecar sent nothing for this long is routed by load only (no cache credit)")
 	f.DurationVar(&r.Health.DownAfter, "down-after", r.Health.DownAfter, "an endpoint whose sidecar sent nothing for this long gets no requests")

@@ -12,10 +12,13 @@
 //     param, message).
 //   - A Responses request still carrying previous_response_id is refused
 //     (400, code "unresolved_previous_response"): the caller must rehydrate
-//     the conversation first. Other identities that cannot be resolved
-//     exactly (several prompts in one completion request) are not refused
-//     here but reported in Request.Unresolved, for the picker's
-//     --unresolved policy.
+//     the conversation first. An identity that cannot be resolved exactly
+//     is not refused here but reported in Request.Unresolved, for the
+//     picker's --unresolved policy.
+//   - A completions batch (a list of texts, or of token-id lists; one
+//     form, as vLLM requires) is routed by its first prompt: Prompts
+//     counts them, TokenIDs are the first one's ids, or RenderBody renders
+//     the first text alone.
 //   - The body is forwarded as received; Parse never rewrites it.
 //   - Text reads a body's text as a character-level router does (the
 //     sglang peer policy), with a parse of its own: only that policy pays

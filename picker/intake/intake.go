@@ -63,11 +63,6 @@ func BadRequest(param, code, format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Unresolved reasons (metric labels).
-const (
-	UnresolvedMultiplePrompts = "multiple_prompts" // a completion request with several prompts
-)
-
 // Request is what routing needs of a body.
 type Request struct {
 	Kind      Kind
@@ -92,6 +87,12 @@ type Request struct {
 	// instructions and tools, or a text prompt's first 4 KiB — never the
 	// sampling parameters, so every turn and sibling gives the same bytes.
 	RawAnchor []byte
+	// Prompts is how many prompts a completions batch holds (0: a single
+	// prompt). A batch is routed by its first prompt.
+	Prompts int
+	// RenderBody, when set, is what to render instead of the body: a
+	// text batch's first prompt alone.
+	RenderBody []byte
 	// IncludeUsage: a streaming request asked for the final usage chunk.
 	IncludeUsage bool
 	// Unresolved names why the identity cannot be resolved exactly ("" when
@@ -372,22 +373,30 @@ func (r *Request) parseCompletion(v *fastjson.Value) error {
 	if err != nil || len(many) == 0 {
 		return BadRequest("prompt", "", "prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids")
 	}
-	var first []uint32
+	// A batch: the engine serves all its prompts, so it goes to one
+	// endpoint, routed by its first prompt's keys (its tokens rendered
+	// alone, or its ids). The prompts are all texts or all token lists, as
+	// vLLM requires.
+	text := many[0].Type() == fastjson.TypeString
 	for i, p := range many {
-		got, ok := ids(p)
-		if p.Type() != fastjson.TypeString && !ok {
-			return BadRequest("prompt", "", "prompt[%d] must be a string or a list of token ids", i)
-		}
-		if i == 0 {
-			first = got
+		_, isIDs := ids(p)
+		if (p.Type() == fastjson.TypeString) != text || (!text && !isIDs) {
+			form := "list of token ids"
+			if text {
+				form = "string"
+			}
+			return BadRequest("prompt", "", "prompt[%d] must be a %s like prompt[0]: a batch is a list of strings or a list of lists of token ids", i, form)
 		}
 	}
-	// Several prompts go to one endpoint: unresolved. The first one's ids
-	// are kept for --unresolved precise-only.
-	r.TokenIDs = first
-	if len(many) > 1 {
-		r.Unresolved = UnresolvedMultiplePrompts
+	r.Prompts = len(many)
+	if text {
+		first := many[0].GetStringBytes()
+		r.RawAnchor = append([]byte(nil), first[:min(len(first), 4096)]...)
+		var a fastjson.Arena
+		r.RenderBody = rebuild(v, map[string]*fastjson.Value{"prompt": a.NewStringBytes(first)})
+		return nil
 	}
+	r.TokenIDs, _ = ids(many[0])
 	return nil
 }
 

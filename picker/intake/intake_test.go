@@ -49,20 +49,27 @@ func TestParseChat(t *testing.T) {
 
 func TestParseCompletion(t *testing.T) {
 	for _, tc := range []struct {
-		body       string
-		ids        []uint32
-		unresolved string
+		body    string
+		ids     []uint32
+		prompts int
+		render  string // RenderBody: the first text alone
 	}{
-		{`{"model":"m","prompt":"hello"}`, nil, ""},
-		{`{"model":"m","prompt":[1,2,3]}`, []uint32{1, 2, 3}, ""},
-		{`{"model":"m","prompt":[[4,5]]}`, []uint32{4, 5}, ""},
-		{`{"model":"m","prompt":["a"]}`, nil, ""},
-		{`{"model":"m","prompt":["a","b"]}`, nil, UnresolvedMultiplePrompts},
-		{`{"model":"m","prompt":[[1],[2]]}`, []uint32{1}, UnresolvedMultiplePrompts},
+		{`{"model":"m","prompt":"hello"}`, nil, 0, ""},
+		{`{"model":"m","prompt":[1,2,3]}`, []uint32{1, 2, 3}, 0, ""},
+		{`{"model":"m","prompt":[[4,5]]}`, []uint32{4, 5}, 1, ""},
+		{`{"model":"m","prompt":["a"]}`, nil, 1, `{"model":"m","prompt":"a"}`},
+		{`{"model":"m","prompt":["a","b"],"max_tokens":3}`, nil, 2, `{"model":"m","prompt":"a","max_tokens":3}`},
+		{`{"model":"m","prompt":[[1],[2]]}`, []uint32{1}, 2, ""},
 	} {
 		r, err := Parse(Completion, []byte(tc.body))
-		if err != nil || !slices.Equal(r.TokenIDs, tc.ids) || r.Unresolved != tc.unresolved || r.AnchorBody != nil {
+		if err != nil || !slices.Equal(r.TokenIDs, tc.ids) || r.Unresolved != "" || r.AnchorBody != nil || r.Prompts != tc.prompts || string(r.RenderBody) != tc.render {
 			t.Fatalf("%s: %+v, %v", tc.body, r, err)
+		}
+	}
+	// A batch mixes no forms, as vLLM requires.
+	for _, body := range []string{`{"model":"m","prompt":["a",[1]]}`, `{"model":"m","prompt":[[1],"a"]}`, `{"model":"m","prompt":[[1],{"x":1}]}`} {
+		if _, err := Parse(Completion, []byte(body)); err == nil || err.(*Error).Status != 400 || err.(*Error).Param != "prompt" {
+			t.Fatalf("%s: %v, want a 400 on prompt", body, err)
 		}
 	}
 }

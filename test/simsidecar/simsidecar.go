@@ -27,6 +27,8 @@ type Config struct {
 	// NoBlockSize reports block size 0, as a sidecar does before it has
 	// learnt the engine's.
 	NoBlockSize bool
+	// Endpoint is the engine URL announced; default http://sim-<Index>:8000.
+	Endpoint string
 }
 
 // Sidecar is a running simulated sidecar.
@@ -54,7 +56,10 @@ func Start(t testing.TB, cfg Config) *Sidecar {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Sidecar{cfg: cfg, endpoint: fmt.Sprintf("http://sim-%d:8000", cfg.Index), addr: ln.Addr().String(),
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = fmt.Sprintf("http://sim-%d:8000", cfg.Index)
+	}
+	s := &Sidecar{cfg: cfg, endpoint: cfg.Endpoint, addr: ln.Addr().String(),
 		c: summary.NewCounting(cfg.Params), subs: map[chan *pb.SummaryUpdate]struct{}{}}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Index), 99))
 	held := make([]blockkey.Key, cfg.Params.M/summary.BitsPerBlock)
