@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
@@ -184,57 +185,62 @@ func BenchmarkDecisionAPIThroughput(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "decisions/s")
 }
 
+// pacedLoad sends n short token-id completions to url at 1,000 a second
+// and returns their latencies, sorted.
+func pacedLoad(b *testing.B, client *http.Client, url string, n int) []time.Duration {
+	body := func(i int) string {
+		return fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","prompt":[%d,%d,%d,%d,%d,%d,%d,%d],"max_tokens":1}`, i, i+1, i+2, i+3, i+4, i+5, i+6, i+7)
+	}
+	lat := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * time.Millisecond)); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			resp, err := client.Post(url, "application/json", strings.NewReader(body(1000+i%5000)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+			}
+			lat[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	return lat
+}
+
+// quantileMS is the p quantile of sorted latencies, in milliseconds.
+func quantileMS(l []time.Duration, p float64) float64 {
+	return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000
+}
+
 // BenchmarkProxyOverhead: short token-id completions at 1,000 requests/s,
 // through the picker and straight to an engine, one after the other on
 // the same fleet; reports p50/p99 of each and the difference. Target: the
 // picker adds ≤ 2 ms at p99.
 func BenchmarkProxyOverhead(b *testing.B) {
 	f := startFleetB(b, 2)
-	body := func(i int) string {
-		return fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","prompt":[%d,%d,%d,%d,%d,%d,%d,%d],"max_tokens":1}`, i, i+1, i+2, i+3, i+4, i+5, i+6, i+7)
-	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
-	paced := func(url string, n int) []time.Duration {
-		lat := make([]time.Duration, n)
-		var wg sync.WaitGroup
-		start := time.Now()
-		for i := 0; i < n; i++ {
-			if d := time.Until(start.Add(time.Duration(i) * time.Millisecond)); d > 0 {
-				time.Sleep(d)
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t0 := time.Now()
-				resp, err := client.Post(url, "application/json", strings.NewReader(body(1000+i%5000)))
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Errorf("status %d", resp.StatusCode)
-				}
-				lat[i] = time.Since(t0)
-			}()
-		}
-		wg.Wait()
-		slices.Sort(lat)
-		return lat
-	}
 	b.ResetTimer()
-	via := paced(f.api.URL+"/v1/completions", b.N)
-	direct := paced(f.engines[0].URL()+"/v1/completions", b.N)
+	via := pacedLoad(b, client, f.api.URL+"/v1/completions", b.N)
+	direct := pacedLoad(b, client, f.engines[0].URL()+"/v1/completions", b.N)
 	b.StopTimer()
-	q := func(l []time.Duration, p float64) float64 {
-		return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000
-	}
-	b.ReportMetric(q(via, 0.5), "picker-p50-ms")
-	b.ReportMetric(q(via, 0.99), "picker-p99-ms")
-	b.ReportMetric(q(direct, 0.5), "direct-p50-ms")
-	b.ReportMetric(q(direct, 0.99), "direct-p99-ms")
-	b.ReportMetric(q(via, 0.99)-q(direct, 0.99), "added-p99-ms")
+	b.ReportMetric(quantileMS(via, 0.5), "picker-p50-ms")
+	b.ReportMetric(quantileMS(via, 0.99), "picker-p99-ms")
+	b.ReportMetric(quantileMS(direct, 0.5), "direct-p50-ms")
+	b.ReportMetric(quantileMS(direct, 0.99), "direct-p99-ms")
+	b.ReportMetric(quantileMS(via, 0.99)-quantileMS(direct, 0.99), "added-p99-ms")
 	// The picker's own part, measured inside it: arrival to dispatch.
 	families, err := f.reg.Gather()
 	if err != nil {
@@ -251,6 +257,49 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkAccessLogOverhead: the same paced load through two pickers
+// over one fleet, one writing every request's access-log line (JSON, as
+// in production, to a discarding sink) and one with the log off, in
+// alternating rounds; reports p50/p99 of each and the p99 ratio.
+func BenchmarkAccessLogOverhead(b *testing.B) {
+	f := startFleetB(b, 2)
+	api := func(rate float64, log *zap.Logger) string {
+		cfg := picker.DefaultConfig()
+		cfg.AccessLog = rate
+		r, err := picker.NewRouter(cfg, f.view, log, prometheus.NewRegistry())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(r.Close)
+		s := httptest.NewServer(r.Handler(picker.HandlerOptions{}))
+		b.Cleanup(s.Close)
+		return s.URL + "/v1/completions"
+	}
+	jsonLog := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
+	on, off := api(1, jsonLog), api(0, jsonLog)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	var withLog, without []time.Duration
+	b.ResetTimer()
+	for round := range 4 { // alternate, so the machine's drift hits both
+		n := max(b.N/4, 1)
+		if round%2 == 0 {
+			withLog = append(withLog, pacedLoad(b, client, on, n)...)
+			without = append(without, pacedLoad(b, client, off, n)...)
+		} else {
+			without = append(without, pacedLoad(b, client, off, n)...)
+			withLog = append(withLog, pacedLoad(b, client, on, n)...)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(withLog)
+	slices.Sort(without)
+	b.ReportMetric(quantileMS(withLog, 0.5), "log-on-p50-ms")
+	b.ReportMetric(quantileMS(withLog, 0.99), "log-on-p99-ms")
+	b.ReportMetric(quantileMS(without, 0.5), "log-off-p50-ms")
+	b.ReportMetric(quantileMS(without, 0.99), "log-off-p99-ms")
+	b.ReportMetric(quantileMS(withLog, 0.99)/quantileMS(without, 0.99), "p99-on/off")
 }
 
 // TestUnknownBlockSizeRoutesByLoad: an endpoint whose block size the
