@@ -406,4 +406,3 @@ func TestUpstreamRetries(t *testing.T) {
 		}
 	}
 }
-

@@ -16,7 +16,10 @@
 //     counting this request; never below MinCap, so that at low load a
 //     conversation is not scattered); an endpoint at the cap is skipped while any
 //     is under it, and skipping the best-cached one is reported as a load
-//     override with the tokens it cost.
+//     override with the tokens it cost. For a cache hit the cap binds
+//     only on a saturated engine (Config.SaturationWaiting,
+//     SaturationKVUsage), and moves the request only to an endpoint whose
+//     estimated cost is at most Config.OverrideCost times the warm one's.
 //   - Cold prefixes (no candidate holds MinMatchTokens of the prompt) are
 //     placed by rendezvous hashing with bounded loads on the request's
 //     anchor, so siblings of a new prefix co-locate before any KV event

@@ -109,12 +109,20 @@ type Config struct {
 	// bench, where 32 left the cost blind to how many sessions an engine
 	// already serves (docs/benchmarks.md, issue 16).
 	RunningTokens float64
+	// OverrideCost bounds what the cap may cost a cache hit: it moves a
+	// request off the endpoint holding its prefix only to one whose
+	// estimated cost is at most OverrideCost times the warm one's. Past
+	// that the move costs more prefill than the queue it escapes, and
+	// leaves a duplicate of the prefix behind. Default 1.5 (on the trace
+	// bench, unbounded moves cost 2–3 points of hit rate:
+	// docs/benchmarks.md, issue 16); 0 lets the cap move any cache hit.
+	OverrideCost float64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Policy: Precise, Epsilon: 1, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
-		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1, SaturationKVUsage: 0.25}
+		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1, SaturationKVUsage: 0.25, OverrideCost: 1.5}
 }
 
 // Validate checks c.
@@ -142,6 +150,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.SaturationKVUsage >= 0 && c.SaturationKVUsage <= 1) {
 		errs = append(errs, fmt.Errorf("saturation KV usage %v: want 0..1", c.SaturationKVUsage))
+	}
+	if !(c.OverrideCost == 0 || (c.OverrideCost >= 1 && c.OverrideCost <= 1000)) {
+		errs = append(errs, fmt.Errorf("override cost factor %v: want 0 (unbounded) or 1..1000", c.OverrideCost))
 	}
 	if !(c.WaitingTokens >= 0) || !(c.RunningTokens >= 0) || math.IsInf(c.WaitingTokens, 0) || math.IsInf(c.RunningTokens, 0) {
 		errs = append(errs, errors.New("waiting and running token costs must be finite and non-negative"))
@@ -292,6 +303,9 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 				}
 			}
 			pick, d.Reason = cheapest(healthy), ReasonCacheHit
+			if !healthy[best].underCap && cfg.OverrideCost > 0 && healthy[pick].cost > cfg.OverrideCost*healthy[best].cost {
+				pick = best // moving would cost more than the queue it escapes
+			}
 			if !healthy[best].underCap && healthy[best].cached > healthy[pick].cached {
 				d.Override = &Override{Index: healthy[best].i, TokensLost: healthy[best].cached - healthy[pick].cached}
 			}

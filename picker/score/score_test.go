@@ -56,6 +56,8 @@ func TestDecideRules(t *testing.T) {
 			[]Candidate{{ID: "a", Healthy: true, Matched: gpu(1024), Sent: 1, SentTokens: 4000}, healthy("b", gpu(512), 0)}, "b", ReasonCacheHit, ""},
 		{"the best-cached endpoint at the cap is skipped when its engine queues", epsilon(0), anchored,
 			[]Candidate{queueing(healthy("a", gpu(4000), 6), 1), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, order2("b", "c"), ReasonCacheHit, "a"},
+		{"the cap does not move a long warm prompt where it would cost over 1.5× the warm estimate", epsilon(0), Request{PromptTokens: 40000, Anchor: 42, HasAnchor: true},
+			[]Candidate{queueing(healthy("a", gpu(39000), 6), 1), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, "a", ReasonCacheHit, ""},
 		{"the best-cached endpoint at the cap is skipped when its live requests hold half its KV", epsilon(0), anchored,
 			[]Candidate{func() Candidate { c := healthy("a", gpu(4000), 6); c.KVUsage = 0.5; return c }(), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)},
 			order2("b", "c"), ReasonCacheHit, "a"},
@@ -156,6 +158,7 @@ func TestMinCap(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Epsilon = 0.25        // a cap tight enough for the floor to matter
 	cfg.SaturationWaiting = 0 // and binding on the count alone
+	cfg.OverrideCost = 0      // whatever the move costs
 	if d := Decide(&cfg, r, cs); cs[d.Index].ID != "warm" || d.Cap != 4 {
 		t.Fatalf("with the floor: chose %s, cap %d", cs[d.Index].ID, d.Cap)
 	}
@@ -235,6 +238,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.WaitingTokens = -1 },
 		func(c *Config) { c.SaturationWaiting = -1 },
 		func(c *Config) { c.SaturationKVUsage = 1.5 },
+		func(c *Config) { c.OverrideCost = 0.5 },
 	} {
 		c := DefaultConfig()
 		mod(&c)
