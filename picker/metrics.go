@@ -24,6 +24,7 @@ type metrics struct {
 	promptTokens   prometheus.Counter
 	predicted      prometheus.Counter
 	reported       prometheus.Counter
+	streamAborts   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -54,10 +55,13 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		matchedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "matched_blocks",
 			Help:    "GPU blocks the chosen endpoint held of the request's prefix.",
 			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
+		streamAborts: prometheus.NewCounterVec(opts("stream_aborts_total", "Answers aborted after their first byte went to the client (the connection closed or the stream reset, never a clean end), "+
+			"by endpoint and cause: upstream_error (reading the engine's answer failed), upstream_truncated (it ended before its final event), client_gone (the client left)."), []string{"endpoint", "cause"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported, endpointsByGroup{r})
+		reg.MustRegister(m.streamAborts)
 	}
 	return m
 }

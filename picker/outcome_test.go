@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
 )
 
@@ -76,7 +77,7 @@ func TestForwardIsByteExact(t *testing.T) {
 	p := &Pick{Answer: pickapi.Answer{Endpoint: up.URL, MatchedTokens: 32, PrefixHash: "00112233aabbccdd"}, blockSize: 16}
 	rec := httptest.NewRecorder()
 	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(nil))
-	done, err := r.forward(rec, in, p, "/v1/chat/completions", []byte(`{}`))
+	done, err := r.forward(rec, in, p, intake.Chat, "/v1/chat/completions", []byte(`{}`))
 	if !done || err != nil {
 		t.Fatal(done, err)
 	}
