@@ -15,8 +15,9 @@ import (
 	"github.com/kvroute/kvroute/test/enginesim"
 )
 
-// gauge sums a registry's series name (every label set).
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// gauge sums a registry's series name, gauges or counters, over the label
+// sets that have label=value (all with label "").
+func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -24,8 +25,15 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	total := 0.0
 	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.Metric {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.Metric {
+			match := label == ""
+			for _, l := range m.Label {
+				match = match || l.GetName() == label && l.GetValue() == value
+			}
+			if match {
 				total += m.GetGauge().GetValue() + m.GetCounter().GetValue()
 			}
 		}
@@ -38,7 +46,7 @@ func awaitValue(t *testing.T, reg *prometheus.Registry, name string, want float6
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		got := gauge(t, reg, name)
+		got := gauge(t, reg, name, "", "")
 		if got == want {
 			return
 		}
@@ -119,7 +127,7 @@ func TestClientGoneFreesEngine(t *testing.T) {
 				t.Fatalf("the stream ended at chunk %d: %v", i, stream.Err())
 			}
 		}
-		if n := gauge(t, engine, "vllm:num_requests_running"); n != 1 {
+		if n := gauge(t, engine, "vllm:num_requests_running", "", ""); n != 1 {
 			t.Fatalf("%v requests running mid-stream", n)
 		}
 		cancel() // the client leaves
@@ -131,7 +139,7 @@ func TestClientGoneFreesEngine(t *testing.T) {
 		t.Logf("the engine's slot freed %v after the client left", time.Since(left).Round(time.Millisecond))
 		awaitValue(t, engine, "kvroute_engine_requests_aborted_total", 1, 5*time.Second)
 		awaitValue(t, f.reg, "kvroute_picker_stream_aborts_total", 1, 5*time.Second)
-		if n := testCounterCause(t, f.reg, "client_gone"); n != 1 {
+		if n := gauge(t, f.reg, "kvroute_picker_stream_aborts_total", "cause", "client_gone"); n != 1 {
 			t.Fatalf("client_gone counted %v times", n)
 		}
 	})
@@ -161,27 +169,4 @@ func TestClientGoneFreesEngine(t *testing.T) {
 			t.Fatalf("%v aborts counted: nothing had been written to this client", n)
 		}
 	})
-}
-
-// testCounterCause is kvroute_picker_stream_aborts_total{cause}.
-func testCounterCause(t *testing.T, reg *prometheus.Registry, cause string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != "kvroute_picker_stream_aborts_total" {
-			continue
-		}
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == "cause" && l.GetValue() == cause {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
 }
