@@ -121,8 +121,6 @@ type cutAnswer struct {
 func (c *cutAnswer) Error() string { return c.cause + ": " + c.err.Error() }
 func (c *cutAnswer) Unwrap() error { return c.err }
 
-var errNoFinalEvent = errors.New("the answer ended before its final event")
-
 // forward sends body to p's endpoint and copies the answer to w. done is
 // false when nothing was written and another endpoint may be tried; a
 // *cutAnswer error says the answer written is not whole.
@@ -211,7 +209,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 		}
 	}
 	if !sn.complete() {
-		return true, &cutAnswer{cause: causeUpstreamTruncated, err: errNoFinalEvent}
+		return true, &cutAnswer{cause: causeUpstreamTruncated, err: errors.New("the answer ended before its final event")}
 	}
 	if resp.StatusCode == http.StatusOK {
 		r.account(p, sn.result())
