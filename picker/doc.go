@@ -26,6 +26,20 @@
 //     chosen one could not be reached or answered 502/503/504, before any
 //     byte went to the client. It reads the engine's reported cached
 //     tokens and counts wrong-pod outcomes.
+//   - The picker never presents a truncated answer as complete. An answer
+//     is whole when read to its end by its framing and, for SSE, when its
+//     final event came (data: [DONE] for chat and completions;
+//     response.completed, or a terminal response.failed,
+//     response.incomplete or error event, for Responses). One cut short
+//     after its first byte went out — the engine's answer failed to read
+//     or ended early, or the client left — is aborted with
+//     panic(http.ErrAbortHandler) after flushing what was written: the
+//     HTTP/1.1 connection closes without the last chunk (or short of the
+//     Content-Length), the HTTP/2 stream is reset, so the client sees an
+//     error. Counted in kvroute_picker_stream_aborts_total{endpoint,cause};
+//     an engine's read error is also reported to passive ejection. A
+//     handler wrapping the proxy must let that panic through.
+//   - A client's leaving cancels its request to the engine, which aborts it.
 //   - Server owns the sockets and goroutines: gossip membership, the fleet
 //     view, the HTTP API and the gRPC kvroute.v1.Picker service.
 package picker

@@ -29,6 +29,7 @@ type metrics struct {
 	ttfb           *prometheus.HistogramVec // by route, model
 	inFlight       *prometheus.GaugeVec     // proxied requests at an engine, by endpoint
 	retries        *prometheus.CounterVec   // by cause
+	streamAborts   *prometheus.CounterVec   // by endpoint, cause
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -70,11 +71,13 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		matchedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "matched_blocks",
 			Help:    "GPU blocks the chosen endpoint held of the request's prefix.",
 			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
+		streamAborts: prometheus.NewCounterVec(opts("stream_aborts_total", "Answers aborted after their first byte went to the client (the connection closed or the stream reset, never a clean end), "+
+			"by endpoint and cause: upstream_error (reading the engine's answer failed), upstream_truncated (it ended before its final event), client_gone (the client left)."), []string{"endpoint", "cause"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
-			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, endpointsByGroup{r})
+			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, endpointsByGroup{r})
 	}
 	return m
 }

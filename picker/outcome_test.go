@@ -5,12 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
 )
 
@@ -76,7 +78,7 @@ func TestForwardIsByteExact(t *testing.T) {
 	p := &Pick{Answer: pickapi.Answer{Endpoint: up.URL, MatchedTokens: 32, PrefixHash: "00112233aabbccdd"}, blockSize: 16}
 	rec := httptest.NewRecorder()
 	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(nil))
-	done, err := r.forward(rec, in, p, "/v1/chat/completions", []byte(`{}`))
+	done, err := r.forward(rec, in, p, intake.Chat, "/v1/chat/completions", []byte(`{}`))
 	if !done || err != nil {
 		t.Fatal(done, err)
 	}
@@ -142,5 +144,80 @@ func TestDropHop(t *testing.T) {
 	}
 	if h.Get("Authorization") == "" || h.Get("Content-Type") == "" {
 		t.Fatalf("end-to-end headers dropped: %v", h)
+	}
+}
+
+// TestAnswerCompleteness: the rule a copied answer is judged whole by, per
+// API: an SSE answer when its final event was dispatched (data: [DONE]
+// for chat and completions; response.completed or a terminal
+// response.failed, response.incomplete or error event for Responses); a
+// JSON answer read to its end always (its framing is the evidence).
+func TestAnswerCompleteness(t *testing.T) {
+	const (
+		chunk = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"
+		usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4}}\n\n"
+		done  = "data: [DONE]\n\n"
+		// A content delta mentioning the final event's name stays a delta.
+		tricky = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"event: response.completed\\n\"}\n\n"
+	)
+	ev := func(typ string) string {
+		return "event: " + typ + "\ndata: {\"type\":\"" + typ + "\",\"sequence_number\":1,\"response\":{\"usage\":null}}\n\n"
+	}
+	dataOnly := func(typ string) string { return "data: {\"response\":{},\"type\":\"" + typ + "\"}\n\n" }
+	started := ev("response.created") + ev("response.in_progress") + tricky + ev("response.output_text.done")
+	for _, tc := range []struct {
+		name string
+		kind intake.Kind
+		sse  bool
+		body string
+		want bool
+	}{
+		{"chat stream", intake.Chat, true, chunk + usage + done, true},
+		{"chat stream, CRLF", intake.Chat, true, strings.ReplaceAll(chunk+done, "\n", "\r\n"), true},
+		{"chat stream without [DONE]", intake.Chat, true, chunk + usage, false},
+		{"chat stream cut in [DONE]", intake.Chat, true, chunk + "data: [DO", false},
+		{"chat stream, [DONE] not dispatched", intake.Chat, true, chunk + "data: [DONE]\n", false},
+		{"chat stream, in-band error then [DONE]", intake.Chat, true, chunk + "data: {\"error\":{\"message\":\"x\",\"code\":500}}\n\n" + done, true},
+		{"chat stream, empty", intake.Chat, true, "", false},
+		{"completions stream", intake.Completion, true, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n" + done, true},
+		{"completions stream without [DONE]", intake.Completion, true, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n", false},
+		{"completions: a Responses final event is not one", intake.Completion, true, ev("response.completed"), false},
+		{"responses stream", intake.Responses, true, started + ev("response.completed"), true},
+		{"responses stream failed", intake.Responses, true, started + ev("response.failed"), true},
+		{"responses stream incomplete", intake.Responses, true, started + ev("response.incomplete"), true},
+		{"responses stream, vLLM's generation error", intake.Responses, true, started + "event: error\ndata: {\"error\":{\"message\":\"Internal server error\"}}\n\n", true},
+		{"responses stream without a final event", intake.Responses, true, started, false},
+		{"responses stream cut in response.completed", intake.Responses, true, started + ev("response.completed")[:40], false},
+		{"responses stream, data lines only", intake.Responses, true, dataOnly("response.created") + dataOnly("response.completed"), true},
+		{"responses stream, data lines only, no final", intake.Responses, true, dataOnly("response.created") + dataOnly("response.output_text.delta"), false},
+		{"responses stream ended by [DONE]", intake.Responses, true, started + done, true},
+		{"chat JSON", intake.Chat, false, `{"object":"chat.completion","choices":[]}`, true},
+		{"completions JSON", intake.Completion, false, `{"object":"text_completion","choices":[]}`, true},
+		{"responses JSON", intake.Responses, false, `{"object":"response","status":"completed"}`, true},
+		{"responses JSON, incomplete status", intake.Responses, false, `{"object":"response","status":"incomplete"}`, true},
+		{"error JSON", intake.Chat, false, `{"error":{"message":"bad"}}`, true},
+	} {
+		for _, size := range []int{1, 3, 7, 64, 1 << 20} { // lines split across writes
+			s := &sniffer{sse: tc.sse, kind: tc.kind, limit: 1 << 20}
+			for b := []byte(tc.body); len(b) > 0; {
+				n := min(size, len(b))
+				_, _ = s.Write(b[:n])
+				b = b[n:]
+			}
+			if got := s.complete(); got != tc.want {
+				t.Errorf("%s, writes of %d: complete %v, want %v", tc.name, size, got, tc.want)
+			}
+		}
+	}
+	// A final event whose data line is past the sniffer's bound still
+	// ends the stream (its name said so); a long line is not a blank one.
+	s := &sniffer{sse: true, kind: intake.Responses, limit: 64}
+	_, _ = s.Write([]byte("event: response.output_text.delta\ndata: " + strings.Repeat("x", 200) + "\n"))
+	if s.complete() {
+		t.Error("a long line dispatched a final event")
+	}
+	_, _ = s.Write([]byte("\nevent: response.completed\ndata: " + strings.Repeat("x", 200) + "\n\n"))
+	if !s.complete() {
+		t.Error("a long response.completed did not end the stream")
 	}
 }

@@ -64,10 +64,14 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			rec.endpoint, rec.attempts, rec.prompt, rec.matched = p.Endpoint, attempt+1, p.PromptTokens, p.MatchedTokens
 			inFlight := r.m.inFlight.WithLabelValues(p.Endpoint)
 			inFlight.Inc()
-			done, err := r.forward(w, req, p, path, body)
+			done, err := r.forward(w, req, p, kind, path, body)
 			inFlight.Dec()
 			r.Done(p)
 			if done {
+				var cut *cutAnswer
+				if errors.As(err, &cut) {
+					r.abortAnswer(w, p.Endpoint, path, cut)
+				}
 				return
 			}
 			r.m.retries.WithLabelValues(retryCause(err)).Inc()
@@ -118,9 +122,28 @@ func isNoEndpoint(err error) bool {
 	return errors.As(err, &ie) && ie.Code == "no_healthy_endpoint"
 }
 
+// Why an answer was cut short after its first byte went to the client:
+// the causes of kvroute_picker_stream_aborts_total.
+const (
+	causeUpstreamError     = "upstream_error"     // reading the engine's answer failed
+	causeUpstreamTruncated = "upstream_truncated" // it ended before its final event
+	causeClientGone        = "client_gone"        // the client left
+)
+
+// cutAnswer is an answer that cannot be finished: some of it went to the
+// client, the rest will not come.
+type cutAnswer struct {
+	cause string
+	err   error
+}
+
+func (c *cutAnswer) Error() string { return c.cause + ": " + c.err.Error() }
+func (c *cutAnswer) Unwrap() error { return c.err }
+
 // forward sends body to p's endpoint and copies the answer to w. done is
-// false when nothing was written and another endpoint may be tried.
-func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path string, body []byte) (done bool, err error) {
+// false when nothing was written and another endpoint may be tried; a
+// *cutAnswer error says the answer written is not whole.
+func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind intake.Kind, path string, body []byte) (done bool, err error) {
 	out, err := http.NewRequestWithContext(in.Context(), http.MethodPost, p.Endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		return false, err
@@ -155,8 +178,8 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 	setDecisionHeaders(h, r.cfg.ResponseHeaders, p)
 	w.WriteHeader(resp.StatusCode)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	sn := &sniffer{sse: sse, limit: 4 << 20}
-	flusher, _ := w.(http.Flusher)
+	sn := &sniffer{sse: sse, kind: kind, limit: 4 << 20}
+	rc := http.NewResponseController(w) // reaches the Flusher through wrappers
 	bp, _ := r.bufs.Get().(*[]byte)
 	if bp == nil {
 		b := make([]byte, 32<<10)
@@ -164,6 +187,10 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 	}
 	defer r.bufs.Put(bp)
 	buf := *bp
+	// The client's leaving cancels in's context, so the request to the
+	// engine too: the transport closes that connection and the engine
+	// aborts the request, as vLLM does when its client disconnects.
+	gone := func(err error) (bool, error) { return true, &cutAnswer{cause: causeClientGone, err: err} }
 	for first := true; ; {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -173,18 +200,31 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 			first = false
 			_, _ = sn.Write(buf[:n])
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return true, werr // the client left
+				return gone(werr)
 			}
-			if sse && flusher != nil {
-				flusher.Flush()
+			if sse {
+				if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+					return gone(ferr)
+				}
 			}
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			return true, rerr // mid-answer: nothing more can be done
+			switch {
+			case in.Context().Err() != nil:
+				return gone(rerr)
+			case sse && sn.complete():
+				// The final event came: the client has the whole answer.
+			default:
+				return true, &cutAnswer{cause: causeUpstreamError, err: rerr}
+			}
+			break
 		}
+	}
+	if !sn.complete() {
+		return true, &cutAnswer{cause: causeUpstreamTruncated, err: errors.New("the answer ended before its final event")}
 	}
 	if resp.StatusCode == http.StatusOK {
 		u := sn.result()
@@ -194,6 +234,28 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 		r.account(p, u)
 	}
 	return true, nil
+}
+
+// abortAnswer ends an answer cut short (forward's *cutAnswer): it is
+// counted by endpoint and cause and logged at debug (one line a request:
+// the counter is the signal), an engine's failure is reported to passive
+// ejection, and the client's response is aborted — what was written is
+// flushed, then net/http closes the HTTP/1.1 connection without the last
+// chunk (or short of the Content-Length), or resets the HTTP/2 stream — so
+// that no client takes it for a whole answer. The panic is
+// http.ErrAbortHandler, which the server recovers without logging; no
+// handler wrapping the proxy may recover it.
+func (r *Router) abortAnswer(w http.ResponseWriter, endpoint, path string, cut *cutAnswer) {
+	r.m.streamAborts.WithLabelValues(endpoint, cut.cause).Inc()
+	r.log.Debug("answer aborted", zap.String("endpoint", endpoint), zap.String("path", path),
+		zap.String("cause", cut.cause), zap.Error(cut.err))
+	if cut.cause == causeUpstreamError {
+		r.reportFailure(endpoint, "proxy: answer cut: "+cut.err.Error())
+	}
+	if cut.cause != causeClientGone {
+		_ = http.NewResponseController(w).Flush()
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // account compares the engine's reported cached tokens with the
