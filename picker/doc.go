@@ -40,6 +40,17 @@
 //     an engine's read error is also reported to passive ejection. A
 //     handler wrapping the proxy must let that panic through.
 //   - A client's leaving cancels its request to the engine, which aborts it.
+//   - Every refusal is an OpenAI error body ({"error": {message, type,
+//     param, code}}): unrouted paths 404, wrong methods 405 with Allow,
+//     bodies over MaxBodyBytes 413 after a bounded drain of the rest.
+//   - Every request but the admin ones (/metrics, /healthz, /readyz,
+//     /debug/) carries an x-request-id (the client's when it is 1..128
+//     visible ASCII characters, else a new one), forwarded and returned;
+//     is counted by route, model and status with its duration and time to
+//     first byte; and gets one access-log line at info (the share
+//     Config.AccessLog, evenly spread) that never carries prompt text.
+//     Config.ResponseHeaders chooses the x-kvroute-* headers on proxied
+//     answers.
 //   - Server owns the sockets and goroutines: gossip membership, the fleet
 //     view, the HTTP API and the gRPC kvroute.v1.Picker service.
 package picker
