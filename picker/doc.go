@@ -26,6 +26,19 @@
 //     chosen one could not be reached or answered 502/503/504, before any
 //     byte went to the client. It reads the engine's reported cached
 //     tokens and counts wrong-pod outcomes.
+//   - The rest of vLLM's OpenAI server passes through (passthrough.go):
+//     GET /v1/models is the union of every routable engine's list (asked
+//     with the client's headers, a card per model id: larger groups
+//     first, then by URL), GET /v1/models/{id} one card or a 404; the
+//     pooling endpoints (/v1/embeddings, /pooling, /classify, /score,
+//     /v1/score, /rerank, /v1/rerank, /v2/rerank) go to the routable
+//     endpoint of the body's model's group with the least load (the
+//     load-only decision, the pick booked in flight), /tokenize and
+//     /detokenize to the engine that would render for the group
+//     (decide.RenderOrder), /version to any routable engine. Bodies are
+//     bounded by MaxBodyBytes and forwarded as received, answers copied
+//     back with their status, with the proxy's retry rule; no usage is
+//     accounted for them.
 //   - Server owns the sockets and goroutines: gossip membership, the fleet
 //     view, the HTTP API and the gRPC kvroute.v1.Picker service.
 package picker

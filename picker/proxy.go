@@ -102,7 +102,7 @@ func isNoEndpoint(err error) bool {
 // forward sends body to p's endpoint and copies the answer to w. done is
 // false when nothing was written and another endpoint may be tried.
 func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path string, body []byte) (done bool, err error) {
-	out, err := http.NewRequestWithContext(in.Context(), http.MethodPost, p.Endpoint+path, bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}
@@ -171,7 +171,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, path 
 			return true, rerr // mid-answer: nothing more can be done
 		}
 	}
-	if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == http.StatusOK && !p.relay {
 		r.account(p, sn.result())
 	}
 	return true, nil
