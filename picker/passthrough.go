@@ -143,9 +143,14 @@ func relayPick(endpoint string) *Pick {
 // {"version": …}.
 func (r *Router) handleVersion(w http.ResponseWriter, req *http.Request) {
 	engines := decide.RenderOrder(&r.dcfg, r.view.Endpoints(), time.Now())
-	none := &intake.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "no_healthy_endpoint",
+	r.relay(w, req, "/version", nil, func(tried map[string]bool) *Pick { return firstUntried(engines, tried) }, noEngine())
+}
+
+// noEngine refuses a request any engine could answer when none is
+// routable.
+func noEngine() *intake.Error {
+	return &intake.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "no_healthy_endpoint",
 		Message: "No healthy endpoint is known right now."}
-	r.relay(w, req, "/version", nil, func(tried map[string]bool) *Pick { return firstUntried(engines, tried) }, none)
 }
 
 // maxModelList bounds one engine's /v1/models answer.
@@ -306,10 +311,7 @@ func (r *Router) modelUnion(req *http.Request) (cards []modelCard, failed func(h
 			_, _ = w.Write(refusal.body)
 		}
 	case len(answers) == 0:
-		return nil, func(w http.ResponseWriter) {
-			writeError(w, &intake.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "no_healthy_endpoint",
-				Message: "No healthy endpoint is known right now."})
-		}
+		return nil, func(w http.ResponseWriter) { writeError(w, noEngine()) }
 	}
 	return nil, func(w http.ResponseWriter) {
 		writeError(w, &intake.Error{Status: http.StatusBadGateway, Type: "bad_gateway", Code: "engine_unavailable",

@@ -27,15 +27,16 @@ const (
 	embedModel = "intfloat/e5-small"
 )
 
-// startMixedFleet starts four engines: two of the chat model (the first
-// with a LoRA adapter, sql-lora), then two of an embedding model
+// startMixedFleet starts four engines: two of the chat model with a LoRA
+// adapter, sql-lora (the picker routes an adapter within its group: every
+// engine of the group serves it), then two of an embedding model
 // (--runner pooling); adjust, when set, adjusts the embedding engines.
 func startMixedFleet(t *testing.T, cfg picker.Config, adjust func(*enginesim.Config)) *fleet {
 	t.Helper()
 	n := 0
 	return startFleetWith(t, 4, cfg, "", func(c *enginesim.Config) {
 		switch n {
-		case 0:
+		case 0, 1:
 			c.EnableLoRA, c.LoRAModules = true, []enginesim.LoRAModule{{Name: "sql-lora", Path: "/adapters/sql"}}
 		case 2, 3:
 			c.Model, c.Runner = embedModel, enginesim.RunnerPooling
@@ -73,8 +74,8 @@ func do(t *testing.T, method, url, body string) (int, string, []byte) {
 }
 
 // TestPassthroughModels: /v1/models through the SDK is the union over the
-// fleet in vLLM's shape — each model once, the adapter one engine serves
-// included — and /v1/models/{id} the one card, or OpenAI's 404.
+// fleet in vLLM's shape — each model once, adapters included — and
+// /v1/models/{id} the one card, or OpenAI's 404.
 func TestPassthroughModels(t *testing.T) {
 	f := startMixedFleet(t, picker.DefaultConfig(), nil)
 	c := sdk(f.api.URL, nil)

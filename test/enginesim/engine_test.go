@@ -442,13 +442,7 @@ func TestErrors(t *testing.T) {
 		{"/tokenize", `{}`, 400, "tokenize needs"},
 	}
 	for _, c := range cases {
-		var body struct {
-			Error struct {
-				Message string `json:"message"`
-				Type    string `json:"type"`
-				Code    int    `json:"code"`
-			} `json:"error"`
-		}
+		var body errorBody
 		code := postRaw(t, e.URL()+c.path, []byte(c.body), &body)
 		if code != c.code || body.Error.Code != c.code || !strings.Contains(body.Error.Message, c.want) || body.Error.Type == "" {
 			t.Errorf("%s %s: %d %+v, want %d containing %q", c.path, c.body, code, body.Error, c.code, c.want)

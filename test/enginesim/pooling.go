@@ -60,9 +60,13 @@ func (p *poolingRequest) activation() bool {
 // not.
 func (e *Engine) poolingModel() string { return e.cfg.servedNames()[0] }
 
-// poolingUsage is vLLM's UsageInfo for pooling answers: prompt tokens only.
-func poolingUsage(prompt int) map[string]any {
-	return map[string]any{"prompt_tokens": prompt, "total_tokens": prompt, "completion_tokens": 0, "prompt_tokens_details": nil}
+// writeList writes vLLM's pooling answer (embeddings, pooling, classify,
+// score): an id with the endpoint's prefix, object list, the creation
+// time, the model, data, and a UsageInfo of prompt tokens only.
+func (e *Engine) writeList(w http.ResponseWriter, idPrefix string, data []any, promptTokens int) {
+	writeJSON(w, http.StatusOK, map[string]any{"id": e.newID(idPrefix), "object": "list", "created": time.Now().Unix(),
+		"model": e.poolingModel(), "data": data, "usage": map[string]any{"prompt_tokens": promptTokens, "total_tokens": promptTokens,
+			"completion_tokens": 0, "prompt_tokens_details": nil}})
 }
 
 // checkPoolingLength enforces vLLM's limits on pooling prompts:
@@ -235,17 +239,17 @@ func widen(v []float32) []float64 {
 	return out
 }
 
-// ---- /v1/embeddings ----
-
-func (e *Engine) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
+// servePooling serves an endpoint taking input (or messages): the body
+// prepared with vLLM's checks, then the endpoint's own (check, which
+// returns how each prompt's answer is written), the prompts run, the
+// answers written as a list.
+func (e *Engine) servePooling(w http.ResponseWriter, r *http.Request, operation, idPrefix string,
+	check func(*poolingRequest) (func(index int, hidden []float64) any, error)) {
 	var req poolingRequest
-	id, prompts, err := e.preparePooling(w, r, &req, "embedding generation")
-	var enc func([]float32) any
+	id, prompts, err := e.preparePooling(w, r, &req, operation)
+	var item func(int, []float64) any
 	if err == nil {
-		err = e.checkDimensions(req.Dimensions)
-	}
-	if err == nil {
-		enc, err = vectorEncoder(&req)
+		item, err = check(&req)
 	}
 	var hs [][]float64
 	if err == nil {
@@ -257,78 +261,73 @@ func (e *Engine) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	data := make([]any, len(hs))
 	for i, h := range hs {
-		data[i] = map[string]any{"index": i, "object": "embedding", "embedding": enc(embedding(h, req.activation()))}
+		data[i] = item(i, h)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": e.newID("embd-"), "object": "list", "created": time.Now().Unix(),
-		"model": e.poolingModel(), "data": data, "usage": poolingUsage(tokenCount(prompts))})
+	e.writeList(w, idPrefix, data, tokenCount(prompts))
 }
 
-// ---- /pooling ----
+func (e *Engine) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
+	e.servePooling(w, r, "embedding generation", "embd-", func(req *poolingRequest) (func(int, []float64) any, error) {
+		if err := e.checkDimensions(req.Dimensions); err != nil {
+			return nil, err
+		}
+		enc, err := vectorEncoder(req)
+		if err != nil {
+			return nil, err
+		}
+		return func(i int, h []float64) any {
+			return map[string]any{"index": i, "object": "embedding", "embedding": enc(embedding(h, req.activation()))}
+		}, nil
+	})
+}
 
+// handlePooling serves /pooling: the embedding (task embed, the default)
+// or the classifier's probabilities (task classify) as data.
 func (e *Engine) handlePooling(w http.ResponseWriter, r *http.Request) {
-	var req poolingRequest
-	id, prompts, err := e.preparePooling(w, r, &req, "")
-	task := "embed"
-	if err == nil && req.Task != nil {
-		task = *req.Task
-		if task != "embed" && task != "classify" {
+	e.servePooling(w, r, "", "pool-", func(req *poolingRequest) (func(int, []float64) any, error) {
+		task := "embed"
+		if req.Task != nil {
+			task = *req.Task
+		}
+		var err error
+		switch task {
+		case "embed":
+			err = e.checkDimensions(req.Dimensions)
+		case "classify":
+		default:
 			err = &apiError{status: http.StatusBadRequest, param: "task",
 				msg: fmt.Sprintf("Task %s is not supported by the simulated engine (embed and classify are)", task)}
 		}
-	}
-	var enc func([]float32) any
-	if err == nil {
-		enc, err = vectorEncoder(&req)
-	}
-	if err == nil && task == "embed" {
-		err = e.checkDimensions(req.Dimensions)
-	}
-	var hs [][]float64
-	if err == nil {
-		hs, err = e.pool(r.Context(), id, saltOf(req.CacheSalt), prompts)
-	}
-	if err != nil {
-		e.failErr(w, r, err)
-		return
-	}
-	data := make([]any, len(hs))
-	for i, h := range hs {
-		v := embedding(h, req.activation())
-		if task == "classify" {
-			v = classify(h, req.activation())
+		if err != nil {
+			return nil, err
 		}
-		data[i] = map[string]any{"index": i, "object": "pooling", "data": enc(v)}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": e.newID("pool-"), "object": "list", "created": time.Now().Unix(),
-		"model": e.poolingModel(), "data": data, "usage": poolingUsage(tokenCount(prompts))})
+		enc, err := vectorEncoder(req)
+		if err != nil {
+			return nil, err
+		}
+		return func(i int, h []float64) any {
+			v := embedding(h, req.activation())
+			if task == "classify" {
+				v = classify(h, req.activation())
+			}
+			return map[string]any{"index": i, "object": "pooling", "data": enc(v)}
+		}, nil
+	})
 }
 
-// ---- /classify ----
-
 func (e *Engine) handleClassify(w http.ResponseWriter, r *http.Request) {
-	var req poolingRequest
-	id, prompts, err := e.preparePooling(w, r, &req, "classification")
-	var hs [][]float64
-	if err == nil {
-		hs, err = e.pool(r.Context(), id, saltOf(req.CacheSalt), prompts)
-	}
-	if err != nil {
-		e.failErr(w, r, err)
-		return
-	}
-	data := make([]any, len(hs))
-	for i, h := range hs {
-		probs := classify(h, req.activation())
-		best := 0
-		for k := range probs {
-			if probs[k] > probs[best] {
-				best = k
+	e.servePooling(w, r, "classification", "classify-", func(req *poolingRequest) (func(int, []float64) any, error) {
+		return func(i int, h []float64) any {
+			probs := classify(h, req.activation())
+			best := 0
+			for k := range probs {
+				if probs[k] > probs[best] {
+					best = k
+				}
 			}
-		}
-		data[i] = map[string]any{"index": i, "label": fmt.Sprintf("LABEL_%d", best), "probs": widen(probs), "num_classes": numLabels}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": e.newID("classify-"), "object": "list", "created": time.Now().Unix(),
-		"model": e.poolingModel(), "data": data, "usage": poolingUsage(tokenCount(prompts))})
+			return map[string]any{"index": i, "label": fmt.Sprintf("LABEL_%d", best), "probs": widen(probs), "num_classes": numLabels}
+		}, nil
+	})
 }
 
 // ---- /score and /rerank ----
@@ -449,8 +448,7 @@ func (e *Engine) handleScore(w http.ResponseWriter, r *http.Request) {
 	for i, s := range scores {
 		data[i] = map[string]any{"index": i, "object": "score", "score": s}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": e.newID("score-"), "object": "list", "created": time.Now().Unix(),
-		"model": e.poolingModel(), "data": data, "usage": poolingUsage(tokens)})
+	e.writeList(w, "score-", data, tokens)
 }
 
 func (e *Engine) handleRerank(w http.ResponseWriter, r *http.Request) {

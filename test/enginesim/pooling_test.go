@@ -308,13 +308,7 @@ func TestPoolingErrors(t *testing.T) {
 		{"/pooling", map[string]any{"input": "x", "task": "token_classify"}, 400, "not supported by the simulated engine"},
 		{"/rerank", map[string]any{"query": "x"}, 400, "query and documents"},
 	} {
-		var body struct {
-			Error struct {
-				Message string `json:"message"`
-				Type    string `json:"type"`
-				Code    int    `json:"code"`
-			} `json:"error"`
-		}
+		var body errorBody
 		if code := post(t, e.URL()+tc.path, tc.body, &body); code != tc.code || body.Error.Code != tc.code || !strings.Contains(body.Error.Message, tc.want) {
 			t.Errorf("%s %v: %d %+v, want %d containing %q", tc.path, tc.body, code, body.Error, tc.code, tc.want)
 		}
