@@ -71,8 +71,9 @@ func (r *Router) handleGrouped(path string, choose chooser) http.HandlerFunc {
 
 // relay offers a request to the endpoints choose picks, one after
 // another while each could not be reached or answered 502/503/504 before
-// any byte went to the client, as handleProxy does; none is a 503 (none,
-// worded for the request).
+// any byte went to the client (the rule handleProxy follows), at most
+// maxAttempts. none is the answer when choose has no endpoint at all (a
+// 503 worded for the request); a 502 when every one tried failed.
 func (r *Router) relay(w http.ResponseWriter, req *http.Request, path string, body []byte, choose func(tried map[string]bool) *Pick, none error) {
 	tried := map[string]bool{}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
@@ -100,8 +101,9 @@ func (r *Router) relay(w http.ResponseWriter, req *http.Request, path string, bo
 
 // leastLoaded chooses the routable endpoint of the group with the least
 // load — waiting and running from its last report plus this picker's
-// picks in flight — as the load-only decision does (picker/decide), and
-// books the pick in flight until Done.
+// picks in flight — as the load-only decision does (picker/decide: ties
+// go by the rendezvous weight of the request count, so idle engines take
+// turns, and no random source), and books the pick in flight until Done.
 func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
 	eps := r.groupEndpoints(group)
 	if len(eps) == 0 {

@@ -21,7 +21,8 @@
 //     /v1/rerank and /v2/rerank instead (every one of them: a real model
 //     serves the subset its architecture supports). Pooling prompts
 //     (input as text, token ids or lists of either; or messages) are
-//     scheduled and prefilled like any prompt, one step each. The
+//     scheduled and prefilled through the paged cache like any prompt,
+//     and end with their prefill (running meanwhile). The
 //     simulated model is deterministic: an embedding is the normalized
 //     mean of a fixed pseudo-random vector per token id (EmbeddingDim
 //     values; encoding_format float or base64 of float32 in any

@@ -130,9 +130,10 @@ func (e *Engine) preparePooling(w http.ResponseWriter, r *http.Request, req *poo
 	return id, prompts, e.checkPoolingLength(prompts, req.TruncatePromptTokens, operation)
 }
 
-// pool runs prompts as a pooling model runs them — scheduled, prefilled
-// through the paged cache, one step each — and returns their pooled
-// hidden states.
+// pool runs prompts as a pooling model runs them — scheduled and
+// prefilled through the paged cache, ending with their prefill (the one
+// token sampled after it is dropped) — and returns their pooled hidden
+// states.
 func (e *Engine) pool(ctx context.Context, id identity, salt string, prompts [][]uint32) ([][]float64, error) {
 	steps := make([]int, len(prompts))
 	for i := range steps {

@@ -36,36 +36,31 @@ func (e *Engine) newID(prefix string) string {
 func (e *Engine) handler() http.Handler {
 	mux := http.NewServeMux()
 	// vLLM registers the generative routes for a generative model and the
-	// pooling routes for a pooling one (api_server.build_app); a route
-	// not registered answers as any unknown route does.
-	generative, pooling := e.notFound, e.notFound
-	if e.cfg.pooling() {
-		pooling = nil
-	} else {
-		generative = nil
-	}
-	route := func(pattern string, h, unserved http.HandlerFunc) {
-		if unserved != nil {
-			h = unserved
+	// pooling routes for a pooling one (api_server.build_app); a route it
+	// does not register answers as any unknown route does.
+	serve := func(served bool, pattern string, h http.HandlerFunc) {
+		if !served {
+			h = e.notFound
 		}
 		mux.HandleFunc(pattern, h)
 	}
-	route("POST /v1/chat/completions", e.handleChat, generative)
-	route("POST /v1/completions", e.handleCompletions, generative)
-	route("POST /v1/responses", e.handleResponses, generative)
-	route("POST /v1/chat/completions/render", e.handleChatRender, generative)
-	route("POST /v1/completions/render", e.handleCompletionsRender, generative)
+	pooling := e.cfg.pooling()
+	serve(!pooling, "POST /v1/chat/completions", e.handleChat)
+	serve(!pooling, "POST /v1/completions", e.handleCompletions)
+	serve(!pooling, "POST /v1/responses", e.handleResponses)
+	serve(!pooling, "POST /v1/chat/completions/render", e.handleChatRender)
+	serve(!pooling, "POST /v1/completions/render", e.handleCompletionsRender)
 	if e.cfg.EnableScaleOutEndpoints {
-		route("POST /v1/responses/render", e.handleResponsesRender, generative)
+		serve(!pooling, "POST /v1/responses/render", e.handleResponsesRender)
 	}
-	route("POST /v1/embeddings", e.handleEmbeddings, pooling)
-	route("POST /pooling", e.handlePooling, pooling)
-	route("POST /classify", e.handleClassify, pooling)
+	serve(pooling, "POST /v1/embeddings", e.handleEmbeddings)
+	serve(pooling, "POST /pooling", e.handlePooling)
+	serve(pooling, "POST /classify", e.handleClassify)
 	for _, p := range []string{"/score", "/v1/score"} {
-		route("POST "+p, e.handleScore, pooling)
+		serve(pooling, "POST "+p, e.handleScore)
 	}
 	for _, p := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
-		route("POST "+p, e.handleRerank, pooling)
+		serve(pooling, "POST "+p, e.handleRerank)
 	}
 	mux.HandleFunc("POST /tokenize", e.handleTokenize)
 	mux.HandleFunc("POST /detokenize", e.handleDetokenize)
