@@ -51,6 +51,19 @@
 //     Config.AccessLog, evenly spread) that never carries prompt text.
 //     Config.ResponseHeaders chooses the x-kvroute-* headers on proxied
 //     answers.
+//   - The rest of vLLM's OpenAI server passes through (passthrough.go):
+//     GET /v1/models is the union of every routable engine's list (asked
+//     with the client's headers, a card per model id: larger groups
+//     first, then by URL), GET /v1/models/{id} one card or a 404; the
+//     pooling endpoints (/v1/embeddings, /pooling, /classify, /score,
+//     /v1/score, /rerank, /v1/rerank, /v2/rerank) go to the routable
+//     endpoint of the body's model's group with the least load (the
+//     load-only decision, the pick booked in flight), /tokenize and
+//     /detokenize to the engine that would render for the group
+//     (decide.RenderOrder), /version to any routable engine. Bodies are
+//     bounded by MaxBodyBytes and forwarded as received, answers copied
+//     back with their status, with the proxy's one retry rule (relay); no
+//     usage is accounted for them.
 //   - Server owns the sockets and goroutines: gossip membership, the fleet
 //     view, the HTTP API and the gRPC kvroute.v1.Picker service.
 package picker

@@ -35,6 +35,7 @@ func (r *Router) Handler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", r.handleProxy(intake.Chat, "/v1/chat/completions"))
 	mux.HandleFunc("POST /v1/completions", r.handleProxy(intake.Completion, "/v1/completions"))
 	mux.HandleFunc("POST /v1/responses", r.handleProxy(intake.Responses, "/v1/responses"))
+	r.passthroughRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
 	mux.HandleFunc("GET /debug/endpoints", r.handleDebugEndpoints)

@@ -69,7 +69,13 @@ func (d *modelDirectory) resolve(name string) (modelRef, error) {
 	if ok {
 		return ref, nil
 	}
-	return modelRef{}, &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Param: "model", Code: "model_not_found",
+	return modelRef{}, modelNotFound(name)
+}
+
+// modelNotFound is the refusal of a model name no engine serves, worded
+// as vLLM words it.
+func modelNotFound(name string) *intake.Error {
+	return &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Param: "model", Code: "model_not_found",
 		Message: fmt.Sprintf("The model `%s` does not exist.", name)}
 }
 

@@ -48,43 +48,60 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		opt := PickOptions{CacheOff: cacheOff(req.Header), Exclude: map[string]bool{}}
-		rec := recordOf(req.Context())
-		var lastErr error
-		for attempt := 0; attempt < maxAttempts; attempt++ {
+		opt := PickOptions{CacheOff: cacheOff(req.Header)}
+		r.relay(w, req, kind, path, body, func(tried map[string]bool) (*Pick, error) {
+			opt.Exclude = tried
 			p, err := r.Pick(req.Context(), kind, body, opt)
-			if err != nil {
-				if lastErr != nil && isNoEndpoint(err) {
-					err = lastErr // say why the tried endpoints failed
-				}
-				writeError(w, err)
-				return
+			if err == nil {
+				r.m.overhead.Observe(time.Since(arrived).Seconds())
 			}
-			r.m.overhead.Observe(time.Since(arrived).Seconds())
-			rec.endpoint, rec.attempts, rec.prompt, rec.matched = p.Endpoint, attempt+1, p.PromptTokens, p.MatchedTokens
-			inFlight := r.m.inFlight.WithLabelValues(p.Endpoint)
-			inFlight.Inc()
-			done, err := r.forward(w, req, p, kind, path, body)
-			inFlight.Dec()
-			r.Done(p)
-			if done {
-				var cut *cutAnswer
-				if errors.As(err, &cut) {
-					r.abortAnswer(w, p.Endpoint, path, cut)
-				}
-				return
-			}
-			r.m.retries.WithLabelValues(retryCause(err)).Inc()
-			r.reportFailure(p.Endpoint, "proxy: "+err.Error())
-			r.log.Debug("endpoint failed before answering; trying another", zap.String("endpoint", p.Endpoint), zap.Error(err))
-			opt.Exclude[p.Endpoint] = true
-			// The client is not told the engines' addresses (they are in the
-			// picker's debug log).
-			lastErr = &intake.Error{Status: http.StatusBadGateway, Type: "bad_gateway", Code: "engine_unavailable",
-				Message: "No engine chosen for this request could answer it; try again."}
-		}
-		writeError(w, lastErr)
+			return p, err
+		})
 	}
+}
+
+// relay offers a request to the endpoints choose picks (none of those
+// already tried), one after another while each could not be reached or
+// answered 502/503/504 before any byte went to the client, at most
+// maxAttempts: the proxy's one retry rule. choose's error is the answer
+// (a refusal, or none left: then, once an endpoint was tried, the 502
+// saying why); an answer cut short is aborted (abortAnswer).
+func (r *Router) relay(w http.ResponseWriter, req *http.Request, kind intake.Kind, path string, body []byte, choose func(tried map[string]bool) (*Pick, error)) {
+	rec := recordOf(req.Context())
+	tried := map[string]bool{}
+	var lastErr error
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		p, err := choose(tried)
+		if err != nil {
+			if lastErr != nil && isNoEndpoint(err) {
+				err = lastErr // say why the tried endpoints failed
+			}
+			writeError(w, err)
+			return
+		}
+		rec.endpoint, rec.attempts, rec.prompt, rec.matched = p.Endpoint, attempt+1, p.PromptTokens, p.MatchedTokens
+		inFlight := r.m.inFlight.WithLabelValues(p.Endpoint)
+		inFlight.Inc()
+		done, err := r.forward(w, req, p, kind, path, body)
+		inFlight.Dec()
+		r.Done(p)
+		if done {
+			var cut *cutAnswer
+			if errors.As(err, &cut) {
+				r.abortAnswer(w, p.Endpoint, path, cut)
+			}
+			return
+		}
+		r.m.retries.WithLabelValues(retryCause(err)).Inc()
+		r.reportFailure(p.Endpoint, "proxy: "+err.Error())
+		r.log.Debug("endpoint failed before answering; trying another", zap.String("endpoint", p.Endpoint), zap.String("path", path), zap.Error(err))
+		tried[p.Endpoint] = true
+		// The client is not told the engines' addresses (they are in the
+		// picker's debug log).
+		lastErr = &intake.Error{Status: http.StatusBadGateway, Type: "bad_gateway", Code: "engine_unavailable",
+			Message: "No engine chosen for this request could answer it; try again."}
+	}
+	writeError(w, lastErr)
 }
 
 // dropHop removes hop-by-hop headers, those the Connection header names
@@ -144,7 +161,7 @@ func (c *cutAnswer) Unwrap() error { return c.err }
 // false when nothing was written and another endpoint may be tried; a
 // *cutAnswer error says the answer written is not whole.
 func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind intake.Kind, path string, body []byte) (done bool, err error) {
-	out, err := http.NewRequestWithContext(in.Context(), http.MethodPost, p.Endpoint+path, bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}
@@ -226,7 +243,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 	if !sn.complete() {
 		return true, &cutAnswer{cause: causeUpstreamTruncated, err: errors.New("the answer ended before its final event")}
 	}
-	if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == http.StatusOK && !p.relay {
 		u := sn.result()
 		if u.Seen {
 			recordOf(in.Context()).cached = u.Cached // 0 without details: nothing cached, or not said

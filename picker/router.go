@@ -194,6 +194,7 @@ type Pick struct {
 	blockSize       int
 	anotherHeldMore bool // a healthy endpoint held a longer GPU prefix
 	loadOnly        bool // the endpoint's cache was unknown: nothing predicted
+	relay           bool // a passthrough request (passthrough.go): no prompt to account for
 }
 
 // Candidate is one endpoint as the decision saw it.

@@ -38,7 +38,7 @@ func newEngineCommand() *cobra.Command {
 func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 	cfg := enginesim.DefaultConfig()
 	var (
-		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel string
+		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel, task string
 		loraModules                                                 []string
 		numGPUBlocks                                                int
 	)
@@ -49,6 +49,16 @@ func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 		fl := cmd.Flags()
 		if fl.Changed("num-gpu-blocks") {
 			cfg.NumGPUBlocks = numGPUBlocks
+		}
+		if fl.Changed("task") {
+			runner, err := runnerOfTask(task)
+			if err != nil {
+				return err
+			}
+			if fl.Changed("runner") && cfg.Runner != runner {
+				return fmt.Errorf("--task %s means --runner %s, not --runner %s", task, runner, cfg.Runner)
+			}
+			cfg.Runner = runner
 		}
 		var err error
 		if cfg.KVEvents, err = enginesim.ParseKVEventsConfig(kvEventsJSON); err != nil {
@@ -93,6 +103,8 @@ cache with vLLM's sha256_cbor block hashes, and KV-cache events over ZeroMQ
 with replay. No GPU: a latency model stands in for the model.
 
 Flags are named as vLLM names them; simulator-only flags start with --sim-.
+--runner pooling (older vLLM: --task embed) serves a pooling model instead
+of a generative one: embeddings, pooling, classify, score and rerank.
 Environment, as vLLM reads it: PYTHONHASHSEED (the hash seed; --hash-seed
 overrides it), VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 (serve /v1/responses/render),
 VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 (publish raw digests).
@@ -127,6 +139,8 @@ and POST /sim/restart.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Model, "model", cfg.Model, "model name or path (the simulator loads nothing)")
+	f.StringVar(&cfg.Runner, "runner", cfg.Runner, "model runner: auto (generate, for the simulated model), generate, or pooling (an embedding model: /v1/embeddings, /pooling, /classify, /score, /rerank instead of chat, completions, Responses and render)")
+	f.StringVar(&task, "task", "", "older vLLM's task: generate, or embed, embedding, classify, score or reward (--runner pooling)")
 	f.StringSliceVar(&cfg.ServedModelNames, "served-model-name", nil, "names the model answers to (default: --model)")
 	f.StringVar(&cfg.Host, "host", "", "host to listen on (default: every interface)")
 	f.IntVar(&cfg.Port, "port", cfg.Port, "HTTP port; data-parallel rank r serves on port+r (0: ephemeral)")
@@ -155,6 +169,19 @@ and POST /sim/restart.`,
 	f.StringVar(&cfg.Sim.ChatTemplate, "sim-chat-template", "", "fault: chat template variant (alt: role headers end with a blank line), as a replica with another template")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, func() error { return finish(cmd) }
+}
+
+// runnerOfTask maps older vLLM's --task to the runner it selects.
+func runnerOfTask(task string) (string, error) {
+	switch task {
+	case "auto":
+		return enginesim.RunnerAuto, nil
+	case "generate":
+		return enginesim.RunnerGenerate, nil
+	case "embed", "embedding", "classify", "score", "reward":
+		return enginesim.RunnerPooling, nil
+	}
+	return "", fmt.Errorf("--task %q: want auto, generate, embed, embedding, classify, score or reward", task)
 }
 
 // usageError marks a configuration error: exit code 2.

@@ -65,8 +65,23 @@ func TestEngineFlags(t *testing.T) {
 		t.Fatalf("--hash-seed: %v", err)
 	}
 	cfgp, err = parseEngine(t, nil)
-	if err != nil || cfgp.HashSeed != "vllm-none-hash" || !cfgp.IntBlockHashes {
+	if err != nil || cfgp.HashSeed != "vllm-none-hash" || !cfgp.IntBlockHashes || cfgp.Runner != enginesim.RunnerAuto {
 		t.Fatalf("defaults: %v", err)
+	}
+	// The runner, and older vLLM's --task for it.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--runner", "pooling"}, enginesim.RunnerPooling},
+		{[]string{"--runner", "generate"}, enginesim.RunnerGenerate},
+		{[]string{"--task", "embed"}, enginesim.RunnerPooling},
+		{[]string{"--task", "classify", "--runner", "pooling"}, enginesim.RunnerPooling},
+		{[]string{"--task", "generate"}, enginesim.RunnerGenerate},
+	} {
+		if cfgp, err = parseEngine(t, nil, tc.args...); err != nil || cfgp.Runner != tc.want {
+			t.Errorf("%v: runner %v (%v), want %s", tc.args, cfgp, err, tc.want)
+		}
 	}
 	for _, bad := range [][]string{
 		{"--prefix-caching-hash-algo", "sha256"},
@@ -74,6 +89,9 @@ func TestEngineFlags(t *testing.T) {
 		{"--sim-event-layout", "tuple"},
 		{"--lora-modules", "x=/p"}, // without --enable-lora
 		{"--lora-modules", "novalue", "--enable-lora"},
+		{"--runner", "draft"},
+		{"--task", "transcription"},
+		{"--task", "embed", "--runner", "generate"},
 	} {
 		if _, err := parseEngine(t, nil, bad...); err == nil {
 			t.Errorf("%v accepted", bad)

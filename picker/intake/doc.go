@@ -20,6 +20,9 @@
 //     counts them, TokenIDs are the first one's ids, or RenderBody renders
 //     the first text alone.
 //   - The body is forwarded as received; Parse never rewrites it.
+//   - Parser.Model reads just the model of a body the picker forwards
+//     without routing on its content (pooling, tokenize), with Parse's
+//     refusals of a body that is no JSON object or names no model.
 //   - Text reads a body's text as a character-level router does (the
 //     sglang peer policy), with a parse of its own: only that policy pays
 //     for it.

@@ -171,11 +171,11 @@ func (pp *Parser) parse(kind Kind, body []byte, fast bool) (*Request, error) {
 			return nil, err
 		}
 	}
-	model := v.Get("model")
-	if model == nil || model.Type() != fastjson.TypeString || len(model.GetStringBytes()) == 0 {
-		return nil, BadRequest("model", "", "you must provide a model parameter")
+	model, err := modelOf(v)
+	if err != nil {
+		return nil, err
 	}
-	r := &Request{Kind: kind, Model: string(model.GetStringBytes()), Anchorable: true, pre: pre}
+	r := &Request{Kind: kind, Model: model, Anchorable: true, pre: pre}
 	if st := v.Get("stream"); present(st) {
 		if r.Stream, err = st.Bool(); err != nil {
 			return nil, BadRequest("stream", "", "stream must be a boolean")
@@ -200,6 +200,27 @@ func (pp *Parser) parse(kind Kind, body []byte, fast bool) (*Request, error) {
 		return r, r.parseTokens(v)
 	}
 	return nil, BadRequest("", "", "unknown request kind")
+}
+
+// modelOf reads a body's model: a non-empty string.
+func modelOf(v *fastjson.Value) (string, error) {
+	model := v.Get("model")
+	if model == nil || model.Type() != fastjson.TypeString || len(model.GetStringBytes()) == 0 {
+		return "", BadRequest("model", "", "you must provide a model parameter")
+	}
+	return string(model.GetStringBytes()), nil
+}
+
+// Model reads the model of a body the picker forwards without routing on
+// its content (pooling, tokenize): a JSON object naming a model.
+func (pp *Parser) Model(body []byte) (string, error) {
+	p := pp.pool.Get()
+	defer pp.pool.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		return "", BadRequest("", "", "We could not parse the JSON body of your request: it must be a JSON object.")
+	}
+	return modelOf(v)
 }
 
 // ids reads an array of token ids (integers below 2^32); ok is false for

@@ -157,6 +157,39 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestModel: the model of a forwarded body, or Parse's refusal.
+func TestModel(t *testing.T) {
+	var pp Parser
+	for _, tc := range []struct {
+		body  string
+		model string
+		param string // of the refusal
+	}{
+		{`{"model":"embedder","input":["a","b"]}`, "embedder", ""},
+		{`{"input":"x","model":"Qwen/Qwen3-0.6B","encoding_format":"base64"}`, "Qwen/Qwen3-0.6B", ""},
+		{`{"model":"m","tokens":[1,2,3]}`, "m", ""},
+		{`{"input":"x"}`, "", "model"},
+		{`{"model":""}`, "", "model"},
+		{`{"model":7}`, "", "model"},
+		{`{"model":null}`, "", "model"},
+		{`["model"]`, "", ""},
+		{`{"model":"m"`, "", ""},
+		{``, "", ""},
+	} {
+		got, err := pp.Model([]byte(tc.body))
+		if tc.model != "" {
+			if err != nil || got != tc.model {
+				t.Errorf("%s: %q, %v", tc.body, got, err)
+			}
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 400 || e.Param != tc.param || e.Type != "invalid_request_error" || e.Message == "" {
+			t.Errorf("%s: %q, %+v, want a 400 on param %q", tc.body, got, err, tc.param)
+		}
+	}
+}
+
 func TestDetect(t *testing.T) {
 	for body, want := range map[string]Kind{
 		`{"messages":[]}`:  Chat,

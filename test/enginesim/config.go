@@ -154,10 +154,20 @@ type SimConfig struct {
 	ChatTemplate string
 }
 
+// The runners (--runner), as vLLM names them: auto resolves to generate
+// for the simulated model, pooling serves the pooling endpoints instead of
+// the generative ones.
+const (
+	RunnerAuto     = "auto"
+	RunnerGenerate = "generate"
+	RunnerPooling  = "pooling"
+)
+
 // Config configures a simulated engine process; fields are named after
 // vLLM's flags.
 type Config struct {
 	Model               string   // --model
+	Runner              string   // --runner: auto (generate, for the simulated model), generate or pooling
 	ServedModelNames    []string // --served-model-name; default [Model]
 	Host                string   // --host; "" listens on every interface
 	Port                int      // --port; rank r serves on Port+r (0: ephemeral)
@@ -189,6 +199,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Model:               "Qwen/Qwen3-0.6B",
+		Runner:              RunnerAuto,
 		Port:                8000,
 		BlockSize:           16,
 		NumGPUBlocks:        8192,
@@ -219,6 +230,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	check(c.Model != "", "--model is empty")
+	check(c.Runner == RunnerAuto || c.Runner == RunnerGenerate || c.Runner == RunnerPooling,
+		"--runner %q: want auto, generate or pooling (the simulated engine runs no draft model)", c.Runner)
 	check(c.Port >= 0 && c.Port+c.DataParallelSize <= 65536, "--port %d out of range", c.Port)
 	check(c.BlockSize > 0 && c.BlockSize <= 1024, "--block-size %d: want 1..1024", c.BlockSize)
 	check(c.NumGPUBlocks >= 2, "--num-gpu-blocks %d: want at least 2", c.NumGPUBlocks)
@@ -250,6 +263,9 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// pooling reports whether the engine runs as a pooling model.
+func (c *Config) pooling() bool { return c.Runner == RunnerPooling }
 
 // servedNames returns the names the base model answers to.
 func (c *Config) servedNames() []string {

@@ -9,8 +9,31 @@
 //     (/v1/responses/render only with EnableScaleOutEndpoints, as vLLM gates
 //     it behind VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1); /tokenize (completion,
 //     chat and — beyond vLLM — Responses input) and /detokenize;
-//     /v1/models, /health, /version, /reset_prefix_cache and /metrics with
-//     vLLM's metric names. Errors use vLLM's OpenAI error body.
+//     /v1/models (vLLM's ModelCards, with a ModelPermission each),
+//     /health, /version, /reset_prefix_cache and /metrics with vLLM's
+//     metric names. Errors use vLLM's OpenAI error body; a route vLLM
+//     does not register answers FastAPI's 404 {"detail":"Not Found"}.
+//   - The runner decides the routes, as in vLLM's build_app: a generative
+//     engine (--runner auto or generate) serves chat, completions,
+//     Responses and render, and no pooling route; a pooling engine
+//     (--runner pooling, older vLLM's --task embed) serves
+//     /v1/embeddings, /pooling, /classify, /score, /v1/score, /rerank,
+//     /v1/rerank and /v2/rerank instead (every one of them: a real model
+//     serves the subset its architecture supports). Pooling prompts
+//     (input as text, token ids or lists of either; or messages) are
+//     scheduled and prefilled through the paged cache like any prompt,
+//     and end with their prefill (running meanwhile). The
+//     simulated model is deterministic: an embedding is the normalized
+//     mean of a fixed pseudo-random vector per token id (EmbeddingDim
+//     values; encoding_format float or base64 of float32 in any
+//     endianness), classify a fixed two-label head (LABEL_0, LABEL_1)
+//     over it, score and rerank the cosine similarity of the two
+//     embeddings; answers carry vLLM's ids (embd-, pool-, classify-,
+//     score-), objects, fields and usage, and vLLM's refusals (the
+//     context length, truncate_prompt_tokens, dimensions without
+//     matryoshka support, 1:1, 1:N or N:N score inputs). Not simulated:
+//     the bytes encodings, other embed dtypes, multimodal score inputs,
+//     token-level pooling tasks and the Cohere /v2/embed.
 //   - usage.prompt_tokens_details.cached_tokens only with
 //     EnablePromptTokensDetails and a non-zero hit, as vLLM reports it.
 //   - A paged KV cache with vLLM v1 prefix caching (package kvcache):

@@ -1,6 +1,7 @@
 package enginesim_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"github.com/kvroute/kvroute/test/testnet"
 	"net/http"
@@ -438,20 +439,21 @@ func TestErrors(t *testing.T) {
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "not supported"},
 		{"/v1/completions", `{"prompt": [16844008]}`, 400, "out of vocabulary"},
 		{"/detokenize", `{"tokens": [16844008]}`, 400, "out of vocabulary"},
-		{"/v1/responses/render", `{"input":"hi"}`, 404, "Not Found"},
 		{"/tokenize", `{}`, 400, "tokenize needs"},
 	}
 	for _, c := range cases {
-		var body struct {
-			Error struct {
-				Message string `json:"message"`
-				Type    string `json:"type"`
-				Code    int    `json:"code"`
-			} `json:"error"`
-		}
+		var body errorBody
 		code := postRaw(t, e.URL()+c.path, []byte(c.body), &body)
 		if code != c.code || body.Error.Code != c.code || !strings.Contains(body.Error.Message, c.want) || body.Error.Type == "" {
 			t.Errorf("%s %s: %d %+v, want %d containing %q", c.path, c.body, code, body.Error, c.code, c.want)
+		}
+	}
+	// A route vLLM does not register (Responses render without
+	// VLLM_ENABLE_SCALE_OUT_ENDPOINTS, any unknown path) is FastAPI's 404.
+	for _, path := range []string{"/v1/responses/render", "/v1/nope"} {
+		var detail map[string]any
+		if code := postRaw(t, e.URL()+path, []byte(`{"input":"hi"}`), &detail); code != 404 || len(detail) != 1 || detail["detail"] != "Not Found" {
+			t.Errorf("%s: %d %v, want 404 {\"detail\":\"Not Found\"}", path, code, detail)
 		}
 	}
 	m := get(t, e.URL()+"/metrics")
@@ -553,8 +555,37 @@ func TestServiceEndpoints(t *testing.T) {
 	cfg.LoRAModules = []enginesim.LoRAModule{{Name: "Alice", Path: "/adapters/alice"}}
 	e := start(t, cfg).Engines()[0]
 	models := get(t, e.URL()+"/v1/models")
-	if !strings.Contains(models, `"id":"my-model"`) || !strings.Contains(models, `"id":"Alice"`) || !strings.Contains(models, `"parent":"my-model"`) {
-		t.Fatalf("models %s", models)
+	// vLLM's ModelList: base cards carry max_model_len, adapter cards a
+	// parent and a null max_model_len; every card one ModelPermission.
+	var list struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID         string           `json:"id"`
+			Object     string           `json:"object"`
+			Created    int64            `json:"created"`
+			OwnedBy    string           `json:"owned_by"`
+			Root       string           `json:"root"`
+			Parent     *string          `json:"parent"`
+			MaxLen     *int             `json:"max_model_len"`
+			Permission []map[string]any `json:"permission"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(models), &list); err != nil || list.Object != "list" || len(list.Data) != 2 {
+		t.Fatalf("models %s: %v", models, err)
+	}
+	base, lora := list.Data[0], list.Data[1]
+	if base.ID != "my-model" || base.Object != "model" || base.OwnedBy != "vllm" || base.Root != cfg.Model || base.Parent != nil ||
+		base.MaxLen == nil || *base.MaxLen != cfg.MaxModelLen || base.Created == 0 {
+		t.Errorf("base card %s", models)
+	}
+	if lora.ID != "Alice" || lora.Root != "/adapters/alice" || lora.Parent == nil || *lora.Parent != "my-model" || lora.MaxLen != nil {
+		t.Errorf("adapter card %s", models)
+	}
+	for _, c := range list.Data {
+		if len(c.Permission) != 1 || c.Permission[0]["object"] != "model_permission" || c.Permission[0]["allow_sampling"] != true ||
+			c.Permission[0]["organization"] != "*" || !strings.HasPrefix(fmt.Sprint(c.Permission[0]["id"]), "modelperm-") {
+			t.Errorf("%s permission %v", c.ID, c.Permission)
+		}
 	}
 	if r, err := http.Get(e.URL() + "/health"); err != nil || r.StatusCode != 200 {
 		t.Fatalf("health %v %v", r, err)
@@ -587,6 +618,7 @@ func TestServiceEndpoints(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	bad := map[string]func(*enginesim.Config){
 		"hash algo":     func(c *enginesim.Config) { c.HashAlgo = "sha256" },
+		"runner":        func(c *enginesim.Config) { c.Runner = "draft" },
 		"block size":    func(c *enginesim.Config) { c.BlockSize = 0 },
 		"lora w/o flag": func(c *enginesim.Config) { c.LoRAModules = []enginesim.LoRAModule{{"a", "b"}} },
 		"time scale":    func(c *enginesim.Config) { c.Sim.TimeScale = -1 },

@@ -150,6 +150,15 @@ func (s *sub) collect(quiet time.Duration) []msg {
 	}
 }
 
+// errorBody is vLLM's OpenAI error body.
+type errorBody struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    int    `json:"code"`
+	} `json:"error"`
+}
+
 // post sends a JSON body and decodes the JSON answer into out (if not nil).
 // It returns the status code.
 func post(t *testing.T, url string, body any, out any) int {

@@ -35,13 +35,32 @@ func (e *Engine) newID(prefix string) string {
 
 func (e *Engine) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", e.handleChat)
-	mux.HandleFunc("POST /v1/completions", e.handleCompletions)
-	mux.HandleFunc("POST /v1/responses", e.handleResponses)
-	mux.HandleFunc("POST /v1/chat/completions/render", e.handleChatRender)
-	mux.HandleFunc("POST /v1/completions/render", e.handleCompletionsRender)
+	// vLLM registers the generative routes for a generative model and the
+	// pooling routes for a pooling one (api_server.build_app); a route it
+	// does not register answers as any unknown route does.
+	serve := func(served bool, pattern string, h http.HandlerFunc) {
+		if !served {
+			h = e.notFound
+		}
+		mux.HandleFunc(pattern, h)
+	}
+	pooling := e.cfg.pooling()
+	serve(!pooling, "POST /v1/chat/completions", e.handleChat)
+	serve(!pooling, "POST /v1/completions", e.handleCompletions)
+	serve(!pooling, "POST /v1/responses", e.handleResponses)
+	serve(!pooling, "POST /v1/chat/completions/render", e.handleChatRender)
+	serve(!pooling, "POST /v1/completions/render", e.handleCompletionsRender)
 	if e.cfg.EnableScaleOutEndpoints {
-		mux.HandleFunc("POST /v1/responses/render", e.handleResponsesRender)
+		serve(!pooling, "POST /v1/responses/render", e.handleResponsesRender)
+	}
+	serve(pooling, "POST /v1/embeddings", e.handleEmbeddings)
+	serve(pooling, "POST /pooling", e.handlePooling)
+	serve(pooling, "POST /classify", e.handleClassify)
+	for _, p := range []string{"/score", "/v1/score"} {
+		serve(pooling, "POST "+p, e.handleScore)
+	}
+	for _, p := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
+		serve(pooling, "POST "+p, e.handleRerank)
 	}
 	mux.HandleFunc("POST /tokenize", e.handleTokenize)
 	mux.HandleFunc("POST /detokenize", e.handleDetokenize)
@@ -54,10 +73,20 @@ func (e *Engine) handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /sim/restart", e.handleRestart)
 	mux.HandleFunc("POST /sim/faults", e.handleFaults)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		e.fail(w, r, http.StatusNotFound, "Not Found")
-	})
+	mux.HandleFunc("/", e.notFound)
 	return mux
+}
+
+// notFound answers as vLLM answers a route it does not serve: FastAPI's
+// 404 {"detail":"Not Found"} (vLLM's own error handler is registered for
+// FastAPI's HTTPException, not for the router's Starlette one).
+func (e *Engine) notFound(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	if r.Pattern == "/" {
+		path = "other" // any path the client made up: not a label value
+	}
+	e.metrics.httpErrors.WithLabelValues(path, strconv.Itoa(http.StatusNotFound)).Inc()
+	writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 }
 
 // apiError is an error with its HTTP status.
@@ -545,10 +574,11 @@ type completionRequest struct {
 }
 
 // parsePrompts accepts a string, a list of strings, a list of token ids,
-// or a list of lists of token ids.
-func parsePrompts(raw json.RawMessage) ([][]uint32, error) {
+// or a list of lists of token ids: the field (prompt, or a pooling body's
+// input) as named in errors.
+func parsePrompts(field string, raw json.RawMessage) ([][]uint32, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, badRequest("prompt is required")
+		return nil, badRequest("%s is required", field)
 	}
 	if ids, ok := tokenIDs(raw); ok { // the common token-id prompt, fast
 		return [][]uint32{ids}, checkIDs(ids)
@@ -559,7 +589,7 @@ func parsePrompts(raw json.RawMessage) ([][]uint32, error) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || len(items) == 0 {
-		return nil, badRequest("prompt must be a string, a list of strings, a list of token ids or a list of lists of token ids")
+		return nil, badRequest("%s must be a string, a list of strings, a list of token ids or a list of lists of token ids", field)
 	}
 	var ids []uint32
 	if err := json.Unmarshal(raw, &ids); err == nil {
@@ -576,7 +606,7 @@ func parsePrompts(raw json.RawMessage) ([][]uint32, error) {
 		}
 		ids := []uint32(nil) // a fresh slice: Unmarshal reuses a non-nil one
 		if err := json.Unmarshal(it, &ids); err != nil {
-			return nil, badRequest("prompt[%d] must be a string or a list of token ids", i)
+			return nil, badRequest("%s[%d] must be a string or a list of token ids", field, i)
 		}
 		if err := checkIDs(ids); err != nil {
 			return nil, err
@@ -659,7 +689,7 @@ func (e *Engine) prepareCompletion(w http.ResponseWriter, r *http.Request, req *
 	if err := checkN(req.N); err != nil {
 		return id, nil, nil, err
 	}
-	prompts, err := parsePrompts(req.Prompt)
+	prompts, err := parsePrompts("prompt", req.Prompt)
 	if err != nil {
 		return id, nil, nil, err
 	}
@@ -1008,16 +1038,25 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 
 // ---- service endpoints ----
 
+// handleModels answers vLLM's ModelList: a card per served name, then per
+// LoRA adapter (parent: the first served name, max_model_len null), each
+// with one default ModelPermission; created is the time of the call, as
+// vLLM's default factories make it.
 func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
-	created := e.started.Load() / 1e9
+	created := time.Now().Unix()
+	card := func(id, root string, parent, maxLen any) map[string]any {
+		perm := map[string]any{"id": e.newID("modelperm-"), "object": "model_permission", "created": created,
+			"allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true, "allow_search_indices": false,
+			"allow_view": true, "allow_fine_tuning": false, "organization": "*", "group": nil, "is_blocking": false}
+		return map[string]any{"id": id, "object": "model", "created": created, "owned_by": "vllm",
+			"root": root, "parent": parent, "max_model_len": maxLen, "permission": []any{perm}}
+	}
 	var data []any
 	for _, n := range e.cfg.servedNames() {
-		data = append(data, map[string]any{"id": n, "object": "model", "created": created, "owned_by": "vllm",
-			"root": e.cfg.Model, "parent": nil, "max_model_len": e.cfg.MaxModelLen})
+		data = append(data, card(n, e.cfg.Model, nil, e.cfg.MaxModelLen))
 	}
 	for _, m := range e.cfg.LoRAModules {
-		data = append(data, map[string]any{"id": m.Name, "object": "model", "created": created, "owned_by": "vllm",
-			"root": m.Path, "parent": e.cfg.servedNames()[0], "max_model_len": e.cfg.MaxModelLen})
+		data = append(data, card(m.Name, m.Path, e.cfg.servedNames()[0], nil))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
