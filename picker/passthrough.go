@@ -65,6 +65,7 @@ func (r *Router) handleGrouped(path string, choose chooser) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		recordOf(req.Context()).model = model
 		r.relay(w, req, intake.Any, path, body, func(tried map[string]bool) (*Pick, error) {
 			return orNone(choose(ref.group, tried), noEndpoints(model))
 		})

@@ -177,6 +177,9 @@ func TestPassthroughEmbeddings(t *testing.T) {
 			t.Errorf("%s: the picker's answer differs from the engine's:\n%s\n%s", tc.path, got, want)
 		}
 	}
+	if n, _ := series(t, f.reg, "kvroute_picker_requests_total", map[string]string{"route": "/v1/embeddings", "model": embedModel, "code": "200"}); n != 2 {
+		t.Fatalf("embeddings requests counted %v times by route and model, want 2 (the SDK's and the base64 one)", n)
+	}
 	// The chat model does not pool: its engine's 404, byte for byte.
 	code, via, got := do(t, http.MethodPost, f.api.URL+"/v1/embeddings", `{"model":"`+chatModel+`","input":"x"}`)
 	if code != 404 || string(got) != "{\"detail\":\"Not Found\"}\n" || via == "" || slices.Contains(pooling, via) {

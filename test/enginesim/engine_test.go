@@ -774,6 +774,7 @@ func TestPreemptionUnderPressure(t *testing.T) {
 	cfg := testConfig()
 	cfg.NumGPUBlocks = 20 // 19 usable blocks of 16
 	cfg.MaxModelLen = 160
+	cfg.Sim.TimeScale = 0.05 // steps take wall time, so the 8 requests overlap (at 0 they may run one by one)
 	e := start(t, cfg).Engines()[0]
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
