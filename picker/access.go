@@ -198,7 +198,10 @@ func (r *Router) finish(req *http.Request, w *recorder, rec *reqRecord, start ti
 		return
 	}
 	fields := []zap.Field{zap.String("request_id", rec.id), zap.String("method", req.Method), zap.String("route", route),
-		zap.String("model", rec.model), zap.Int("status", status), zap.Duration("duration", dur), zap.Int64("bytes", w.bytes)}
+		zap.Int("status", status), zap.Duration("duration", dur), zap.Int64("bytes", w.bytes)}
+	if rec.model != "" {
+		fields = append(fields, zap.String("model", rec.model))
+	}
 	if !w.first.IsZero() {
 		fields = append(fields, zap.Duration("ttfb", w.first.Sub(start)))
 	}

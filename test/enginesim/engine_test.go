@@ -456,6 +456,30 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s: %d %v, want 404 {\"detail\":\"Not Found\"}", path, code, detail)
 		}
 	}
+	// A served path with another method is FastAPI's 405, with Allow; a
+	// route the runner does not register stays a 404 for every method.
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/v1/chat/completions", "POST"},
+		{http.MethodPost, "/v1/models", "GET, HEAD"},
+		{http.MethodDelete, "/tokenize", "POST"},
+		{http.MethodGet, "/v1/embeddings", ""},
+	} {
+		req, _ := http.NewRequest(tc.method, e.URL()+tc.path, strings.NewReader(`{}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var detail map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&detail)
+		resp.Body.Close()
+		want, status := "Method Not Allowed", http.StatusMethodNotAllowed
+		if tc.allow == "" {
+			want, status = "Not Found", http.StatusNotFound
+		}
+		if resp.StatusCode != status || resp.Header.Get("Allow") != tc.allow || detail["detail"] != want {
+			t.Errorf("%s %s: %d, Allow %q, %v", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), detail)
+		}
+	}
 	m := get(t, e.URL()+"/metrics")
 	if v := metric(t, m, `kvroute_engine_http_errors_total{engine="0",model_name="Qwen/Qwen3-0.6B",path="/v1/chat/completions",status="400"}`); v != "4" {
 		t.Errorf("chat 400s counted %s, want 4", v)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,10 +39,12 @@ func (e *Engine) handler() http.Handler {
 	// vLLM registers the generative routes for a generative model and the
 	// pooling routes for a pooling one (api_server.build_app); a route it
 	// does not register answers as any unknown route does.
+	routes := map[string]bool{} // the patterns served: for 405's Allow
 	serve := func(served bool, pattern string, h http.HandlerFunc) {
 		if !served {
 			h = e.notFound
 		}
+		routes[pattern] = served
 		mux.HandleFunc(pattern, h)
 	}
 	pooling := e.cfg.pooling()
@@ -62,19 +65,40 @@ func (e *Engine) handler() http.Handler {
 	for _, p := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
 		serve(pooling, "POST "+p, e.handleRerank)
 	}
-	mux.HandleFunc("POST /tokenize", e.handleTokenize)
-	mux.HandleFunc("POST /detokenize", e.handleDetokenize)
-	mux.HandleFunc("GET /v1/models", e.handleModels)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+	serve(true, "POST /tokenize", e.handleTokenize)
+	serve(true, "POST /detokenize", e.handleDetokenize)
+	serve(true, "GET /v1/models", e.handleModels)
+	serve(true, "GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	serve(true, "GET /version", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"version": SimVersion})
 	})
-	mux.HandleFunc("POST /reset_prefix_cache", e.handleReset)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("POST /sim/restart", e.handleRestart)
-	mux.HandleFunc("POST /sim/faults", e.handleFaults)
-	mux.HandleFunc("/", e.notFound)
+	serve(true, "POST /reset_prefix_cache", e.handleReset)
+	serve(true, "GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}).ServeHTTP)
+	serve(true, "POST /sim/restart", e.handleRestart)
+	serve(true, "POST /sim/faults", e.handleFaults)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { e.unrouted(w, r, mux, routes) })
 	return mux
+}
+
+// unrouted answers a request no route took as vLLM's FastAPI app does: a
+// path it serves for other methods gets 405 {"detail":"Method Not
+// Allowed"} with an Allow header (a GET route allows HEAD too), any other
+// path the 404.
+func (e *Engine) unrouted(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, routes map[string]bool) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := mux.Handler(probe); routes[pattern] {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		e.notFound(w, r)
+		return
+	}
+	e.metrics.httpErrors.WithLabelValues(r.URL.Path, strconv.Itoa(http.StatusMethodNotAllowed)).Inc()
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
 }
 
 // notFound answers as vLLM answers a route it does not serve: FastAPI's
