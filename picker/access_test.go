@@ -47,7 +47,7 @@ func TestRequestID(t *testing.T) {
 			t.Fatalf("%q replaced by %q", got, id)
 		}
 	}
-	if requestID("") == requestID("") {
+	if a, b := requestID(""), requestID(""); a == b {
 		t.Fatal("two made ids are equal")
 	}
 }
