@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -41,25 +43,39 @@ func Build(dir string) ([]Object, error) {
 	return out, nil
 }
 
-// types maps apiVersion and kind to a new typed value.
-var types = map[string]func() any{
-	"apps/v1 Deployment":                      func() any { return new(appsv1.Deployment) },
-	"v1 Service":                              func() any { return new(corev1.Service) },
-	"v1 ConfigMap":                            func() any { return new(corev1.ConfigMap) },
-	"v1 Secret":                               func() any { return new(corev1.Secret) },
-	"policy/v1 PodDisruptionBudget":           func() any { return new(policyv1.PodDisruptionBudget) },
-	"networking.k8s.io/v1 NetworkPolicy":      func() any { return new(networkingv1.NetworkPolicy) },
-	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
+// newTyped returns a new typed value for apiVersion and kind, or false for
+// kinds outside the manifests' set.
+func newTyped(apiVersion, kind string) (any, bool) {
+	switch apiVersion + " " + kind {
+	case "apps/v1 Deployment":
+		return new(appsv1.Deployment), true
+	case "v1 Service":
+		return new(corev1.Service), true
+	case "v1 ConfigMap":
+		return new(corev1.ConfigMap), true
+	case "v1 Secret":
+		return new(corev1.Secret), true
+	case "policy/v1 PodDisruptionBudget":
+		return new(policyv1.PodDisruptionBudget), true
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return new(networkingv1.NetworkPolicy), true
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		return new(monitoringv1.ServiceMonitor), true
+	case "inference.networking.k8s.io/v1 InferencePool":
+		return new(inferencev1.InferencePool), true
+	case "gateway.networking.k8s.io/v1 HTTPRoute":
+		return new(gatewayv1.HTTPRoute), true
+	}
+	return nil, false
 }
 
 // Decode strictly decodes o into its typed form (a pointer to, e.g.,
 // appsv1.Deployment); kinds outside the manifests' set are an error.
 func Decode(o Object) (any, error) {
-	mk, ok := types[o.APIVersion+" "+o.Kind]
+	v, ok := newTyped(o.APIVersion, o.Kind)
 	if !ok {
 		return nil, fmt.Errorf("%s: no type for %s %s", o.ID(), o.APIVersion, o.Kind)
 	}
-	v := mk()
 	if err := DecodeInto(o.YAML, v); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.ID(), err)
 	}

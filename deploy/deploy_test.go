@@ -77,7 +77,7 @@ func TestEveryKustomizationBuilds(t *testing.T) {
 			checkSidecars(t, objs)
 		})
 	}
-	if components != 1 {
+	if components != 2 {
 		t.Fatalf("%d components", components)
 	}
 }
@@ -218,16 +218,7 @@ func checkSidecars(t *testing.T, objs map[string]any) {
 		if !ok {
 			continue
 		}
-		var side *corev1.Container
-		var engines []corev1.Container
-		for i, c := range d.Spec.Template.Spec.Containers {
-			switch {
-			case c.Name == "kvroute-sidecar":
-				side = &d.Spec.Template.Spec.Containers[i]
-			case strings.Contains(c.Image, "vllm"):
-				engines = append(engines, c)
-			}
-		}
+		side, engines := podContainers(d)
 		if side == nil {
 			continue
 		}
@@ -243,23 +234,44 @@ func checkSidecars(t *testing.T, objs map[string]any) {
 			t.Fatalf("%s: engine port %d, %d vLLM containers", id, base, len(engines))
 		}
 		for r, c := range engines {
-			port := "8000"
-			for _, a := range c.Args {
-				if p, ok := strings.CutPrefix(a, "--port="); ok {
-					port = p
-				}
-			}
+			port := vllmPort(c)
 			events := slices.IndexFunc(c.Args, func(a string) bool {
 				return strings.Contains(a, `"endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5657"`)
 			})
-			if port != strconv.Itoa(base+r) || events < 0 || !slices.Contains(c.Args, "--enable-prompt-tokens-details") || env(c, "PYTHONHASHSEED") == "" {
-				t.Errorf("%s: vLLM container %d (%s): port %s (want %d), args %v, env %v", id, r, c.Name, port, base+r, c.Args, c.Env)
+			if port != base+r || events < 0 || !slices.Contains(c.Args, "--enable-prompt-tokens-details") || env(c, "PYTHONHASHSEED") == "" {
+				t.Errorf("%s: vLLM container %d (%s): port %d (want %d), args %v, env %v", id, r, c.Name, port, base+r, c.Args, c.Env)
 			}
 		}
 		if n := sidecarDP(t, objs, *side); n != len(engines) {
 			t.Errorf("%s: the sidecar follows %d ranks, the pod runs %d", id, n, len(engines))
 		}
 	}
+}
+
+// podContainers splits d's containers into the kvroute sidecar (nil if
+// none) and the vLLM containers, in order (container r is rank r).
+func podContainers(d *appsv1.Deployment) (side *corev1.Container, engines []corev1.Container) {
+	for i, c := range d.Spec.Template.Spec.Containers {
+		switch {
+		case c.Name == "kvroute-sidecar":
+			side = &d.Spec.Template.Spec.Containers[i]
+		case strings.Contains(c.Image, "vllm"):
+			engines = append(engines, c)
+		}
+	}
+	return side, engines
+}
+
+// vllmPort is the HTTP port a vLLM container serves on: its --port, else
+// vLLM's default 8000 (0 if --port does not parse).
+func vllmPort(c corev1.Container) int {
+	port := 8000
+	for _, a := range c.Args {
+		if p, ok := strings.CutPrefix(a, "--port="); ok {
+			port, _ = strconv.Atoi(p)
+		}
+	}
+	return port
 }
 
 // sidecarDP is the data-parallel size the sidecar runs with: its flag, else
@@ -305,6 +317,11 @@ func TestStrictDecoding(t *testing.T) {
 		"miscased field": {"apps/v1", "Deployment", "metadata: {name: x}\nspec: {Replicas: 2}\n"},
 		"wrong type":     {"monitoring.coreos.com/v1", "ServiceMonitor", "metadata: {name: x}\nspec: {endpoints: [{port: 8080}]}\n"},
 		"duplicate key":  {"v1", "Service", "metadata: {name: x}\nspec: {type: ClusterIP, type: NodePort}\n"},
+		// v1alpha2's field names, refused by v1.
+		"pool, old field":      {"inference.networking.k8s.io/v1", "InferencePool", "metadata: {name: x}\nspec: {targetPortNumber: 8000}\n"},
+		"pool, wrong type":     {"inference.networking.k8s.io/v1", "InferencePool", "metadata: {name: x}\nspec: {targetPorts: [8000]}\n"},
+		"pool, old selector":   {"inference.networking.k8s.io/v1", "InferencePool", "metadata: {name: x}\nspec: {selector: {app: vllm}}\n"},
+		"route, unknown field": {"gateway.networking.k8s.io/v1", "HTTPRoute", "metadata: {name: x}\nspec: {rules: [{backendRef: []}]}\n"},
 	} {
 		y := "apiVersion: " + tc.apiVersion + "\nkind: " + tc.kind + "\n" + tc.yaml
 		if _, err := Decode(Object{APIVersion: tc.apiVersion, Kind: tc.kind, Name: "x", YAML: []byte(y)}); err == nil {
@@ -314,6 +331,13 @@ func TestStrictDecoding(t *testing.T) {
 	ok := "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: 2}\n"
 	if _, err := Decode(Object{APIVersion: "apps/v1", Kind: "Deployment", Name: "x", YAML: []byte(ok)}); err != nil {
 		t.Errorf("a valid Deployment: %v", err)
+	}
+	pool := "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata: {name: x}\nspec: {selector: {matchLabels: {app: vllm}}, targetPorts: [{number: 8000}], endpointPickerRef: {name: epp, port: {number: 9002}}}\n"
+	if _, err := Decode(Object{APIVersion: "inference.networking.k8s.io/v1", Kind: "InferencePool", Name: "x", YAML: []byte(pool)}); err != nil {
+		t.Errorf("a valid InferencePool: %v", err)
+	}
+	if _, err := Decode(Object{APIVersion: "inference.networking.x-k8s.io/v1alpha2", Kind: "InferencePool", Name: "x", YAML: []byte("kind: InferencePool\n")}); err == nil {
+		t.Error("a v1alpha2 InferencePool was accepted")
 	}
 	if _, err := Decode(Object{APIVersion: "v1", Kind: "Pod", Name: "x", YAML: []byte("apiVersion: v1\nkind: Pod\n")}); err == nil {
 		t.Error("an unexpected kind was accepted")
