@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -21,7 +24,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -67,6 +72,58 @@ func (r *Router) RegisterExtProc(s *grpc.Server, cfg extproc.Config, ready func(
 	return nil
 }
 
+// ExtProcServerOptions are the gRPC server options the endpoint picker is
+// served with, for request bodies of at most maxBody bytes: messages that
+// large (a buffered body comes whole), panics recovered into INTERNAL
+// errors, windows and buffers sized for bodies of tens of KiB, and
+// ExtProcBufferPool.
+func ExtProcServerOptions(maxBody int64, log *zap.Logger) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxBody) + 1<<20),
+		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(8 << 20), grpc.WriteBufferSize(128 << 10), grpc.ReadBufferSize(128 << 10),
+		grpc.ChainUnaryInterceptor(recoverUnary(log)), grpc.ChainStreamInterceptor(recoverStream(log)),
+		experimental.BufferPool(ExtProcBufferPool())}
+}
+
+// ExtProcBufferPool is a gRPC buffer pool in power-of-two tiers from
+// 256 B to 1 MiB that does not zero what it hands out (gRPC writes every
+// byte of a buffer it uses). gRPC's default pool has no tier between
+// 32 KiB and 1 MiB and zeroes a pooled buffer's whole capacity on each
+// use: every message of a typical request body (tens of KiB) would cost
+// clearing a MiB.
+func ExtProcBufferPool() mem.BufferPool {
+	return &tieredPool{}
+}
+
+// tieredPool is ExtProcBufferPool: tier i holds buffers of 1<<(i+8) bytes.
+type tieredPool struct {
+	tiers [13]sync.Pool
+}
+
+func (p *tieredPool) Get(n int) *[]byte {
+	i := max(bits.Len(uint(max(n, 1)-1))-8, 0)
+	if i >= len(p.tiers) {
+		b := make([]byte, n)
+		return &b
+	}
+	if b, ok := p.tiers[i].Get().(*[]byte); ok {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, 1<<(i+8))
+	return &b
+}
+
+func (p *tieredPool) Put(b *[]byte) {
+	c := cap(*b)
+	if c < 1<<8 {
+		return
+	}
+	i := bits.Len(uint(c)) - 1 - 8 // the largest tier the buffer fills
+	if i < len(p.tiers) && c == 1<<(i+8) {
+		p.tiers[i].Put(b)
+	}
+}
+
 // eppService is the endpoint picker: one Process stream per HTTP request.
 type eppService struct {
 	extprocv3.UnimplementedExternalProcessorServer
@@ -87,70 +144,56 @@ type eppExchange struct {
 	route    []string // the destination list sent: the pick's address, then its fallbacks'
 	inFlight prometheus.Gauge
 
+	whole    chan struct{} // closed when the request is whole
+	timedOut atomic.Bool   // it was not whole in time (Process)
+
 	status int // the answer's, from its headers
 	sn     *sniffer
 	first  bool // a chunk of the answer was seen
 	ended  bool // the answer was seen whole
 }
 
-type recvResult struct {
-	req *extprocv3.ProcessingRequest
-	err error
+// Process serves one HTTP request's exchange. The exchange runs in its own
+// goroutine, reading the stream directly, while this one bounds the wait
+// for the request to come whole (Config.BodyTimeout): past it the stream
+// ends with DEADLINE_EXCEEDED, which also ends the exchange's reads.
+func (s *eppService) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	x := &eppExchange{s: s, flow: extproc.NewFlow(s.r.cfg.MaxBodyBytes, s.cfg.Assumed()), whole: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		defer x.finish()
+		done <- x.serve(stream)
+	}()
+	timer := time.NewTimer(s.cfg.BodyTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-x.whole:
+		return <-done
+	case <-timer.C:
+		x.timedOut.Store(true)
+		return status.Errorf(codes.DeadlineExceeded, "the request did not arrive whole within %v (--ext-proc-body-timeout)", s.cfg.BodyTimeout)
+	}
 }
 
-// Process serves one HTTP request's exchange.
-func (s *eppService) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	ctx := stream.Context()
-	x := &eppExchange{s: s, flow: extproc.NewFlow(s.r.cfg.MaxBodyBytes, s.cfg.Assumed())}
-	defer x.finish()
-	// Recv in its own goroutine, so that the wait for the body is
-	// bounded; it ends with the stream (the handler's return cancels it).
-	msgs := make(chan recvResult, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			select {
-			case msgs <- recvResult{req, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var bodyTimer *time.Timer
-	var bodyDeadline <-chan time.Time
-	defer func() {
-		if bodyTimer != nil {
-			bodyTimer.Stop()
-		}
-	}()
+// serve runs the exchange until the gateway ends it, an immediate response
+// does, or the stream fails.
+func (x *eppExchange) serve(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	s, ctx := x.s, stream.Context()
 	for {
-		var m recvResult
-		select {
-		case m = <-msgs:
-		case <-bodyDeadline:
-			x.result = eppError
-			return status.Errorf(codes.DeadlineExceeded, "the request body did not arrive whole within %v (--ext-proc-body-timeout)", s.cfg.BodyTimeout)
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		if m.err == io.EOF || status.Code(m.err) == codes.Canceled {
+		req, err := stream.Recv()
+		if err == io.EOF || status.Code(err) == codes.Canceled {
 			return nil // the gateway is done with the request
 		}
-		if m.err != nil {
-			return m.err
+		if err != nil {
+			return err
 		}
-		ev, err := x.take(m.req)
+		ev, err := x.take(req)
 		if err != nil {
 			x.result = eppError
 			s.r.log.Debug("ext_proc: protocol error", zap.Error(err))
 			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		if ev.Kind == extproc.RequestHeaders && bodyTimer == nil {
-			bodyTimer = time.NewTimer(s.cfg.BodyTimeout)
-			bodyDeadline = bodyTimer.C
 		}
 		step, err := x.flow.Step(ev)
 		if err != nil {
@@ -167,8 +210,10 @@ func (s *eppService) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 				Message: fmt.Sprintf("The request body is larger than this picker accepts (%d bytes, --max-body-bytes).", s.r.cfg.MaxBodyBytes)})
 			replies, err = x.flow.Refuse(st, body)
 		case step.Decide:
-			bodyDeadline = nil
 			replies, err = x.decide(ctx)
+		}
+		if step.TooLarge || step.Decide {
+			close(x.whole) // the request is whole: its wait is over
 		}
 		if err != nil {
 			x.result = eppError
@@ -178,7 +223,7 @@ func (s *eppService) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 			x.responseBody(ev.Data)
 		}
 		x.ended = x.ended || step.ResponseEnded
-		if !m.req.GetObservabilityMode() { // in observability mode nothing is answered
+		if !req.GetObservabilityMode() { // in observability mode nothing is answered
 			for _, rep := range replies {
 				if err := stream.Send(eppResponse(rep)); err != nil {
 					return err
@@ -264,10 +309,8 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 		st, body := errorBody(err)
 		return x.flow.Refuse(st, body)
 	}
-	if err := r.readiness(x.s.ready); err != nil {
-		return refuse(eppNoEndpoint, &intake.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "no_healthy_endpoint",
-			Message: "No endpoint is ready right now."})
-	}
+	notReady := &intake.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "no_healthy_endpoint",
+		Message: "No endpoint is ready right now."}
 	var only map[string]bool
 	if x.hinted {
 		if only = r.subsetEndpoints(x.subset); len(only) == 0 {
@@ -280,7 +323,7 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 	if body == nil {
 		// No body to route by: the least loaded routable endpoint.
 		if p = r.pickAny(only, cfg.Fallbacks); p == nil {
-			return refuse(eppNoEndpoint, noEngine())
+			return refuse(eppNoEndpoint, notReady)
 		}
 	} else {
 		var err error
@@ -294,6 +337,10 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 			return refuse(eppShed, err)
 		case isNoEndpoint(err):
 			return refuse(eppNoEndpoint, err)
+		case r.readiness(nil) != nil:
+			// No endpoint is routable at all (so no model is known
+			// either): the protocol's 503, not the model's 404.
+			return refuse(eppNoEndpoint, notReady)
 		case isRefusal(err):
 			return refuse(eppRefused, err)
 		default:
@@ -385,6 +432,9 @@ func (x *eppExchange) responseBody(chunk []byte) {
 // accounted (a whole 200), the pick's in-flight record ended.
 func (x *eppExchange) finish() {
 	r := x.s.r
+	if x.timedOut.Load() {
+		x.result = eppError
+	}
 	if x.result != "" {
 		r.m.eppRequests.WithLabelValues(x.result).Inc()
 	}

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -54,9 +55,9 @@ import (
 
 // serveEPP serves r's endpoint picker on 127.0.0.1 and returns a client
 // connection, both closed when the test ends.
-func serveEPP(t testing.TB, r *picker.Router, cfg extproc.Config) *grpc.ClientConn {
+func serveEPP(t testing.TB, r *picker.Router, cfg extproc.Config, extra ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(32 << 20))
+	srv := grpc.NewServer(append(picker.ExtProcServerOptions(32<<20, zap.NewNop()), extra...)...)
 	if err := r.RegisterExtProc(srv, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +67,12 @@ func serveEPP(t testing.TB, r *picker.Router, cfg extproc.Config) *grpc.ClientCo
 	}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
+	// The gateway's side: Envoy's own allocator, not gRPC-Go's default
+	// pool (see ExtProcServerOptions), so the test client's costs do not
+	// dwarf the picker's.
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(32<<20)), experimental.WithBufferPool(picker.ExtProcBufferPool()),
+		grpc.WithInitialWindowSize(1<<20), grpc.WithInitialConnWindowSize(8<<20), grpc.WithWriteBufferSize(128<<10), grpc.WithReadBufferSize(128<<10))
 	if err != nil {
 		t.Fatal(err)
 	}

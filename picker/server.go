@@ -145,8 +145,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 	}
 	if cfg.ExtProcListen != "" {
-		opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes) + 1<<20), // a buffered body comes whole
-			grpc.ChainUnaryInterceptor(recoverUnary(log)), grpc.ChainStreamInterceptor(recoverStream(log))}
+		opts := ExtProcServerOptions(cfg.Router.MaxBodyBytes, log)
 		if cfg.ExtProcTLSCert != "" {
 			creds, err := credentials.NewServerTLSFromFile(cfg.ExtProcTLSCert, cfg.ExtProcTLSKey)
 			if err != nil {

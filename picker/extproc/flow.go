@@ -244,7 +244,11 @@ func (f *Flow) requestBody(ev Event) (Step, error) {
 		f.body = nil
 		return Step{TooLarge: true}, nil
 	}
-	f.body = append(f.body, ev.Data...)
+	if f.body == nil {
+		f.body = ev.Data // the gateway's message is the flow's to keep: no copy
+	} else {
+		f.body = append(f.body, ev.Data...)
+	}
 	if f.answered {
 		// BUFFERED: this message is the body (or as much of it as the
 		// gateway buffers).
