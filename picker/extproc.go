@@ -161,8 +161,18 @@ func (s *eppService) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 	x := &eppExchange{s: s, flow: extproc.NewFlow(s.r.cfg.MaxBodyBytes, s.cfg.Assumed()), whole: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		defer x.finish()
-		done <- x.serve(stream)
+		var err error
+		defer func() {
+			// This goroutine is not the handler's: its panics are
+			// recovered here, into an INTERNAL error.
+			if p := recover(); p != nil {
+				s.r.log.Error("panic in an ext_proc exchange", zap.Any("panic", p))
+				err = status.Errorf(codes.Internal, "internal error")
+			}
+			x.finish() // counted and booked before the stream's status goes out
+			done <- err
+		}()
+		err = x.serve(stream)
 	}()
 	timer := time.NewTimer(s.cfg.BodyTimeout)
 	defer timer.Stop()
@@ -173,6 +183,7 @@ func (s *eppService) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 		return <-done
 	case <-timer.C:
 		x.timedOut.Store(true)
+		s.r.m.eppRequests.WithLabelValues(eppError).Inc() // here: the exchange ends after this returns
 		return status.Errorf(codes.DeadlineExceeded, "the request did not arrive whole within %v (--ext-proc-body-timeout)", s.cfg.BodyTimeout)
 	}
 }
@@ -432,10 +443,7 @@ func (x *eppExchange) responseBody(chunk []byte) {
 // accounted (a whole 200), the pick's in-flight record ended.
 func (x *eppExchange) finish() {
 	r := x.s.r
-	if x.timedOut.Load() {
-		x.result = eppError
-	}
-	if x.result != "" {
+	if x.result != "" && !x.timedOut.Load() { // a timeout was counted by Process
 		r.m.eppRequests.WithLabelValues(x.result).Inc()
 	}
 	p := x.pick

@@ -43,6 +43,21 @@
 //   - The request body is bounded (Flow's maxBody: the router's
 //     MaxBodyBytes); past it the flow asks for a 413 refusal. An immediate
 //     response ends the exchange: later messages get no answer.
+//   - Endpoint identity (the shell's gatewayAddr and subset matching): an
+//     InferencePool selects pods and names up to 8 targetPorts, each
+//     podIP:port an endpoint to the gateway. A kvroute endpoint is the
+//     engine URL its sidecar announces (the injected sidecar's
+//     --engine-url=http://$(POD_IP):8000; a data-parallel engine's rank r
+//     serves on 8000+r, each rank its own endpoint). The gateway's name for
+//     it is the URL's host:port — http://10.0.3.7:8001 is 10.0.3.7:8001 —
+//     the port defaulting by scheme (80, 443), an IP written canonically,
+//     IPv6 in brackets as Envoy writes addresses ([fd00::7]:8000). So a
+//     pool for DP 2 pods lists targetPorts 8000 and 8001, and each rank is
+//     picked, hinted and reported as its own podIP:port. A subset hint entry
+//     ip:port names that endpoint, a bare IP every port of the pod.
+//   - The destination (x-gateway-destination-endpoint, header and envoy.lb
+//     metadata alike) is the picked endpoint, then Config.Fallbacks more in
+//     the order the same decision ranks them without those listed before.
 //   - A message out of order (body before headers, a second request,
 //     response before the decision) is an error for the shell to end the
 //     stream with; nothing panics on hostile input.
