@@ -1,6 +1,7 @@
 package picker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,13 +16,17 @@ import (
 	"testing"
 	"time"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/test/simsidecar"
@@ -338,4 +343,176 @@ func TestConcurrentFirstRequests(t *testing.T) {
 			t.Fatalf("request %d: %v", i, err)
 		}
 	}
+}
+
+// BenchmarkEPPDecision is the endpoint picker's decision overhead beside
+// the HTTP decision API's, in the same run over the same router: 8k-token
+// token-id bodies (no render call), 16 simulated endpoints, one request at
+// a time, the two APIs alternating request by request. An EPP decision is
+// a FULL_DUPLEX_STREAMED exchange on a new stream of one connection (as
+// Envoy opens one per request): the headers and the body sent, the
+// headers' answer (the destination and two fallbacks) and the body
+// streamed back received. An HTTP decision is a POST /routing/v1/pick on
+// a kept-alive connection, its JSON answer read.
+//
+// Figures, p50 and p99: the decision in the picker (epp-, http-), from
+// the request's last byte received to its answer handed to the transport
+// (the EPP: the last body message read from the stream to the headers'
+// answer with the destination sent; HTTP: the body read to its end to the
+// handler's return); the EPP's with the body streamed back too
+// (epp-echoed-), as FULL_DUPLEX_STREAMED needs before the gateway can
+// send the request on; and the round trip the client sees (-rt-),
+// transport included. Target: the EPP's decision within 10% of the HTTP
+// API's.
+func BenchmarkEPPDecision(b *testing.B) {
+	prompts := randomPrompts(32, 8192)
+	r := simFleet(b, 16, prompts, "t")
+	bodies := make([][]byte, len(prompts))
+	for i, p := range prompts {
+		bodies[i] = tokenBody(p, "t")
+	}
+	var mu sync.Mutex // the servers' goroutines record, the benchmark reads
+	var inEPP, inEPPAll, inHTTP []time.Duration
+	measuring := false
+	api := r.Handler(picker.HandlerOptions{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body := &endReader{r: req.Body}
+		req.Body = body
+		api.ServeHTTP(w, req)
+		d := time.Since(body.at)
+		mu.Lock()
+		defer mu.Unlock()
+		if measuring {
+			inHTTP = append(inHTTP, d)
+		}
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	conn := serveEPP(b, r, extproc.DefaultConfig(), grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &timedStream{ServerStream: ss, record: func(routed, all time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			if measuring {
+				inEPP, inEPPAll = append(inEPP, routed), append(inEPPAll, all)
+			}
+		}})
+	}))
+	epp := extprocv3.NewExternalProcessorClient(conn)
+	viaHTTP := func(body []byte) {
+		resp, err := client.Post(srv.URL+"/routing/v1/pick", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out struct {
+			Endpoint string `json:"endpoint"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Endpoint == "" {
+			b.Fatal("bad answer", err)
+		}
+		resp.Body.Close()
+	}
+	g := &gateway{t: b, mode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED}
+	ctx := context.Background()
+	viaEPP := func(body []byte) (end func()) {
+		s, err := epp.Process(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.stream = s
+		g.send(g.requestHeaders(false, nil))
+		g.send(requestBody(body, true))
+		if h := g.recv(); h.GetRequestHeaders().GetResponse().GetHeaderMutation() == nil {
+			b.Fatalf("no destination: %v", h)
+		}
+		for !g.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream() {
+		}
+		return g.end
+	}
+	for i := range 20 { // warm both paths: connections, pools
+		viaHTTP(bodies[i%len(bodies)])
+		viaEPP(bodies[i%len(bodies)])()
+	}
+	mu.Lock()
+	measuring = true
+	mu.Unlock()
+	httpRT := make([]time.Duration, 0, b.N)
+	eppRT := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		body := bodies[i%len(bodies)]
+		t0 := time.Now()
+		viaHTTP(body)
+		httpRT = append(httpRT, time.Since(t0))
+		t0 = time.Now()
+		end := viaEPP(body)
+		eppRT = append(eppRT, time.Since(t0))
+		end() // the stream's end: the pick's in-flight record ends
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	measuring = false
+	if len(inEPP) != b.N || len(inHTTP) != b.N {
+		b.Fatalf("measured %d EPP and %d HTTP decisions of %d", len(inEPP), len(inHTTP), b.N)
+	}
+	q := func(l []time.Duration, p float64) float64 {
+		slices.Sort(l)
+		return float64(l[int(p*float64(len(l)-1))].Microseconds())
+	}
+	for _, m := range []struct {
+		name string
+		l    []time.Duration
+	}{{"epp", inEPP}, {"epp-echoed", inEPPAll}, {"http", inHTTP}, {"epp-rt", eppRT}, {"http-rt", httpRT}} {
+		b.ReportMetric(q(m.l, 0.5), m.name+"-p50-µs")
+		b.ReportMetric(q(m.l, 0.99), m.name+"-p99-µs")
+	}
+	b.ReportMetric(q(inEPP, 0.5)/q(inHTTP, 0.5), "p50-epp/http")
+	b.ReportMetric(q(inEPP, 0.99)/q(inHTTP, 0.99), "p99-epp/http")
+	b.ReportMetric(q(eppRT, 0.5)/q(httpRT, 0.5), "p50-rt-epp/http")
+}
+
+// endReader notes when a request body was read to its end.
+type endReader struct {
+	r  io.ReadCloser
+	at time.Time
+}
+
+func (e *endReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF && e.at.IsZero() {
+		e.at = time.Now()
+	}
+	return n, err
+}
+
+func (e *endReader) Close() error { return e.r.Close() }
+
+// timedStream times an ext_proc exchange in the picker: from the request
+// body's last message read to the last chunk of the body sent back.
+type timedStream struct {
+	grpc.ServerStream
+	whole  time.Time
+	routed time.Duration // to the destination sent
+	record func(routed, all time.Duration)
+}
+
+func (s *timedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if req, ok := m.(*extprocv3.ProcessingRequest); ok && err == nil && req.GetRequestBody().GetEndOfStream() {
+		s.whole = time.Now()
+	}
+	return err
+}
+
+func (s *timedStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if resp, ok := m.(*extprocv3.ProcessingResponse); ok {
+		switch {
+		case resp.GetRequestHeaders().GetResponse().GetHeaderMutation() != nil:
+			s.routed = time.Since(s.whole)
+		case resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream():
+			s.record(s.routed, time.Since(s.whole))
+		}
+	}
+	return err
 }

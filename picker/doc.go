@@ -64,6 +64,16 @@
 //     bounded by MaxBodyBytes and forwarded as received, answers copied
 //     back with their status, with the proxy's one retry rule (relay); no
 //     usage is accounted for them.
+//   - With ServerConfig.ExtProcListen the picker is also a Gateway API
+//     Inference Extension endpoint picker (extproc.go, the message flow in
+//     picker/extproc, docs/gateway-epp.md): Envoy's ext_proc service, each
+//     request decided by Router.Pick on its body (the subset hint as
+//     PickOptions.Only, fallbacks ranked by the same decision, shedding by
+//     PickOptions.ShedWaiting, off by default), refusals as immediate
+//     responses in OpenAI's error format, the served endpoint and the
+//     answer's usage read back into the outcome accounting, the pick's
+//     in-flight record ended with the stream; with gRPC health.
 //   - Server owns the sockets and goroutines: gossip membership, the fleet
-//     view, the HTTP API and the gRPC kvroute.v1.Picker service.
+//     view, the HTTP API, the gRPC kvroute.v1.Picker service and the
+//     endpoint picker.
 package picker

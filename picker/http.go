@@ -73,17 +73,22 @@ func notRouted(mux *http.ServeMux) http.Handler {
 // refusals, an engine's refusal as the engine worded it, anything else as
 // a 502 from the engine or a 500.
 func writeError(w http.ResponseWriter, err error) {
+	status, body := errorBody(err)
+	writeRaw(w, status, body)
+}
+
+// errorBody is err's answer in OpenAI's error format: its status and body.
+func errorBody(err error) (int, []byte) {
 	var ie *intake.Error
 	var re *render.RefusedError
 	switch {
 	case errors.As(err, &ie):
-		writeRaw(w, ie.Status, ie.Body())
+		return ie.Status, ie.Body()
 	case errors.As(err, &re):
-		writeRaw(w, re.Status, re.Body)
-	default:
-		e := &intake.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
-		writeRaw(w, e.Status, e.Body())
+		return re.Status, re.Body
 	}
+	e := &intake.Error{Status: http.StatusInternalServerError, Type: "internal_error", Message: err.Error()}
+	return e.Status, e.Body()
 }
 
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
@@ -176,28 +181,31 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 }
 
 func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request, ready func() error) {
+	if err := r.readiness(ready); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// readiness is nil when the picker can route: ready (when set) passes and
+// an endpoint is routable; else why not.
+func (r *Router) readiness(ready func() error) error {
 	if ready != nil {
 		if err := ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+			return err
 		}
 	}
 	eps := r.view.Endpoints()
 	if len(eps) == 0 {
-		http.Error(w, "no endpoints known yet", http.StatusServiceUnavailable)
-		return
+		return errors.New("no endpoints known yet")
 	}
-	routable := 0
 	for i := range eps {
 		if r.view.Health(&eps[i]).Routable() {
-			routable++
+			return nil
 		}
 	}
-	if routable == 0 {
-		http.Error(w, fmt.Sprintf("none of the %d endpoints known is routable (down or draining: see /debug/endpoints)", len(eps)), http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = io.WriteString(w, "ok\n")
+	return fmt.Errorf("none of the %d endpoints known is routable (down or draining: see /debug/endpoints)", len(eps))
 }
 
 // debugEndpoint is one endpoint on /debug/endpoints.

@@ -30,6 +30,8 @@ type metrics struct {
 	inFlight       *prometheus.GaugeVec     // proxied requests at an engine, by endpoint
 	retries        *prometheus.CounterVec   // by cause
 	streamAborts   *prometheus.CounterVec   // by endpoint, cause
+	eppRequests    *prometheus.CounterVec   // endpoint picker (ext_proc) requests, by result
+	eppServed      *prometheus.CounterVec   // endpoint picker answers, by the endpoint that served them
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -73,11 +75,16 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
 		streamAborts: prometheus.NewCounterVec(opts("stream_aborts_total", "Answers aborted after their first byte went to the client (the connection closed or the stream reset, never a clean end), "+
 			"by endpoint and cause: upstream_error (reading the engine's answer failed), upstream_truncated (it ended before its final event), client_gone (the client left)."), []string{"endpoint", "cause"}),
+		eppRequests: prometheus.NewCounterVec(opts("extproc_requests_total", "Requests the endpoint picker (ext_proc) answered, by result: picked (a destination sent), no_endpoint (503: none ready), "+
+			"subset_empty (503: none of the gateway's subset hint is an endpoint here), shed (429: every candidate saturated), refused (another refusal: unknown model 404, bad request 400, body too large 413, …), "+
+			"error (the stream ended in a gRPC error: a protocol violation, the body timeout)."), []string{"result"}),
+		eppServed: prometheus.NewCounterVec(opts("extproc_served_total", "Endpoint picker answers by the endpoint the gateway reports served them: picked, fallback (a later one of the list), "+
+			"other (not in the list), unreported (no x-gateway-destination-endpoint-served)."), []string{"as"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
-			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, endpointsByGroup{r})
+			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, m.eppRequests, m.eppServed, endpointsByGroup{r})
 	}
 	return m
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,6 +197,29 @@ type Pick struct {
 	anotherHeldMore bool // a healthy endpoint held a longer GPU prefix
 	loadOnly        bool // the endpoint's cache was unknown: nothing predicted
 	relay           bool // a passthrough request (passthrough.go): no prompt to account for
+	kind            intake.Kind
+	uncached        float64    // the prompt tokens left to prefill, as booked
+	fallbacks       []fallback // the next best endpoints (PickOptions.Fallbacks), best first
+}
+
+// fallback is an endpoint the decision ranks after the chosen one, with
+// what it would have been predicted to hold.
+type fallback struct {
+	endpoint        string
+	matched         int
+	uncached        float64
+	anotherHeldMore bool
+	loadOnly        bool
+}
+
+// Fallbacks are the endpoints ranked after the chosen one, best first
+// (PickOptions.Fallbacks of them at most).
+func (p *Pick) Fallbacks() []string {
+	out := make([]string, len(p.fallbacks))
+	for i, f := range p.fallbacks {
+		out[i] = f.endpoint
+	}
+	return out
 }
 
 // Candidate is one endpoint as the decision saw it.
@@ -205,6 +230,16 @@ type PickOptions struct {
 	CacheOff bool // X-KVRoute-Cache: off — no prefix_hash
 	Explain  bool
 	Exclude  map[string]bool // endpoints already tried
+	// Only, when not nil, are the endpoints that may be chosen (a
+	// gateway's subset hint): the decision sees no others.
+	Only map[string]bool
+	// Fallbacks is how many endpoints to rank after the chosen one (the
+	// decision again without the endpoints already ranked).
+	Fallbacks int
+	// ShedWaiting, when positive, refuses the request (429) when every
+	// routable candidate has at least this many requests queued
+	// (decide.Saturated).
+	ShedWaiting float64
 }
 
 // Pick decides where a request of kind (intake.Any: told by its fields)
@@ -215,13 +250,21 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	var d decide.Decision
 	var now time.Time
 	var ticket peerTicket
+	var snap decide.Snapshot
 	if err == nil {
 		now = time.Now()
 		p.dreq.Exclude = opt.Exclude
-		if r.peer != nil && p.dreq.Policy == "" {
-			d, ticket = r.peerDecide(p, kind, body, r.snapshot(p, now), now)
-		} else {
-			d = decide.Decide(&r.dcfg, p.dreq, r.snapshot(p, now), now)
+		if opt.Only != nil {
+			p.eps = slices.DeleteFunc(p.eps, func(e fleet.Endpoint) bool { return !opt.Only[e.URL] })
+		}
+		snap = r.snapshot(p, now)
+		switch {
+		case decide.Saturated(&r.dcfg, p.dreq, snap, now, opt.ShedWaiting):
+			n.refused, err = "shed", overloaded(p.req.Model, opt.ShedWaiting)
+		case r.peer != nil && p.dreq.Policy == "":
+			d, ticket = r.peerDecide(p, kind, body, snap, now)
+		default:
+			d = decide.Decide(&r.dcfg, p.dreq, snap, now)
 		}
 	}
 	r.m.observe(&n, &d)
@@ -233,7 +276,24 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	pick := &Pick{Answer: pickapi.Answer{Model: p.req.Model, Policy: string(d.Policy), Reason: string(d.Reason), PromptTokens: p.dreq.PromptTokens,
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
-		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly}
+		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached}
+	if opt.Fallbacks > 0 {
+		// The same decision over the same snapshot, without the endpoints
+		// ranked so far: the order the proxy's retries would take.
+		dreq := p.dreq
+		dreq.Exclude = maps.Clone(opt.Exclude)
+		if dreq.Exclude == nil {
+			dreq.Exclude = map[string]bool{}
+		}
+		for next := d; len(pick.fallbacks) < opt.Fallbacks; {
+			dreq.Exclude[next.Endpoint] = true
+			if next = decide.Decide(&r.dcfg, dreq, snap, now); !next.OK() {
+				break
+			}
+			pick.fallbacks = append(pick.fallbacks, fallback{endpoint: next.Endpoint, matched: next.MatchedTokens, uncached: next.Uncached,
+				anotherHeldMore: next.AnotherHeldMore, loadOnly: next.LoadOnly})
+		}
+	}
 	if !opt.CacheOff {
 		pick.PrefixHash = p.prefixHash
 	}
@@ -279,6 +339,29 @@ func (r *Router) Done(p *Pick) {
 	defer r.mu.Unlock()
 	r.ledger.Done(p.Endpoint, p.send)
 	r.peerDoneLocked(p)
+}
+
+// servedBy moves p to its k-th fallback: the endpoint a gateway reports
+// served the request after the chosen one failed. The in-flight record
+// moves with it, and the prediction the outcome is judged by is the
+// fallback's (a peer policy's booking stays where it was made).
+func (r *Router) servedBy(p *Pick, k int) {
+	f := p.fallbacks[k]
+	r.mu.Lock()
+	r.ledger.Done(p.Endpoint, p.send)
+	p.send = r.ledger.Record(f.endpoint, f.uncached, time.Now())
+	r.mu.Unlock()
+	p.Endpoint, p.EndpointID, p.MatchedTokens, p.uncached = f.endpoint, endpointID(f.endpoint), f.matched, f.uncached
+	p.MatchedBlocks, p.anotherHeldMore, p.loadOnly = 0, f.anotherHeldMore, f.loadOnly
+	if p.blockSize > 0 {
+		p.MatchedBlocks = f.matched / p.blockSize
+	}
+}
+
+// overloaded sheds a request (PickOptions.ShedWaiting).
+func overloaded(model string, waiting float64) *intake.Error {
+	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "overloaded",
+		Message: fmt.Sprintf("Every endpoint serving the model %q has at least %v requests waiting; try again later.", model, waiting)}
 }
 
 func noEndpoints(model string) *intake.Error {

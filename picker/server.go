@@ -13,10 +13,12 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleetview"
 )
 
@@ -41,11 +43,20 @@ type ServerConfig struct {
 	Capacity int
 	// DecisionToken, when set, protects the decision API (HTTP and gRPC).
 	DecisionToken string
+	// ExtProcListen serves the endpoint picker (Envoy ext_proc, the
+	// Gateway API Inference Extension's protocol: picker/extproc) with
+	// gRPC health; empty (the default) disables it.
+	ExtProcListen string
+	// ExtProc configures the endpoint picker.
+	ExtProc extproc.Config
+	// ExtProcTLSCert and ExtProcTLSKey, when set (both or neither), are
+	// the PEM certificate and key the endpoint picker serves TLS with.
+	ExtProcTLSCert, ExtProcTLSKey string
 }
 
 // DefaultServerConfig returns the defaults.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536}
+	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536, ExtProc: extproc.DefaultConfig()}
 }
 
 // Validate checks c.
@@ -68,6 +79,15 @@ func (c *ServerConfig) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := c.ExtProc.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if (c.ExtProcTLSCert == "") != (c.ExtProcTLSKey == "") {
+		errs = append(errs, errors.New("--ext-proc-tls-cert and --ext-proc-tls-key go together: give both or neither"))
+	}
+	if c.ExtProcTLSCert != "" && c.ExtProcListen == "" {
+		errs = append(errs, errors.New("--ext-proc-tls-cert without --ext-proc-listen: the endpoint picker is off"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -82,6 +102,8 @@ type Server struct {
 	httpLn  net.Listener
 	grpc    *grpc.Server
 	grpcLn  net.Listener
+	epp     *grpc.Server
+	eppLn   net.Listener
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -122,6 +144,23 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 			return fail(fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err))
 		}
 	}
+	if cfg.ExtProcListen != "" {
+		opts := ExtProcServerOptions(cfg.Router.MaxBodyBytes, log)
+		if cfg.ExtProcTLSCert != "" {
+			creds, err := credentials.NewServerTLSFromFile(cfg.ExtProcTLSCert, cfg.ExtProcTLSKey)
+			if err != nil {
+				return fail(fmt.Errorf("--ext-proc-tls-cert/--ext-proc-tls-key: %w", err))
+			}
+			opts = append(opts, grpc.Creds(creds))
+		}
+		s.epp = grpc.NewServer(opts...)
+		if err := s.router.RegisterExtProc(s.epp, cfg.ExtProc, s.members.Conflict); err != nil {
+			return fail(err)
+		}
+		if s.eppLn, err = net.Listen("tcp", cfg.ExtProcListen); err != nil {
+			return fail(fmt.Errorf("--ext-proc-listen %s: %w", cfg.ExtProcListen, err))
+		}
+	}
 	for _, addr := range cfg.Sidecars {
 		s.view.Watch(addr)
 	}
@@ -149,6 +188,9 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		s.router.RegisterGRPC(s.grpc, cfg.DecisionToken)
 		go func() { _ = s.grpc.Serve(s.grpcLn) }()
 	}
+	if s.eppLn != nil {
+		go func() { _ = s.epp.Serve(s.eppLn) }()
+	}
 	go func() {
 		defer close(s.done)
 		select {
@@ -169,6 +211,14 @@ func (s *Server) GRPCAddr() string {
 		return ""
 	}
 	return s.grpcLn.Addr().String()
+}
+
+// ExtProcAddr is the endpoint picker's address ("" when disabled).
+func (s *Server) ExtProcAddr() string {
+	if s.eppLn == nil {
+		return ""
+	}
+	return s.eppLn.Addr().String()
 }
 
 // Members is the gossip membership (nil without gossip).
@@ -197,6 +247,12 @@ func (s *Server) Close() {
 	} else if s.grpcLn != nil {
 		_ = s.grpcLn.Close()
 	}
+	if s.epp != nil {
+		s.epp.Stop()
+	}
+	if s.eppLn != nil {
+		_ = s.eppLn.Close() // also when Serve never started
+	}
 	if s.members != nil {
 		_ = s.members.Close() // leaves, then shuts down
 	}
@@ -219,5 +275,18 @@ func recoverUnary(log *zap.Logger) grpc.UnaryServerInterceptor {
 			}
 		}()
 		return handler(ctx, req)
+	}
+}
+
+// recoverStream is recoverUnary for streams.
+func recoverStream(log *zap.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in a gRPC stream", zap.String("method", info.FullMethod), zap.Any("panic", p))
+				err = status.Errorf(codes.Internal, "internal error")
+			}
+		}()
+		return handler(srv, ss)
 	}
 }

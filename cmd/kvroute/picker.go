@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/score"
 )
 
@@ -23,7 +24,7 @@ func newPickerCommand() *cobra.Command {
 func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 	cfg := picker.DefaultServerConfig()
 	gcfg := gossip.DefaultConfig()
-	var policy, configFile, logLevel, gossipBind, gossipAdvertise, tokenFile, engineKeyFile string
+	var policy, configFile, logLevel, gossipBind, gossipAdvertise, tokenFile, engineKeyFile, eppMode string
 	var cmd *cobra.Command
 	finish := func() error {
 		if configFile != "" {
@@ -36,6 +37,9 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 			return fmt.Errorf("--policy: %w", err)
 		}
 		cfg.Router.Score.Policy = p
+		if cfg.ExtProc.Assume, err = extproc.ParseMode(eppMode); err != nil {
+			return fmt.Errorf("--ext-proc-assume-body-mode: %w", err)
+		}
 		cfg.Gossip = nil
 		if gossipBind != "" {
 			if err := applyGossipFlags(&gcfg, gossipBind, gossipAdvertise, cmd.Flags()); err != nil {
@@ -80,6 +84,11 @@ gossip, or given with --sidecars); the endpoint with the lowest estimated time
 to first token wins under a bounded-load cap. Cold prefixes go by rendezvous
 hashing on the request's anchor, so replicas agree without talking.
 
+With --ext-proc-listen the picker is also a Gateway API Inference Extension
+endpoint picker: Envoy's ext_proc service, answering each request with
+x-gateway-destination-endpoint (the chosen pod's IP:port, then fallbacks), with
+gRPC health (liveness, readiness); see docs/gateway-epp.md.
+
 A Responses request carrying previous_response_id is refused (400): rehydrate
 the conversation first. Debug: /healthz, /readyz, /metrics, /debug/endpoints,
 and ?explain=true on the decision API.`,
@@ -97,6 +106,9 @@ and ?explain=true on the decision API.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "picker on http://%s", s.Addr())
 			if a := s.GRPCAddr(); a != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), ", gRPC on %s", a)
+			}
+			if a := s.ExtProcAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), ", endpoint picker (ext_proc) on %s", a)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			serveUntilSignal(ctx, s.Members(), log)
@@ -133,6 +145,13 @@ and ?explain=true on the decision API.`,
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for: the sidecars' --capacity")
 	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the bearer token the decision API requires (HTTP and gRPC); none: open")
 	f.StringVar(&engineKeyFile, "engine-api-key-file", "", "file holding the engines' --api-key, sent on the picker's own render and model-list calls")
+	f.StringVar(&cfg.ExtProcListen, "ext-proc-listen", "", "gRPC address of the endpoint picker (Envoy ext_proc, Gateway API Inference Extension protocol, with gRPC health), e.g. :9002; empty disables")
+	f.StringVar(&cfg.ExtProcTLSCert, "ext-proc-tls-cert", "", "PEM certificate the endpoint picker serves TLS with (with --ext-proc-tls-key); none: plaintext")
+	f.StringVar(&cfg.ExtProcTLSKey, "ext-proc-tls-key", "", "PEM key of --ext-proc-tls-cert")
+	f.IntVar(&cfg.ExtProc.Fallbacks, "ext-proc-fallbacks", cfg.ExtProc.Fallbacks, "endpoints after the picked one in x-gateway-destination-endpoint, for the gateway's retries (0..7)")
+	f.Float64Var(&cfg.ExtProc.ShedWaiting, "ext-proc-shed-waiting", cfg.ExtProc.ShedWaiting, "answer 429 when every candidate endpoint has at least this many requests waiting (its engine's queue plus picks not yet reported); 0 never sheds")
+	f.DurationVar(&cfg.ExtProc.BodyTimeout, "ext-proc-body-timeout", cfg.ExtProc.BodyTimeout, "bound on the wait from a request's headers to the end of its body at the endpoint picker")
+	f.StringVar(&eppMode, "ext-proc-assume-body-mode", "full-duplex-streamed", "body mode assumed when the gateway does not announce one (protocol_config): full-duplex-streamed, streamed or buffered")
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, finish

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/score"
 )
 
@@ -44,6 +45,49 @@ func TestPickerFlags(t *testing.T) {
 	} {
 		cmd, _, finish := pickerCommand()
 		if err := cmd.ParseFlags(strings.Fields(tc.args)); err != nil {
+			t.Fatal(err)
+		}
+		if err := finish(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", tc.args, err)
+		}
+	}
+}
+
+// TestPickerExtProcFlags: the endpoint picker's flags reach the
+// configuration; it is off by default; bad values name their flag.
+func TestPickerExtProcFlags(t *testing.T) {
+	cmd, cfg, finish := pickerCommand()
+	if err := cmd.ParseFlags([]string{"--sidecars", "127.0.0.1:9090", "--gossip-bind", ""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err != nil || cfg.ExtProcListen != "" || cfg.ExtProc.Fallbacks != 2 || cfg.ExtProc.ShedWaiting != 0 ||
+		cfg.ExtProc.Assume != extproc.FullDuplex {
+		t.Fatalf("defaults: %+v %v", cfg.ExtProc, err)
+	}
+	cmd, cfg, finish = pickerCommand()
+	if err := cmd.ParseFlags([]string{"--sidecars", "127.0.0.1:9090", "--gossip-bind", "", "--ext-proc-listen", "127.0.0.1:9002",
+		"--ext-proc-tls-cert", "c.pem", "--ext-proc-tls-key", "k.pem", "--ext-proc-fallbacks", "3", "--ext-proc-shed-waiting", "4",
+		"--ext-proc-body-timeout", "5s", "--ext-proc-assume-body-mode", "buffered"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.ExtProc
+	if cfg.ExtProcListen != "127.0.0.1:9002" || cfg.ExtProcTLSCert != "c.pem" || cfg.ExtProcTLSKey != "k.pem" || e.Fallbacks != 3 ||
+		e.ShedWaiting != 4 || e.BodyTimeout.Seconds() != 5 || e.Assume != extproc.Buffered {
+		t.Fatalf("%+v", cfg)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--ext-proc-fallbacks 9", "--ext-proc-fallbacks"},
+		{"--ext-proc-shed-waiting -1", "--ext-proc-shed-waiting"},
+		{"--ext-proc-body-timeout 0s", "--ext-proc-body-timeout"},
+		{"--ext-proc-assume-body-mode grpc", "--ext-proc-assume-body-mode"},
+		{"--ext-proc-listen :0 --ext-proc-tls-cert c.pem", "give both or neither"},
+		{"--ext-proc-tls-cert c.pem --ext-proc-tls-key k.pem", "without --ext-proc-listen"},
+	} {
+		cmd, _, finish := pickerCommand()
+		if err := cmd.ParseFlags(append([]string{"--sidecars", "127.0.0.1:9090", "--gossip-bind", ""}, strings.Fields(tc.args)...)); err != nil {
 			t.Fatal(err)
 		}
 		if err := finish(); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -179,3 +179,30 @@ func (d Decision) String() string {
 	}
 	return fmt.Sprintf("%s (%s, %s, %d tokens matched)", d.Endpoint, d.Policy, d.Reason, d.MatchedTokens)
 }
+
+// Saturated reports whether every routable endpoint of snap (none
+// excluded by req) has at least waiting requests queued at now: its
+// engine's last reported waiting requests plus this picker's picks that
+// report does not cover. False when none is routable (that is no
+// endpoint, not overload) or waiting is not positive.
+func Saturated(cfg *Config, req Request, snap Snapshot, now time.Time, waiting float64) bool {
+	if !(waiting > 0) {
+		return false
+	}
+	routable := 0
+	for i := range snap.Endpoints {
+		e := &snap.Endpoints[i]
+		if !e.HealthAt(now, cfg.Health).Routable() || req.Exclude[e.URL] {
+			continue
+		}
+		routable++
+		queued := float64(snap.InFlight[e.URL].Count)
+		if e.HasLoad() {
+			queued += e.Load.Waiting
+		}
+		if queued < waiting {
+			return false
+		}
+	}
+	return routable > 0
+}

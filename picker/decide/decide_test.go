@@ -291,3 +291,31 @@ func TestConfig(t *testing.T) {
 		t.Error("the zero Config accepted")
 	}
 }
+
+// TestSaturated: shedding needs every routable, not excluded endpoint at
+// the threshold, counting queued requests and picks in flight; no
+// routable endpoint is not overload; 0 never sheds.
+func TestSaturated(t *testing.T) {
+	cfg := DefaultConfig()
+	fresh := time.Second
+	snap := Snapshot{Endpoints: []fleet.Endpoint{ep("a", 2, 4, fresh), ep("b", 1, 4, fresh), ep("c", 9, 0, time.Minute)},
+		InFlight: map[string]inflight.Pending{"b": {Count: 1}}}
+	for _, tc := range []struct {
+		name    string
+		exclude map[string]bool
+		waiting float64
+		want    bool
+	}{
+		{name: "every routable endpoint at the threshold (b by its pick in flight)", waiting: 2, want: true},
+		{name: "one under it", waiting: 3, want: false},
+		{name: "off", waiting: 0, want: false},
+		{name: "an excluded endpoint under it does not count", exclude: map[string]bool{"b": true}, waiting: 2, want: true},
+		{name: "nothing routable is not overload", exclude: map[string]bool{"a": true, "b": true}, waiting: 1, want: false},
+	} {
+		req := anchored()
+		req.Exclude = tc.exclude
+		if got := Saturated(&cfg, req, snap, now, tc.waiting); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -29,6 +29,7 @@ var cores = []string{
 	"internal/tier",
 	"internal/verify",
 	"picker/decide",
+	"picker/extproc",
 	"picker/fleet",
 	"picker/inflight",
 	"picker/peers",
