@@ -25,7 +25,7 @@ func TestManifestFlags(t *testing.T) {
 	}
 	settings := map[string]string{"picker.json": "picker", "sidecar.json": "sidecar"}
 	seen := map[string]int{}
-	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api"} {
+	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api", "examples/gateway", "examples/gateway-dp2"} {
 		objs, err := deploy.Build(filepath.Join("..", "..", "deploy", dir))
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ func TestManifestFlags(t *testing.T) {
 			}
 		}
 	}
-	if seen["picker"] != 3 || seen["sidecar"] != 3 || seen["picker.json"] != 3 || seen["sidecar.json"] != 3 {
+	if seen["picker"] != 5 || seen["sidecar"] != 5 || seen["picker.json"] != 5 || seen["sidecar.json"] != 5 {
 		t.Fatalf("checked %v", seen)
 	}
 }
