@@ -107,7 +107,7 @@ func loaded(v *fleetview.View) bool {
 
 // awaitLoadReports waits (bounded) until every endpoint has a load report
 // that arrived after this call: the picks made before it are covered.
-func (f *fleet) awaitLoadReports(t *testing.T) {
+func (f *fleet) awaitLoadReports(t testing.TB) {
 	t.Helper()
 	since := time.Now()
 	deadline := since.Add(10 * time.Second)
