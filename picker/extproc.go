@@ -236,7 +236,7 @@ func (x *eppExchange) serve(stream extprocv3.ExternalProcessor_ProcessServer) er
 		x.ended = x.ended || step.ResponseEnded
 		if !req.GetObservabilityMode() { // in observability mode nothing is answered
 			for _, rep := range replies {
-				if err := stream.Send(eppResponse(rep)); err != nil {
+				if err := stream.Send(eppResponse(rep, x.decisionHeaders())); err != nil {
 					return err
 				}
 			}
@@ -457,8 +457,24 @@ func (x *eppExchange) finish() {
 	r.Done(p)
 }
 
-// eppResponse is a reply on the wire.
-func eppResponse(rep extproc.Reply) *extprocv3.ProcessingResponse {
+// decisionHeaders are the decision's headers the routing answer adds to
+// the request, as the proxy adds them to its answers: the prefix hash
+// (when the request has one and did not opt out) and the matched tokens,
+// for the gateway's logs or its own hash balancing; nil before a pick.
+func (x *eppExchange) decisionHeaders() []*corev3.HeaderValueOption {
+	if x.pick == nil {
+		return nil
+	}
+	out := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-kvroute-matched-tokens", RawValue: []byte(strconv.Itoa(x.pick.MatchedTokens))}}}
+	if x.pick.PrefixHash != "" {
+		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-kvroute-prefix-hash", RawValue: []byte(x.pick.PrefixHash)}})
+	}
+	return out
+}
+
+// eppResponse is a reply on the wire; a routing answer also sets the
+// decision's headers.
+func eppResponse(rep extproc.Reply, decision []*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
 	out := &extprocv3.ProcessingResponse{}
 	if rep.Kind == extproc.Immediate {
 		out.Response = &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
@@ -474,6 +490,7 @@ func eppResponse(rep extproc.Reply) *extprocv3.ProcessingResponse {
 		if rep.ContentLength > 0 {
 			set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(rep.ContentLength))}})
 		}
+		set = append(set, decision...)
 		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
 		out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{eppNamespace: structpb.NewStructValue(
 			&structpb.Struct{Fields: map[string]*structpb.Value{eppDestination: structpb.NewStringValue(rep.Route)}})}}

@@ -86,6 +86,8 @@ type gateway struct {
 	t      testing.TB
 	stream extprocv3.ExternalProcessor_ProcessClient
 	mode   filterv3.ProcessingMode_BodySendMode
+	// set are the request headers the routing answer set.
+	set map[string]string
 }
 
 func openGateway(t testing.TB, conn *grpc.ClientConn, mode filterv3.ProcessingMode_BodySendMode) *gateway {
@@ -187,6 +189,15 @@ func routeOf(t testing.TB, m *extprocv3.ProcessingResponse, common *extprocv3.Co
 	return hdr
 }
 
+// setHeaders are the request headers a routing answer sets.
+func setHeaders(common *extprocv3.CommonResponse) map[string]string {
+	out := map[string]string{}
+	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
+		out[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+	}
+	return out
+}
+
 // immediate checks that m is an immediate response and returns its
 // status and OpenAI error code.
 func immediate(t testing.TB, m *extprocv3.ProcessingResponse) (int, string) {
@@ -239,6 +250,7 @@ func (g *gateway) sendRequest(body []byte, subset any) (string, *extprocv3.Proce
 		if m.GetRequestBody() == nil || m.GetRequestBody().GetResponse().GetBodyMutation() != nil {
 			t.Fatalf("buffered: the body's answer %v", m)
 		}
+		g.set = setHeaders(m.GetRequestBody().GetResponse())
 		return routeOf(t, m, m.GetRequestBody().GetResponse()), nil
 	case filterv3.ProcessingMode_STREAMED:
 		// Sent without waiting: the headers are held until the body is
@@ -255,6 +267,7 @@ func (g *gateway) sendRequest(body []byte, subset any) (string, *extprocv3.Proce
 			t.Fatalf("streamed: want the headers' answer first, got %v", m)
 		}
 		route := routeOf(t, m, m.GetRequestHeaders().GetResponse())
+		g.set = setHeaders(m.GetRequestHeaders().GetResponse())
 		for range parts {
 			if b := g.recv(); b.GetRequestBody() == nil || b.GetRequestBody().GetResponse().GetBodyMutation() != nil {
 				t.Fatalf("streamed: a chunk's answer %v", b)
@@ -278,6 +291,7 @@ func (g *gateway) sendRequest(body []byte, subset any) (string, *extprocv3.Proce
 	}
 	common := m.GetRequestHeaders().GetResponse()
 	route := routeOf(t, m, common)
+	g.set = setHeaders(common)
 	cl := ""
 	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
 		if h.GetHeader().GetKey() == "content-length" {
@@ -475,17 +489,24 @@ func TestEPPConversationLandsWarm(t *testing.T) {
 	f.awaitLoadReports(t)
 
 	second := chatBody("warm", strings.Repeat("Tell me about caches. ", 30), "Caches keep things.", "And KV caches?")
+	hash := g.set["x-kvroute-prefix-hash"]
+	if _, a, _ := f.pick(t, stream, nil, ""); len(hash) != 16 || hash != a.PrefixHash {
+		t.Fatalf("turn 1's prefix hash %q, the decision API's %q", hash, a.PrefixHash)
+	}
 	g = openGateway(t, conn, mode)
 	route, _ = g.sendRequest([]byte(second), nil)
 	if got := strings.Split(route, ",")[0]; got != warm {
 		t.Fatalf("turn 2 went to %s, turn 1 was served by %s", got, warm)
+	}
+	if g.set["x-kvroute-prefix-hash"] != hash || g.set["x-kvroute-matched-tokens"] == "0" || g.set["x-kvroute-matched-tokens"] == "" {
+		t.Fatalf("turn 2's decision headers %v: want turn 1's prefix hash %s and matched tokens", g.set, hash)
 	}
 	resp, raw = forward(t, warm, second)
 	if u := openai.UsageOf(raw); resp.StatusCode != 200 || u.Cached == 0 {
 		t.Fatalf("turn 2: %d, %d cached tokens: %s", resp.StatusCode, u.Cached, raw)
 	}
 	g.sendResponse(warm, resp, raw)
-	if n := gauge(t, f.reg, "kvroute_picker_decisions_total", "reason", "cache_hit"); n != 1 {
+	if n := gauge(t, f.reg, "kvroute_picker_decisions_total", "reason", "cache_hit"); n != 2 { // turn 2's, and the decision API's for turn 1 after it ran
 		t.Fatalf("cache-hit decisions: %v", n)
 	}
 	if n := gauge(t, f.reg, "kvroute_picker_outcomes_total", "outcome", "as_predicted"); n != 2 {
