@@ -137,6 +137,8 @@ type eppExchange struct {
 	s      *eppService
 	flow   *extproc.Flow
 	subset []string // the gateway's subset hint, when it gave one
+	// cacheOff: the request sent X-KVRoute-Cache: off (no prefix hash).
+	cacheOff bool
 	hinted bool
 	result string // the request's result, counted once at the end
 
@@ -260,6 +262,11 @@ func (x *eppExchange) take(req *extprocv3.ProcessingRequest) (extproc.Event, err
 		if err := x.readSubset(req); err != nil {
 			return extproc.Event{}, err
 		}
+		for _, h := range v.RequestHeaders.GetHeaders().GetHeaders() {
+			if strings.EqualFold(h.GetKey(), "x-kvroute-cache") {
+				x.cacheOff = strings.EqualFold(strings.TrimSpace(string(h.GetRawValue())+h.GetValue()), "off")
+			}
+		}
 		return extproc.Event{Kind: extproc.RequestHeaders, EndOfStream: v.RequestHeaders.GetEndOfStream()}, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return extproc.Event{Kind: extproc.RequestBody, EndOfStream: v.RequestBody.GetEndOfStream(), Data: v.RequestBody.GetBody()}, nil
@@ -338,7 +345,7 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 		}
 	} else {
 		var err error
-		p, err = r.Pick(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting})
+		p, err = r.Pick(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff})
 		var ie *intake.Error
 		switch {
 		case err == nil:

@@ -88,6 +88,8 @@ type gateway struct {
 	mode   filterv3.ProcessingMode_BodySendMode
 	// set are the request headers the routing answer set.
 	set map[string]string
+	// extra are request headers sent besides the usual ones.
+	extra []*corev3.HeaderValue
 }
 
 func openGateway(t testing.TB, conn *grpc.ClientConn, mode filterv3.ProcessingMode_BodySendMode) *gateway {
@@ -140,6 +142,8 @@ func (g *gateway) requestHeaders(eos bool, subset any) *extprocv3.ProcessingRequ
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: g.mode, ResponseBodyMode: g.mode,
 			SendBodyWithoutWaitingForHeaderResponse: g.mode == filterv3.ProcessingMode_STREAMED},
 	}
+	h := m.GetRequestHeaders().GetHeaders()
+	h.Headers = append(h.Headers, g.extra...)
 	if subset != nil {
 		var v *structpb.Value
 		switch s := subset.(type) {
@@ -514,6 +518,25 @@ func TestEPPConversationLandsWarm(t *testing.T) {
 	}
 	if p := counter(t, f.reg, "kvroute_picker_predicted_cached_tokens_total"); p == 0 {
 		t.Fatal("nothing predicted for the warm turn")
+	}
+}
+
+// TestEPPCacheOff: X-KVRoute-Cache: off leaves the prefix hash out of the
+// routing answer, as on the HTTP path; without it the hash is there.
+func TestEPPCacheOff(t *testing.T) {
+	f := startFleet(t, 1, picker.DefaultConfig(), "")
+	conn := serveEPP(t, f.router, extproc.DefaultConfig())
+	body := []byte(chatBody("off", strings.Repeat("An anchored question. ", 20)))
+	for _, off := range []bool{false, true} {
+		g := openGateway(t, conn, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+		if off {
+			g.extra = append(g.extra, header("X-KVRoute-Cache", "off"))
+		}
+		g.sendRequest(body, nil)
+		g.end()
+		if _, has := g.set["x-kvroute-prefix-hash"]; has == off || g.set["x-kvroute-matched-tokens"] == "" {
+			t.Fatalf("cache off %v: headers %v", off, g.set)
+		}
 	}
 }
 
