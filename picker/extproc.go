@@ -139,8 +139,8 @@ type eppExchange struct {
 	subset []string // the gateway's subset hint, when it gave one
 	// cacheOff: the request sent X-KVRoute-Cache: off (no prefix hash).
 	cacheOff bool
-	hinted bool
-	result string // the request's result, counted once at the end
+	hinted   bool
+	result   string // the request's result, counted once at the end
 
 	pick     *Pick
 	route    []string // the destination list sent: the pick's address, then its fallbacks'
