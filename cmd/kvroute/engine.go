@@ -39,8 +39,8 @@ func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 	cfg := enginesim.DefaultConfig()
 	var (
 		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel, task string
-		loraModules                                                 []string
-		numGPUBlocks                                                int
+		loraModules                                                       []string
+		numGPUBlocks                                                      int
 	)
 	var cmd *cobra.Command
 	// finish completes cfg from the flags that need parsing and from the
