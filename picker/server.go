@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,11 +53,20 @@ type ServerConfig struct {
 	// ExtProcTLSCert and ExtProcTLSKey, when set (both or neither), are
 	// the PEM certificate and key the endpoint picker serves TLS with.
 	ExtProcTLSCert, ExtProcTLSKey string
+	// DrainDelay is how long Drain keeps serving with /readyz failing, so
+	// load balancers and gateways stop sending before the picker stops
+	// accepting. Default 5 s; 0 stops at once.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds how long Close lets requests in flight (long
+	// streams included) finish once the picker stops accepting; past it
+	// they are cut. Default 30 s.
+	ShutdownTimeout time.Duration
 }
 
 // DefaultServerConfig returns the defaults.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536, ExtProc: extproc.DefaultConfig()}
+	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536, ExtProc: extproc.DefaultConfig(),
+		DrainDelay: 5 * time.Second, ShutdownTimeout: 30 * time.Second}
 }
 
 // Validate checks c.
@@ -67,6 +77,12 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.Listen == "" {
 		errs = append(errs, errors.New("--listen is required"))
+	}
+	if c.DrainDelay < 0 {
+		errs = append(errs, fmt.Errorf("--drain-delay %v: want 0 or more", c.DrainDelay))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %v: want a positive duration", c.ShutdownTimeout))
 	}
 	if c.Capacity < 1 || c.Capacity > 1<<26 {
 		errs = append(errs, fmt.Errorf("--capacity %d: want 1..%d blocks", c.Capacity, 1<<26))
@@ -106,6 +122,10 @@ type Server struct {
 	eppLn   net.Listener
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	cfg      ServerConfig
+	drain    atomic.Pointer[string] // the drain's reason, once Drain is called
+	draining prometheus.Gauge
 }
 
 // Start runs a picker: the fleet view (gossip and/or static sidecars),
@@ -120,7 +140,10 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Server{log: log, reg: reg, done: make(chan struct{})}
+	s := &Server{log: log, reg: reg, done: make(chan struct{}), cfg: cfg,
+		draining: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "draining",
+			Help: "1 once the picker is draining (SIGTERM): /readyz fails, requests in flight finish, then it stops."})}
+	reg.MustRegister(s.draining)
 	var err error
 	vcfg := fleetview.DefaultConfig()
 	vcfg.Params = summary.ForCapacity(cfg.Capacity)
@@ -154,7 +177,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 			opts = append(opts, grpc.Creds(creds))
 		}
 		s.epp = grpc.NewServer(opts...)
-		if err := s.router.RegisterExtProc(s.epp, cfg.ExtProc, s.members.Conflict); err != nil {
+		if err := s.router.RegisterExtProc(s.epp, cfg.ExtProc, s.ready); err != nil {
 			return fail(err)
 		}
 		if s.eppLn, err = net.Listen("tcp", cfg.ExtProcListen); err != nil {
@@ -172,7 +195,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 		go s.view.FollowGossip(runCtx, s.members)
 	}
-	handler := s.router.Handler(HandlerOptions{DecisionToken: cfg.DecisionToken, Ready: s.members.Conflict,
+	handler := s.router.Handler(HandlerOptions{DecisionToken: cfg.DecisionToken, Ready: s.ready,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.
@@ -230,25 +253,84 @@ func (s *Server) Router() *Router { return s.router }
 // View is the fleet view.
 func (s *Server) View() *fleetview.View { return s.view }
 
-// Close stops serving and leaves the gossip; it is idempotent.
+// ready is the picker's readiness besides knowing a routable endpoint:
+// not while draining, nor with a gossip name conflict.
+func (s *Server) ready() error {
+	if r := s.drain.Load(); r != nil {
+		return fmt.Errorf("draining (%s): the picker is shutting down", *r)
+	}
+	return s.members.Conflict()
+}
+
+// Drain starts a graceful shutdown: from now on /readyz (and the endpoint
+// picker's gRPC readiness) fail with reason, while every request is still
+// served, for ServerConfig.DrainDelay or until ctx ends (a second signal),
+// so that load balancers stop sending first. Call Close after it: Close
+// stops accepting and lets requests in flight finish, up to
+// ServerConfig.ShutdownTimeout. A second call only waits.
+func (s *Server) Drain(ctx context.Context, reason string) {
+	if reason == "" {
+		reason = "draining"
+	}
+	if s.drain.CompareAndSwap(nil, &reason) {
+		s.draining.Set(1)
+		s.log.Info("draining: /readyz fails; serving on for the drain delay, then requests in flight finish",
+			zap.String("reason", reason), zap.Duration("drain_delay", s.cfg.DrainDelay), zap.Duration("shutdown_timeout", s.cfg.ShutdownTimeout))
+	}
+	if s.cfg.DrainDelay <= 0 {
+		return
+	}
+	t := time.NewTimer(s.cfg.DrainDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// stopGRPC stops g gracefully, cutting what is still in flight after
+// timeout.
+func stopGRPC(g *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.Stop()
+		<-done
+	}
+}
+
+// Close stops accepting, lets requests in flight finish (up to
+// ServerConfig.ShutdownTimeout; 5 s for a server started without one),
+// and leaves the gossip; it is idempotent.
 func (s *Server) Close() {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	timeout := s.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
 	if s.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.http.Shutdown(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if err := s.http.Shutdown(ctx); err != nil {
+			s.log.Warn("requests still in flight at the shutdown timeout were cut", zap.Duration("shutdown_timeout", timeout))
+			_ = s.http.Close()
+		}
 		cancel()
 	} else if s.httpLn != nil {
 		_ = s.httpLn.Close()
 	}
 	if s.grpc != nil {
-		s.grpc.Stop()
+		stopGRPC(s.grpc, timeout)
 	} else if s.grpcLn != nil {
 		_ = s.grpcLn.Close()
 	}
 	if s.epp != nil {
-		s.epp.Stop()
+		stopGRPC(s.epp, timeout)
 	}
 	if s.eppLn != nil {
 		_ = s.eppLn.Close() // also when Serve never started

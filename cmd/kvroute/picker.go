@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -99,7 +102,9 @@ and ?explain=true on the decision API.`,
 				return err
 			}
 			defer done()
-			s, err := picker.Start(ctx, cfg, log, prometheus.NewRegistry())
+			// The signal drains, then closes (below): the server's own
+			// context is not the signal's.
+			s, err := picker.Start(context.Background(), cfg, log, prometheus.NewRegistry())
 			if err != nil {
 				return err
 			}
@@ -112,6 +117,12 @@ and ?explain=true on the decision API.`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			serveUntilSignal(ctx, s.Members(), log)
+			// Fail /readyz and serve on for --drain-delay, then stop
+			// accepting and let requests in flight finish (up to
+			// --shutdown-timeout); a second signal cuts the delay short.
+			again, stopAgain := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			s.Drain(again, "shutting down: "+context.Cause(ctx).Error())
+			stopAgain()
 			s.Close()
 			return nil
 		},
@@ -152,6 +163,8 @@ and ?explain=true on the decision API.`,
 	f.Float64Var(&cfg.ExtProc.ShedWaiting, "ext-proc-shed-waiting", cfg.ExtProc.ShedWaiting, "answer 429 when every candidate endpoint has at least this many requests waiting (its engine's queue plus picks not yet reported); 0 never sheds")
 	f.DurationVar(&cfg.ExtProc.BodyTimeout, "ext-proc-body-timeout", cfg.ExtProc.BodyTimeout, "bound on the wait from a request's headers to the end of its body at the endpoint picker")
 	f.StringVar(&eppMode, "ext-proc-assume-body-mode", "full-duplex-streamed", "body mode assumed when the gateway does not announce one (protocol_config): full-duplex-streamed, streamed or buffered")
+	f.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "on SIGTERM, how long to keep serving with /readyz failing before stopping accepting (0: at once)")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "once it stops accepting, how long requests in flight (streams too) may take to finish before they are cut")
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, finish

@@ -1,0 +1,95 @@
+package picker_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/test/enginesim"
+	testpod "github.com/kvroute/kvroute/test/pod"
+)
+
+// TestServerDrain: Drain fails /readyz at once with the reason and the
+// draining gauge at 1, while a stream in flight goes on; Close then stops
+// accepting and lets that stream finish whole (the SDK sees no error and
+// a finish reason); after Close nothing is accepted.
+func TestServerDrain(t *testing.T) {
+	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond,
+		Engine: func(c *enginesim.Config) { c.Sim.TimeScale = 1 }}) // decoding takes real time
+	cfg := picker.DefaultServerConfig()
+	cfg.Listen, cfg.GRPCListen = "127.0.0.1:0", ""
+	cfg.Sidecars, cfg.Capacity = []string{pod.Sidecar.GRPCAddr()}, capacity
+	cfg.DrainDelay, cfg.ShutdownTimeout = 300*time.Millisecond, 20*time.Second
+	reg := prometheus.NewRegistry()
+	s, err := picker.Start(context.Background(), cfg, zap.NewNop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	base := "http://" + s.Addr()
+	readyz := func() (int, string) {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for code, _ := readyz(); code != 200; code, _ = readyz() {
+		if time.Now().After(deadline) {
+			t.Fatal("the picker never became ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	client := sdk(base, nil)
+	stream := client.Chat.Completions.NewStreaming(withTimeout(t), openai.ChatCompletionNewParams{Model: "Qwen/Qwen3-0.6B",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a long story.")}, MaxTokens: openai.Int(60)})
+	if !stream.Next() {
+		t.Fatalf("no first chunk: %v", stream.Err())
+	}
+	closed := make(chan struct{})
+	go func() {
+		s.Drain(context.Background(), "test says so")
+		s.Close()
+		close(closed)
+	}()
+	deadline = time.Now().Add(5 * time.Second)
+	for code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "test says so"); code, body = readyz() {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d %q while draining", code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, _ := series(t, reg, "kvroute_picker_draining", nil); n != 1 {
+		t.Fatalf("draining gauge %v", n)
+	}
+	var finish string
+	for stream.Next() {
+		for _, c := range stream.Current().Choices {
+			if c.FinishReason != "" {
+				finish = c.FinishReason
+			}
+		}
+	}
+	if err := stream.Err(); err != nil || finish == "" {
+		t.Fatalf("the stream in flight was cut by the drain: %v (finish %q)", err, finish)
+	}
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return within the shutdown timeout")
+	}
+	if _, err := http.Get(base + "/readyz"); err == nil {
+		t.Fatal("the picker still accepts after Close")
+	}
+}
