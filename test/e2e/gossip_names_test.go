@@ -101,7 +101,7 @@ func TestSameHostFleetDefaultNames(t *testing.T) {
 		bases = append(bases, "http://"+debug)
 	}
 	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, append([]string{"picker", "--listen", api, "--grpc-listen", "", "--capacity", "4096", "--log-level", "warn"}, gossipFlags...)...)
+	run(t, bin, append([]string{"picker", "--listen", api, "--grpc-listen", "", "--drain-delay", "0", "--capacity", "4096", "--log-level", "warn"}, gossipFlags...)...)
 	bases = append(bases, "http://"+api)
 	err = waitFor(60*time.Second, 100*time.Millisecond, func() error {
 		code, body, err := get("http://" + api + "/readyz")
@@ -168,7 +168,7 @@ func TestNameClashReported(t *testing.T) {
 		t.Fatalf("the sidecar never joined gossip: %v", err)
 	}
 	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	picker := exec.Command(bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", pg, "--join", sg,
+	picker := exec.Command(bin, "picker", "--listen", api, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", pg, "--join", sg,
 		"--node-name", "twin", "--capacity", "4096", "--log-level", "warn")
 	pout := startProcess(t, picker, syscall.SIGTERM, func(out string) { t.Logf("picker output:\n%s", out) })
 	for _, p := range []struct{ name, base, other string }{{"sidecar", "http://" + debug, pg}, {"picker", "http://" + api, sg}} {

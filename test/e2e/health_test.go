@@ -24,6 +24,7 @@ import (
 // the matching modes), and a picker, found through gossip on loopback.
 type healthFleet struct {
 	picker   string // http://host:port
+	pickerP  *exec.Cmd
 	engines  []*exec.Cmd
 	sidecars []*exec.Cmd
 	urls     []string // the engines' base URLs
@@ -67,8 +68,8 @@ func startHealthFleet(t testing.TB, bin string, n int, engineArgs, sidecarArgs [
 			append(join, sidecarArgs...)...)...))
 	}
 	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	start("picker", append([]string{"picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
-		"--node-name", "health-picker", "--capacity", "4096", "--log-level", "info"}, pickerArgs...)...)
+	f.pickerP = start("picker", append([]string{"picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
+		"--node-name", "health-picker", "--capacity", "4096", "--drain-delay", "0", "--log-level", "info"}, pickerArgs...)...)
 	f.picker = "http://" + api
 	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error {
 		states, err := f.states()

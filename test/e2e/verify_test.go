@@ -48,7 +48,7 @@ func startProcessFleet(t *testing.T, bin string, members []member) string {
 		run(t, bin, append(args, m.sidecar...)...)
 	}
 	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
+	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", "127.0.0.1:0", "--join", seed,
 		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
 	err := waitFor(30*time.Second, 100*time.Millisecond, func() error {
 		var dbg struct {
