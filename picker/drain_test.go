@@ -2,6 +2,7 @@ package picker_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/test/enginesim"
 	testpod "github.com/kvroute/kvroute/test/pod"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestServerDrain: Drain fails /readyz at once with the reason and the
@@ -44,13 +46,12 @@ func TestServerDrain(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for code, _ := readyz(); code != 200; code, _ = readyz() {
-		if time.Now().After(deadline) {
-			t.Fatal("the picker never became ready")
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code, body := readyz(); code != 200 {
+			return fmt.Errorf("the picker is not ready: %d %q", code, body)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	client := sdk(base, nil)
 	stream := client.Chat.Completions.NewStreaming(withTimeout(t), openai.ChatCompletionNewParams{Model: "Qwen/Qwen3-0.6B",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a long story.")}, MaxTokens: openai.Int(60)})
@@ -63,13 +64,12 @@ func TestServerDrain(t *testing.T) {
 		s.Close()
 		close(closed)
 	}()
-	deadline = time.Now().Add(5 * time.Second)
-	for code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "test says so"); code, body = readyz() {
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d %q while draining", code, body)
+	testnet.Await(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "test says so") {
+			return fmt.Errorf("/readyz still %d %q while draining", code, body)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if n, _ := series(t, reg, "kvroute_picker_draining", nil); n != 1 {
 		t.Fatalf("draining gauge %v", n)
 	}

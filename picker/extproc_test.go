@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -688,13 +690,12 @@ func TestEPPShedsWhenSaturated(t *testing.T) {
 			}()
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !everyEndpointWaiting(f) {
-		if time.Now().After(deadline) {
-			t.Fatal("the engines' sidecars did not report a waiting request within 10 s")
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !everyEndpointWaiting(f) {
+			return errors.New("the engines' sidecars report no waiting request yet")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	body := []byte(chatBody("shed", "Are you busy?"))
 	g := openGateway(t, shedding, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 	_, refused := g.sendRequest(body, nil)
@@ -853,19 +854,15 @@ func TestEPPServerTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
-		cancel()
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			break
+		if err == nil && r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			err = fmt.Errorf("readiness %v over TLS", r.GetStatus())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready over TLS within 10 s: %v %v", r, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 	g := openGateway(t, conn, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 	if route, refused := g.sendRequest([]byte(chatBody("tls", "hello")), nil); refused != nil || route != strings.TrimPrefix(pod.Engine.URL(), "http://") {
 		t.Fatalf("route %q, refused %v", route, refused)

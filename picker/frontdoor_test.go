@@ -196,17 +196,12 @@ func TestBatchedCompletions(t *testing.T) {
 	}
 	resp.Body.Close()
 	home := resp.Header.Get("X-Kvroute-Endpoint")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, a, _ := f.pick(t, single, nil, "")
-		if a.Reason == "cache_hit" && a.Endpoint == home {
-			break
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if _, a, _ := f.pick(t, single, nil, ""); a.Reason != "cache_hit" || a.Endpoint != home {
+			return fmt.Errorf("the warm prompt does not match on %s: %+v", home, a)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the warm prompt never matched on %s: %+v", home, a)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	c := sdk(f.api.URL, nil)
 	var httpResp *http.Response
 	batch, err := c.Completions.New(withTimeout(t), openai.CompletionNewParams{Model: "Qwen/Qwen3-0.6B", MaxTokens: openai.Int(2),

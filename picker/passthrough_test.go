@@ -20,6 +20,7 @@ import (
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 const (
@@ -266,22 +267,14 @@ func TestPassthroughLeastLoaded(t *testing.T) {
 		}
 	}()
 	t.Cleanup(wg.Wait)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var load float64
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
 		for _, e := range f.view.Endpoints() {
-			if e.URL == busy {
-				load = e.Load.Waiting + e.Load.Running
+			if e.URL == busy && e.Load.Waiting+e.Load.Running >= 1 {
+				return nil
 			}
 		}
-		if load >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the busy engine's load report never showed its request")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.New("the busy engine's load report does not show its request yet")
+	})
 	for i := 0; i < 4; i++ {
 		code, via, got := do(t, http.MethodPost, f.api.URL+"/v1/embeddings", `{"model":"`+embedModel+`","input":"short"}`)
 		if code != 200 || via != idle {

@@ -2,6 +2,7 @@ package picker_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // gauge sums a registry's series name, gauges or counters, over the label
@@ -44,17 +46,12 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) fl
 // awaitValue polls name on reg every 10 ms until it is want, within d.
 func awaitValue(t *testing.T, reg *prometheus.Registry, name string, want float64, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		got := gauge(t, reg, name, "", "")
-		if got == want {
-			return
+	testnet.Await(t, d, 10*time.Millisecond, func() error {
+		if got := gauge(t, reg, name, "", ""); got != want {
+			return fmt.Errorf("%s is %v, want %v", name, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is %v after %v, want %v", name, got, d, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestCompleteAnswersNotAborted: whole answers — chat, completions and

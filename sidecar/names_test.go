@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestMetricAndStateNames: the engine's load is exported as a request
@@ -26,13 +28,12 @@ func TestMetricAndStateNames(t *testing.T) {
 		}
 		return 0
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for series("kvroute_sidecar_engine_requests") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no engine request gauges after 10 s of scrapes")
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := series("kvroute_sidecar_engine_requests"); n < 2 {
+			return fmt.Errorf("%d engine request gauges, want 2 after the first scrape", n)
 		}
-		time.Sleep(20 * time.Millisecond) // a bounded poll for the first scrape
-	}
+		return nil
+	})
 	if n := series("kvroute_sidecar_engine_kv_cache_usage_ratio"); n != 1 {
 		t.Fatalf("kv cache usage ratio: %d series, want 1", n)
 	}
