@@ -1,0 +1,30 @@
+// Package admit is the picker's admission core (DESIGN.md §13): when a
+// model group is saturated, and a bounded queue of the requests waiting
+// for it, released by priority band and, within a band, by fair queuing
+// over a fairness key weighted by prompt tokens.
+//
+// Contract:
+//   - Pure: no I/O, no goroutines, no clock; now comes in as an argument.
+//     Not safe for concurrent use (the picker's shell holds a lock).
+//   - Config.Saturated: a group is saturated when every routable endpoint
+//     is (Config.EndpointSaturated: requests queued at or above
+//     MaxWaiting, or KV cache usage at or above MaxKVUsage, or this
+//     picker's prefill tokens in flight to it at or above
+//     MaxPrefillTokens; a zero limit is not checked). A group without a
+//     routable endpoint is not saturated: that is no endpoint (503), not
+//     overload (429), and the two are never confused.
+//   - Queue holds at most its size. Pop returns the waiter of the highest
+//     priority band first; within a band, the one whose start tag is
+//     least, start-time fair queuing: a waiter's start tag is the larger
+//     of the band's virtual time and its key's previous finish tag, its
+//     finish tag the start plus its cost (prompt tokens, at least 1).
+//     Keys that send more wait longer; a key that was idle gets no credit
+//     for it. Ties go to the earlier arrival.
+//   - Push into a full queue displaces the newest waiter of the lowest
+//     band below the newcomer's, else refuses the newcomer.
+//   - Remove takes out a waiter that left (its client went away);
+//     Expire takes out those whose deadline passed. Memory is bounded by
+//     the waiters held and the keys seen since the band was last empty.
+//   - RetryAfter is the wait a refused client is told: the queue's length
+//     over its recent release rate, within [1 s, 60 s].
+package admit
