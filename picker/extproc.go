@@ -439,8 +439,11 @@ func (x *eppExchange) responseBody(chunk []byte) {
 	if x.sn == nil || x.pick == nil {
 		return
 	}
-	if x.sn.sse && len(chunk) > 0 && !x.first {
-		x.s.r.peerFirstToken(x.pick) // prefill done, as the peers count it
+	if len(chunk) > 0 && !x.first {
+		x.s.r.prefillDone(x.pick)
+		if x.sn.sse {
+			x.s.r.peerFirstToken(x.pick) // prefill done, as the peers count it
+		}
 	}
 	x.first = x.first || len(chunk) > 0
 	_, _ = x.sn.Write(chunk)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +41,7 @@ func (r *Router) Handler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
 	mux.HandleFunc("GET /debug/endpoints", r.handleDebugEndpoints)
+	mux.HandleFunc("GET /debug/admission", r.handleDebugAdmission)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
@@ -73,8 +76,20 @@ func notRouted(mux *http.ServeMux) http.Handler {
 // refusals, an engine's refusal as the engine worded it, anything else as
 // a 502 from the engine or a 500.
 func writeError(w http.ResponseWriter, err error) {
+	if s := retryAfterOf(err); s != "" {
+		w.Header().Set("Retry-After", s)
+	}
 	status, body := errorBody(err)
 	writeRaw(w, status, body)
+}
+
+// retryAfterOf is err's Retry-After header value ("" none).
+func retryAfterOf(err error) string {
+	var ie *intake.Error
+	if errors.As(err, &ie) && ie.RetryAfter > 0 {
+		return strconv.Itoa(int(math.Ceil(ie.RetryAfter.Seconds())))
+	}
+	return ""
 }
 
 // errorBody is err's answer in OpenAI's error format: its status and body.

@@ -48,12 +48,21 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		opt := PickOptions{CacheOff: cacheOff(req.Header)}
+		fair, err := fairnessOf(req.Header, r.cfg.FairnessHeader)
+		if err != nil {
+			r.m.refused.WithLabelValues("bad_request").Inc()
+			writeError(w, err)
+			return
+		}
+		opt := PickOptions{CacheOff: cacheOff(req.Header), Fairness: fair}
+		var waited time.Duration
 		r.relay(w, req, kind, path, body, func(tried map[string]bool) (*Pick, error) {
-			opt.Exclude = tried
+			opt.Exclude, opt.Admit = tried, len(tried) == 0 // admitted once
 			p, err := r.Pick(req.Context(), kind, body, opt)
 			if err == nil {
-				r.m.overhead.Observe(time.Since(arrived).Seconds())
+				// The overhead is the picker's own work: not the wait for room.
+				waited += p.waited
+				r.m.overhead.Observe((time.Since(arrived) - waited).Seconds())
 			}
 			return p, err
 		})
@@ -211,8 +220,11 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 	for first := true; ; {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
-			if first && sse {
-				r.peerFirstToken(p) // prefill done, as the peers count it
+			if first {
+				r.prefillDone(p)
+				if sse {
+					r.peerFirstToken(p) // prefill done, as the peers count it
+				}
 			}
 			first = false
 			_, _ = sn.Write(buf[:n])

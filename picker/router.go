@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/tier"
+	"github.com/kvroute/kvroute/picker/admit"
 	"github.com/kvroute/kvroute/picker/decide"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
@@ -76,13 +77,21 @@ type Config struct {
 	// AccessLog is the share of requests the access log records, one
 	// info line each (never prompt text): 1 every one, 0 none. Default 1.
 	AccessLog float64
+	// Admission holds when a model group is saturated and how requests
+	// wait for it (picker/admit; --saturation-*, --queue-size,
+	// --queue-timeout). Every saturation limit 0 turns admission off.
+	Admission admit.Config
+	// FairnessHeader names the header whose value is a request's fairness
+	// key (else its cache_salt, else one shared key). Default
+	// x-kvroute-tenant.
+	FairnessHeader string
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
 		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000,
-		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1}
+		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1, Admission: admit.DefaultConfig(), FairnessHeader: "x-kvroute-tenant"}
 }
 
 // Validate checks c.
@@ -117,7 +126,26 @@ func (c *Config) Validate() error {
 	if !(c.AccessLog >= 0 && c.AccessLog <= 1) {
 		errs = append(errs, fmt.Errorf("--access-log %v: want the share of requests logged, 0 (off) to 1 (every one)", c.AccessLog))
 	}
+	if err := c.Admission.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if !validHeaderName(c.FairnessHeader) {
+		errs = append(errs, fmt.Errorf("--fairness-header %q: want a header name (letters, digits, '-')", c.FairnessHeader))
+	}
 	return errors.Join(errs...)
+}
+
+// validHeaderName reports whether s is a plain header name.
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // Router decides where requests go. A pick is two steps: prepare (the
@@ -142,9 +170,12 @@ type Router struct {
 
 	counter atomic.Uint64 // round-robin position
 
-	mu     sync.Mutex
-	ledger *inflight.Ledger // picks not yet covered by a load report
-	peer   *peerPolicy      // a peer's policy, when one is configured (comparison runs)
+	admit *admission // the queue for saturated groups
+
+	mu      sync.Mutex
+	ledger  *inflight.Ledger   // picks not yet covered by a load report
+	prefill map[string]float64 // endpoint → uncached prompt tokens of picks before their first byte
+	peer    *peerPolicy        // a peer's policy, when one is configured (comparison runs)
 }
 
 // NewRouter returns a router over view.
@@ -163,7 +194,7 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 	}
 	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, view: view,
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
-		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, accessLog: log.Named("access")}
+		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
 	r.access.rate = cfg.AccessLog
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
 	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, list: func(ctx context.Context, base string) ([]modelEntry, error) {
@@ -177,11 +208,14 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		}
 	}
 	r.m = newMetrics(reg, r)
+	r.admit = newAdmission(cfg.Admission, log.Named("admission"), reg, r.admitLoads)
 	return r, nil
 }
 
-// Close drops the router's pooled connections.
+// Close refuses the requests still queued (503) and drops the router's
+// pooled connections.
 func (r *Router) Close() {
+	r.admit.close()
 	r.render.Close()
 	r.proxy.CloseIdleConnections()
 }
@@ -198,8 +232,10 @@ type Pick struct {
 	loadOnly        bool // the endpoint's cache was unknown: nothing predicted
 	relay           bool // a passthrough request (passthrough.go): no prompt to account for
 	kind            intake.Kind
-	uncached        float64    // the prompt tokens left to prefill, as booked
-	fallbacks       []fallback // the next best endpoints (PickOptions.Fallbacks), best first
+	uncached        float64       // the prompt tokens left to prefill, as booked
+	fallbacks       []fallback    // the next best endpoints (PickOptions.Fallbacks), best first
+	prefill         float64       // uncached tokens counted in Router.prefill until the first byte
+	waited          time.Duration // in the admission queue
 }
 
 // fallback is an endpoint the decision ranks after the chosen one, with
@@ -240,6 +276,11 @@ type PickOptions struct {
 	// routable candidate has at least this many requests queued
 	// (decide.Saturated).
 	ShedWaiting float64
+	// Admit: the request passes admission (a request the picker carries
+	// to the engine, on its first attempt): while its model group is
+	// saturated it waits in the queue under Fairness, or is refused.
+	Admit    bool
+	Fairness Fairness
 }
 
 // Pick decides where a request of kind (intake.Any: told by its fields)
@@ -247,6 +288,20 @@ type PickOptions struct {
 func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt PickOptions) (*Pick, error) {
 	var n notes
 	p, err := r.prepare(ctx, kind, body, &n)
+	var waited time.Duration
+	if err == nil && opt.Admit {
+		var leave func()
+		leave, waited, err = r.admit.enter(ctx, p.group, p.req.Model, opt.Fairness, p.req.CacheSalt, admissionCost(p, body))
+		switch {
+		case err == nil:
+			defer leave() // once the pick is recorded, the next waiter may go
+			if waited > 0 {
+				p.eps = r.groupEndpoints(p.group) // the fleet moved on while it waited
+			}
+		case ctx.Err() != nil:
+			err = clientGone()
+		}
+	}
 	var d decide.Decision
 	var now time.Time
 	var ticket peerTicket
@@ -276,7 +331,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	pick := &Pick{Answer: pickapi.Answer{Model: p.req.Model, Policy: string(d.Policy), Reason: string(d.Reason), PromptTokens: p.dreq.PromptTokens,
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
-		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached}
+		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached, waited: waited}
 	if opt.Fallbacks > 0 {
 		// The same decision over the same snapshot, without the endpoints
 		// ranked so far: the order the proxy's retries would take.
@@ -309,9 +364,81 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	r.mu.Lock()
 	pick.send = r.ledger.Record(d.Endpoint, d.Uncached, now)
+	if d.Uncached > 0 && r.prefill != nil {
+		pick.prefill = d.Uncached
+		r.prefill[d.Endpoint] += d.Uncached
+	}
 	r.mu.Unlock()
 	pick.peer = ticket
 	return pick, nil
+}
+
+// admissionCost is a request's cost in the fair queue: its prompt
+// tokens, or, without tokens, its body's length in bytes ÷ 4.
+func admissionCost(p *prepared, body []byte) float64 {
+	if p.dreq.PromptTokens > 0 {
+		return float64(p.dreq.PromptTokens)
+	}
+	return float64(len(body)) / 4
+}
+
+// clientGone is the answer to a client that left while its request
+// waited (nobody reads it; the access log and metrics count 499).
+func clientGone() *intake.Error {
+	return &intake.Error{Status: 499, Type: "client_closed_request", Message: "The client closed the connection while the request waited."}
+}
+
+// admitLoads are group's routable endpoints' loads at now, as admission
+// judges saturation: requests queued at the engine (its last reported
+// waiting, plus this picker's picks that report does not cover when the
+// engine was queuing or has not reported: picks an idle engine took run
+// at once), its reported KV cache usage, and this picker's prefill tokens
+// to it before their first byte.
+func (r *Router) admitLoads(group string, now time.Time) []admit.Load {
+	eps := r.groupEndpoints(group)
+	out := make([]admit.Load, 0, len(eps))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range eps {
+		e := &eps[i]
+		if !e.HealthAt(now, r.cfg.Health).Routable() {
+			continue
+		}
+		l := admit.Load{PrefillTokens: r.prefill[e.URL]}
+		unreported := float64(r.ledger.Pending(e.URL, e.LoadAt, now).Count)
+		switch {
+		case !e.HasLoad():
+			l.Queued = unreported
+		case e.Load.Waiting >= 1:
+			l.Queued = e.Load.Waiting + unreported
+		}
+		if e.HasLoad() {
+			l.KVUsage = e.Load.KVCacheUsage
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// prefillDone ends p's prefill tokens in Router.prefill (its first byte
+// came, or it ended).
+func (r *Router) prefillDone(p *Pick) {
+	r.mu.Lock()
+	r.prefillDoneLocked(p)
+	r.mu.Unlock()
+	r.admit.poke()
+}
+
+func (r *Router) prefillDoneLocked(p *Pick) {
+	if p.prefill <= 0 {
+		return
+	}
+	if left := r.prefill[p.Endpoint] - p.prefill; left > 0.5 {
+		r.prefill[p.Endpoint] = left
+	} else {
+		delete(r.prefill, p.Endpoint)
+	}
+	p.prefill = 0
 }
 
 // snapshot is what the decision sees of p's identity group at now: what
@@ -336,9 +463,11 @@ func (r *Router) snapshot(p *prepared, now time.Time) decide.Snapshot {
 // Done ends a pick's in-flight record (its request finished).
 func (r *Router) Done(p *Pick) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.ledger.Done(p.Endpoint, p.send)
+	r.prefillDoneLocked(p)
 	r.peerDoneLocked(p)
+	r.mu.Unlock()
+	r.admit.poke()
 }
 
 // servedBy moves p to its k-th fallback: the endpoint a gateway reports
@@ -349,7 +478,12 @@ func (r *Router) servedBy(p *Pick, k int) {
 	f := p.fallbacks[k]
 	r.mu.Lock()
 	r.ledger.Done(p.Endpoint, p.send)
+	r.prefillDoneLocked(p)
 	p.send = r.ledger.Record(f.endpoint, f.uncached, time.Now())
+	if f.uncached > 0 && r.prefill != nil {
+		p.prefill = f.uncached
+		r.prefill[f.endpoint] += f.uncached
+	}
 	r.mu.Unlock()
 	p.Endpoint, p.EndpointID, p.MatchedTokens, p.uncached = f.endpoint, endpointID(f.endpoint), f.matched, f.uncached
 	p.MatchedBlocks, p.anotherHeldMore, p.loadOnly = 0, f.anotherHeldMore, f.loadOnly

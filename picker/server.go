@@ -314,6 +314,11 @@ func (s *Server) Close() {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
+	if s.router != nil {
+		// Requests still waiting for room are answered 503 now, so their
+		// clients can send them to another replica.
+		s.router.admit.close()
+	}
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		if err := s.http.Shutdown(ctx); err != nil {

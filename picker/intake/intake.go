@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/valyala/fastjson"
 )
@@ -41,6 +42,9 @@ type Error struct {
 	Code    string // optional machine-readable code
 	Param   string // optional offending field
 	Message string
+	// RetryAfter, when positive, is sent as the Retry-After header
+	// (whole seconds, rounded up).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
