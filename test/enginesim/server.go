@@ -384,7 +384,11 @@ func newSSE(w http.ResponseWriter) *sse {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	return &sse{w: w, rc: http.NewResponseController(w)}
+	s := &sse{w: w, rc: http.NewResponseController(w)}
+	// The headers go at once, as uvicorn sends a streaming response's
+	// start before its first body chunk; the body waits for the output.
+	_ = s.rc.Flush()
+	return s
 }
 
 func (s *sse) data(v any) error {
@@ -544,14 +548,15 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{"id": rid, "object": "chat.completion.chunk", "created": created, "model": id.model,
 			"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
 	}
-	if err := s.data(chunk(map[string]any{"role": "assistant", "content": ""}, nil)); err != nil {
-		rn.cancel()
-		return
-	}
 	var n, cached int
 	err = rn.each(r.Context(), func(u update) error {
 		if u.first {
 			cached = u.cachedTokens
+			// vLLM sends the role chunk with the request's first output,
+			// after its prefill (an error before it is the first event).
+			if err := s.data(chunk(map[string]any{"role": "assistant", "content": ""}, nil)); err != nil {
+				return err
+			}
 		}
 		if u.hasToken {
 			n++

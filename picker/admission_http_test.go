@@ -1,0 +1,137 @@
+package picker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/testnet"
+)
+
+type answer struct {
+	status int
+	body   string
+	header http.Header
+	err    error
+}
+
+// postAsync sends a chat body to the picker with headers, in a goroutine.
+func postAsync(ctx context.Context, url, body string, hdr map[string]string) chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			ch <- answer{err: err}
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			ch <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		ch <- answer{status: resp.StatusCode, body: string(b), header: resp.Header, err: err}
+	}()
+	return ch
+}
+
+// TestAdmissionOverHTTP: with the one engine saturated (a request before
+// its first byte), the next request waits in the picker's queue and shows
+// on /debug/admission; the queue full, a newcomer gets 429
+// rate_limit_exceeded with Retry-After, as the OpenAI SDK reads it; one of
+// higher priority displaces the waiter (429); once the engine answers the
+// first, the one waiting is served whole.
+func TestAdmissionOverHTTP(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.Admission.MaxWaiting, cfg.Admission.MaxKVUsage, cfg.Admission.MaxPrefillTokens = 0, 0, 1 // any prefill in flight saturates
+	cfg.Admission.QueueSize = 1
+	f := startFleetWith(t, 1, cfg, "", func(c *enginesim.Config) {
+		c.Sim.TimeScale, c.Sim.PrefillTokensPerSecond = 1, 200 // a prompt of ~300 tokens takes ~1.5 s to its first token
+	})
+	ctx := withTimeout(t)
+	long := `{"model":"Qwen/Qwen3-0.6B","stream":true,"max_tokens":2,"messages":[{"role":"user","content":"` + strings.Repeat("tell me about prefix caching ", 50) + `"}]}`
+	short := func(s string) string {
+		return `{"model":"Qwen/Qwen3-0.6B","max_tokens":2,"messages":[{"role":"user","content":"` + s + `"}]}`
+	}
+	first := postAsync(ctx, f.api.URL, long, nil)
+	// The first request's prefill is in flight once the decision is made.
+	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if v, _ := series(t, f.reg, "kvroute_picker_admission_total", map[string]string{"result": "admitted"}); v < 1 {
+			return errors.New("the first request was not admitted yet")
+		}
+		return nil
+	})
+	waiter := postAsync(ctx, f.api.URL, short("second"), map[string]string{"x-kvroute-tenant": "acme"})
+	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
+		resp, err := http.Get(f.api.URL + "/debug/admission")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var d struct {
+			Models []picker.AdmissionState `json:"models"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+			return err
+		}
+		if len(d.Models) != 1 || !d.Models[0].Saturated || d.Models[0].ByKey["tenant:acme"] != 1 {
+			b, _ := json.Marshal(d)
+			v, _ := series(t, f.reg, "kvroute_picker_admission_total", map[string]string{"result": "admitted"})
+			select {
+			case a := <-first:
+				t.Fatalf("first done: %d %q %v", a.status, a.body[:min(len(a.body), 300)], a.err)
+			default:
+			}
+			return fmt.Errorf("the second request is not shown waiting: %s (admitted %v)", b, v)
+		}
+		return nil
+	})
+	// Full: the SDK sees a 429 rate-limit error with Retry-After.
+	var hdr http.Header
+	client := sdk(f.api.URL, &hdr)
+	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "Qwen/Qwen3-0.6B",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("third")}})
+	var oe *openai.Error
+	if !errors.As(err, &oe) || oe.StatusCode != http.StatusTooManyRequests || oe.Type != "rate_limit_exceeded" || oe.Code != "queue_full" {
+		t.Fatalf("a request to a full queue: %v, want 429 rate_limit_exceeded queue_full", err)
+	}
+	if hdr.Get("Retry-After") == "" {
+		t.Fatal("the 429 has no Retry-After")
+	}
+	// Higher priority takes the waiter's place.
+	urgent := postAsync(ctx, f.api.URL, short("urgent"), map[string]string{"x-kvroute-priority": "5"})
+	a := <-waiter
+	if a.err != nil || a.status != http.StatusTooManyRequests || !strings.Contains(a.body, `"queue_displaced"`) || a.header.Get("Retry-After") == "" {
+		t.Fatalf("the displaced waiter: %d %s %v", a.status, a.body, a.err)
+	}
+	if a := <-first; a.err != nil || a.status != http.StatusOK || !strings.Contains(a.body, "data: [DONE]") {
+		t.Fatalf("the first request: %d %v", a.status, a.err)
+	}
+	if a := <-urgent; a.err != nil || a.status != http.StatusOK {
+		t.Fatalf("the urgent request after the first was answered: %d %s %v", a.status, a.body, a.err)
+	}
+	for result, want := range map[string]float64{"shed": 1, "displaced": 1, "queued": 1} {
+		if v, _ := series(t, f.reg, "kvroute_picker_admission_total", map[string]string{"result": result}); v != want {
+			t.Errorf("admission_total{result=%q} = %v, want %v", result, v, want)
+		}
+	}
+	// A bad priority is a 400, before anything is routed.
+	if a := <-postAsync(ctx, f.api.URL, short("x"), map[string]string{"x-kvroute-priority": "urgent"}); a.status != http.StatusBadRequest || !strings.Contains(a.body, "invalid_priority") {
+		t.Fatalf("a bad priority: %d %s", a.status, a.body)
+	}
+}
