@@ -41,7 +41,7 @@ type Sidecar struct {
 	grpc      *grpc.Server
 	grpcLn    net.Listener
 	members   *gossip.Members
-	partition *gossip.Partitionable // the cuttable gossip transport, with fault injection on
+	partition *gossip.Partitionable  // the cuttable gossip transport, with fault injection on
 	drain     atomic.Pointer[string] // the drain announced (Drain); nil while none is
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
