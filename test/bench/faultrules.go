@@ -22,23 +22,26 @@ const (
 	IncidentPicker = "picker"
 )
 
-// Incident is a process killed (SIGKILL) or stopped (SIGSTOP) at At, with
-// requests in flight on it: an engine (Target its base URL, as the
+// Incident is a process killed (SIGKILL) or stopped (SIGSTOP): the signal
+// was sent at At, and the process was seen gone (its exit reaped) at Until
+// (= At for a stop, which takes effect at once; zero means At). Requests
+// in flight on it at any moment from At to Until are those it cut: an engine (Target its base URL, as the
 // picker's x-kvroute-endpoint names it) or a picker (Target its base URL,
 // as the client sent to it). A picker's SIGTERM (a drain) is not an
 // incident: a drain must fail nothing. Nor is anything done to a sidecar,
 // to gossip, to events or to the cache: no request is in flight on those.
 type Incident struct {
-	Kind   string
-	Target string
-	At     time.Time
+	Kind      string
+	Target    string
+	At, Until time.Time
 }
 
 // ClassificationRule is the rule Classify applies, as results.json states
 // it.
 const ClassificationRule = "a failed request is unavoidable when it was in flight, at the moment of the kill or stop, " +
 	"on the engine SIGKILLed or SIGSTOPped (its x-kvroute-endpoint is that engine's) or through the picker SIGKILLed " +
-	"(the client sent it to that picker): it started at or before that moment and failed at or after it. Every other " +
+	"(the client sent it to that picker): it started no later than the process was seen dead (its exit reaped; for a " +
+	"stop, the signal sent) and failed no earlier than the signal was sent. Every other " +
 	"failed request is router_failed: sent after the fault to a process already dead or stopped, a 5xx or any other " +
 	"error status from a picker, a stream cut or ended without its completion event or usage, every failure during a " +
 	"picker's drain (SIGTERM), a sidecar's kill or a gossip partition, a cache reset or event loss, and any failure " +
@@ -49,7 +52,11 @@ const ClassificationRule = "a failed request is unavoidable when it was in fligh
 // o must have failed (o.Err set); o.End is when it failed.
 func Classify(o Outcome, incidents []Incident) (class string, incident int) {
 	for i, in := range incidents {
-		if o.Start.After(in.At) || o.End.Before(in.At) {
+		until := in.Until
+		if until.IsZero() {
+			until = in.At
+		}
+		if o.Start.After(until) || o.End.Before(in.At) {
 			continue
 		}
 		switch {

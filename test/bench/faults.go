@@ -203,6 +203,15 @@ func (p *pickerPool) probe(ctx context.Context) {
 	}
 }
 
+// died is when the fault's process was seen dead (its injection for a
+// fault without an incident or a stop).
+func (f injected) died() time.Time {
+	if f.incident != nil && !f.incident.Until.IsZero() {
+		return f.incident.Until
+	}
+	return f.at
+}
+
 // injected is a fault as it happened.
 type injected struct {
 	name, target       string
@@ -388,7 +397,7 @@ func RunFaults(ctx context.Context, o Options, fo FaultsOptions) (*Results, erro
 	fr := faultFigures(outcomes, faults, snaps, start, end, scale, min(30*time.Second, fo.Gap, cmp.Or(fo.Warmup, fo.Gap)))
 	fr.ClientRetries, fr.Skipped = int(client.pool.refused.Load()), skipped
 
-	r := &Results{Scenario: "faults", Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale}
+	r := &Results{Scenario: "faults", Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale, origin: start}
 	r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Fleet.BlockSize = fo.Engines, fo.GPUBlocks, 16
 	r.WarmReturnChance = 1 / float64(fo.Engines)
 	pr := summarize(outcomes, engines, elapsed, scale)
@@ -478,6 +487,7 @@ func inject(ctx context.Context, f *procFleet, c *Client, name string) (injected
 		if err := e.engine.wait(10 * time.Second); err != nil {
 			return in, err
 		}
+		in.incident.Until = time.Now()
 		if !hold(downHold) {
 			return in, ctx.Err()
 		}
@@ -556,6 +566,9 @@ func inject(ctx context.Context, f *procFleet, c *Client, name string) (injected
 		if err := p.p.wait(f.cfg.DrainDelay + 45*time.Second); err != nil { // the drain, then the shutdown timeout
 			return in, err
 		}
+		if in.incident != nil {
+			in.incident.Until = time.Now()
+		}
 		if sig == syscall.SIGKILL && !hold(downHold) {
 			return in, ctx.Err()
 		}
@@ -624,7 +637,7 @@ func faultFigures(outs []Outcome, faults []injected, snaps []counterSnap, start,
 			n, failed := 0, 0
 			for _, o := range outs {
 				on := (f.inFlightOn != "" && o.Endpoint == f.inFlightOn) || (f.picker != "" && o.Picker == f.picker)
-				if on && !o.Start.After(f.at) && !o.End.Before(f.at) {
+				if on && !o.Start.After(f.died()) && !o.End.Before(f.at) {
 					n++
 					if o.Err != nil {
 						failed++

@@ -258,6 +258,7 @@ type Results struct {
 
 	requests []policyOutcomes // for requests.jsonl
 	scale    float64          // wall time ÷ simulated time
+	origin   time.Time        // requests.jsonl's time zero when set (the faults scenario's start), else the first request's start
 }
 
 type policyOutcomes struct {
@@ -689,8 +690,11 @@ func Write(dir string, r *Results) (string, error) {
 	var lines bytes.Buffer
 	enc := json.NewEncoder(&lines)
 	for _, po := range r.requests {
-		var t0 time.Time
+		t0 := r.origin
 		for _, o := range po.outcomes {
+			if !r.origin.IsZero() {
+				break
+			}
 			if t0.IsZero() || o.Start.Before(t0) {
 				t0 = o.Start
 			}
