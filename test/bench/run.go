@@ -325,9 +325,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		sctx, stopSampling := context.WithCancel(ctx)
 		go func() { sampled <- sample(sctx, f, client, start, o.SampleEvery, scale) }()
 		resources := make(chan *ResourceReport, 1)
-		go func() {
-			resources <- sampleResources(sctx, []resourceSource{{name: "bench process", kind: "process", self: true}}, start, resourcePeriod(o.SampleEvery))
-		}()
+		if o.Duration > 0 { // a soak: the in-process fleet's figures are this process's
+			go func() {
+				resources <- sampleResources(sctx, []resourceSource{{name: "bench process", kind: "process", self: true}}, start, resourcePeriod(o.SampleEvery))
+			}()
+		} else {
+			resources <- nil
+		}
 		outcomes, cut, repeats, err := runScenario(ctx, o, client)
 		elapsed := time.Since(start)
 		stopSampling()
