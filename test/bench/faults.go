@@ -512,7 +512,7 @@ func inject(ctx context.Context, f *procFleet, c *Client, name string) (injected
 	case "reset-prefix-cache":
 		e := f.engines[3%n]
 		in.target, in.at = e.url, time.Now()
-		if err := postJSON(ctx, e.url+"/reset_prefix_cache", nil); err != nil {
+		if err := postJSON(ctx, e.url+"/reset_prefix_cache?reset_running_requests=true", nil); err != nil {
 			return in, err
 		}
 	case "event-loss":
