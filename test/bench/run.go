@@ -757,6 +757,9 @@ func Table(r *Results) string {
 	b.WriteString(peerTable(r))
 	b.WriteString(faultsTable(r))
 	b.WriteString(resourcesTable(r))
+	if r.Faults != nil { // the pickers are processes: no histogram read
+		return b.String()
+	}
 	fmt.Fprintf(&b, "\npick overhead, arrival to dispatch (wall time): the mean is exact; p50 and p99 are histogram bucket bounds, not raw-sample quantiles\n")
 	fmt.Fprintf(&b, "%-13s %8s %10s %14s %14s\n", "policy", "samples", "mean", "p50 (bucket)", "p99 (bucket)")
 	for _, p := range r.Order {
