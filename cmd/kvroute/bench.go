@@ -108,6 +108,35 @@ Scenarios:
                      on 8 engines of 65,536 blocks (--limit N: the first N
                      records; --trace-rate R: R times the trace's rate).
 
+  faults             real processes, not in-process: 4 kvroute engine, a
+                     kvroute sidecar each and 2 kvroute picker processes (this
+                     binary) on 127.0.0.1 with memberlist gossip; 8 agent
+                     sessions at a time (the demo's shape, a new session as
+                     one ends) sent round-robin over the two pickers by a
+                     client that follows their /readyz, as a Service does,
+                     and retries only a refused connection. After
+                     --fault-warmup it injects, --fault-gap apart (--faults
+                     picks and orders them): engine-sigkill (restarted on its
+                     port), engine-sigstop (SIGCONT after 5 s),
+                     reset-prefix-cache, event-loss (10% of event batches
+                     dropped for 20 s, replay on), sidecar-sigkill (restarted),
+                     picker-sigterm (a drain), picker-sigkill (restarted),
+                     gossip-partition (one sidecar cut off gossip ≥ 10 s).
+                     Per fault: requests failed by the router and unavoidable
+                     ones (in flight on the killed or stopped process), the
+                     hit rate 30 s before and after, the recovery time, the
+                     pickers' predicted-vs-reported outcomes after it. Time
+                     scale 0.5 unless --time-scale is given: about 4 minutes.
+                     Fails when the router failed a request.
+
+--duration D runs each policy for D of wall time: the scenario repeats (a
+new seed stream each time) until D, requests cut at D are left out; memory
+and goroutines are sampled every 2 s into results.json (resources) and the
+report, with their growth (first against last minute). In-process fleets
+give the bench process's own figures; --scenario faults gives each picker's
+and sidecar's (VmRSS, go_goroutines from /metrics), and with --faults none
+it is a steady soak of the process fleet.
+
 DIR/requests.jsonl lists every request (policy, conversation, turn, engine,
 TTFT, prompt and cached tokens; no prompt text).
 
