@@ -413,7 +413,7 @@ func RunFaults(ctx context.Context, o Options, fo FaultsOptions) (*Results, erro
 		pr.WrongPodRate = float64(wrong) / float64(total)
 	}
 	r.Policies["precise"], r.Order = pr, []string{"precise"}
-	r.Faults = fr
+	r.Faults, r.DurationSeconds = fr, fo.Duration.Seconds()
 	r.requests = []policyOutcomes{{"precise", outcomes}}
 	failed = false
 	return r, nil
