@@ -23,8 +23,11 @@ const (
 )
 
 // Incident is a process killed (SIGKILL) or stopped (SIGSTOP): the signal
-// was sent at At, and the process was seen gone (its exit reaped) at Until
-// (= At for a stop, which takes effect at once; zero means At). Requests
+// was sent at At, and Until is when the fleet was rid of it — an engine's
+// exit reaped; a picker's exit reaped and the client's Service view
+// dropping it (its first failed /readyz probe), until which requests still
+// go to it on kept-alive connections that break; = At for a stop, which
+// takes effect at once (zero means At). Requests
 // in flight on it at any moment from At to Until are those it cut: an engine (Target its base URL, as the
 // picker's x-kvroute-endpoint names it) or a picker (Target its base URL,
 // as the client sent to it). A picker's SIGTERM (a drain) is not an
@@ -40,8 +43,10 @@ type Incident struct {
 // it.
 const ClassificationRule = "a failed request is unavoidable when it was in flight, at the moment of the kill or stop, " +
 	"on the engine SIGKILLed or SIGSTOPped (its x-kvroute-endpoint is that engine's) or through the picker SIGKILLed " +
-	"(the client sent it to that picker): it started no later than the process was seen dead (its exit reaped; for a " +
-	"stop, the signal sent) and failed no earlier than the signal was sent. Every other " +
+	"(the client sent it to that picker): it started no later than the fleet was rid of the process (an engine: its " +
+	"exit reaped; a picker: its exit reaped and the client's Service view dropping it at its first failed /readyz " +
+	"probe, as requests on kept-alive connections still reach it until then; a stop: the signal sent) and failed no " +
+	"earlier than the signal was sent. Every other " +
 	"failed request is router_failed: sent after the fault to a process already dead or stopped, a 5xx or any other " +
 	"error status from a picker, a stream cut or ended without its completion event or usage, every failure during a " +
 	"picker's drain (SIGTERM), a sidecar's kill or a gossip partition, a cache reset or event loss, and any failure " +

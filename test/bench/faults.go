@@ -186,6 +186,17 @@ func (p *pickerPool) next() string {
 	return p.bases[start%n]
 }
 
+// inRotation is nil once base is out of the rotation (its last probe
+// failed).
+func (p *pickerPool) inRotation(base string) error {
+	for i, b := range p.bases {
+		if b == base && p.ready[i].Load() {
+			return fmt.Errorf("%s still in rotation", base)
+		}
+	}
+	return nil
+}
+
 // probe is the Service's readiness probe: every 200 ms, each picker's
 // /readyz, until ctx ends.
 func (p *pickerPool) probe(ctx context.Context) {
@@ -567,6 +578,13 @@ func inject(ctx context.Context, f *procFleet, c *Client, name string) (injected
 			return in, err
 		}
 		if in.incident != nil {
+			// Until the client's Service view drops the dead picker (its
+			// first failed /readyz probe), requests still go to it — on
+			// kept-alive connections, which break (a refused new one is
+			// retried): the kill's doing, not routing's.
+			if err := await(ctx, 10*time.Second, func() error { return c.pool.inRotation(p.url) }); err != nil {
+				return in, err
+			}
 			in.incident.Until = time.Now()
 		}
 		if sig == syscall.SIGKILL && !hold(downHold) {
