@@ -93,6 +93,13 @@ type Config struct {
 	// requests before the sidecar leaves; it ends early when no picker
 	// watches. 0 leaves at once. Default 2 s.
 	DrainDelay time.Duration
+	// FaultInjection turns on the fault-injection switches, for fault
+	// benchmarks (kvroute bench --scenario faults) and tests only: the
+	// gossip transport becomes one that can be cut off, and the debug
+	// listener serves POST /debug/fault/gossip (see doc.go). Needs Gossip
+	// with an exact bind port (BindPorts 1). Default off; never on in a
+	// deployment.
+	FaultInjection bool
 }
 
 // DefaultConfig returns the documented defaults, which fit a vLLM pod.
@@ -146,6 +153,11 @@ func (c *Config) Validate() error {
 		if err := c.Gossip.Validate(); err != nil {
 			errs = append(errs, err)
 		}
+		if c.FaultInjection && c.Gossip.BindPorts != 1 {
+			errs = append(errs, fmt.Errorf("fault injection: gossip must bind one exact port (--gossip-ports 1), not %d", c.Gossip.BindPorts))
+		}
+	} else if c.FaultInjection {
+		errs = append(errs, errors.New("fault injection partitions gossip: it needs --gossip-bind"))
 	}
 	if c.DataParallelSize > 1 {
 		for _, ep := range []string{c.KVEvents, c.Replay} {

@@ -38,6 +38,13 @@ func TestConfigValidate(t *testing.T) {
 		{"a drain delay past 10m", func(c *Config) { c.DrainDelay = time.Hour }, false},
 		{"a TLS cert without its key", func(c *Config) { c.GRPCTLSCert = "cert.pem" }, false},
 		{"gossip without gRPC", func(c *Config) { g := gossip.DefaultConfig(); c.Gossip, c.GRPCListen = &g, "" }, false},
+		{"fault injection without gossip", func(c *Config) { c.FaultInjection = true }, false},
+		{"fault injection with a gossip port range", func(c *Config) { g := gossip.DefaultConfig(); c.Gossip, c.FaultInjection = &g, true }, false},
+		{"fault injection with one gossip port", func(c *Config) {
+			g := gossip.DefaultConfig()
+			g.BindPorts = 1
+			c.Gossip, c.FaultInjection = &g, true
+		}, true},
 		{"a scrape interval below 10ms", func(c *Config) { c.ScrapeInterval = time.Millisecond }, false},
 	} {
 		cfg := DefaultConfig()

@@ -44,6 +44,18 @@
 //     by load only; /readyz lists each rank's stream state beside.
 //   - Malformed payloads are counted and skipped, never fatal; debug HTTP
 //     shows hashes and counts, never token ids or text.
+//   - Fault injection (Config.FaultInjection; the hidden flag
+//     --fault-injection of kvroute sidecar), off by default, for fault
+//     benchmarks and tests, never a deployment: gossip then runs over a
+//     transport that can be cut off (gossip.Partitionable, on the exact
+//     --gossip-bind port), and the debug listener serves POST
+//     /debug/fault/gossip with the body {"partitioned": true} (every
+//     gossip packet in and out dropped, every gossip stream refused: a
+//     network partition of this sidecar's gossip only; its gRPC summary
+//     streams and event intake are untouched) or {"partitioned": false}
+//     (healed). Any other body is a 400 (unknown fields, a missing or
+//     non-boolean "partitioned", more than one object), over 1 KiB a 413;
+//     without fault injection the path does not exist (404/405).
 //   - Config: start from DefaultConfig; Validate rejects zero and invalid
 //     values and fills nothing in.
 package sidecar

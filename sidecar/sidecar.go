@@ -41,6 +41,7 @@ type Sidecar struct {
 	grpc      *grpc.Server
 	grpcLn    net.Listener
 	members   *gossip.Members
+	partition *gossip.Partitionable  // the cuttable gossip transport, with fault injection on
 	drain     atomic.Pointer[string] // the drain announced (Drain); nil while none is
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -287,8 +288,14 @@ func (s *Sidecar) startGossip(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.faultTransport(); err != nil {
+		return err
+	}
 	m, err := gossip.New(*s.cfg.Gossip, gossip.Meta{Role: gossip.RoleSidecar}, s.log.Named("gossip"), s.reg)
 	if err != nil {
+		if s.partition != nil {
+			_ = s.partition.Shutdown()
+		}
 		return err
 	}
 	s.members = m
@@ -443,6 +450,9 @@ func (s *Sidecar) handler() http.Handler {
 	mux.HandleFunc("GET /debug/state", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.State()) })
 	mux.HandleFunc("GET /debug/keys", s.handleKeys)
 	mux.HandleFunc("GET /debug/events", s.handleEvents)
+	if s.cfg.FaultInjection { // fault injection only (Validate: with gossip)
+		mux.HandleFunc("POST /debug/fault/gossip", s.handleGossipFault)
+	}
 	return mux
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +28,8 @@ type benchFlags struct {
 	timeScale, traceRate, epsilon            float64
 	seed                                     uint64
 	sequential, peers                        bool
+	duration, faultGap, faultWarmup          time.Duration
+	faults                                   string
 }
 
 // scenario builds the named scenario from the flags.
@@ -58,7 +62,7 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 		}
 		return bench.Trace{Path: b.trace, Limit: b.limit, Rate: b.traceRate}, nil
 	}
-	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, shared-prefix or trace", b.scenario)
+	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, shared-prefix, trace or faults", b.scenario)
 }
 
 func newBenchCommand() *cobra.Command {
@@ -104,6 +108,35 @@ Scenarios:
                      on 8 engines of 65,536 blocks (--limit N: the first N
                      records; --trace-rate R: R times the trace's rate).
 
+  faults             real processes, not in-process: 4 kvroute engine, a
+                     kvroute sidecar each and 2 kvroute picker processes (this
+                     binary) on 127.0.0.1 with memberlist gossip; 8 agent
+                     sessions at a time (the demo's shape, a new session as
+                     one ends) sent round-robin over the two pickers by a
+                     client that follows their /readyz, as a Service does,
+                     and retries only a refused connection. After
+                     --fault-warmup it injects, --fault-gap apart (--faults
+                     picks and orders them): engine-sigkill (restarted on its
+                     port), engine-sigstop (SIGCONT after 5 s),
+                     reset-prefix-cache, event-loss (10% of event batches
+                     dropped for 20 s, replay on), sidecar-sigkill (restarted),
+                     picker-sigterm (a drain), picker-sigkill (restarted),
+                     gossip-partition (one sidecar cut off gossip ≥ 10 s).
+                     Per fault: requests failed by the router and unavoidable
+                     ones (in flight on the killed or stopped process), the
+                     hit rate 30 s before and after, the recovery time, the
+                     pickers' predicted-vs-reported outcomes after it. Time
+                     scale 0.5 unless --time-scale is given: about 4 minutes.
+                     Fails when the router failed a request.
+
+--duration D runs each policy for D of wall time: the scenario repeats (a
+new seed stream each time) until D, requests cut at D are left out; memory
+and goroutines are sampled every 2 s into results.json (resources) and the
+report, with their growth (first against last minute). In-process fleets
+give the bench process's own figures; --scenario faults gives each picker's
+and sidecar's (VmRSS, go_goroutines from /metrics), and with --faults none
+it is a steady soak of the process fleet.
+
 DIR/requests.jsonl lists every request (policy, conversation, turn, engine,
 TTFT, prompt and cached tokens; no prompt text).
 
@@ -111,6 +144,17 @@ Latencies are reported in simulated engine time: --time-scale 0.5 runs twice
 as fast as real time with the same figures, as long as this machine keeps up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if b.duration < 0 {
+				return usageError(fmt.Errorf("--duration %v: want > 0 (or 0: the scenario once)", b.duration))
+			}
+			if b.scenario == "faults" {
+				return b.runFaults(cmd)
+			}
+			for _, name := range []string{"faults", "fault-gap", "fault-warmup"} {
+				if cmd.Flags().Changed(name) {
+					return usageError(fmt.Errorf("--%s is for --scenario faults", name))
+				}
+			}
 			sc, err := b.buildScenario()
 			if err != nil {
 				return usageError(err)
@@ -136,7 +180,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d\n", sc.Name(), b.policies, b.timeScale, b.seed)
 			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks,
-				TimeScale: b.timeScale, Seed: b.seed, Log: log}
+				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration}
 			if cmd.Flags().Changed("load-epsilon") {
 				if b.epsilon < 0 || b.epsilon > 100 {
 					return usageError(fmt.Errorf("--load-epsilon %v: want 0..100", b.epsilon))
@@ -161,7 +205,79 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.Uint64Var(&b.seed, "seed", 1, "workload seed")
 	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
 	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	f.DurationVar(&b.duration, "duration", 0, "run for this long (wall time, each policy): the scenario repeats until then, requests in flight at the end are left out; picker and sidecar memory and goroutines are sampled for soak figures (0: the scenario once)")
+	f.StringVar(&b.faults, "faults", strings.Join(bench.FaultNames, ","), "with --scenario faults: the faults to inject, in this order, comma-separated; none: no fault (a steady run of the process fleet, e.g. a soak)")
+	f.DurationVar(&b.faultGap, "fault-gap", 45*time.Second, "with --scenario faults: load (scenario time) after each fault is undone before the next, and after the last")
+	f.DurationVar(&b.faultWarmup, "fault-warmup", 40*time.Second, "with --scenario faults: load (scenario time) before the first fault")
 	return cmd
+}
+
+// faultsTimeScale is --scenario faults' time scale when --time-scale is
+// not given: twice real time, so the default schedule takes about five
+// minutes.
+const faultsTimeScale = 0.5
+
+// runFaults runs --scenario faults.
+func (b *benchFlags) runFaults(cmd *cobra.Command) error {
+	fl := cmd.Flags()
+	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon"} {
+		if fl.Changed(name) {
+			return usageError(fmt.Errorf("--%s is not for --scenario faults", name))
+		}
+	}
+	if fl.Changed("policies") && b.policies != "precise" {
+		return usageError(fmt.Errorf("--scenario faults runs the precise policy only (--policies %s)", b.policies))
+	}
+	switch {
+	case b.out == "":
+		return usageError(fmt.Errorf("--out DIR is required"))
+	case b.timeScale < 0:
+		return usageError(fmt.Errorf("--time-scale %v: want ≥ 0", b.timeScale))
+	case b.engines != 0 && b.engines < 4:
+		return usageError(fmt.Errorf("--engines %d: the faults scenario needs at least 4", b.engines))
+	case b.gpuBlocks < 0:
+		return usageError(fmt.Errorf("--gpu-blocks must not be negative"))
+	case b.faultGap <= 0 || b.faultWarmup < 0:
+		return usageError(fmt.Errorf("--fault-gap %v, --fault-warmup %v: want > 0 and ≥ 0", b.faultGap, b.faultWarmup))
+	}
+	faults := []string{}
+	if b.faults != "none" && b.faults != "" {
+		for _, name := range strings.Split(b.faults, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.Contains(bench.FaultNames, name) {
+				return usageError(fmt.Errorf("--faults: %q: want %s, or none", name, strings.Join(bench.FaultNames, ", ")))
+			}
+			if slices.Contains(faults, name) {
+				return usageError(fmt.Errorf("--faults: %s twice", name))
+			}
+			faults = append(faults, name)
+		}
+	}
+	scale := b.timeScale
+	if !fl.Changed("time-scale") {
+		scale = faultsTimeScale
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "bench faults: %s; time scale %g, seed %d; real processes (engines, sidecars, pickers) on 127.0.0.1\n",
+		cmp.Or(strings.Join(faults, ", "), "no faults"), scale, b.seed)
+	o := bench.Options{Engines: b.engines, GPUBlocks: b.gpuBlocks, TimeScale: scale, Seed: b.seed, Progress: progress(w, isTerminal(w))}
+	res, err := bench.RunFaults(ctx, o, bench.FaultsOptions{Faults: faults, Gap: b.faultGap, Warmup: b.faultWarmup, Duration: b.duration,
+		LogDir: filepath.Join(b.out, "logs")})
+	if err != nil {
+		return err
+	}
+	table, err := bench.Write(b.out, res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(w, "\n"+table)
+	fmt.Fprintf(w, "\nwrote %s, results.json, summary.txt, requests.jsonl and the processes' logs (logs/) in %s\n", filepath.Join(b.out, "report.html"), b.out)
+	if n := res.Faults.RouterFailed; n > 0 {
+		return fmt.Errorf("%d requests failed by the router (results.json faults: failure_samples)", n)
+	}
+	return nil
 }
 
 // peersShorthand is what --peers stands for: the peers' policies, then

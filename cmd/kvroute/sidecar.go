@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -150,7 +151,11 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 				return err
 			}
 			defer done()
-			s, err := sidecar.Start(ctx, cfg, log, prometheus.NewRegistry())
+			// The process's own figures too (go_goroutines, process_resident_memory_bytes),
+			// for soak runs.
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			s, err := sidecar.Start(ctx, cfg, log, reg)
 			if err != nil {
 				return err
 			}
@@ -196,6 +201,10 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, nodeNameHelp)
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	// Fault injection, for kvroute bench --scenario faults and tests only:
+	// hidden, off by default.
+	f.BoolVar(&cfg.FaultInjection, "fault-injection", false, "FAULT INJECTION, for benchmarks and tests only: POST /debug/fault/gossip on the debug listener partitions this sidecar's gossip (needs --gossip-ports 1)")
+	_ = f.MarkHidden("fault-injection")
 	return cmd, &cfg, finish
 }
 

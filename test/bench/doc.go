@@ -42,4 +42,25 @@
 //     "p99_bucket_bound" are the upper bounds of the buckets holding the
 //     quantiles ("p99_beyond_last_bucket": past the last finite bound), so
 //     summary.txt and the report print them as "≤ 250 µs".
+//
+// The faults scenario (RunFaults, FaultsOptions) is the exception to the
+// in-process fleet: SIGKILL and SIGSTOP need processes, so it execs the
+// kvroute binary as engine, sidecar and picker processes on 127.0.0.1
+// (ports picked free, kept across restarts; every process dies with the
+// bench, Pdeathsig, and is stopped at the end). Its results.json has
+// "faults" (FaultsResult): "router_failed" and "unavoidable_failed" in
+// total, before any fault ("baseline") and per fault, split by Classify
+// under ClassificationRule (faultrules.go, pure, table-tested): a failure
+// is unavoidable only when it was in flight on the engine SIGKILLed or
+// SIGSTOPped, or through the picker SIGKILLed, between the signal and the
+// process seen dead; every other failure is the router's. Per fault, hit
+// rates before and after, the recovery time (recoveryTime), the pickers'
+// outcome counters after recovery (accumulated across restarts), and a
+// timeline.
+//
+// With Options.Duration (--duration) a scenario repeats until that much
+// wall time has passed; per policy "resources" (ResourceReport) holds
+// memory and goroutine samples and their growth — the bench process's own
+// for in-process fleets, each picker's and sidecar's for the process
+// fleet.
 package bench

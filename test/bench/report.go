@@ -33,6 +33,12 @@ func WriteReport(w io.Writer, r *Results) error {
 		"ms":       func(f float64) string { return fmt.Sprintf("%.0f ms", f) },
 		"ratio":    ratioText,
 		"vschance": func(x *PolicyResult) string { return vsChance(x, r.WarmReturnChance) },
+		"secs": func(s *float64) string {
+			if s == nil {
+				return "not back"
+			}
+			return fmt.Sprintf("%.0f s", *s)
+		},
 	}).Parse(reportTemplate)
 	if err != nil {
 		return err
@@ -43,9 +49,18 @@ func WriteReport(w io.Writer, r *Results) error {
 			rows = append(rows, reportRow{p, pr})
 		}
 	}
+	// The resource charts: when some policy has samples.
+	resources, note := false, ""
+	for _, row := range rows {
+		if row.R.Resources != nil {
+			resources, note = true, row.R.Resources.Note
+		}
+	}
 	return t.Execute(w, struct {
-		Results *Results
-		Rows    []reportRow
-		ChartJS template.JS
-	}{r, rows, template.JS(chartJS)})
+		Results       *Results
+		Rows          []reportRow
+		ChartJS       template.JS
+		Resources     bool
+		ResourcesNote string
+	}{r, rows, template.JS(chartJS), resources, note})
 }

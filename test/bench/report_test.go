@@ -42,6 +42,19 @@ func syntheticResults() *Results {
 		r.Policies[p] = pr
 	}
 	r.VsBestPeer = ComparePeers(r)
+	rec := 7.0
+	one, zero := 1, 0
+	r.Faults = &FaultsResult{Rule: ClassificationRule, Requests: 40, RouterFailed: 0, UnavoidableFailed: 1, WindowSeconds: 30,
+		Faults: []FaultResult{
+			{Name: "engine-sigkill", Target: "http://e1", Injected: 40, Restored: 45, UnavoidableFailed: 1, InFlight: &one, InFlightFailed: &one,
+				HitRateBefore: 0.8, HitRateAfter: 0.7, Recovery: &rec, Outcomes: map[string]int{"as_predicted": 9, "more_cached_than_predicted": 1}, AsPredicted: 0.9},
+			{Name: "picker-sigterm", Target: "http://p0", Injected: 90, Restored: 93, InFlight: &one, InFlightFailed: &zero,
+				HitRateBefore: 0.8, HitRateAfter: 0.8, Outcomes: map[string]int{}}},
+		Timeline: FaultTimeline{Seconds: []float64{2.5, 42.5, 92.5, 122.5}, HitRate: []float64{0.1, 0.6, 0.8, 0.8}, Requests: []int{3, 10, 12, 15},
+			Router: []int{0, 0, 0, 0}, Unavoidable: []int{0, 1, 0, 0}}}
+	r.Policies["precise"].Resources = &ResourceReport{Note: "synthetic samples", EverySeconds: 2, Components: []ComponentResource{
+		{Name: "picker-0", Kind: "picker", T: []float64{0, 2, 4}, RSSMiB: []float64{30, 31, 31}, Goroutines: []int{40, -1, 41}},
+		{Name: "sidecar-0", Kind: "sidecar", T: []float64{0, 2, 4}, RSSMiB: []float64{20, 20, 21}, Goroutines: []int{30, 30, 30}}}}
 	return r
 }
 
@@ -56,7 +69,9 @@ func TestReportContents(t *testing.T) {
 	page := b.String()
 	for _, want := range []string{"Chart.js v4", "<td>precise</td>", "<td>round-robin</td>", "<td>dynamo</td>", "45.0%", "80.0%", `"ttft_percentiles_ms"`,
 		`"hit_rate_over_time"`, "Against the best peer", "<td>dynamo: 70.0%</td>", "<td>0.64×</td>", "<td>1.25×</td>", "bucket bounds",
-		"≤ 250 µs / &gt; 1000000 µs", "<td>2.00×</td>", "requests in flight per engine"} {
+		"≤ 250 µs / &gt; 1000000 µs", "<td>2.00×</td>", "requests in flight per engine",
+		"<b>0 failed by the router</b>", "<td>engine-sigkill</td>", "<td>1 of 1</td>", "<td>7 s</td>", "not back", "Rule: a failed request is unavoidable",
+		"Memory and goroutines over time", "synthetic samples", `"router_failed"`, `"unavoidable_failed"`, `"rss_mib"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -81,7 +96,9 @@ func TestReportInChromium(t *testing.T) {
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	checkReportInChromium(t, path, "report-synthetic.png", 3+2*3)
+	// The three charts, two timelines per policy, the faults timeline, the
+	// memory and goroutine charts.
+	checkReportInChromium(t, path, "report-synthetic.png", 3+2*3+1+2)
 }
 
 // checkReportInChromium loads the report at path and checks that charts

@@ -6,6 +6,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -40,6 +41,10 @@ type Options struct {
 	// of wall time, doubled as needed to keep ≤ 400 samples.
 	SampleEvery time.Duration
 	Log         *zap.Logger
+	// Duration, when set, runs each policy for this long (wall time): the
+	// scenario runs again and again (a new seed stream each time) until
+	// then, and requests in flight at the end are cancelled and left out.
+	Duration time.Duration
 	// Progress, when set, is told of each request done (from the
 	// scenario's goroutines) and of each policy's end (done < 0).
 	Progress func(policy string, done int)
@@ -97,6 +102,14 @@ type PolicyResult struct {
 	// Steps are the figures per load step, for scenarios that step their
 	// load (shared-prefix's QPS).
 	Steps []StepResult `json:"steps,omitempty"`
+	// Resources are the pickers' and sidecars' memory and goroutines over
+	// the run (soak figures).
+	Resources *ResourceReport `json:"resources,omitempty"`
+	// CutAtDeadline are the requests in flight when --duration ended the
+	// run, cancelled and left out of every figure.
+	CutAtDeadline int `json:"cut_at_deadline,omitempty"`
+	// Repeats is how many times the scenario ran (--duration).
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // PickOverhead is the picker's own time per request, arrival to dispatch
@@ -238,9 +251,14 @@ type Results struct {
 	// that ran (llm-d, llm-d-precise, dynamo, sglang); absent when none
 	// did.
 	VsBestPeer *PeerComparison `json:"vs_best_peer,omitempty"`
+	// Faults are the faults scenario's figures.
+	Faults *FaultsResult `json:"faults,omitempty"`
+	// DurationSeconds is --duration, when the run was for a fixed time.
+	DurationSeconds float64 `json:"duration_s,omitempty"`
 
 	requests []policyOutcomes // for requests.jsonl
 	scale    float64          // wall time ÷ simulated time
+	origin   time.Time        // requests.jsonl's time zero when set (the faults scenario's start), else the first request's start
 }
 
 type policyOutcomes struct {
@@ -306,7 +324,15 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		sampled := make(chan *Timeline, 1)
 		sctx, stopSampling := context.WithCancel(ctx)
 		go func() { sampled <- sample(sctx, f, client, start, o.SampleEvery, scale) }()
-		outcomes, err := o.Scenario.Run(ctx, client, rand.New(rand.NewPCG(o.Seed, 1)))
+		resources := make(chan *ResourceReport, 1)
+		if o.Duration > 0 { // a soak: the in-process fleet's figures are this process's
+			go func() {
+				resources <- sampleResources(sctx, []resourceSource{{name: "bench process", kind: "process", self: true}}, start, resourcePeriod(o.SampleEvery))
+			}()
+		} else {
+			resources <- nil
+		}
+		outcomes, cut, repeats, err := runScenario(ctx, o, client)
 		elapsed := time.Since(start)
 		stopSampling()
 		timeline := <-sampled
@@ -330,7 +356,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			outcomes[k].Body, outcomes[k].Tokens = nil, nil
 		}
 		pr := summarize(outcomes, engines, elapsed, scale)
-		pr.Timeline = timeline
+		pr.Timeline, pr.Resources, pr.CutAtDeadline = timeline, <-resources, cut
+		if o.Duration > 0 {
+			pr.Repeats = repeats
+		}
 		pr.HitRateOverTime = hitRateOverTime(outcomes, start, elapsed, scale)
 		if st, ok := o.Scenario.(stepped); ok {
 			qps, each := st.Steps()
@@ -357,7 +386,39 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.Order = append(res.Order, string(p))
 	}
 	res.VsBestPeer = ComparePeers(res)
+	res.DurationSeconds = o.Duration.Seconds()
 	return res, nil
+}
+
+// runScenario runs o's scenario once, or with o.Duration again and again
+// until it has passed: iteration i draws from the seed's stream i+1 and
+// numbers its conversations from i × 1,000,000. Requests the deadline cut
+// (failed with the context's error once it passed) are left out and
+// counted.
+func runScenario(ctx context.Context, o Options, c *Client) (outs []Outcome, cut, repeats int, err error) {
+	if o.Duration <= 0 {
+		outs, err = o.Scenario.Run(ctx, c, rand.New(rand.NewPCG(o.Seed, 1)))
+		return outs, 0, 1, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	for i := 0; dctx.Err() == nil; i++ {
+		got, rerr := o.Scenario.Run(dctx, c, rand.New(rand.NewPCG(o.Seed, uint64(1+i))))
+		repeats++
+		ended := dctx.Err() != nil && ctx.Err() == nil
+		for _, x := range got {
+			if x.Err != nil && ended && (errors.Is(x.Err, context.DeadlineExceeded) || errors.Is(x.Err, context.Canceled)) {
+				cut++
+				continue
+			}
+			x.Conversation += i * 1_000_000
+			outs = append(outs, x)
+		}
+		if rerr != nil && !ended {
+			return outs, cut, repeats, rerr
+		}
+	}
+	return outs, cut, repeats, ctx.Err()
 }
 
 // sample records, every period until ctx ends, each engine's answered
@@ -633,8 +694,11 @@ func Write(dir string, r *Results) (string, error) {
 	var lines bytes.Buffer
 	enc := json.NewEncoder(&lines)
 	for _, po := range r.requests {
-		var t0 time.Time
+		t0 := r.origin
 		for _, o := range po.outcomes {
+			if !r.origin.IsZero() {
+				break
+			}
 			if t0.IsZero() || o.Start.Before(t0) {
 				t0 = o.Start
 			}
@@ -666,8 +730,13 @@ func vsChance(x *PolicyResult, chance float64) string {
 // Table is the side-by-side summary.
 func Table(r *Results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; working set %.2f× the fleet's KV; pooled-cache bound hit rate %.1f%%\n",
-		r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, r.WorkingSetRatio, 100*r.PooledBoundHitRate)
+	if r.Faults != nil {
+		fmt.Fprintf(&b, "scenario faults, %d engines × %d blocks (real processes, 2 pickers), seed %d\n",
+			r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed)
+	} else {
+		fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; working set %.2f× the fleet's KV; pooled-cache bound hit rate %.1f%%\n",
+			r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, r.WorkingSetRatio, 100*r.PooledBoundHitRate)
+	}
 	fmt.Fprintf(&b, "warm returns by chance (a pick at random among %d engines): %.1f%%\n\n", r.Fleet.Engines, 100*r.WarmReturnChance)
 	fmt.Fprintf(&b, "%-13s %8s %6s %8s %9s %11s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "vs chance", "imbalance")
 	for _, p := range r.Order {
@@ -686,6 +755,11 @@ func Table(r *Results) string {
 		}
 	}
 	b.WriteString(peerTable(r))
+	b.WriteString(faultsTable(r))
+	b.WriteString(resourcesTable(r))
+	if r.Faults != nil { // the pickers are processes: no histogram read
+		return b.String()
+	}
 	fmt.Fprintf(&b, "\npick overhead, arrival to dispatch (wall time): the mean is exact; p50 and p99 are histogram bucket bounds, not raw-sample quantiles\n")
 	fmt.Fprintf(&b, "%-13s %8s %10s %14s %14s\n", "policy", "samples", "mean", "p50 (bucket)", "p99 (bucket)")
 	for _, p := range r.Order {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/openai"
@@ -31,7 +33,10 @@ type Outcome struct {
 	PrevEndpoint string
 	// Step is the load step the request belongs to (1, 2, …; 0 when the
 	// scenario has no steps).
-	Step         int
+	Step int
+	// Picker is the picker the request was sent to (its base URL): the
+	// last one tried, when a refused connection was retried on another.
+	Picker       string
 	PromptTokens int
 	CachedTokens int
 	TTFT         time.Duration // to the first streamed output
@@ -59,6 +64,9 @@ type Scenario interface {
 // Client sends requests through the picker.
 type Client struct {
 	base string
+	// pool, when set, spreads requests over several pickers (the faults
+	// scenario); base is then unused.
+	pool *pickerPool
 	hc   *http.Client
 	done func() // called after each request, when set
 	// TimeScale is the engines' time scale (1 real time): scenarios wait
@@ -179,13 +187,12 @@ func (c *Client) stream(ctx context.Context, o *Outcome, event func(data string)
 	}
 	defer c.release()
 	o.Start = time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+o.Path, bytes.NewReader(o.Body))
-	if err != nil {
-		o.Err = err
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
+	defer func() {
+		if o.End.IsZero() {
+			o.End = time.Now() // when it failed
+		}
+	}()
+	resp, err := c.send(ctx, o)
 	if err != nil {
 		o.Err = err
 		return
@@ -213,6 +220,34 @@ func (c *Client) stream(ctx context.Context, o *Outcome, event func(data string)
 		o.Err = fmt.Errorf("no usage in the stream")
 	case o.TTFT == 0:
 		o.TTFT = o.End.Sub(o.Start) // no text: the first token is the last
+	}
+}
+
+// send posts o's request to the picker (o.Picker): with a pool, to the
+// next ready picker, and again to the next one when the connection is
+// refused — as a Service's client retries only a refused connection —
+// up to twice around the pool.
+func (c *Client) send(ctx context.Context, o *Outcome) (*http.Response, error) {
+	tries := 1
+	if c.pool != nil {
+		tries = 2 * len(c.pool.bases)
+	}
+	for try := 1; ; try++ {
+		o.Picker = c.base
+		if c.pool != nil {
+			o.Picker = c.pool.next()
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.Picker+o.Path, bytes.NewReader(o.Body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.hc.Do(req)
+		if err != nil && try < tries && errors.Is(err, syscall.ECONNREFUSED) {
+			c.pool.refused.Add(1)
+			continue
+		}
+		return resp, err
 	}
 }
 

@@ -50,6 +50,7 @@ func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 		generationTokens:       counter("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		preemptions:            counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
 		aborted:                counter("kvroute_engine_requests_aborted_total", "Requests dropped because their client went away."),
+		resetFailures:          counter("kvroute_engine_reset_prefix_cache_failures_total", "/reset_prefix_cache calls that could not reset (blocks in use by running requests); answered 200, as vLLM does."),
 		startTime:              gauge("process_start_time_seconds", "Start time of the (simulated) engine process since unix epoch in seconds."),
 		success: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
 			Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})).(*prometheus.CounterVec),
