@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/gossip"
@@ -104,7 +105,9 @@ and ?explain=true on the decision API.`,
 			defer done()
 			// The signal drains, then closes (below): the server's own
 			// context is not the signal's.
-			s, err := picker.Start(context.Background(), cfg, log, prometheus.NewRegistry())
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			s, err := picker.Start(context.Background(), cfg, log, reg)
 			if err != nil {
 				return err
 			}

@@ -32,6 +32,7 @@ func startEngine(t *testing.T, scaleOut bool) *enginesim.Engine {
 const conversation = `{"model":"Qwen/Qwen3-0.6B","cache_salt":"tenant-a","instructions":"You are terse.",
 	"tools":[{"type":"function","name":"lookup","description":"find a thing","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}],
 	"input":[{"role":"user","content":"Find the answer."},
+		{"role":"assistant","content":[{"type":"output_text","text":"Let me look."}]},
 		{"type":"function_call","call_id":"call_1","name":"lookup","arguments":"{\"q\":\"answer\"}"},
 		{"type":"function_call","call_id":"call_2","name":"lookup","arguments":"{\"q\":\"more\"}"},
 		{"type":"function_call_output","call_id":"call_1","output":"42"},

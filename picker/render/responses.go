@@ -56,11 +56,10 @@ func ResponsesAsChat(body []byte) ([]byte, error) {
 					return nil, fmt.Errorf("render: function_call item: %w", err)
 				}
 				tc := map[string]any{"id": call.CallID, "type": "function", "function": map[string]any{"name": call.Name, "arguments": call.Arguments}}
-				if n := len(msgs); n > 0 && msgs[n-1]["role"] == "assistant" && msgs[n-1]["tool_calls"] != nil {
-					msgs[n-1]["tool_calls"] = append(msgs[n-1]["tool_calls"].([]any), tc)
-				} else {
-					msgs = append(msgs, map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{tc}})
-				}
+				// Its own assistant message, as vLLM's
+				// construct_chat_messages_with_tool_call makes it (no
+				// content; never merged with the message before it).
+				msgs = append(msgs, map[string]any{"role": "assistant", "tool_calls": []any{tc}})
 			case typ == "function_call_output":
 				var out struct {
 					CallID string          `json:"call_id"`

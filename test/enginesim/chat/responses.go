@@ -99,11 +99,9 @@ func appendResponsesItem(msgs []Message, raw json.RawMessage, path string) ([]Me
 		if tc.Arguments, err = o.arguments(path); err != nil {
 			return nil, err
 		}
-		// Merge into the assistant message just before, if any.
-		if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
-			msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, tc)
-			return msgs, nil
-		}
+		// Its own assistant message, as vLLM's
+		// construct_chat_messages_with_tool_call makes it: never merged
+		// into the message before it, nor with a parallel call.
 		return append(msgs, Message{Role: "assistant", ToolCalls: []ToolCall{tc}}), nil
 
 	case "function_call_output":

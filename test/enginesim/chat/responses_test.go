@@ -42,7 +42,9 @@ func TestParseResponsesInput(t *testing.T) {
 			want:  []Message{{Role: "assistant", Content: "Sure. But no."}},
 		},
 		{
-			name: "function calls merge",
+			// vLLM's construct_chat_messages_with_tool_call: each call is its
+			// own assistant message, after a text or a parallel call too.
+			name: "function calls are their own messages",
 			input: `[
 				{"role":"user","content":"Weather in Paris and Rome?"},
 				{"type":"reasoning","id":"rs_1","summary":[]},
@@ -56,10 +58,9 @@ func TestParseResponsesInput(t *testing.T) {
 			]`,
 			want: []Message{
 				{Role: "user", Content: "Weather in Paris and Rome?"},
-				{Role: "assistant", Content: "Checking.", ToolCalls: []ToolCall{
-					{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris"}`},
-					{ID: "c2", Name: "get_weather", Arguments: `{"city":"Rome"}`},
-				}},
+				{Role: "assistant", Content: "Checking."},
+				{Role: "assistant", ToolCalls: []ToolCall{{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
+				{Role: "assistant", ToolCalls: []ToolCall{{ID: "c2", Name: "get_weather", Arguments: `{"city":"Rome"}`}}},
 				{Role: "tool", ToolCallID: "c1", Content: "sunny"},
 				{Role: "tool", ToolCallID: "c2", Content: "rainy"},
 				{Role: "assistant", ToolCalls: []ToolCall{{ID: "c3", Name: "noop"}}},
