@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -123,5 +125,105 @@ func TestInjectCommand(t *testing.T) {
 	}
 	if code, _, errOut := runArgs("inject"); code != 2 || !strings.Contains(errOut, "-f FILE") {
 		t.Fatalf("no file: exit %d, %q", code, errOut)
+	}
+}
+
+// TestShutdownTimings checks, in every deploy example, that a pod's
+// shutdown fits its grace period: the picker's preStop, drain delay and
+// shutdown timeout (its settings as the manifests give them), and on an
+// engine pod, vLLM's preStop outlasting the sidecar's drain delay, so the
+// pickers hear "draining" while vLLM still serves.
+func TestShutdownTimings(t *testing.T) {
+	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api", "examples/gateway", "examples/gateway-dp2"} {
+		objs, err := deploy.Build(filepath.Join("..", "..", "deploy", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := map[string]string{}
+		var deps []*appsv1.Deployment
+		for _, o := range objs {
+			v, err := deploy.Decode(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch v := v.(type) {
+			case *appsv1.Deployment:
+				deps = append(deps, v)
+			case *corev1.ConfigMap:
+				for k, js := range v.Data {
+					files[k] = js
+				}
+			}
+		}
+		settings := func(name string, f *pflag.FlagSet) {
+			js, ok := files[name]
+			if !ok {
+				t.Fatalf("%s: no %s", dir, name)
+			}
+			path := filepath.Join(t.TempDir(), name)
+			if err := os.WriteFile(path, []byte(js), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := applyConfigFile(f, path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pc, pcfg, _ := pickerCommand()
+		settings("picker.json", pc.Flags())
+		sc, scfg, _ := sidecarCommand()
+		settings("sidecar.json", sc.Flags())
+		preStop := func(c corev1.Container) time.Duration {
+			if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+				return 0
+			}
+			return time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+		}
+		checked := 0
+		for _, d := range deps {
+			spec := d.Spec.Template.Spec
+			var pickers, sidecars, engines []corev1.Container
+			for _, c := range spec.Containers {
+				switch {
+				case len(c.Args) > 0 && c.Args[0] == "picker":
+					pickers = append(pickers, c)
+				case len(c.Args) > 0 && c.Args[0] == "sidecar":
+					sidecars = append(sidecars, c)
+				case strings.HasPrefix(c.Name, "vllm"):
+					engines = append(engines, c)
+				}
+			}
+			if len(pickers)+len(sidecars) == 0 {
+				continue // not kvroute's
+			}
+			if spec.TerminationGracePeriodSeconds == nil {
+				t.Errorf("%s %s: no terminationGracePeriodSeconds (the default 30 s cuts long streams)", dir, d.Name)
+				continue
+			}
+			grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+			for _, c := range pickers {
+				need := preStop(c) + pcfg.DrainDelay + pcfg.ShutdownTimeout
+				if preStop(c) == 0 || need > grace {
+					t.Errorf("%s %s: preStop %v + drain-delay %v + shutdown-timeout %v = %v, grace %v", dir, d.Name, preStop(c), pcfg.DrainDelay, pcfg.ShutdownTimeout, need, grace)
+				}
+				checked++
+			}
+			for _, c := range sidecars {
+				if preStop(c) != 0 || scfg.DrainDelay <= 0 {
+					t.Errorf("%s %s: the sidecar must get SIGTERM at once (no preStop) and announce draining (drain-delay %v)", dir, d.Name, scfg.DrainDelay)
+				}
+				if len(engines) == 0 {
+					t.Errorf("%s %s: a sidecar without a vLLM container", dir, d.Name)
+				}
+				for _, e := range engines {
+					if preStop(e) <= scfg.DrainDelay || preStop(e) >= grace {
+						t.Errorf("%s %s: %s must serve on (preStop %v) past the sidecar's drain delay %v, within the grace %v", dir, d.Name, e.Name, preStop(e), scfg.DrainDelay, grace)
+					}
+				}
+				checked++
+			}
+		}
+		if checked < 2 {
+			t.Errorf("%s: checked %d Deployments, want a picker and an engine", dir, checked)
+		}
 	}
 }

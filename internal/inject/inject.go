@@ -163,6 +163,22 @@ func injectOne(n *yaml.RNode, o Options) error {
 				return err
 			}
 		}
+		if err := setPreStop(r.c); err != nil {
+			return err
+		}
+	}
+	// Room for the preStop, the sidecar's drain and the streams in flight
+	// (the pod's own setting, when it has one, stays).
+	spec, err := n.Pipe(yaml.Lookup("spec", "template", "spec"))
+	if err != nil {
+		return err
+	}
+	if spec.Field("terminationGracePeriodSeconds") == nil {
+		grace := yaml.NewScalarRNode(fmt.Sprint(GraceSeconds))
+		grace.YNode().Tag = yaml.NodeTagInt
+		if err := spec.PipeE(yaml.SetField("terminationGracePeriodSeconds", grace)); err != nil {
+			return err
+		}
 	}
 	labels, err := n.Pipe(yaml.LookupCreate(yaml.MappingNode, "spec", "template", "metadata", "labels"))
 	if err != nil {
@@ -202,6 +218,33 @@ func injectOne(n *yaml.RNode, o Options) error {
 		}
 	}
 	return nil
+}
+
+// PreStopSeconds is the vLLM container's preStop sleep: on pod deletion
+// the sidecar (which has none) gets SIGTERM at once and tells the pickers
+// its engines are draining, while vLLM serves on for this long before its
+// own SIGTERM. GraceSeconds is the pod's termination grace period when it
+// sets none: the preStop, then the streams in flight.
+const (
+	PreStopSeconds = 10
+	GraceSeconds   = 120
+)
+
+// setPreStop gives a vLLM container the preStop sleep, unless it has a
+// preStop of its own.
+func setPreStop(c *yaml.RNode) error {
+	if ps, _ := c.Pipe(yaml.Lookup("lifecycle", "preStop")); ps != nil {
+		return nil
+	}
+	lc, err := c.Pipe(yaml.LookupCreate(yaml.MappingNode, "lifecycle"))
+	if err != nil {
+		return err
+	}
+	hook, err := yaml.Parse(fmt.Sprintf("sleep:\n  seconds: %d\n", PreStopSeconds))
+	if err != nil {
+		return err
+	}
+	return lc.PipeE(yaml.SetField("preStop", hook))
 }
 
 // isVLLM reports whether a container runs vLLM: named vllm or vllm-…,

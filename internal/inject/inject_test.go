@@ -82,6 +82,8 @@ func TestWhatIsAdded(t *testing.T) {
 		"--data-parallel-size=1",
 		"secretName: kvroute-gossip-key",
 		"name: models", // the operator's volume stays
+		"preStop:\n            sleep:\n              seconds: 10", // vLLM serves on while the sidecar drains
+		"terminationGracePeriodSeconds: 120",
 	} {
 		if !strings.Contains(basic, want) {
 			t.Errorf("basic.golden.yaml lacks %q", want)
@@ -209,4 +211,26 @@ func FuzzInject(f *testing.F) {
 			t.Fatalf("not a fixed point: %v\n%s\n---\n%s", err, out, again)
 		}
 	})
+}
+
+// TestOwnShutdownKept: a vLLM container's own preStop and the pod's own
+// grace period stay as the operator set them.
+func TestOwnShutdownKept(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "basic.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := strings.Replace(string(in), "      containers:\n", "      terminationGracePeriodSeconds: 600\n      containers:\n", 1)
+	own = strings.Replace(own, "          env:\n            - name: HF_HOME", "          lifecycle:\n            preStop:\n              exec:\n                command: [\"/drain.sh\"]\n          env:\n            - name: HF_HOME", 1)
+	out, err := Inject([]byte(own), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	if !strings.Contains(s, "/drain.sh") || strings.Contains(s, "seconds: 10") {
+		t.Errorf("the operator's preStop was replaced:\n%s", s)
+	}
+	if !strings.Contains(s, "terminationGracePeriodSeconds: 600") || strings.Count(s, "terminationGracePeriodSeconds") != 1 {
+		t.Errorf("the operator's grace period was changed:\n%s", s)
+	}
 }
