@@ -81,7 +81,7 @@ func TestWhatIsAdded(t *testing.T) {
 		"name: VLLM_ENABLE_SCALE_OUT_ENDPOINTS",
 		"--data-parallel-size=1",
 		"secretName: kvroute-gossip-key",
-		"name: models", // the operator's volume stays
+		"name: models",                                            // the operator's volume stays
 		"preStop:\n            sleep:\n              seconds: 10", // vLLM serves on while the sidecar drains
 		"terminationGracePeriodSeconds: 120",
 	} {
