@@ -24,8 +24,8 @@ import (
 const (
 	admitDirect    = "admitted"  // not saturated, nobody waiting: no wait
 	admitQueued    = "queued"    // waited, then released
-	admitShed      = "shed"      // the queue was full: 429
-	admitDisplaced = "displaced" // a higher priority took its place: 429
+	admitShed      = "shed"      // the queue was full of higher priorities: 429
+	admitDisplaced = "displaced" // the queue was full; it made room for a newcomer: 429
 	admitExpired   = "expired"   // --queue-timeout passed: 429
 	admitAbandoned = "abandoned" // its client left while it waited
 	admitStopped   = "stopped"   // the picker shut down while it waited: 503
@@ -152,7 +152,7 @@ func newAdmission(cfg admit.Config, log *zap.Logger, reg prometheus.Registerer, 
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}, []string{"fairness_key"})
 	a.results = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "picker", Name: "admission_total",
 		Help: "Requests by how they passed admission, by fairness key and result: admitted (no wait), queued (waited, then released), " +
-			"shed (the queue was full: 429), displaced (a higher priority took its place: 429), expired (--queue-timeout: 429), abandoned (the client left), stopped (shutdown: 503)."},
+			"shed (the queue was full of higher priorities: 429), displaced (the queue was full and it made room for a newcomer: 429), expired (--queue-timeout: 429), abandoned (the client left), stopped (shutdown: 503)."},
 		[]string{"fairness_key", "result"})
 	a.satGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "model_saturated",
 		Help: "1 while every routable endpoint of the model's group is saturated (requests queue in the picker), by model."}, []string{"model"})
@@ -211,7 +211,7 @@ func (a *admission) enter(ctx context.Context, group, model string, f Fairness, 
 	a.nextID++
 	id := a.nextID
 	w := &admitWaiter{ch: make(chan error, 1), label: label, queued: now}
-	out, displaced, ok := g.q.Push(admit.Waiter{ID: id, Key: key, Priority: f.Priority, Cost: cost, Deadline: now.Add(a.cfg.QueueTimeout)})
+	out, displaced, ok := g.q.Push(admit.Waiter{ID: id, Key: key, Priority: f.Priority, Cost: cost, Arrived: now, Deadline: now.Add(a.cfg.QueueTimeout)})
 	if !ok {
 		retry := admit.RetryAfter(g.q.Len(), g.rateAt(now))
 		a.mu.Unlock()
@@ -272,7 +272,7 @@ func (a *admission) leaver(group string, id uint64) func() {
 func (a *admission) group(name, model string) *admitGroup {
 	g := a.groups[name]
 	if g == nil {
-		g = &admitGroup{model: model, q: admit.NewQueue(a.cfg.QueueSize), waiters: map[uint64]*admitWaiter{}}
+		g = &admitGroup{model: model, q: admit.NewQueue(a.cfg.QueueSize, a.cfg.LIFOAfter), waiters: map[uint64]*admitWaiter{}}
 		a.groups[name] = g
 	}
 	return g
@@ -364,7 +364,7 @@ func (a *admission) release(now time.Time) {
 		if sat {
 			continue
 		}
-		w, _ := g.q.Pop()
+		w, _ := g.q.Pop(now)
 		g.releasing, g.released = w.ID, now
 		if !g.last.IsZero() {
 			g.rate = g.rateAt(now) + 1/5.0 // an exponentially decaying count over ~5 s
@@ -395,7 +395,7 @@ func (a *admission) close() {
 	a.closed = true
 	for _, g := range a.groups {
 		for {
-			w, ok := g.q.Pop()
+			w, ok := g.q.Pop(time.Time{})
 			if !ok {
 				break
 			}
@@ -437,7 +437,7 @@ type AdmissionState struct {
 
 func queueFull(model string, waiting int, retry time.Duration) *intake.Error {
 	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_full", RetryAfter: retry,
-		Message: fmt.Sprintf("Every endpoint serving the model %q is saturated and the picker's queue for it is full (%d waiting); retry after %d s.",
+		Message: fmt.Sprintf("Every endpoint serving the model %q is saturated and the picker's queue for it is full (%d waiting, of higher priority); retry after %d s.",
 			model, waiting, int(retry.Seconds()))}
 }
 
@@ -449,7 +449,7 @@ func queueTimeout(model string, timeout, retry time.Duration) *intake.Error {
 
 func displacedBy(model string, retry time.Duration) *intake.Error {
 	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_displaced", RetryAfter: retry,
-		Message: fmt.Sprintf("The picker's queue for the model %q is full and a request of higher priority took this one's place; retry after %d s.",
+		Message: fmt.Sprintf("Every endpoint serving the model %q is saturated and the picker's queue for it is full: this request made room for a newer one; retry after %d s.",
 			model, int(retry.Seconds()))}
 }
 

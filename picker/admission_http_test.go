@@ -76,7 +76,7 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		}
 		return nil
 	})
-	waiter := postAsync(ctx, f.api.URL, short("second"), map[string]string{"x-kvroute-tenant": "acme"})
+	waiter := postAsync(ctx, f.api.URL, short("second"), map[string]string{"x-kvroute-tenant": "acme", "x-kvroute-priority": "5"})
 	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
 		resp, err := http.Get(f.api.URL + "/debug/admission")
 		if err != nil {
@@ -101,7 +101,8 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		}
 		return nil
 	})
-	// Full: the SDK sees a 429 rate-limit error with Retry-After.
+	// Full, of a higher priority: the SDK sees a 429 rate-limit error with
+	// Retry-After.
 	var hdr http.Header
 	client := sdk(f.api.URL, &hdr)
 	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "Qwen/Qwen3-0.6B",
@@ -113,7 +114,7 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	if hdr.Get("Retry-After") == "" {
 		t.Fatal("the 429 has no Retry-After")
 	}
-	// Higher priority takes the waiter's place.
+	// A newcomer of the waiter's band makes room: the waiter goes.
 	urgent := postAsync(ctx, f.api.URL, short("urgent"), map[string]string{"x-kvroute-priority": "5"})
 	a := <-waiter
 	if a.err != nil || a.status != http.StatusTooManyRequests || !strings.Contains(a.body, `"queue_displaced"`) || a.header.Get("Retry-After") == "" {

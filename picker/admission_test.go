@@ -198,26 +198,26 @@ func TestAdmissionRefusals(t *testing.T) {
 		cfg.QueueSize, cfg.QueueTimeout = 2, 10*time.Second
 		a, fl, _, _ := testAdmission(t, cfg)
 		fl.set(true)
-		low := enterAsync(a, t.Context(), Fairness{Priority: -1}, "", 10)
+		first := enterAsync(a, t.Context(), Fairness{Priority: 1}, "", 10)
 		synctest.Wait()
-		mid := enterAsync(a, t.Context(), Fairness{}, "", 10)
+		second := enterAsync(a, t.Context(), Fairness{Priority: 1}, "", 10)
 		synctest.Wait()
-		// Full: a newcomer of no higher band is shed, with Retry-After.
-		_, _, err := a.enter(t.Context(), "g", "m", Fairness{Priority: -1}, "", 10)
+		// Full of a higher band: a newcomer is shed, with Retry-After.
+		_, _, err := a.enter(t.Context(), "g", "m", Fairness{}, "", 10)
 		var ie *intake.Error
 		if !errors.As(err, &ie) || ie.Status != http.StatusTooManyRequests || ie.Type != "rate_limit_exceeded" || ie.Code != "queue_full" || ie.RetryAfter < time.Second {
 			t.Fatalf("full queue: %#v, want 429 rate_limit_exceeded queue_full with a Retry-After", err)
 		}
-		// A higher band displaces the lowest band's newest.
-		high := enterAsync(a, t.Context(), Fairness{Priority: 5}, "", 10)
+		// A newcomer of the band makes room: the oldest goes.
+		third := enterAsync(a, t.Context(), Fairness{Priority: 1}, "", 10)
 		synctest.Wait()
-		if r := <-low; code(r.err) != "queue_displaced" {
-			t.Fatalf("the low-priority waiter got %v, want queue_displaced", r.err)
+		if r := <-first; code(r.err) != "queue_displaced" {
+			t.Fatalf("the oldest waiter got %v, want queue_displaced", r.err)
 		}
 		// The deadline passes: 429 queue_timeout.
 		time.Sleep(cfg.QueueTimeout + admitTick)
 		synctest.Wait()
-		for name, ch := range map[string]chan admitResult{"mid": mid, "high": high} {
+		for name, ch := range map[string]chan admitResult{"second": second, "third": third} {
 			r := <-ch
 			if !errors.As(r.err, &ie) || ie.Code != "queue_timeout" || ie.Status != http.StatusTooManyRequests || ie.RetryAfter <= 0 {
 				t.Fatalf("%s after the deadline: %v, want 429 queue_timeout", name, r.err)

@@ -155,6 +155,7 @@ and ?explain=true on the decision API.`,
 	f.Float64Var(&r.Admission.MaxPrefillTokens, "saturation-prefill-tokens", r.Admission.MaxPrefillTokens, "admission: an endpoint with at least this many uncached prompt tokens from this picker before their first byte is saturated; 0 does not check")
 	f.IntVar(&r.Admission.QueueSize, "queue-size", r.Admission.QueueSize, "admission: requests that may wait per model group while every routable endpoint of it is saturated; past it, 429 with Retry-After (0: shed at once)")
 	f.DurationVar(&r.Admission.QueueTimeout, "queue-timeout", r.Admission.QueueTimeout, "admission: how long a request may wait for room; past it, 429 with Retry-After")
+	f.DurationVar(&r.Admission.LIFOAfter, "queue-lifo-after", r.Admission.LIFOAfter, "admission: once a fairness key's oldest waiter has waited this long (the queue stands), its newest go first, so those released wait little and the rest expire (0: arrival order)")
 	f.StringVar(&r.FairnessHeader, "fairness-header", r.FairnessHeader, "admission: header whose value is a request's fairness key (else its cache_salt, else one shared key); x-kvroute-priority sets its band")
 	f.Int64Var(&r.MaxBodyBytes, "max-body-bytes", r.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	f.DurationVar(&r.Health.StaleSummary, "stale-summary", r.Health.StaleSummary, "an endpoint whose sidecar sent nothing for this long is routed by load only (no cache credit)")

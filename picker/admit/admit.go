@@ -15,24 +15,35 @@ import (
 type Config struct {
 	// MaxWaiting: an endpoint with at least this many requests queued
 	// (its engine's last reported waiting requests plus this picker's
-	// picks that report does not cover) is saturated. Default 8.
+	// picks that report does not cover) is saturated. Default 5, as
+	// llm-d's saturation detector.
 	MaxWaiting float64
 	// MaxKVUsage: an endpoint whose engine reports at least this share of
 	// its KV cache in use (0..1) is saturated. Default 0.95.
 	MaxKVUsage float64
 	// MaxPrefillTokens: an endpoint with at least this many uncached
 	// prompt tokens from this picker still before their first byte is
-	// saturated. Default 65,536.
+	// saturated. Default 8,192: one step of vLLM's default
+	// max_num_batched_tokens, so the engine always has a full prefill step
+	// while later requests wait in the picker, where priority and
+	// fairness apply, instead of in the engine's queue.
 	MaxPrefillTokens float64
-	// QueueSize bounds the requests waiting per model group. Default 1,024.
+	// QueueSize bounds the requests waiting per model group. Default 256.
 	QueueSize int
-	// QueueTimeout bounds a request's wait; past it, 429. Default 30 s.
+	// QueueTimeout bounds a request's wait; past it, 429. Default 5 s.
 	QueueTimeout time.Duration
+	// LIFOAfter: once a key's oldest waiter has waited this long (the
+	// queue stands: load is above capacity, not a burst), that key's
+	// waiters go newest first, so that those released wait little and
+	// those that cannot be served expire. 0 keeps arrival order. Default
+	// 250 ms.
+	LIFOAfter time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxWaiting: 8, MaxKVUsage: 0.95, MaxPrefillTokens: 65536, QueueSize: 1024, QueueTimeout: 30 * time.Second}
+	return Config{MaxWaiting: 5, MaxKVUsage: 0.95, MaxPrefillTokens: 8192, QueueSize: 256, QueueTimeout: 5 * time.Second,
+		LIFOAfter: 250 * time.Millisecond}
 }
 
 // Validate checks c.
@@ -52,6 +63,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QueueTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--queue-timeout %v: want a positive duration", c.QueueTimeout))
+	}
+	if c.LIFOAfter < 0 {
+		errs = append(errs, fmt.Errorf("--queue-lifo-after %v: want a duration, 0 to keep arrival order", c.LIFOAfter))
 	}
 	return errors.Join(errs...)
 }
@@ -98,21 +112,25 @@ type Waiter struct {
 	Key      string // fairness key
 	Priority int    // higher first
 	Cost     float64
+	Arrived  time.Time
 	Deadline time.Time
 }
 
 // Queue is a bounded queue of waiters (package doc).
 type Queue struct {
 	size  int
+	lifo  time.Duration
 	bands map[int]*band
 	where map[uint64]*flow
 	n     int
 	seq   uint64
 }
 
-// NewQueue returns an empty queue holding at most size waiters.
-func NewQueue(size int) *Queue {
-	return &Queue{size: size, bands: map[int]*band{}, where: map[uint64]*flow{}}
+// NewQueue returns an empty queue holding at most size waiters, whose
+// keys go newest first once their oldest waiter waited lifoAfter (0:
+// never).
+func NewQueue(size int, lifoAfter time.Duration) *Queue {
+	return &Queue{size: size, lifo: lifoAfter, bands: map[int]*band{}, where: map[uint64]*flow{}}
 }
 
 // Len is the number of waiters.
@@ -142,19 +160,21 @@ func (q *Queue) Keys() map[string]int {
 	return out
 }
 
-// Push adds w. When the queue is full, the newest waiter of the lowest
-// band below w's is displaced and returned (displaced true) to make room;
-// when there is none, w is refused (ok false). A duplicate ID is refused.
+// Push adds w. When the queue is full, a waiter of the lowest band not
+// above w's makes room: the oldest of its key with the largest finish tag
+// (the key furthest ahead of its share), returned with displaced true.
+// When every waiter is of a higher band, or the queue holds none, w is
+// refused (ok false). A duplicate ID is refused.
 func (q *Queue) Push(w Waiter) (out Waiter, displaced, ok bool) {
 	if _, dup := q.where[w.ID]; dup {
 		return Waiter{}, false, false
 	}
 	if q.n >= q.size {
 		low := q.lowest()
-		if low == nil || low.prio >= w.Priority {
+		if low == nil || low.prio > w.Priority {
 			return Waiter{}, false, false
 		}
-		out, displaced = low.newest(), true
+		out, displaced = low.drop(), true
 		q.Remove(out.ID)
 	}
 	b := q.bands[w.Priority]
@@ -168,26 +188,38 @@ func (q *Queue) Push(w Waiter) (out Waiter, displaced, ok bool) {
 	return out, displaced, true
 }
 
-// Pop takes out the next waiter to release (package doc).
-func (q *Queue) Pop() (Waiter, bool) {
-	b := q.highest()
-	if b == nil {
+// Pop takes out the next waiter to release at now (package doc): the
+// key's oldest, or its newest once the oldest waited the queue's
+// lifoAfter.
+func (q *Queue) Pop(now time.Time) (Waiter, bool) {
+	w, ok := q.Peek(now)
+	if !ok {
 		return Waiter{}, false
 	}
-	w := b.pop()
+	f := q.where[w.ID]
+	b := f.band
+	if f.items[0].w.ID == w.ID {
+		b.pop()
+	} else {
+		b.take(f, w.ID)
+	}
 	delete(q.where, w.ID)
 	q.n--
 	q.dropIfEmpty(b)
 	return w, true
 }
 
-// Peek is the waiter Pop would return.
-func (q *Queue) Peek() (Waiter, bool) {
+// Peek is the waiter Pop would return at now.
+func (q *Queue) Peek(now time.Time) (Waiter, bool) {
 	b := q.highest()
 	if b == nil {
 		return Waiter{}, false
 	}
-	return b.heads[0].items[0].w, true
+	f := b.heads[0]
+	if q.lifo > 0 && now.Sub(f.items[0].w.Arrived) >= q.lifo {
+		return f.items[len(f.items)-1].w, true
+	}
+	return f.items[0].w, true
 }
 
 // Remove takes out the waiter id; false when it is not queued.
@@ -326,6 +358,14 @@ func (b *band) pop() Waiter {
 	return e.w
 }
 
+// take releases waiter id of f, not its head (newest first): the virtual
+// time moves to the flow's head start tag, as if the head went, and the
+// waiter's cost leaves the flow.
+func (b *band) take(f *flow, id uint64) {
+	b.vtime = max(b.vtime, f.items[0].start)
+	b.remove(f, id)
+}
+
 // remove takes waiter id out of f: the waiters behind it in f move ahead
 // by its cost (not before the band's virtual time).
 func (b *band) remove(f *flow, id uint64) {
@@ -368,15 +408,16 @@ func (b *band) forget() {
 	}
 }
 
-// newest is the waiter that arrived last.
-func (b *band) newest() Waiter {
-	var best entry
+// drop is the waiter to make room with: the oldest of the flow with the
+// largest finish tag (ties: the earlier arrival).
+func (b *band) drop() Waiter {
+	var worst *flow
 	for _, f := range b.heads {
-		if e := f.items[len(f.items)-1]; e.seq > best.seq {
-			best = e
+		if worst == nil || f.finish > worst.finish || (f.finish == worst.finish && f.items[0].seq < worst.items[0].seq) {
+			worst = f
 		}
 	}
-	return best.w
+	return worst.items[0].w
 }
 
 // flowHeap orders flows by their head's start tag, then its arrival.

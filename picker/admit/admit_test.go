@@ -11,7 +11,7 @@ var t0 = time.Unix(1_700_000_000, 0)
 
 func TestSaturated(t *testing.T) {
 	cfg := DefaultConfig()
-	hot := Load{Queued: 8}
+	hot := Load{Queued: 5}
 	for _, tc := range []struct {
 		name  string
 		cfg   func(*Config)
@@ -20,11 +20,12 @@ func TestSaturated(t *testing.T) {
 	}{
 		{"no endpoint is not overload", nil, nil, false},
 		{"one idle", nil, []Load{{}}, false},
-		{"waiting at the limit", nil, []Load{{Queued: 8}}, true},
-		{"waiting below the limit", nil, []Load{{Queued: 7.9}}, false},
+		{"waiting at the limit", nil, []Load{{Queued: 5}}, true},
+		{"waiting below the limit", nil, []Load{{Queued: 4.9}}, false},
 		{"kv usage at the limit", nil, []Load{{KVUsage: 0.95}}, true},
 		{"kv usage below", nil, []Load{{KVUsage: 0.94}}, false},
-		{"prefill tokens at the limit", nil, []Load{{PrefillTokens: 65536}}, true},
+		{"prefill tokens at the limit", nil, []Load{{PrefillTokens: 8192}}, true},
+		{"prefill tokens below", nil, []Load{{PrefillTokens: 8191}}, false},
 		{"every endpoint saturated, each by another signal", nil, []Load{hot, {KVUsage: 1}, {PrefillTokens: 1e6}}, true},
 		{"one endpoint with room", nil, []Load{hot, hot, {Queued: 2}}, false},
 		{"waiting limit off", func(c *Config) { c.MaxWaiting = 0 }, []Load{{Queued: 1e9}}, false},
@@ -92,7 +93,7 @@ func TestRetryAfter(t *testing.T) {
 func order(q *Queue) []uint64 {
 	var out []uint64
 	for {
-		w, ok := q.Pop()
+		w, ok := q.Pop(t0)
 		if !ok {
 			return out
 		}
@@ -139,7 +140,7 @@ func TestReleaseOrder(t *testing.T) {
 			[]uint64{1, 3, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := NewQueue(64)
+			q := NewQueue(64, 0)
 			push(t, q, tc.in...)
 			if q.Len() != len(tc.in) {
 				t.Fatalf("Len = %d, want %d", q.Len(), len(tc.in))
@@ -158,7 +159,7 @@ func TestReleaseOrder(t *testing.T) {
 // sending ten times the other's requests, both backlogged, each gets half
 // of the releases while both wait.
 func TestTenFoldTenant(t *testing.T) {
-	q := NewQueue(1 << 12)
+	q := NewQueue(1<<12, 0)
 	id := uint64(0)
 	add := func(key string, n int) {
 		for i := 0; i < n; i++ {
@@ -170,7 +171,7 @@ func TestTenFoldTenant(t *testing.T) {
 	add("light", 100)
 	light := 0
 	for i := 0; i < 200; i++ {
-		w, _ := q.Pop()
+		w, _ := q.Pop(t0)
 		if w.Key == "light" {
 			light++
 		}
@@ -184,7 +185,7 @@ func TestTenFoldTenant(t *testing.T) {
 // the service it did not use, and a key served alone carries no debt into
 // a busy period after the queue emptied.
 func TestIdleKeyHasNoCredit(t *testing.T) {
-	q := NewQueue(64)
+	q := NewQueue(64, 0)
 	id := uint64(0)
 	add := func(key string, n int) {
 		for i := 0; i < n; i++ {
@@ -195,7 +196,7 @@ func TestIdleKeyHasNoCredit(t *testing.T) {
 	keys := func(n int) string {
 		var got []string
 		for i := 0; i < n; i++ {
-			w, ok := q.Pop()
+			w, ok := q.Pop(t0)
 			if !ok {
 				break
 			}
@@ -219,26 +220,62 @@ func TestIdleKeyHasNoCredit(t *testing.T) {
 }
 
 func TestFullQueue(t *testing.T) {
-	w := func(id uint64, prio int) Waiter {
-		return Waiter{ID: id, Key: "k", Priority: prio, Cost: 1, Deadline: t0.Add(time.Minute)}
+	w := func(id uint64, key string, prio int) Waiter {
+		return Waiter{ID: id, Key: key, Priority: prio, Cost: 1, Deadline: t0.Add(time.Minute)}
 	}
-	q := NewQueue(3)
-	push(t, q, w(1, 0), w(2, -1), w(3, -1))
-	if _, _, ok := q.Push(w(4, -1)); ok {
-		t.Fatal("a full queue took a waiter no higher than its lowest band")
+	q := NewQueue(4, 0)
+	push(t, q, w(1, "a", 0), w(2, "heavy", -1), w(3, "heavy", -1), w(4, "light", -1))
+	// Full: the lowest band makes room, from the key furthest ahead of
+	// its share (heavy), its oldest.
+	out, displaced, ok := q.Push(w(5, "light", -1))
+	if !ok || !displaced || out.ID != 2 {
+		t.Fatalf("Push(same band) = %+v, %v, %v; want heavy's oldest (2) displaced", out, displaced, ok)
 	}
-	out, displaced, ok := q.Push(w(5, 1))
-	if !ok || !displaced || out.ID != 3 {
-		t.Fatalf("Push(higher) = %+v, %v, %v; want waiter 3 (the newest of the lowest band) displaced", out, displaced, ok)
+	// Now light (4, 5) is ahead of heavy (3): its oldest makes room.
+	out, displaced, ok = q.Push(w(6, "b", 1))
+	if !ok || !displaced || out.ID != 4 {
+		t.Fatalf("Push(higher band) = %+v, %v, %v; want light's oldest (4) displaced", out, displaced, ok)
 	}
-	if _, _, ok := q.Push(w(5, 2)); ok {
+	if _, _, ok := q.Push(w(6, "c", 2)); ok {
 		t.Fatal("a duplicate ID was taken")
 	}
-	if got := order(q); fmt.Sprint(got) != "[5 1 2]" {
-		t.Fatalf("released %v, want [5 1 2]", got)
+	if got := order(q); fmt.Sprint(got) != "[6 1 3 5]" {
+		t.Fatalf("released %v, want [6 1 3 5]", got)
 	}
-	if _, _, ok := NewQueue(0).Push(w(1, 0)); ok {
+	// Every waiter of a higher band than the newcomer's: it is refused.
+	q = NewQueue(1, 0)
+	push(t, q, w(1, "a", 3))
+	if _, _, ok := q.Push(w(2, "b", 0)); ok {
+		t.Fatal("a full queue of higher bands took a lower one")
+	}
+	if _, _, ok := NewQueue(0, 0).Push(w(1, "a", 0)); ok {
 		t.Fatal("a queue of size 0 took a waiter")
+	}
+}
+
+// TestLIFOWhenStanding: once a key's oldest waiter has waited lifoAfter,
+// its newest goes first; fairness between keys holds.
+func TestLIFOWhenStanding(t *testing.T) {
+	q := NewQueue(16, 250*time.Millisecond)
+	at := func(id uint64, key string, ms int) Waiter {
+		return Waiter{ID: id, Key: key, Cost: 10, Arrived: t0.Add(time.Duration(ms) * time.Millisecond), Deadline: t0.Add(time.Minute)}
+	}
+	push(t, q, at(1, "a", 0), at(2, "a", 10), at(3, "a", 20), at(4, "b", 30))
+	now := t0.Add(100 * time.Millisecond) // a burst: arrival order
+	if w, _ := q.Pop(now); w.ID != 1 {
+		t.Fatalf("within lifoAfter: released %d, want 1", w.ID)
+	}
+	now = t0.Add(time.Second) // the queue stands: newest first, keys still take turns
+	var got []uint64
+	for {
+		w, ok := q.Pop(now)
+		if !ok {
+			break
+		}
+		got = append(got, w.ID)
+	}
+	if fmt.Sprint(got) != "[4 3 2]" {
+		t.Fatalf("standing queue released %v, want [4 3 2] (b's turn, then a newest first)", got)
 	}
 }
 
@@ -246,7 +283,7 @@ func TestRemove(t *testing.T) {
 	w := func(id uint64, key string) Waiter {
 		return Waiter{ID: id, Key: key, Cost: 10, Deadline: t0.Add(time.Minute)}
 	}
-	q := NewQueue(16)
+	q := NewQueue(16, 0)
 	push(t, q, w(1, "a"), w(2, "a"), w(3, "a"), w(4, "b"), w(5, "b"))
 	if !q.Remove(1) || !q.Remove(2) {
 		t.Fatal("Remove of queued waiters failed")
@@ -264,7 +301,7 @@ func TestRemove(t *testing.T) {
 }
 
 func TestExpire(t *testing.T) {
-	q := NewQueue(16)
+	q := NewQueue(16, 0)
 	for i, d := range []time.Duration{3, 1, 5, 2} {
 		push(t, q, Waiter{ID: uint64(i + 1), Key: fmt.Sprint("k", i%2), Cost: 1, Deadline: t0.Add(d * time.Second)})
 	}
@@ -287,15 +324,15 @@ func TestExpire(t *testing.T) {
 }
 
 func TestKeysAndPeek(t *testing.T) {
-	q := NewQueue(16)
+	q := NewQueue(16, 0)
 	push(t, q, Waiter{ID: 1, Key: "a", Cost: 1}, Waiter{ID: 2, Key: "b", Cost: 1, Priority: 1}, Waiter{ID: 3, Key: "a", Cost: 1})
 	if got := fmt.Sprint(q.Keys()); got != "map[a:2 b:1]" {
 		t.Fatalf("Keys = %s", got)
 	}
-	if w, ok := q.Peek(); !ok || w.ID != 2 {
+	if w, ok := q.Peek(t0); !ok || w.ID != 2 {
 		t.Fatalf("Peek = %+v, %v; want waiter 2", w, ok)
 	}
-	if w, _ := q.Pop(); w.ID != 2 {
+	if w, _ := q.Pop(t0); w.ID != 2 {
 		t.Fatalf("Pop after Peek = %d", w.ID)
 	}
 }
@@ -310,7 +347,7 @@ func FuzzQueue(f *testing.F) {
 		if len(ops) > 4096 {
 			return
 		}
-		q := NewQueue(8)
+		q := NewQueue(8, time.Second)
 		queued := map[uint64]Waiter{}
 		id := uint64(0)
 		now := t0
@@ -319,22 +356,34 @@ func FuzzQueue(f *testing.F) {
 			switch op {
 			case 0, 1: // push
 				id++
-				w := Waiter{ID: id, Key: fmt.Sprint("k", arg%4), Priority: int(arg%3) - 1, Cost: float64(arg) * 7, Deadline: now.Add(time.Duration(arg%16) * time.Second)}
+				w := Waiter{ID: id, Key: fmt.Sprint("k", arg%4), Priority: int(arg%3) - 1, Cost: float64(arg) * 7, Arrived: now, Deadline: now.Add(time.Duration(arg%16) * time.Second)}
 				out, displaced, ok := q.Push(w)
 				if ok {
 					queued[w.ID] = w
 				}
 				if displaced {
-					if _, was := queued[out.ID]; !was || out.Priority >= w.Priority {
+					if _, was := queued[out.ID]; !was || out.Priority > w.Priority {
 						t.Fatalf("displaced %+v for %+v", out, w)
+					}
+					for _, o := range queued {
+						if o.Priority < out.Priority {
+							t.Fatalf("displaced %+v while %+v of a lower band waits", out, o)
+						}
 					}
 					delete(queued, out.ID)
 				}
 				if !ok && len(queued) < 8 {
 					t.Fatalf("refused %+v with %d queued", w, len(queued))
 				}
+				if !ok && len(queued) == 8 {
+					for _, o := range queued {
+						if o.Priority <= w.Priority {
+							t.Fatalf("refused %+v though %+v of a band not above waits", w, o)
+						}
+					}
+				}
 			case 2: // pop
-				w, ok := q.Pop()
+				w, ok := q.Pop(now)
 				if ok != (len(queued) > 0) {
 					t.Fatalf("Pop ok %v with %d queued", ok, len(queued))
 				}

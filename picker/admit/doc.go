@@ -13,15 +13,22 @@
 //     MaxPrefillTokens; a zero limit is not checked). A group without a
 //     routable endpoint is not saturated: that is no endpoint (503), not
 //     overload (429), and the two are never confused.
-//   - Queue holds at most its size. Pop returns the waiter of the highest
-//     priority band first; within a band, the one whose start tag is
-//     least, start-time fair queuing: a waiter's start tag is the larger
-//     of the band's virtual time and its key's previous finish tag, its
-//     finish tag the start plus its cost (prompt tokens, at least 1).
-//     Keys that send more wait longer; a key that was idle gets no credit
-//     for it. Ties go to the earlier arrival.
-//   - Push into a full queue displaces the newest waiter of the lowest
-//     band below the newcomer's, else refuses the newcomer.
+//   - Queue holds at most its size. Pop returns a waiter of the highest
+//     priority band first; within a band, of the key whose head has the
+//     least start tag, start-time fair queuing: a waiter's start tag is
+//     the larger of the band's virtual time and its key's previous finish
+//     tag, its finish tag the start plus its cost (prompt tokens, at least
+//     1). Keys that send more wait longer; a key that was idle gets no
+//     credit for it. Ties go to the earlier arrival.
+//   - Within a key, waiters go oldest first, until the oldest has waited
+//     the queue's LIFO threshold: the queue stands (load above capacity,
+//     not a burst), and the key's newest goes first, so that those
+//     released wait little and those that cannot be served expire
+//     (adaptive LIFO).
+//   - Push into a full queue makes room with a waiter of the lowest band
+//     not above the newcomer's: the oldest of the key with the largest
+//     finish tag (the one furthest ahead of its share). When every waiter
+//     is of a higher band, the newcomer is refused.
 //   - Remove takes out a waiter that left (its client went away);
 //     Expire takes out those whose deadline passed. Memory is bounded by
 //     the waiters held and the keys seen since the band was last empty.
