@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -134,6 +135,7 @@ type admitGroup struct {
 	released  time.Time // when
 	rate      float64   // releases per second, smoothed
 	last      time.Time // the last release
+	standing  time.Time // since when the queue stands (zero: it does not)
 }
 
 type admitWaiter struct {
@@ -348,6 +350,21 @@ func (a *admission) release(now time.Time) {
 		for _, w := range g.q.Expire(now) {
 			a.refuseLocked(g, w.ID, admitExpired, queueTimeout(g.model, a.cfg.QueueTimeout, admit.RetryAfter(g.q.Len(), g.rateAt(now))))
 		}
+		// A standing queue (its oldest older than LIFOAfter) for
+		// StandingTimeout is overload, not a burst: who waited longer goes.
+		stand := cmp.Or(a.cfg.LIFOAfter, a.cfg.StandingTimeout)
+		if old, ok := g.q.Oldest(); ok && stand > 0 && now.Sub(old) >= stand {
+			if g.standing.IsZero() {
+				g.standing = now
+			}
+		} else {
+			g.standing = time.Time{}
+		}
+		if st := a.cfg.StandingTimeout; st > 0 && !g.standing.IsZero() && now.Sub(g.standing) >= st {
+			for _, w := range g.q.ExpireArrived(now.Add(-st)) {
+				a.refuseLocked(g, w.ID, admitExpired, queueTimeout(g.model, st, admit.RetryAfter(g.q.Len(), g.rateAt(now))))
+			}
+		}
 		if g.releasing != 0 {
 			if now.Sub(g.released) < time.Second {
 				continue
@@ -443,7 +460,7 @@ func queueFull(model string, waiting int, retry time.Duration) *intake.Error {
 
 func queueTimeout(model string, timeout, retry time.Duration) *intake.Error {
 	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_timeout", RetryAfter: retry,
-		Message: fmt.Sprintf("Every endpoint serving the model %q stayed saturated for the %v this request may wait; retry after %d s.",
+		Message: fmt.Sprintf("Every endpoint serving the model %q stayed saturated for the %v this request may wait now; retry after %d s.",
 			model, timeout, int(retry.Seconds()))}
 }
 

@@ -232,6 +232,36 @@ func TestAdmissionRefusals(t *testing.T) {
 	})
 }
 
+// TestAdmissionStanding: once the queue has stood for the standing
+// timeout, who waited longer is shed; a waiter in a short burst is not.
+func TestAdmissionStanding(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := admit.DefaultConfig() // LIFO after 250 ms, standing timeout 1 s, queue timeout 5 s
+		a, fl, _, _ := testAdmission(t, cfg)
+		fl.set(true)
+		start := time.Now()
+		w := enterAsync(a, t.Context(), Fairness{}, "", 10)
+		r := <-w
+		var ie *intake.Error
+		if !errors.As(r.err, &ie) || ie.Code != "queue_timeout" {
+			t.Fatalf("a waiter in a standing queue got %v, want 429 queue_timeout", r.err)
+		}
+		// Standing from 250 ms, for 1 s: shed at 1.25 s, long before 5 s.
+		if d := time.Since(start); d < 1250*time.Millisecond || d > 1250*time.Millisecond+2*admitTick {
+			t.Fatalf("shed after %v, want about 1.25 s", d)
+		}
+		// A burst: room comes within the standing timeout, the waiter goes.
+		w = enterAsync(a, t.Context(), Fairness{}, "", 10)
+		time.Sleep(900 * time.Millisecond)
+		fl.set(false)
+		if r := <-w; r.err != nil {
+			t.Fatalf("a waiter of a burst: %v", r.err)
+		} else {
+			r.leave()
+		}
+	})
+}
+
 func TestAdmissionAbandonedAndStopped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, fl, _, _ := testAdmission(t, admit.DefaultConfig())

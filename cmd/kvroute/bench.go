@@ -47,6 +47,10 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 		return bench.AgenticPressure{}, nil
 	case "shared-prefix":
 		return bench.SharedPrefix{}, nil
+	case "overload":
+		return bench.Overload(), nil
+	case "tenants":
+		return bench.Tenants(), nil
 	case "trace":
 		if b.trace == "" {
 			return nil, fmt.Errorf("--scenario trace needs --trace FILE (a Mooncake-format JSONL file)")
@@ -62,7 +66,7 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 		}
 		return bench.Trace{Path: b.trace, Limit: b.limit, Rate: b.traceRate}, nil
 	}
-	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, shared-prefix, trace or faults", b.scenario)
+	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, shared-prefix, trace, faults, overload or tenants", b.scenario)
 }
 
 func newBenchCommand() *cobra.Command {
@@ -107,6 +111,16 @@ Scenarios:
                      token-id prompts, each hash id a fixed run of 512 tokens,
                      on 8 engines of 65,536 blocks (--limit N: the first N
                      records; --trace-rate R: R times the trace's rate).
+  overload           2 engines, streaming completions (a 256-token shared
+                     prefix, 2,000 uncached tokens, 8 out) at 0.5× the fleet's
+                     prefill-bound capacity for 30 s, 4× for 60 s, 0.5× for
+                     20 s; the client never retries. Per phase: answered,
+                     429s (with Retry-After or not), 5xx, other failures, and
+                     the answered requests' TTFT — admission control's test.
+  tenants            the same requests from a light tenant at 0.25× alone for
+                     30 s, then beside a heavy one at 2.5× (10×) for 60 s,
+                     each named by x-kvroute-tenant: fair queuing's test (the
+                     light tenant's p99 TTFT contended ÷ alone).
 
   faults             real processes, not in-process: 4 kvroute engine, a
                      kvroute sidecar each and 2 kvroute picker processes (this
@@ -191,7 +205,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&b.scenario, "scenario", "seed-continuation", "scenario: seed-continuation, agentic-pressure, shared-prefix or trace")
+	f.StringVar(&b.scenario, "scenario", "seed-continuation", "scenario: seed-continuation, agentic-pressure, shared-prefix, trace, faults (real processes, a fault matrix), overload (4× capacity: admission) or tenants (a light tenant beside one sending 10×)")
 	f.BoolVar(&b.sequential, "sequential", false, "with --scenario seed-continuation: its sequential form (2 engines, conversations one after another)")
 	f.StringVar(&b.trace, "trace", "", "Mooncake-format JSONL file for --scenario trace")
 	f.IntVar(&b.limit, "limit", 0, "replay only the trace's first N records (0: all)")
@@ -334,9 +348,21 @@ func runBench(ctx context.Context, w io.Writer, o bench.Options, out string) err
 	fmt.Fprintf(w, "\nwrote %s (open it in a browser), results.json, summary.txt and requests.jsonl in %s\n", filepath.Join(out, "report.html"), out)
 	var failed []string
 	for _, p := range res.Order {
-		if n := res.Policies[p].Errors; n > 0 {
-			failed = append(failed, fmt.Sprintf("%s: %d of %d requests failed (%s)", p, n, res.Policies[p].Requests,
-				strings.Join(res.Policies[p].ErrorSamples, "; ")))
+		pr := res.Policies[p]
+		if len(pr.Phases) > 0 {
+			// Shedding is the phased scenarios' point: only a 5xx, a 429
+			// without Retry-After or another failure is one.
+			for _, x := range pr.Phases {
+				if n := x.ServerErrors + x.OtherErrors + x.Shed - x.ShedWithRetryAfter; n > 0 {
+					failed = append(failed, fmt.Sprintf("%s: %s, %s: %d requests failed (5xx %d, 429 without Retry-After %d, other %d; %s)", p, x.Phase, x.Tenant, n,
+						x.ServerErrors, x.Shed-x.ShedWithRetryAfter, x.OtherErrors, strings.Join(pr.ErrorSamples, "; ")))
+				}
+			}
+			continue
+		}
+		if n := pr.Errors; n > 0 {
+			failed = append(failed, fmt.Sprintf("%s: %d of %d requests failed (%s)", p, n, pr.Requests,
+				strings.Join(pr.ErrorSamples, "; ")))
 		}
 	}
 	if len(failed) > 0 {

@@ -156,6 +156,7 @@ and ?explain=true on the decision API.`,
 	f.IntVar(&r.Admission.QueueSize, "queue-size", r.Admission.QueueSize, "admission: requests that may wait per model group while every routable endpoint of it is saturated; past it, 429 with Retry-After (0: shed at once)")
 	f.DurationVar(&r.Admission.QueueTimeout, "queue-timeout", r.Admission.QueueTimeout, "admission: how long a request may wait for room; past it, 429 with Retry-After")
 	f.DurationVar(&r.Admission.LIFOAfter, "queue-lifo-after", r.Admission.LIFOAfter, "admission: once a fairness key's oldest waiter has waited this long (the queue stands), its newest go first, so those released wait little and the rest expire (0: arrival order)")
+	f.DurationVar(&r.Admission.StandingTimeout, "queue-standing-timeout", r.Admission.StandingTimeout, "admission: once the queue has stood (oldest waiter past --queue-lifo-after) this long, requests that waited longer get 429: under sustained overload none is served after waiting more (0: only --queue-timeout)")
 	f.StringVar(&r.FairnessHeader, "fairness-header", r.FairnessHeader, "admission: header whose value is a request's fairness key (else its cache_salt, else one shared key); x-kvroute-priority sets its band")
 	f.Int64Var(&r.MaxBodyBytes, "max-body-bytes", r.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	f.DurationVar(&r.Health.StaleSummary, "stale-summary", r.Health.StaleSummary, "an endpoint whose sidecar sent nothing for this long is routed by load only (no cache credit)")

@@ -38,12 +38,18 @@ type Config struct {
 	// those that cannot be served expire. 0 keeps arrival order. Default
 	// 250 ms.
 	LIFOAfter time.Duration
+	// StandingTimeout: once the queue has stood (its oldest waiter older
+	// than LIFOAfter) for this long, waiters older than this are shed
+	// (429): under sustained overload no released request has waited
+	// longer, while a burst may still wait QueueTimeout. 0 never.
+	// Default 1 s.
+	StandingTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{MaxWaiting: 5, MaxKVUsage: 0.95, MaxPrefillTokens: 8192, QueueSize: 256, QueueTimeout: 5 * time.Second,
-		LIFOAfter: 250 * time.Millisecond}
+		LIFOAfter: 250 * time.Millisecond, StandingTimeout: time.Second}
 }
 
 // Validate checks c.
@@ -63,6 +69,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QueueTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--queue-timeout %v: want a positive duration", c.QueueTimeout))
+	}
+	if c.StandingTimeout < 0 || (c.StandingTimeout > 0 && c.StandingTimeout < c.LIFOAfter) {
+		errs = append(errs, fmt.Errorf("--queue-standing-timeout %v: want 0 (never) or at least --queue-lifo-after (%v)", c.StandingTimeout, c.LIFOAfter))
 	}
 	if c.LIFOAfter < 0 {
 		errs = append(errs, fmt.Errorf("--queue-lifo-after %v: want a duration, 0 to keep arrival order", c.LIFOAfter))
@@ -252,6 +261,35 @@ func (q *Queue) Expire(now time.Time) []Waiter {
 		q.Remove(w.ID)
 	}
 	return out
+}
+
+// ExpireArrived takes out and returns the waiters that arrived at or
+// before cutoff, oldest first.
+func (q *Queue) ExpireArrived(cutoff time.Time) []Waiter {
+	var out []Waiter
+	q.each(func(w Waiter) {
+		if !w.Arrived.After(cutoff) {
+			out = append(out, w)
+		}
+	})
+	slices.SortFunc(out, func(a, b Waiter) int {
+		return cmp.Or(a.Arrived.Compare(b.Arrived), cmp.Compare(a.ID, b.ID))
+	})
+	for _, w := range out {
+		q.Remove(w.ID)
+	}
+	return out
+}
+
+// Oldest is the earliest arrival among the waiters.
+func (q *Queue) Oldest() (time.Time, bool) {
+	var t time.Time
+	q.each(func(w Waiter) {
+		if t.IsZero() || w.Arrived.Before(t) {
+			t = w.Arrived
+		}
+	})
+	return t, !t.IsZero()
 }
 
 // NextDeadline is the earliest deadline among the waiters.

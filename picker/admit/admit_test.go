@@ -61,6 +61,8 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.MaxPrefillTokens = -3 }, "--saturation-prefill-tokens"},
 		{func(c *Config) { c.QueueSize = -1 }, "--queue-size"},
 		{func(c *Config) { c.QueueTimeout = 0 }, "--queue-timeout"},
+		{func(c *Config) { c.StandingTimeout = 100 * time.Millisecond }, "--queue-standing-timeout"},
+		{func(c *Config) { c.LIFOAfter = -1 }, "--queue-lifo-after"},
 	} {
 		c := DefaultConfig()
 		tc.mut(&c)
@@ -320,6 +322,23 @@ func TestExpire(t *testing.T) {
 	}
 	if _, ok := q.NextDeadline(); ok {
 		t.Fatal("NextDeadline of an empty queue")
+	}
+}
+
+func TestExpireArrived(t *testing.T) {
+	q := NewQueue(16, 0)
+	for i, ms := range []int{30, 10, 50, 20} {
+		push(t, q, Waiter{ID: uint64(i + 1), Key: fmt.Sprint("k", i%2), Cost: 1, Arrived: t0.Add(time.Duration(ms) * time.Millisecond), Deadline: t0.Add(time.Minute)})
+	}
+	if o, ok := q.Oldest(); !ok || !o.Equal(t0.Add(10*time.Millisecond)) {
+		t.Fatalf("Oldest = %v, %v", o, ok)
+	}
+	var ids []uint64
+	for _, w := range q.ExpireArrived(t0.Add(30 * time.Millisecond)) {
+		ids = append(ids, w.ID)
+	}
+	if fmt.Sprint(ids) != "[2 4 1]" || q.Len() != 1 {
+		t.Fatalf("expired %v (left %d), want [2 4 1] oldest first, 1 left", ids, q.Len())
 	}
 }
 

@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -353,6 +356,90 @@ func TestReadTrace(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		} else if name != "empty" && !strings.Contains(err.Error(), "line") {
 			t.Errorf("%s: %v does not name the line", name, err)
+		}
+	}
+}
+
+// TestPhaseResults: outcomes are counted by phase and tenant, refusals by
+// kind, TTFT over the answered ones only, in simulated time.
+func TestPhaseResults(t *testing.T) {
+	phases := []Phase{{Name: "a", Load: map[string]float64{"x": 1}}, {Name: "b", Load: map[string]float64{"y": 2, "x": 1}}}
+	ok := func(step int, tenant string, ms int) Outcome {
+		return Outcome{Step: step, Tenant: tenant, Status: 200, TTFT: time.Duration(ms) * time.Millisecond}
+	}
+	fail := func(step int, tenant string, status int, retry bool) Outcome {
+		return Outcome{Step: step, Tenant: tenant, Status: status, RetryAfter: retry, Err: errors.New("refused"), TTFT: time.Hour}
+	}
+	outs := []Outcome{ok(1, "x", 100), ok(1, "x", 300), fail(1, "x", 429, true),
+		ok(2, "x", 200), fail(2, "y", 429, false), fail(2, "y", 503, false), fail(2, "y", 0, false), ok(2, "y", 50)}
+	got := phaseResults(outs, phases, 0.5) // wall time is half the simulated
+	want := []PhaseResult{
+		{Phase: "a", Tenant: "x", Load: 1, Requests: 3, OK: 2, Shed: 1, ShedWithRetryAfter: 1},
+		{Phase: "b", Tenant: "x", Load: 1, Requests: 1, OK: 1},
+		{Phase: "b", Tenant: "y", Load: 2, Requests: 4, OK: 1, Shed: 1, ServerErrors: 1, OtherErrors: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		g := got[i]
+		g.TTFT = Quantiles{}
+		if g != want[i] {
+			t.Errorf("row %d: %+v, want %+v", i, g, want[i])
+		}
+	}
+	if got[0].TTFT.P99 < 590 || got[0].TTFT.P99 > 600 || got[1].TTFT.P50 != 400 {
+		t.Errorf("TTFT in simulated ms: %+v, %+v", got[0].TTFT, got[1].TTFT)
+	}
+}
+
+// TestPhasedPlan: the overload and tenants scenarios send what they
+// say, tenants named, at the rates asked, with no client retries.
+func TestPhasedPlan(t *testing.T) {
+	var mu sync.Mutex
+	var got []struct {
+		tenant string
+		body   map[string]any
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		got = append(got, struct {
+			tenant string
+			body   map[string]any
+		}{r.Header.Get("X-Kvroute-Tenant"), body})
+		mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, `{"error":{"message":"busy","type":"rate_limit_exceeded"}}`, http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL)
+	c.TimeScale = 0.05 // 20× faster: 4.5 s of wall time
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	outs, err := Tenants().Run(ctx, c, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Capacity 2 engines × 10,000 tokens/s ÷ 2,000 = 10 requests/s: light
+	// 2.5/s for 90 s (225), heavy 25/s for 60 s (1,500).
+	n := map[string]int{}
+	for _, o := range outs {
+		if o.Status != http.StatusTooManyRequests || !o.RetryAfter || o.Err == nil {
+			t.Fatalf("outcome %+v: want the 429 with Retry-After as it came", o)
+		}
+		n[o.Tenant]++
+	}
+	if n["light"] < 180 || n["light"] > 270 || n["heavy"] < 1380 || n["heavy"] > 1620 {
+		t.Fatalf("requests by tenant %v, want ≈ 225 light and 1,500 heavy", n)
+	}
+	if len(got) != len(outs) {
+		t.Fatalf("the server saw %d requests, the client sent %d: a retry", len(got), len(outs))
+	}
+	for _, g := range got[:10] {
+		if g.body["cache_salt"] != "salt-"+g.tenant || g.body["stream"] != true {
+			t.Fatalf("request of %s: %v", g.tenant, g.body)
 		}
 	}
 }

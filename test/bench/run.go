@@ -102,6 +102,9 @@ type PolicyResult struct {
 	// Steps are the figures per load step, for scenarios that step their
 	// load (shared-prefix's QPS).
 	Steps []StepResult `json:"steps,omitempty"`
+	// Phases are the figures per phase and tenant, for the phased
+	// scenarios (overload, tenants).
+	Phases []PhaseResult `json:"phases,omitempty"`
 	// Resources are the pickers' and sidecars' memory and goroutines over
 	// the run (soak figures).
 	Resources *ResourceReport `json:"resources,omitempty"`
@@ -315,7 +318,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		client := NewClient(f.PickerURL())
-		client.TimeScale, client.MaxModelLen = o.TimeScale, f.MaxModelLen()
+		client.TimeScale, client.MaxModelLen, client.Engines = o.TimeScale, f.MaxModelLen(), o.Engines
 		var done atomic.Int64
 		if o.Progress != nil {
 			client.done = func() { o.Progress(string(p), int(done.Add(1))) }
@@ -364,6 +367,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		if st, ok := o.Scenario.(stepped); ok {
 			qps, each := st.Steps()
 			pr.Steps = steps(outcomes, qps, each, scale)
+		}
+		if ph, ok := o.Scenario.(phased); ok {
+			pr.Phases = phaseResults(outcomes, ph.PhaseList(), scale)
 		}
 		pr.PickOverheadUs = stats.Overhead
 		pr.Decisions, pr.Outcomes = map[string]int{}, map[string]int{}
@@ -754,6 +760,7 @@ func Table(r *Results) string {
 			}
 		}
 	}
+	b.WriteString(phaseTable(r))
 	b.WriteString(peerTable(r))
 	b.WriteString(faultsTable(r))
 	b.WriteString(resourcesTable(r))

@@ -36,7 +36,13 @@ type Outcome struct {
 	Step int
 	// Picker is the picker the request was sent to (its base URL): the
 	// last one tried, when a refused connection was retried on another.
-	Picker       string
+	Picker string
+	// Tenant is sent as x-kvroute-tenant when set.
+	Tenant string
+	// Status is the answer's HTTP status (0: none came); RetryAfter
+	// whether a refusal carried Retry-After.
+	Status       int
+	RetryAfter   bool
 	PromptTokens int
 	CachedTokens int
 	TTFT         time.Duration // to the first streamed output
@@ -74,6 +80,8 @@ type Client struct {
 	TimeScale float64
 	// MaxModelLen is the engines' context length in tokens.
 	MaxModelLen int
+	// Engines is the fleet's engines (0: the scenario's own figure).
+	Engines int
 
 	slots chan struct{} // bounds the requests in flight
 
@@ -199,6 +207,7 @@ func (c *Client) stream(ctx context.Context, o *Outcome, event func(data string)
 	}
 	defer resp.Body.Close()
 	o.Endpoint = resp.Header.Get("X-Kvroute-Endpoint")
+	o.Status, o.RetryAfter = resp.StatusCode, resp.Header.Get("Retry-After") != ""
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		o.Err = openai.NewStatusError("", resp.StatusCode, msg)
@@ -242,6 +251,9 @@ func (c *Client) send(ctx context.Context, o *Outcome) (*http.Response, error) {
 			return nil, err
 		}
 		req.Header.Set("Content-Type", "application/json")
+		if o.Tenant != "" {
+			req.Header.Set("X-Kvroute-Tenant", o.Tenant)
+		}
 		resp, err := c.hc.Do(req)
 		if err != nil && try < tries && errors.Is(err, syscall.ECONNREFUSED) {
 			c.pool.refused.Add(1)
@@ -364,13 +376,24 @@ func (c *Client) Completions(ctx context.Context, body map[string]any) Outcome {
 	return c.CompletionsRaw(ctx, b)
 }
 
+// CompletionsAs is Completions for tenant (x-kvroute-tenant).
+func (c *Client) CompletionsAs(ctx context.Context, tenant string, body map[string]any) Outcome {
+	body["stream"] = true
+	body["stream_options"] = map[string]any{"include_usage": true}
+	b, _ := json.Marshal(body)
+	return c.completions(ctx, Outcome{Path: "/v1/completions", Body: b, Tenant: tenant})
+}
+
 // CompletionsRaw sends b, an encoded streaming completion request that
 // asks for usage, and returns the outcome.
 func (c *Client) CompletionsRaw(ctx context.Context, b []byte) Outcome {
+	return c.completions(ctx, Outcome{Path: "/v1/completions", Body: b})
+}
+
+func (c *Client) completions(ctx context.Context, o Outcome) Outcome {
 	if c.done != nil {
 		defer c.done()
 	}
-	o := Outcome{Path: "/v1/completions", Body: b}
 	c.stream(ctx, &o, func(data string) {
 		var ch struct {
 			Choices []struct {
