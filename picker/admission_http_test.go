@@ -59,7 +59,7 @@ func postAsync(ctx context.Context, url, body string, hdr map[string]string) cha
 func TestAdmissionOverHTTP(t *testing.T) {
 	cfg := picker.DefaultConfig()
 	cfg.Admission.MaxWaiting, cfg.Admission.MaxKVUsage, cfg.Admission.MaxPrefillTokens = 0, 0, 1 // any prefill in flight saturates
-	cfg.Admission.QueueSize, cfg.Admission.StandingTimeout = 1, 0 // the waiters outwait the first request's prefill
+	cfg.Admission.QueueSize, cfg.Admission.StandingTimeout = 1, 0                                // the waiters outwait the first request's prefill
 	f := startFleetWith(t, 1, cfg, "", func(c *enginesim.Config) {
 		c.Sim.TimeScale, c.Sim.PrefillTokensPerSecond = 1, 200 // a prompt of ~300 tokens takes ~1.5 s to its first token
 	})
