@@ -40,6 +40,9 @@ type Facts struct {
 	// Probes are, model by model (the order of Groups), the chat,
 	// completion and Responses probes.
 	Probes []ProbeFacts
+	// Admission are the model groups the picker holds admission state
+	// for (saturated, or with requests waiting).
+	Admission []Admission
 	// Lags are, model by model, the lag probes of the endpoints the picker
 	// routes the model to (an endpoint in another identity group of the
 	// model gets no routing, so no lag to measure: its identity checks say
@@ -77,6 +80,9 @@ func Judge(f Facts, lim Limits) Report {
 	r.Groups, r.Checks = Consistency(f.Fleet, lim.MaxStale)
 	for _, rf := range f.Refused {
 		r.Checks = append(r.Checks, Refused(rf.Endpoint, rf.Reason, rf.SummaryParams))
+	}
+	for _, a := range f.Admission {
+		r.Checks = append(r.Checks, JudgeAdmission(a))
 	}
 	for _, e := range f.Endpoints {
 		r.Checks = append(r.Checks, JudgeSidecar(e.Sidecar), JudgeStream(e.Stream), JudgeCachedDetails(e.Details))

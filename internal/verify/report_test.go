@@ -86,6 +86,16 @@ func TestJudge(t *testing.T) {
 	if got := failures(r.Checks); strings.Join(got, "|") != "http://10.0.0.2:8000 sidecar stream|http://10.0.0.2:8000 probe lag" {
 		t.Fatalf("failed %q", got)
 	}
+	// A saturated model fails admission; one with waiters only passes.
+	f.Endpoints[1].Stream.State, f.Endpoints[1].Stream.Reason = StreamLive, ""
+	f.Admission = []Admission{{Model: "m1", Saturated: true, Waiting: 12}, {Model: "m2", Waiting: 1}}
+	r = Judge(f, DefaultLimits())
+	if got := failures(r.Checks); strings.Join(got, "|") != "m1 admission" {
+		t.Fatalf("failed %q", got)
+	}
+	if c := JudgeAdmission(f.Admission[0]); !strings.Contains(c.Detail, "12 requests wait") || !strings.Contains(c.Detail, "429") {
+		t.Fatalf("detail %q", c.Detail)
+	}
 }
 
 // TestReportJSON pins kvroute verify --json: its field names and order.

@@ -114,6 +114,17 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 			f.Refused = append(f.Refused, rf)
 		}
 	}
+	var adm struct {
+		Models []verify.Admission `json:"models"`
+	}
+	if err := c.getJSON(ctx, c.picker+"/debug/admission", &adm); err != nil {
+		return verify.Facts{}, fmt.Errorf("the picker's admission state: %w", err)
+	}
+	for _, a := range adm.Models {
+		if c.model == "" || a.Model == c.model {
+			f.Admission = append(f.Admission, a)
+		}
+	}
 	served := map[string]bool{} // endpoints whose engines answered verify directly
 	for _, e := range f.Fleet {
 		ef := verify.EndpointFacts{Sidecar: c.sidecar(ctx, e), Details: c.details(ctx, e)}
