@@ -40,6 +40,18 @@
 //     an engine's read error is also reported to passive ejection. A
 //     handler wrapping the proxy must let that panic through.
 //   - A client's leaving cancels its request to the engine, which aborts it.
+//   - Admission (admission.go, the core in picker/admit): a proxied
+//     request, once prepared, passes admission on its first attempt. While
+//     every routable endpoint of its model group is saturated (Config.
+//     Admission), it waits in the group's bounded queue under its
+//     fairness key (Config.FairnessHeader, else its cache_salt, else one
+//     shared key) and PriorityHeader, released one at a time as the group
+//     gets room (the next once the last one's pick is recorded), or is
+//     refused: 429 rate_limit_exceeded with Retry-After (queue_full,
+//     queue_displaced, queue_timeout), 503 only for no endpoint. A waiter
+//     whose client left leaves the queue; at shutdown the waiters get 503.
+//     The decision API and the endpoint picker answer at once (the
+//     endpoint picker's own shedding is PickOptions.ShedWaiting).
 //   - Every refusal is an OpenAI error body ({"error": {message, type,
 //     param, code}}): unrouted paths 404, wrong methods 405 with Allow,
 //     bodies over MaxBodyBytes 413 after a bounded drain of the rest.
