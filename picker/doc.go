@@ -50,8 +50,10 @@
 //     refused: 429 rate_limit_exceeded with Retry-After (queue_full,
 //     queue_displaced, queue_timeout), 503 only for no endpoint. A waiter
 //     whose client left leaves the queue; at shutdown the waiters get 503.
-//     The decision API and the endpoint picker answer at once (the
-//     endpoint picker's own shedding is PickOptions.ShedWaiting).
+//     The endpoint picker passes admission the same way (its request
+//     headers give the fairness key and priority; a refusal is an
+//     immediate response with Retry-After); the decision API answers at
+//     once.
 //   - Every refusal is an OpenAI error body ({"error": {message, type,
 //     param, code}}): unrouted paths 404, wrong methods 405 with Allow,
 //     bodies over MaxBodyBytes 413 after a bounded drain of the rest.

@@ -139,6 +139,9 @@ type eppExchange struct {
 	subset []string // the gateway's subset hint, when it gave one
 	// cacheOff: the request sent X-KVRoute-Cache: off (no prefix hash).
 	cacheOff bool
+	// fair are the request's admission headers (the fairness header and
+	// PriorityHeader), as received.
+	fair http.Header
 	hinted   bool
 	result   string // the request's result, counted once at the end
 
@@ -263,8 +266,14 @@ func (x *eppExchange) take(req *extprocv3.ProcessingRequest) (extproc.Event, err
 			return extproc.Event{}, err
 		}
 		for _, h := range v.RequestHeaders.GetHeaders().GetHeaders() {
-			if strings.EqualFold(h.GetKey(), "x-kvroute-cache") {
+			switch k := h.GetKey(); {
+			case strings.EqualFold(k, "x-kvroute-cache"):
 				x.cacheOff = strings.EqualFold(strings.TrimSpace(string(h.GetRawValue())+h.GetValue()), "off")
+			case strings.EqualFold(k, x.s.r.cfg.FairnessHeader), strings.EqualFold(k, PriorityHeader):
+				if x.fair == nil {
+					x.fair = http.Header{}
+				}
+				x.fair.Add(k, string(h.GetRawValue())+h.GetValue())
 			}
 		}
 		return extproc.Event{Kind: extproc.RequestHeaders, EndOfStream: v.RequestHeaders.GetEndOfStream()}, nil
@@ -325,7 +334,11 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 	refuse := func(result string, err error) ([]extproc.Reply, error) {
 		x.result = result
 		st, body := errorBody(err)
-		return x.flow.Refuse(st, body)
+		out, ferr := x.flow.Refuse(st, body)
+		if len(out) == 1 {
+			out[0].RetryAfter = retryAfterOf(err)
+		}
+		return out, ferr
 	}
 	notReady := &intake.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "no_healthy_endpoint",
 		Message: "No endpoint is ready right now."}
@@ -344,8 +357,13 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 			return refuse(eppNoEndpoint, notReady)
 		}
 	} else {
-		var err error
-		p, err = r.Pick(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff})
+		fair, err := fairnessOf(x.fair, r.cfg.FairnessHeader)
+		if err != nil {
+			r.m.refused.WithLabelValues("bad_request").Inc()
+			return refuse(eppRefused, err)
+		}
+		p, err = r.Pick(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff,
+			Admit: true, Fairness: fair})
 		var ie *intake.Error
 		switch {
 		case err == nil:
@@ -492,6 +510,10 @@ func eppResponse(rep extproc.Reply, decision []*corev3.HeaderValueOption) *extpr
 			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 				{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
 			Body: rep.Body, Details: "kvroute_picker_refused"}}
+		if rep.RetryAfter != "" {
+			h := out.GetImmediateResponse().Headers
+			h.SetHeaders = append(h.SetHeaders, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(rep.RetryAfter)}})
+		}
 		return out
 	}
 	common := &extprocv3.CommonResponse{ClearRouteCache: rep.ClearRouteCache}

@@ -666,16 +666,14 @@ func TestEPPBodilessRequest(t *testing.T) {
 // is refused with 429 once every endpoint has a request waiting (the
 // engines run one at a time); with shedding off (the default), the same
 // fleet still gets a destination.
-func TestEPPShedsWhenSaturated(t *testing.T) {
-	f := startFleetWith(t, 2, picker.DefaultConfig(), "", func(c *enginesim.Config) {
-		c.MaxNumSeqs, c.Sim.TimeScale = 1, 1 // one request at a time, in real time: the next waits
-	})
-	shed := extproc.DefaultConfig()
-	shed.ShedWaiting = 1
-	shedding, open := serveEPP(t, f.router, shed), serveEPP(t, f.router, extproc.DefaultConfig())
+// keepBusy sends each engine of f two long requests, directly, until the
+// test ends, and waits until every sidecar reports one waiting (the
+// engines run one request at a time).
+func keepBusy(t *testing.T, f *fleet) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	long := `{"model":"Qwen/Qwen3-0.6B","prompt":"Keep going.","max_tokens":2000,"ignore_eos":true}`
 	for _, e := range f.engines {
 		for range 2 {
@@ -696,14 +694,69 @@ func TestEPPShedsWhenSaturated(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// retryAfter is an immediate response's Retry-After header.
+func retryAfter(m *extprocv3.ProcessingResponse) string {
+	for _, h := range m.GetImmediateResponse().GetHeaders().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "retry-after" {
+			return string(h.GetHeader().GetRawValue())
+		}
+	}
+	return ""
+}
+
+// TestEPPAdmission: the endpoint picker passes admission as the proxy
+// does: with every endpoint saturated (one waiting, at
+// --saturation-waiting 1) and no queue room, the gateway gets 429
+// queue_full with Retry-After, counted by the request's tenant; a bad
+// priority header is a 400.
+func TestEPPAdmission(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.Admission.MaxWaiting, cfg.Admission.QueueSize = 1, 0
+	f := startFleetWith(t, 2, cfg, "", func(c *enginesim.Config) {
+		c.MaxNumSeqs, c.Sim.TimeScale = 1, 1
+	})
+	srv := serveEPP(t, f.router, extproc.DefaultConfig())
+	keepBusy(t, f)
+	g := openGateway(t, srv, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+	g.extra = []*corev3.HeaderValue{header("x-kvroute-tenant", "acme")}
+	_, refused := g.sendRequest([]byte(chatBody("adm", "Room?")), nil)
+	if refused == nil {
+		t.Fatal("admitted to a saturated fleet with no queue")
+	}
+	if code, ecode := immediate(t, refused); code != 429 || ecode != "queue_full" || retryAfter(refused) == "" {
+		t.Fatalf("%d %s, Retry-After %q", code, ecode, retryAfter(refused))
+	}
+	g.end()
+	if n := gauge(t, f.reg, "kvroute_picker_admission_total", "fairness_key", "tenant:acme"); n != 1 {
+		t.Fatalf("admission_total{tenant:acme} = %v", n)
+	}
+	g = openGateway(t, srv, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+	g.extra = []*corev3.HeaderValue{header("x-kvroute-priority", "soon")}
+	_, refused = g.sendRequest([]byte(chatBody("adm", "Room?")), nil)
+	if code, ecode := immediate(t, refused); code != 400 || ecode != "invalid_priority" {
+		t.Fatalf("bad priority: %d %s", code, ecode)
+	}
+	g.end()
+}
+
+func TestEPPShedsWhenSaturated(t *testing.T) {
+	f := startFleetWith(t, 2, picker.DefaultConfig(), "", func(c *enginesim.Config) {
+		c.MaxNumSeqs, c.Sim.TimeScale = 1, 1 // one request at a time, in real time: the next waits
+	})
+	shed := extproc.DefaultConfig()
+	shed.ShedWaiting = 1
+	shedding, open := serveEPP(t, f.router, shed), serveEPP(t, f.router, extproc.DefaultConfig())
+	keepBusy(t, f)
 	body := []byte(chatBody("shed", "Are you busy?"))
 	g := openGateway(t, shedding, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 	_, refused := g.sendRequest(body, nil)
 	if refused == nil {
 		t.Fatal("not shed")
 	}
-	if code, ecode := immediate(t, refused); code != 429 || ecode != "overloaded" {
-		t.Fatalf("%d %s", code, ecode)
+	if code, ecode := immediate(t, refused); code != 429 || ecode != "overloaded" || retryAfter(refused) == "" {
+		t.Fatalf("%d %s, Retry-After %q", code, ecode, retryAfter(refused))
 	}
 	g.end()
 	if n := gauge(t, f.reg, "kvroute_picker_extproc_requests_total", "result", "shed"); n != 1 {

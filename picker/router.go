@@ -494,7 +494,7 @@ func (r *Router) servedBy(p *Pick, k int) {
 
 // overloaded sheds a request (PickOptions.ShedWaiting).
 func overloaded(model string, waiting float64) *intake.Error {
-	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "overloaded",
+	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "overloaded", RetryAfter: time.Second,
 		Message: fmt.Sprintf("Every endpoint serving the model %q has at least %v requests waiting; try again later.", model, waiting)}
 }
 

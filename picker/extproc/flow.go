@@ -68,9 +68,11 @@ type Reply struct {
 	// ModeOverride, when set, asks the gateway to send the request body
 	// in this mode from now on (mode_override).
 	ModeOverride Mode
-	// Status and Body are an immediate response's.
-	Status int
-	Body   []byte
+	// Status and Body are an immediate response's; RetryAfter, when
+	// set, its Retry-After header.
+	Status     int
+	Body       []byte
+	RetryAfter string
 }
 
 // Step is what the flow made of an event.
