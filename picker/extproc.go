@@ -141,9 +141,9 @@ type eppExchange struct {
 	cacheOff bool
 	// fair are the request's admission headers (the fairness header and
 	// PriorityHeader), as received.
-	fair http.Header
-	hinted   bool
-	result   string // the request's result, counted once at the end
+	fair   http.Header
+	hinted bool
+	result string // the request's result, counted once at the end
 
 	pick     *Pick
 	route    []string // the destination list sent: the pick's address, then its fallbacks'
