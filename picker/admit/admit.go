@@ -248,56 +248,46 @@ func (q *Queue) Remove(id uint64) bool {
 // Expire takes out and returns the waiters whose deadline is not after
 // now, earliest deadline first.
 func (q *Queue) Expire(now time.Time) []Waiter {
-	var out []Waiter
-	q.each(func(w Waiter) {
-		if !w.Deadline.After(now) {
-			out = append(out, w)
-		}
-	})
-	slices.SortFunc(out, func(a, b Waiter) int {
-		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
-	})
-	for _, w := range out {
-		q.Remove(w.ID)
-	}
-	return out
+	return q.takeBy(deadlineOf, now)
 }
 
 // ExpireArrived takes out and returns the waiters that arrived at or
 // before cutoff, oldest first.
 func (q *Queue) ExpireArrived(cutoff time.Time) []Waiter {
+	return q.takeBy(arrivalOf, cutoff)
+}
+
+// NextDeadline is the earliest deadline among the waiters.
+func (q *Queue) NextDeadline() (time.Time, bool) { return q.earliest(deadlineOf) }
+
+// Oldest is the earliest arrival among the waiters.
+func (q *Queue) Oldest() (time.Time, bool) { return q.earliest(arrivalOf) }
+
+func deadlineOf(w Waiter) time.Time { return w.Deadline }
+func arrivalOf(w Waiter) time.Time  { return w.Arrived }
+
+// takeBy takes out and returns the waiters whose time (by at) is not
+// after t, earliest first.
+func (q *Queue) takeBy(at func(Waiter) time.Time, t time.Time) []Waiter {
 	var out []Waiter
 	q.each(func(w Waiter) {
-		if !w.Arrived.After(cutoff) {
+		if !at(w).After(t) {
 			out = append(out, w)
 		}
 	})
-	slices.SortFunc(out, func(a, b Waiter) int {
-		return cmp.Or(a.Arrived.Compare(b.Arrived), cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(out, func(a, b Waiter) int { return cmp.Or(at(a).Compare(at(b)), cmp.Compare(a.ID, b.ID)) })
 	for _, w := range out {
 		q.Remove(w.ID)
 	}
 	return out
 }
 
-// Oldest is the earliest arrival among the waiters.
-func (q *Queue) Oldest() (time.Time, bool) {
+// earliest is the least time (by at) among the waiters.
+func (q *Queue) earliest(at func(Waiter) time.Time) (time.Time, bool) {
 	var t time.Time
 	q.each(func(w Waiter) {
-		if t.IsZero() || w.Arrived.Before(t) {
-			t = w.Arrived
-		}
-	})
-	return t, !t.IsZero()
-}
-
-// NextDeadline is the earliest deadline among the waiters.
-func (q *Queue) NextDeadline() (time.Time, bool) {
-	var t time.Time
-	q.each(func(w Waiter) {
-		if t.IsZero() || w.Deadline.Before(t) {
-			t = w.Deadline
+		if t.IsZero() || at(w).Before(t) {
+			t = at(w)
 		}
 	})
 	return t, !t.IsZero()
