@@ -386,12 +386,34 @@ func (b *band) pop() Waiter {
 	return e.w
 }
 
-// take releases waiter id of f, not its head (newest first): the virtual
-// time moves to the flow's head start tag, as if the head went, and the
-// waiter's cost leaves the flow.
+// take releases waiter id of f, not its head (newest first), charging
+// the flow as a release of its head would: the virtual time moves to the
+// head's start tag, and the waiters left take the next slots from there
+// on, the first starting where the released waiter's cost ends. (Taking
+// the waiter out as remove does would leave the flow's head tag where it
+// was, and a flow served newest first would hold the virtual time still
+// and starve every other key.)
 func (b *band) take(f *flow, id uint64) {
-	b.vtime = max(b.vtime, f.items[0].start)
-	b.remove(f, id)
+	i := slices.IndexFunc(f.items, func(e entry) bool { return e.w.ID == id })
+	if i < 0 {
+		return
+	}
+	s0 := f.items[0].start
+	b.vtime = max(b.vtime, s0)
+	next := s0 + costOf(f.items[i].w)
+	f.items = append(f.items[:i:i], f.items[i+1:]...)
+	for j := range f.items {
+		f.items[j].start = next
+		next += costOf(f.items[j].w)
+	}
+	f.finish = max(next, b.vtime)
+	if len(f.items) == 0 {
+		heap.Remove(&b.heads, f.index)
+	} else {
+		heap.Fix(&b.heads, f.index)
+	}
+	b.n--
+	b.forget()
 }
 
 // remove takes waiter id out of f: the waiters behind it in f move ahead

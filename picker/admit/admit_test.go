@@ -221,6 +221,44 @@ func TestIdleKeyHasNoCredit(t *testing.T) {
 	}
 }
 
+// TestLIFOKeepsFairness: a heavy key served newest first (its backlog
+// stands) still advances the virtual time, so a light key arriving now
+// and then goes within a release or two each time, and the heavy key's
+// backlog is not starved either.
+func TestLIFOKeepsFairness(t *testing.T) {
+	q := NewQueue(1<<12, 250*time.Millisecond)
+	id := uint64(0)
+	add := func(key string, at time.Time) {
+		id++
+		push(t, q, Waiter{ID: id, Key: key, Cost: 2000, Arrived: at, Deadline: at.Add(time.Hour)})
+	}
+	for i := 0; i < 200; i++ {
+		add("heavy", t0)
+	}
+	now := t0.Add(10 * time.Second) // the heavy backlog stands: LIFO
+	for round := 0; round < 20; round++ {
+		add("light", now)
+		for i := 0; i < 3; i++ { // heavy keeps arriving at ten times the rate
+			add("heavy", now)
+		}
+		waited := 0
+		for {
+			w, ok := q.Pop(now)
+			if !ok {
+				t.Fatal("the queue emptied")
+			}
+			waited++
+			if w.Key == "light" {
+				break
+			}
+			if waited > 2 {
+				t.Fatalf("round %d: the light key waited behind %d heavy releases", round, waited-1)
+			}
+		}
+		now = now.Add(100 * time.Millisecond)
+	}
+}
+
 func TestFullQueue(t *testing.T) {
 	w := func(id uint64, key string, prio int) Waiter {
 		return Waiter{ID: id, Key: key, Priority: prio, Cost: 1, Deadline: t0.Add(time.Minute)}
