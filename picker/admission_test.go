@@ -233,25 +233,41 @@ func TestAdmissionRefusals(t *testing.T) {
 }
 
 // TestAdmissionStanding: once the queue has stood for the standing
-// timeout, who waited longer is shed; a waiter in a short burst is not.
+// timeout, the waiters that waited longer of a key ahead of its share are
+// shed; a key with one waiter waits on for its turn; a waiter of a short
+// burst is not shed.
 func TestAdmissionStanding(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := admit.DefaultConfig() // LIFO after 250 ms, standing timeout 1 s, queue timeout 5 s
 		a, fl, _, _ := testAdmission(t, cfg)
 		fl.set(true)
 		start := time.Now()
-		w := enterAsync(a, t.Context(), Fairness{}, "", 10)
-		r := <-w
+		var heavy []chan admitResult
+		for range 3 {
+			heavy = append(heavy, enterAsync(a, t.Context(), Fairness{Tenant: "heavy"}, "", 10))
+		}
+		light := enterAsync(a, t.Context(), Fairness{Tenant: "light"}, "", 10)
 		var ie *intake.Error
-		if !errors.As(r.err, &ie) || ie.Code != "queue_timeout" {
-			t.Fatalf("a waiter in a standing queue got %v, want 429 queue_timeout", r.err)
+		for i, ch := range heavy {
+			r := <-ch
+			if !errors.As(r.err, &ie) || ie.Code != "queue_timeout" {
+				t.Fatalf("heavy waiter %d in a standing queue got %v, want 429 queue_timeout", i, r.err)
+			}
 		}
 		// Standing from 250 ms, for 1 s: shed at 1.25 s, long before 5 s.
 		if d := time.Since(start); d < 1250*time.Millisecond || d > 1250*time.Millisecond+2*admitTick {
 			t.Fatalf("shed after %v, want about 1.25 s", d)
 		}
+		time.Sleep(time.Second)
+		fl.set(false) // room, before light's deadline: light was spared
+		if r := <-light; r.err != nil {
+			t.Fatalf("the light key's one waiter: %v", r.err)
+		} else {
+			r.leave()
+		}
 		// A burst: room comes within the standing timeout, the waiter goes.
-		w = enterAsync(a, t.Context(), Fairness{}, "", 10)
+		fl.set(true)
+		w := enterAsync(a, t.Context(), Fairness{}, "", 10)
 		time.Sleep(900 * time.Millisecond)
 		fl.set(false)
 		if r := <-w; r.err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvroute/kvroute/picker/admit"
 	"github.com/kvroute/kvroute/picker/score"
 	"github.com/kvroute/kvroute/test/bench"
 )
@@ -30,6 +31,7 @@ type benchFlags struct {
 	sequential, peers                        bool
 	duration, faultGap, faultWarmup          time.Duration
 	faults                                   string
+	prefillTokens                            float64
 }
 
 // scenario builds the named scenario from the flags.
@@ -201,6 +203,12 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 				}
 				o.LoadEpsilon = &b.epsilon
 			}
+			if cmd.Flags().Changed("saturation-prefill-tokens") {
+				if !(b.prefillTokens >= 0) {
+					return usageError(fmt.Errorf("--saturation-prefill-tokens %v: want a number of tokens, 0 to not check", b.prefillTokens))
+				}
+				o.SaturationPrefillTokens = &b.prefillTokens
+			}
 			return runBench(ctx, w, o, b.out)
 		},
 	}
@@ -216,6 +224,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
 	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
 	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")
+	f.Float64Var(&b.prefillTokens, "saturation-prefill-tokens", admit.DefaultConfig().MaxPrefillTokens, "the picker's admission limit on prefill tokens in flight per endpoint (as kvroute picker --saturation-prefill-tokens)")
 	f.Uint64Var(&b.seed, "seed", 1, "workload seed")
 	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
 	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
@@ -234,7 +243,7 @@ const faultsTimeScale = 0.5
 // runFaults runs --scenario faults.
 func (b *benchFlags) runFaults(cmd *cobra.Command) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon"} {
+	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon", "saturation-prefill-tokens"} {
 		if fl.Changed(name) {
 			return usageError(fmt.Errorf("--%s is not for --scenario faults", name))
 		}

@@ -252,9 +252,29 @@ func (q *Queue) Expire(now time.Time) []Waiter {
 }
 
 // ExpireArrived takes out and returns the waiters that arrived at or
-// before cutoff, oldest first.
+// before cutoff, oldest first, of keys ahead of their share: those whose
+// finish tag is more than their head waiter's cost past the band's
+// virtual time (a key with a single waiter, or one that just got its
+// turn, is spared: it waits for its turn, up to its deadline).
 func (q *Queue) ExpireArrived(cutoff time.Time) []Waiter {
-	return q.takeBy(arrivalOf, cutoff)
+	var out []Waiter
+	for _, b := range q.bands {
+		for _, f := range b.heads {
+			if f.finish-b.vtime <= costOf(f.items[0].w) {
+				continue
+			}
+			for _, e := range f.items {
+				if !e.w.Arrived.After(cutoff) {
+					out = append(out, e.w)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Waiter) int { return cmp.Or(a.Arrived.Compare(b.Arrived), cmp.Compare(a.ID, b.ID)) })
+	for _, w := range out {
+		q.Remove(w.ID)
+	}
+	return out
 }
 
 // NextDeadline is the earliest deadline among the waiters.

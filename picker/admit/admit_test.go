@@ -365,18 +365,20 @@ func TestExpire(t *testing.T) {
 
 func TestExpireArrived(t *testing.T) {
 	q := NewQueue(16, 0)
-	for i, ms := range []int{30, 10, 50, 20} {
-		push(t, q, Waiter{ID: uint64(i + 1), Key: fmt.Sprint("k", i%2), Cost: 1, Arrived: t0.Add(time.Duration(ms) * time.Millisecond), Deadline: t0.Add(time.Minute)})
+	at := func(id uint64, key string, ms int) Waiter {
+		return Waiter{ID: id, Key: key, Cost: 10, Arrived: t0.Add(time.Duration(ms) * time.Millisecond), Deadline: t0.Add(time.Minute)}
 	}
-	if o, ok := q.Oldest(); !ok || !o.Equal(t0.Add(10*time.Millisecond)) {
+	// heavy is ahead of its share (three waiters); light has one.
+	push(t, q, at(1, "heavy", 30), at(2, "heavy", 10), at(3, "light", 5), at(4, "heavy", 50))
+	if o, ok := q.Oldest(); !ok || !o.Equal(t0.Add(5*time.Millisecond)) {
 		t.Fatalf("Oldest = %v, %v", o, ok)
 	}
 	var ids []uint64
 	for _, w := range q.ExpireArrived(t0.Add(30 * time.Millisecond)) {
 		ids = append(ids, w.ID)
 	}
-	if fmt.Sprint(ids) != "[2 4 1]" || q.Len() != 1 {
-		t.Fatalf("expired %v (left %d), want [2 4 1] oldest first, 1 left", ids, q.Len())
+	if fmt.Sprint(ids) != "[2 1]" || q.Len() != 2 {
+		t.Fatalf("expired %v (left %d), want heavy's [2 1], oldest first; light spared", ids, q.Len())
 	}
 }
 

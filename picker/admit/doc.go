@@ -25,10 +25,12 @@
 //     not a burst), and the key's newest goes first, so that those
 //     released wait little and those that cannot be served expire
 //     (adaptive LIFO).
-//   - ExpireArrived takes out the waiters that arrived by a cutoff: the
-//     shell sheds with it, once the queue has stood for
-//     Config.StandingTimeout, those that waited longer (under sustained
-//     overload no released request has waited more).
+//   - ExpireArrived takes out the waiters that arrived by a cutoff, of
+//     keys ahead of their share (more than one waiter's cost past the
+//     virtual time): the shell sheds with it, once the queue has stood for
+//     Config.StandingTimeout, those that waited longer — under sustained
+//     overload no released request of a key over its share has waited
+//     more, and a key within its share waits for its turn.
 //   - Push into a full queue makes room with a waiter of the lowest band
 //     not above the newcomer's: the oldest of the key with the largest
 //     finish tag (the one furthest ahead of its share). When every waiter

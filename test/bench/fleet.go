@@ -35,6 +35,9 @@ type FleetConfig struct {
 	// LoadEpsilon, when set, is the picker's bounded-load factor ε
 	// (default the picker's, 0.25).
 	LoadEpsilon *float64
+	// SaturationPrefillTokens, when set, is the picker's admission limit
+	// on prefill tokens in flight per endpoint (default the picker's).
+	SaturationPrefillTokens *float64
 	// PolicySeed seeds a peer policy's random tie-breaks (the run's seed).
 	PolicySeed uint64
 }
@@ -151,6 +154,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	pcfg.Router.PolicySeed = cfg.PolicySeed
 	if cfg.LoadEpsilon != nil {
 		pcfg.Router.Score.Epsilon = *cfg.LoadEpsilon
+	}
+	if cfg.SaturationPrefillTokens != nil {
+		pcfg.Router.Admission.MaxPrefillTokens = *cfg.SaturationPrefillTokens
 	}
 	for i := 0; i < cfg.Engines; i++ {
 		ecfg := enginesim.DefaultConfig()

@@ -37,6 +37,9 @@ type Options struct {
 	Seed      uint64
 	// LoadEpsilon, when set, is the picker's bounded-load factor.
 	LoadEpsilon *float64
+	// SaturationPrefillTokens, when set, is the picker's admission limit
+	// on prefill tokens in flight per endpoint.
+	SaturationPrefillTokens *float64
 	// SampleEvery is the period of the per-engine timeline; default 250 ms
 	// of wall time, doubled as needed to keep ≤ 400 samples.
 	SampleEvery time.Duration
@@ -313,7 +316,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			mml = min(mml, (o.GPUBlocks-1)*16) // --gpu-blocks may shrink the cache
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
-			TimeScale: o.TimeScale, Policy: p, Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed})
+			TimeScale: o.TimeScale, Policy: p, Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed,
+			SaturationPrefillTokens: o.SaturationPrefillTokens})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
