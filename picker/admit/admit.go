@@ -23,10 +23,12 @@ type Config struct {
 	MaxKVUsage float64
 	// MaxPrefillTokens: an endpoint with at least this many uncached
 	// prompt tokens from this picker still before their first byte is
-	// saturated. Default 8,192: one step of vLLM's default
-	// max_num_batched_tokens, so the engine always has a full prefill step
-	// while later requests wait in the picker, where priority and
-	// fairness apply, instead of in the engine's queue.
+	// saturated. Default 2,048: one chunked-prefill step at vLLM's
+	// default --max-num-batched-tokens for its API server on GPUs under
+	// 70 GB (8,192 above), so the engine has its next step's work while
+	// later requests wait in the picker, where priority and fairness
+	// apply, instead of in the engine's queue. Higher trades TTFT and
+	// fairness for throughput (docs/benchmarks.md, issue 19).
 	MaxPrefillTokens float64
 	// QueueSize bounds the requests waiting per model group. Default 256.
 	QueueSize int
@@ -48,7 +50,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxWaiting: 5, MaxKVUsage: 0.95, MaxPrefillTokens: 8192, QueueSize: 256, QueueTimeout: 5 * time.Second,
+	return Config{MaxWaiting: 5, MaxKVUsage: 0.95, MaxPrefillTokens: 2048, QueueSize: 256, QueueTimeout: 5 * time.Second,
 		LIFOAfter: 250 * time.Millisecond, StandingTimeout: time.Second}
 }
 
