@@ -136,3 +136,31 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		t.Fatalf("a bad priority: %d %s", a.status, a.body)
 	}
 }
+
+// TestDecisionsDoNotSaturate: the decision API's picks, which the picker
+// never sees end, do not count as prefill in flight: after many long
+// decisions a proxied request is admitted at once.
+func TestDecisionsDoNotSaturate(t *testing.T) {
+	f := startFleet(t, 1, picker.DefaultConfig(), "")
+	ctx := withTimeout(t)
+	for i := range 10 {
+		body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"decision %d %s"}]}`, i, strings.Repeat("a long uncached prompt ", 200))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.api.URL+"/routing/v1/pick", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("decision %d: %s", i, resp.Status)
+		}
+	}
+	a := <-postAsync(ctx, f.api.URL, `{"model":"Qwen/Qwen3-0.6B","max_tokens":2,"messages":[{"role":"user","content":"after the decisions"}]}`, nil)
+	if a.err != nil || a.status != http.StatusOK {
+		t.Fatalf("a proxied request after the decisions: %d %s %v", a.status, a.body, a.err)
+	}
+	if v, _ := series(t, f.reg, "kvroute_picker_admission_total", map[string]string{"result": "admitted"}); v != 1 {
+		t.Fatalf("admitted at once: %v, want 1 (not queued)", v)
+	}
+}

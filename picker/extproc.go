@@ -363,7 +363,7 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 			return refuse(eppRefused, err)
 		}
 		p, err = r.Pick(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff,
-			Admit: true, Fairness: fair})
+			Admit: true, Fairness: fair, Carried: true})
 		var ie *intake.Error
 		switch {
 		case err == nil:

@@ -54,7 +54,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		opt := PickOptions{CacheOff: cacheOff(req.Header), Fairness: fair}
+		opt := PickOptions{CacheOff: cacheOff(req.Header), Fairness: fair, Carried: true}
 		var waited time.Duration
 		r.relay(w, req, kind, path, body, func(tried map[string]bool) (*Pick, error) {
 			opt.Exclude, opt.Admit = tried, len(tried) == 0 // admitted once

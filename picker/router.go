@@ -281,6 +281,12 @@ type PickOptions struct {
 	// saturated it waits in the queue under Fairness, or is refused.
 	Admit    bool
 	Fairness Fairness
+	// Carried: the picker carries the request to the engine and sees its
+	// first byte and its end (the proxy, the endpoint picker), so its
+	// uncached tokens count as prefill in flight until the first byte
+	// (admission's MaxPrefillTokens). A decision API pick is not: nothing
+	// would end it.
+	Carried bool
 }
 
 // Pick decides where a request of kind (intake.Any: told by its fields)
@@ -364,7 +370,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	}
 	r.mu.Lock()
 	pick.send = r.ledger.Record(d.Endpoint, d.Uncached, now)
-	if d.Uncached > 0 && r.prefill != nil {
+	if opt.Carried && d.Uncached > 0 && r.prefill != nil {
 		pick.prefill = d.Uncached
 		r.prefill[d.Endpoint] += d.Uncached
 	}
@@ -478,9 +484,10 @@ func (r *Router) servedBy(p *Pick, k int) {
 	f := p.fallbacks[k]
 	r.mu.Lock()
 	r.ledger.Done(p.Endpoint, p.send)
+	carried := p.prefill > 0 // before its first byte, as the gateway reports the fallback
 	r.prefillDoneLocked(p)
 	p.send = r.ledger.Record(f.endpoint, f.uncached, time.Now())
-	if f.uncached > 0 && r.prefill != nil {
+	if carried && f.uncached > 0 && r.prefill != nil {
 		p.prefill = f.uncached
 		r.prefill[f.endpoint] += f.uncached
 	}
