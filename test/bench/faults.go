@@ -744,9 +744,10 @@ func postJSON(ctx context.Context, url string, v any) error {
 	return nil
 }
 
-// getJSON decodes GET url's answer into out.
-func getJSON(ctx context.Context, url string, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+// getOK GETs url within timeout and hands a 200 answer's body to read;
+// another status is an error quoting the start of the body.
+func getOK(ctx context.Context, url string, timeout time.Duration, read func(io.Reader) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -758,30 +759,26 @@ func getJSON(ctx context.Context, url string, out any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %d", url, resp.StatusCode)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return read(resp.Body)
+}
+
+// getJSON decodes GET url's answer into out.
+func getJSON(ctx context.Context, url string, out any) error {
+	return getOK(ctx, url, 5*time.Second, func(r io.Reader) error { return json.NewDecoder(r).Decode(out) })
 }
 
 // scrapeCounter reads a metric family's samples from a Prometheus text
 // page, keyed by the value of label (the whole family summed under ""
 // when label is empty).
-func scrapeCounter(ctx context.Context, url, name, label string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %d", url, resp.StatusCode)
-	}
-	return parseFamily(resp.Body, name, label)
+func scrapeCounter(ctx context.Context, url, name, label string) (out map[string]float64, err error) {
+	err = getOK(ctx, url, 2*time.Second, func(r io.Reader) error {
+		out, err = parseFamily(r, name, label)
+		return err
+	})
+	return out, err
 }
 
 // parseFamily reads name's samples from Prometheus text exposition.

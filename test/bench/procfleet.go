@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -286,22 +285,7 @@ func startProcFleet(ctx context.Context, cfg procFleetConfig) (*procFleet, error
 
 // httpOK says whether GET url answers 200 within a second.
 func httpOK(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	return nil
+	return getOK(ctx, url, time.Second, func(io.Reader) error { return nil })
 }
 
 // await polls cond every 50 ms until it holds, ctx ends or d passes.
