@@ -52,6 +52,8 @@ func syntheticResults() *Results {
 				HitRateBefore: 0.8, HitRateAfter: 0.8, Outcomes: map[string]int{}}},
 		Timeline: FaultTimeline{Seconds: []float64{2.5, 42.5, 92.5, 122.5}, HitRate: []float64{0.1, 0.6, 0.8, 0.8}, Requests: []int{3, 10, 12, 15},
 			Router: []int{0, 0, 0, 0}, Unavoidable: []int{0, 1, 0, 0}}}
+	r.Policies["precise"].Phases = []PhaseResult{{Phase: "overload", Tenant: "t1", Load: 4, Requests: 100, OK: 30, Shed: 70, ShedWithRetryAfter: 70,
+		TTFT: Quantiles{P50: 600, P99: 1234}}}
 	r.Policies["precise"].Resources = &ResourceReport{Note: "synthetic samples", EverySeconds: 2, Components: []ComponentResource{
 		{Name: "picker-0", Kind: "picker", T: []float64{0, 2, 4}, RSSMiB: []float64{30, 31, 31}, Goroutines: []int{40, -1, 41}},
 		{Name: "sidecar-0", Kind: "sidecar", T: []float64{0, 2, 4}, RSSMiB: []float64{20, 20, 21}, Goroutines: []int{30, 30, 30}}}}
@@ -71,7 +73,8 @@ func TestReportContents(t *testing.T) {
 		`"hit_rate_over_time"`, "Against the best peer", "<td>dynamo: 70.0%</td>", "<td>0.64×</td>", "<td>1.25×</td>", "bucket bounds",
 		"≤ 250 µs / &gt; 1000000 µs", "<td>2.00×</td>", "requests in flight per engine",
 		"<b>0 failed by the router</b>", "<td>engine-sigkill</td>", "<td>1 of 1</td>", "<td>7 s</td>", "not back", "Rule: a failed request is unavoidable",
-		"Memory and goroutines over time", "synthetic samples", `"router_failed"`, `"unavoidable_failed"`, `"rss_mib"`} {
+		"Memory and goroutines over time", "synthetic samples", `"router_failed"`, `"unavoidable_failed"`, `"rss_mib"`,
+		"Phases: precise", "<td>overload</td><td>t1</td><td>4.00×</td><td>100</td><td>30</td><td>70</td>", "<td>1234 ms</td>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}
