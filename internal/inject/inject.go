@@ -393,6 +393,11 @@ func flagsOf(c *yaml.RNode) (flagList, error) {
 	if len(f) >= 2 && slices.Contains([]string{"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env"}, f[0]) && slices.Contains(f[1:], "-c") {
 		return nil, fmt.Errorf("container %s runs a shell script; inject cannot add flags to it: give vLLM's command and flags as lists, or add the sidecar by hand", name(c))
 	}
+	// A flag inject reads, last and without its value: the flags added
+	// after it would become its value.
+	if n := len(f); n > 0 && slices.Contains(slices.Concat([]string{"--port"}, kvEventsFlags, dpSizeFlags, dpRankFlags), f[n-1]) {
+		return nil, fmt.Errorf("container %s: its flags end with %s, which needs a value (%s=N or %s N)", name(c), f[n-1], f[n-1], f[n-1])
+	}
 	return f, nil
 }
 

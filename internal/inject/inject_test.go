@@ -141,6 +141,9 @@ func TestErrors(t *testing.T) {
 		{"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: [{name: vllm, args: --port}]}}}\n", Options{}, []string{"Deployment/x", "args is not a list"}},
 		{"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: [{name: vllm, args: [--port=http]}]}}}\n", Options{}, []string{"--port"}},
 		{"basic.yaml", Options{DataParallelSize: 101}, []string{"data-parallel size"}},
+		// Found by FuzzInject: the flags added would have become its value.
+		{deployment(`{name: vllm, args: ["000", --data-parallel-size]}`), Options{}, []string{"container vllm", "end with --data-parallel-size, which needs a value"}},
+		{deployment(`{name: vllm, args: [--port]}`), Options{}, []string{"end with --port"}},
 	} {
 		in := []byte(tc.in)
 		if strings.HasSuffix(tc.in, ".yaml") {
