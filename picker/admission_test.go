@@ -17,8 +17,18 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kvroute/kvroute/picker/admit"
+	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/intake"
 )
+
+// advance moves a synctest bubble's fake clock on by d (no real time
+// passes: the bubble's goroutines run until all are blocked, then its
+// clock jumps) and waits until every goroutine in the bubble is blocked
+// again, so what d brings about has happened.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
 
 // fakeLoads is a group's load the test sets: saturated or not.
 type fakeLoads struct {
@@ -32,7 +42,7 @@ func (f *fakeLoads) set(sat bool) {
 	f.mu.Unlock()
 }
 
-func (f *fakeLoads) load(string, time.Time) []admit.Load {
+func (f *fakeLoads) load(string, []fleet.Endpoint, time.Time) []admit.Load {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sat {
@@ -62,7 +72,7 @@ func testAdmission(t *testing.T, cfg admit.Config) (*admission, *fakeLoads, *pro
 func enterAsync(a *admission, ctx context.Context, f Fairness, salt string, cost float64) chan admitResult {
 	ch := make(chan admitResult, 1)
 	go func() {
-		leave, _, err := a.enter(ctx, "g", "m", f, salt, cost)
+		leave, _, err := a.enter(ctx, "g", "m", nil, f, salt, cost)
 		ch <- admitResult{leave, err}
 	}()
 	return ch
@@ -79,7 +89,7 @@ func code(err error) string {
 func TestAdmissionDirect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, _, reg, _ := testAdmission(t, admit.DefaultConfig())
-		leave, waited, err := a.enter(t.Context(), "g", "m", Fairness{}, "", 10)
+		leave, waited, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 10)
 		if err != nil || waited != 0 {
 			t.Fatalf("enter on an idle group: waited %v, %v", waited, err)
 		}
@@ -124,8 +134,7 @@ func TestAdmissionReleaseOrder(t *testing.T) {
 		fl.set(false)
 		var order []string
 		for i := 0; i < 3; i++ {
-			time.Sleep(admitTick)
-			synctest.Wait()
+			advance(admitTick)
 			var got []string
 			var leave func()
 			for name, ch := range map[string]chan admitResult{"heavy1": h1, "heavy2": h2, "light": light} {
@@ -142,8 +151,7 @@ func TestAdmissionReleaseOrder(t *testing.T) {
 				t.Fatalf("release %d: %v went together, want one at a time", i, got)
 			}
 			order = append(order, got[0])
-			time.Sleep(5 * admitTick) // its pick is being made: nobody else goes
-			synctest.Wait()
+			advance(5 * admitTick) // its pick is being made: nobody else goes
 			for _, ch := range []chan admitResult{h1, h2, light} {
 				if len(ch) > 0 {
 					t.Fatalf("release %d: another went before %s left", i, got[0])
@@ -203,7 +211,7 @@ func TestAdmissionRefusals(t *testing.T) {
 		second := enterAsync(a, t.Context(), Fairness{Priority: 1}, "", 10)
 		synctest.Wait()
 		// Full of a higher band: a newcomer is shed, with Retry-After.
-		_, _, err := a.enter(t.Context(), "g", "m", Fairness{}, "", 10)
+		_, _, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 10)
 		var ie *intake.Error
 		if !errors.As(err, &ie) || ie.Status != http.StatusTooManyRequests || ie.Type != "rate_limit_exceeded" || ie.Code != "queue_full" || ie.RetryAfter < time.Second {
 			t.Fatalf("full queue: %#v, want 429 rate_limit_exceeded queue_full with a Retry-After", err)
@@ -215,8 +223,7 @@ func TestAdmissionRefusals(t *testing.T) {
 			t.Fatalf("the oldest waiter got %v, want queue_displaced", r.err)
 		}
 		// The deadline passes: 429 queue_timeout.
-		time.Sleep(cfg.QueueTimeout + admitTick)
-		synctest.Wait()
+		advance(cfg.QueueTimeout + admitTick)
 		for name, ch := range map[string]chan admitResult{"second": second, "third": third} {
 			r := <-ch
 			if !errors.As(r.err, &ie) || ie.Code != "queue_timeout" || ie.Status != http.StatusTooManyRequests || ie.RetryAfter <= 0 {
@@ -258,7 +265,7 @@ func TestAdmissionStanding(t *testing.T) {
 		if d := time.Since(start); d < 1250*time.Millisecond || d > 1250*time.Millisecond+2*admitTick {
 			t.Fatalf("shed after %v, want about 1.25 s", d)
 		}
-		time.Sleep(time.Second)
+		advance(time.Second)
 		fl.set(false) // room, before light's deadline: light was spared
 		if r := <-light; r.err != nil {
 			t.Fatalf("the light key's one waiter: %v", r.err)
@@ -268,7 +275,7 @@ func TestAdmissionStanding(t *testing.T) {
 		// A burst: room comes within the standing timeout, the waiter goes.
 		fl.set(true)
 		w := enterAsync(a, t.Context(), Fairness{}, "", 10)
-		time.Sleep(900 * time.Millisecond)
+		advance(900 * time.Millisecond)
 		fl.set(false)
 		if r := <-w; r.err != nil {
 			t.Fatalf("a waiter of a burst: %v", r.err)
@@ -303,7 +310,7 @@ func TestAdmissionAbandonedAndStopped(t *testing.T) {
 		if !errors.As(r.err, &ie) || ie.Status != http.StatusServiceUnavailable || ie.Code != "shutting_down" {
 			t.Fatalf("a waiter at shutdown got %v, want 503 shutting_down", r.err)
 		}
-		if leave, _, err := a.enter(t.Context(), "g", "m", Fairness{}, "", 1); err != nil || leave == nil {
+		if leave, _, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 1); err != nil || leave == nil {
 			t.Fatalf("after close: %v, want admitted at once", err)
 		}
 	})

@@ -297,7 +297,7 @@ func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt Pi
 	var waited time.Duration
 	if err == nil && opt.Admit {
 		var leave func()
-		leave, waited, err = r.admit.enter(ctx, p.group, p.req.Model, opt.Fairness, p.req.CacheSalt, admissionCost(p, body))
+		leave, waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.eps, opt.Fairness, p.req.CacheSalt, admissionCost(p, body))
 		switch {
 		case err == nil:
 			defer leave() // once the pick is recorded, the next waiter may go
@@ -394,14 +394,17 @@ func clientGone() *intake.Error {
 	return &intake.Error{Status: 499, Type: "client_closed_request", Message: "The client closed the connection while the request waited."}
 }
 
-// admitLoads are group's routable endpoints' loads at now, as admission
+// admitLoads are group's routable endpoints (of eps; nil: the fleet
+// view's) loads at now, as admission
 // judges saturation: requests queued at the engine (its last reported
 // waiting, plus this picker's picks that report does not cover when the
 // engine was queuing or has not reported: picks an idle engine took run
 // at once), its reported KV cache usage, and this picker's prefill tokens
 // to it before their first byte.
-func (r *Router) admitLoads(group string, now time.Time) []admit.Load {
-	eps := r.groupEndpoints(group)
+func (r *Router) admitLoads(group string, eps []fleet.Endpoint, now time.Time) []admit.Load {
+	if eps == nil {
+		eps = r.groupEndpoints(group)
+	}
 	out := make([]admit.Load, 0, len(eps))
 	r.mu.Lock()
 	defer r.mu.Unlock()
