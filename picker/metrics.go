@@ -86,8 +86,23 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
 			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, m.eppRequests, m.eppServed, endpointsByGroup{r})
 	}
+	// Series the alerts and the dashboard divide by or watch for a first
+	// increase exist from the start, at 0.
+	for _, o := range outcomeLabels {
+		m.outcomes.WithLabelValues(o)
+	}
+	for _, k := range []string{"timeout", "refused", "error"} {
+		m.tokenizeErrors.WithLabelValues(k)
+	}
+	for _, c := range []string{"connect_error", "bad_status"} {
+		m.retries.WithLabelValues(c)
+	}
 	return m
 }
+
+// outcomeLabels are kvroute_picker_outcomes_total's outcomes.
+var outcomeLabels = []string{"as_predicted", "fewer_cached_than_predicted", "another_endpoint_held_more", "more_cached_than_predicted",
+	"load_only", "no_usage", "no_cached_details"}
 
 // latencyBuckets are the request latency buckets: 5 ms to 2 minutes.
 func latencyBuckets() []float64 {

@@ -1,6 +1,11 @@
 package sidecar
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/sidecar/sequence"
+)
 
 // metrics are the sidecar's series (kvroute_sidecar_*), labelled by the
 // endpoint (the rank's engine URL).
@@ -61,4 +66,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "1 once the sidecar announced a drain to its pickers (its engines are going away)."})
 	reg.MustRegister(m.lag, m.watchers, m.watchersCut, m.draining)
 	return m
+}
+
+// initEndpoint creates an endpoint's counters at 0, so the alerts and the
+// dashboard see a rate (and the first failure's increase) from the start.
+func (m *metrics) initEndpoint(label string) {
+	for _, t := range []kvevents.EventType{kvevents.TypeBlockStored, kvevents.TypeBlockRemoved, kvevents.TypeAllBlocksCleared} {
+		m.events.WithLabelValues(label, t.String())
+	}
+	for _, o := range []sequence.Outcome{sequence.OK, sequence.Incomplete, sequence.Failed} {
+		m.replays.WithLabelValues(label, o.String())
+	}
+	for _, c := range []*prometheus.CounterVec{m.malformed, m.gaps, m.restarts, m.unresolved, m.invalid, m.scrapeErrors} {
+		c.WithLabelValues(label)
+	}
+	m.partial.WithLabelValues(label)
 }

@@ -117,6 +117,7 @@ func (s *Sidecar) newEndpoint(ctx context.Context, hc *http.Client, r int) (*end
 	}
 	ep.identity.KeyFormat = blockkey.FormatV1
 	ep.identity.SummaryParams = cfg.Params().String()
+	s.metrics.initEndpoint(ep.label())
 	icfg := index.DefaultConfig()
 	icfg.Model, icfg.Params = ep.identity.Model, cfg.Params()
 	if bs := ep.identity.BlockSize; bs > 0 { // else learned from the first run

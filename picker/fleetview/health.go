@@ -26,7 +26,11 @@ type healthMetrics struct {
 	probes      *prometheus.CounterVec
 }
 
-var statesDesc = prometheus.NewDesc("kvroute_picker_endpoint_states", "Endpoints by health state (cached, load_only, down).", []string{"state"}, nil)
+var (
+	statesDesc = prometheus.NewDesc("kvroute_picker_endpoint_states", "Endpoints by health state (cached, load_only, draining, down).", []string{"state"}, nil)
+	stateDesc  = prometheus.NewDesc("kvroute_picker_endpoint_state",
+		"Each endpoint's health state: 1 for the current one (cached, load_only, draining, down), 0 for the others.", []string{"endpoint", "state"}, nil)
+)
 
 func newHealthMetrics(v *View) healthMetrics {
 	return healthMetrics{v: v,
@@ -43,14 +47,23 @@ func (m healthMetrics) register(reg prometheus.Registerer) {
 	reg.MustRegister(m.transitions, m.ejections, m.probes, m)
 }
 
-func (m healthMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- statesDesc }
+func (m healthMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- statesDesc; ch <- stateDesc }
 
-// Collect counts the endpoints by state when scraped.
+// Collect counts the endpoints by state, and gives each endpoint's state,
+// when scraped.
 func (m healthMetrics) Collect(ch chan<- prometheus.Metric) {
 	n := map[fleet.HealthState]int{}
 	now := time.Now()
 	for _, e := range m.v.Endpoints() {
-		n[e.HealthAt(now, m.v.cfg.Health).State]++
+		st := e.HealthAt(now, m.v.cfg.Health).State
+		n[st]++
+		for _, s := range fleet.HealthStates() {
+			v := 0.0
+			if s == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, e.URL, s.String())
+		}
 	}
 	for _, s := range fleet.HealthStates() {
 		ch <- prometheus.MustNewConstMetric(statesDesc, prometheus.GaugeValue, float64(n[s]), s.String())
