@@ -61,6 +61,8 @@ func newTyped(apiVersion, kind string) (any, bool) {
 		return new(networkingv1.NetworkPolicy), true
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return new(monitoringv1.ServiceMonitor), true
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return new(monitoringv1.PrometheusRule), true
 	case "inference.networking.k8s.io/v1 InferencePool":
 		return new(inferencev1.InferencePool), true
 	case "gateway.networking.k8s.io/v1 HTTPRoute":
