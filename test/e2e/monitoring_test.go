@@ -1,0 +1,348 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/util/teststorage"
+
+	"github.com/kvroute/kvroute/deploy"
+	"github.com/kvroute/kvroute/test/testnet"
+)
+
+// The monitoring tests hold the alerts and the dashboard to real
+// processes: the metric names they use must be in the live /metrics of a
+// picker and a sidecar, and the alerts are driven to fire by evaluating
+// the PrometheusRule with Prometheus's own rule engine over samples scraped
+// from a fleet in the alert's condition (and shown quiet on a healthy one).
+
+// scrapeStep is the synthetic time between two scrapes: the fleet is
+// scraped for real at each step, and the samples are stamped a step apart,
+// so a condition that holds across the scrapes held for the whole span (as
+// Prometheus would have seen with its default 15 s interval).
+const scrapeStep = 15 * time.Second
+
+// target is one process's /metrics, with the labels Kubernetes service
+// discovery would give its samples.
+type target struct {
+	url      string
+	pod, job string
+}
+
+// promStore is a Prometheus TSDB (the test storage) fed from targets.
+type promStore struct {
+	t       *testing.T
+	st      *teststorage.TestStorage
+	targets []target
+	now     time.Time // the synthetic time of the last scrape
+	names   map[string]bool
+}
+
+func newPromStore(t *testing.T, targets ...target) *promStore {
+	return &promStore{t: t, st: teststorage.New(t), targets: targets, now: time.Unix(1_800_000_000, 0), names: map[string]bool{}}
+}
+
+// scrape reads every target once and stores the samples at the next step.
+func (p *promStore) scrape() time.Time {
+	p.t.Helper()
+	p.now = p.now.Add(scrapeStep)
+	app := p.st.Appender(context.Background())
+	for _, tg := range p.targets {
+		resp, err := http.Get(tg.url)
+		if err != nil {
+			p.t.Fatalf("scraping %s: %v", tg.url, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			p.t.Fatalf("scraping %s: %d %v", tg.url, resp.StatusCode, err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+		if err != nil {
+			p.t.Fatalf("%s: %v", tg.url, err)
+		}
+		base := map[string]string{"namespace": "llm", "pod": tg.pod, "job": tg.job}
+		for _, s := range flatten(families) {
+			p.names[s.name] = true
+			ls := maps.Clone(base)
+			maps.Copy(ls, s.labels)
+			ls["__name__"] = s.name
+			if _, err := app.Append(0, labels.FromMap(ls), p.now.UnixMilli(), s.value); err != nil {
+				p.t.Fatal(err)
+			}
+		}
+	}
+	if err := app.Commit(); err != nil {
+		p.t.Fatal(err)
+	}
+	return p.now
+}
+
+type scraped struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// samples flattens metric families into series as Prometheus stores them
+// (a histogram as _bucket{le}, _sum and _count).
+func flatten(families map[string]*dto.MetricFamily) []scraped {
+	var out []scraped
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			ls := map[string]string{}
+			for _, l := range m.GetLabel() {
+				ls[l.GetName()] = l.GetValue()
+			}
+			with := func(k, v string) map[string]string {
+				c := maps.Clone(ls)
+				c[k] = v
+				return c
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				out = append(out, scraped{name, ls, m.GetCounter().GetValue()})
+			case dto.MetricType_GAUGE:
+				out = append(out, scraped{name, ls, m.GetGauge().GetValue()})
+			case dto.MetricType_UNTYPED:
+				out = append(out, scraped{name, ls, m.GetUntyped().GetValue()})
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				for _, b := range h.GetBucket() {
+					out = append(out, scraped{name + "_bucket", with("le", fmt.Sprint(b.GetUpperBound())), float64(b.GetCumulativeCount())})
+				}
+				out = append(out, scraped{name + "_bucket", with("le", "+Inf"), float64(h.GetSampleCount())},
+					scraped{name + "_sum", ls, h.GetSampleSum()}, scraped{name + "_count", ls, float64(h.GetSampleCount())})
+			case dto.MetricType_SUMMARY:
+				s := m.GetSummary()
+				for _, q := range s.GetQuantile() {
+					out = append(out, scraped{name, with("quantile", fmt.Sprint(q.GetQuantile())), q.GetValue()})
+				}
+				out = append(out, scraped{name + "_sum", ls, s.GetSampleSum()}, scraped{name + "_count", ls, float64(s.GetSampleCount())})
+			}
+		}
+	}
+	return out
+}
+
+// alertRules loads the PrometheusRule's alerts as Prometheus's rule engine
+// runs them.
+func alertRules(t *testing.T) map[string]*rules.AlertingRule {
+	t.Helper()
+	alerts, err := deploy.Alerts(filepath.Join("..", "..", "deploy", "components", "monitoring", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*rules.AlertingRule{}
+	p := parser.NewParser(parser.Options{})
+	for _, a := range alerts {
+		expr, err := p.ParseExpr(a.Expr)
+		if err != nil {
+			t.Fatalf("%s: %v", a.Name, err)
+		}
+		out[a.Name] = rules.NewAlertingRule(a.Name, expr, a.For, 0, labels.FromMap(a.Labels), labels.FromMap(a.Annotations),
+			labels.EmptyLabels(), "", false, slog.New(slog.DiscardHandler))
+	}
+	return out
+}
+
+// evaluate scrapes the fleet steps times and evaluates every rule after
+// each scrape, as Prometheus's rule manager would; it returns the rules
+// firing at the end, with their alerts' labels.
+func evaluate(t *testing.T, p *promStore, rs map[string]*rules.AlertingRule, steps int) map[string][]string {
+	t.Helper()
+	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 10_000_000, Timeout: 10 * time.Second, LookbackDelta: 5 * time.Minute})
+	query := rules.EngineQueryFunc(engine, p.st)
+	for range steps {
+		ts := p.scrape()
+		for name, r := range rs {
+			if _, err := r.Eval(context.Background(), 0, ts, query, nil, 0); err != nil {
+				t.Fatalf("%s at %v: %v", name, ts, err)
+			}
+		}
+	}
+	firing := map[string][]string{}
+	for name, r := range rs {
+		for _, a := range r.ActiveAlerts() {
+			if a.State != rules.StateFiring {
+				continue
+			}
+			firing[name] = append(firing[name], a.Labels.String())
+			a.Annotations.Range(func(l labels.Label) {
+				if strings.Contains(l.Value, "<error expanding template") {
+					t.Errorf("%s: annotation %s: %s", name, l.Name, l.Value)
+				}
+			})
+		}
+	}
+	return firing
+}
+
+// stepsFor is the number of scrapes after which a rule with hold d fires
+// if its condition held throughout, with room for its range windows.
+func stepsFor(d time.Duration) int { return int(math.Ceil(float64(d)/float64(scrapeStep))) + 4 }
+
+// TestMonitoringHealthyFleet: on a healthy process fleet that served
+// requests, every metric the alerts and the dashboard name is in the live
+// /metrics of the picker or the sidecar, and no alert fires over six
+// minutes of scrapes.
+func TestMonitoringHealthyFleet(t *testing.T) {
+	bin := buildKvroute(t)
+	f := startHealthFleet(t, bin, 1, nil, nil)
+	l := startLoad(t, f.picker, 2, false)
+	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
+		if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`); n < 5 {
+			return fmt.Errorf("%v requests as predicted", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l.end()
+	if len(l.failures) > 0 {
+		t.Fatalf("load failures: %v", l.failures)
+	}
+	p := newPromStore(t, target{f.picker + "/metrics", "kvroute-picker-0", "kvroute-picker"},
+		target{sidecarDebug(t, f.picker) + "/metrics", "vllm-0", "kvroute-sidecars"})
+	rs := alertRules(t)
+	if firing := evaluate(t, p, rs, stepsFor(6*time.Minute)); len(firing) > 0 {
+		t.Fatalf("alerts firing on a healthy fleet: %v", firing)
+	}
+	used := map[string][]string{} // metric → where it is used
+	pp := parser.NewParser(parser.Options{})
+	for name, r := range rs {
+		for _, m := range deploy.MetricNames(r.Query()) {
+			used[m] = append(used[m], "alert "+name)
+		}
+	}
+	queries, err := deploy.DashboardQueries(filepath.Join("..", "..", "deploy", "monitoring", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queries {
+		expr, err := pp.ParseExpr(q.Expr)
+		if err != nil {
+			t.Fatalf("dashboard panel %q: %v", q.Panel, err)
+		}
+		for _, m := range deploy.MetricNames(expr) {
+			used[m] = append(used[m], "panel "+q.Panel)
+		}
+	}
+	if len(used) < 20 {
+		t.Fatalf("only %d metrics used: %v", len(used), slices.Sorted(maps.Keys(used)))
+	}
+	for _, m := range slices.Sorted(maps.Keys(used)) {
+		if !p.names[m] {
+			t.Errorf("%s (used by %v) is in neither the picker's nor the sidecar's /metrics", m, used[m])
+		}
+	}
+}
+
+// sidecarDebug returns the debug URL of the first endpoint's sidecar, as
+// the picker lists it.
+func sidecarDebug(t *testing.T, picker string) string {
+	t.Helper()
+	var dbg struct {
+		Endpoints []struct {
+			SidecarDebug string `json:"sidecar_debug"`
+		} `json:"endpoints"`
+	}
+	if err := getJSON(picker+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) == 0 || dbg.Endpoints[0].SidecarDebug == "" {
+		t.Fatalf("the picker's endpoints: %+v %v", dbg, err)
+	}
+	return dbg.Endpoints[0].SidecarDebug
+}
+
+// TestAlertPickerNoEndpoints: a picker started with default flags and no
+// sidecar to find fires KvroutePickerNoEndpoints after its minute, and
+// nothing else.
+func TestAlertPickerNoEndpoints(t *testing.T) {
+	bin := buildKvroute(t)
+	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--log-level", "warn")
+	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
+		_, err := http.Get("http://" + api + "/metrics")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPromStore(t, target{"http://" + api + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	rs := alertRules(t)
+	firing := evaluate(t, p, rs, stepsFor(time.Minute))
+	if len(firing["KvroutePickerNoEndpoints"]) != 1 || len(firing) != 1 {
+		t.Fatalf("firing %v, want KvroutePickerNoEndpoints alone", firing)
+	}
+	if !strings.Contains(firing["KvroutePickerNoEndpoints"][0], `pod="kvroute-picker-0"`) {
+		t.Fatalf("alert labels %v", firing["KvroutePickerNoEndpoints"])
+	}
+}
+
+// TestAlertSilentStream: the newcomer's mistake — an engine whose event
+// endpoint names a host (so it connects) and a sidecar in its default
+// connect mode — gives a silent stream: KvrouteEventStreamSilent fires
+// after its two minutes, and the picker following that sidecar routes the
+// endpoint by load only, so KvrouteEndpointLoadOnly fires after its five.
+func TestAlertSilentStream(t *testing.T) {
+	bin := buildKvroute(t)
+	pod := startStreamPod(t, bin, "connect", false)
+	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "", "--sidecars", pod.grpc,
+		"--capacity", "4096", "--log-level", "warn")
+	pod.request(t, 160, 5000) // new blocks, and no live batch
+	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
+		st, err := pod.state()
+		if err != nil {
+			return err
+		}
+		if st.StreamState != "silent" {
+			return fmt.Errorf("stream %s", st.StreamState)
+		}
+		var dbg struct {
+			Endpoints []struct{ State string } `json:"endpoints"`
+		}
+		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil {
+			return err
+		}
+		if len(dbg.Endpoints) != 1 || dbg.Endpoints[0].State != "load_only" {
+			return fmt.Errorf("picker endpoints %+v", dbg.Endpoints)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPromStore(t, target{"http://" + api + "/metrics", "kvroute-picker-0", "kvroute-picker"},
+		target{pod.debug + "/metrics", "vllm-0", "kvroute-sidecars"})
+	rs := alertRules(t)
+	silent := map[string]*rules.AlertingRule{"KvrouteEventStreamSilent": rs["KvrouteEventStreamSilent"]}
+	if firing := evaluate(t, p, silent, stepsFor(2*time.Minute)); len(firing["KvrouteEventStreamSilent"]) != 1 ||
+		!strings.Contains(firing["KvrouteEventStreamSilent"][0], `endpoint="`+pod.engine+`"`) {
+		t.Fatalf("after two minutes silent: firing %v", firing)
+	}
+	firing := evaluate(t, p, rs, stepsFor(5*time.Minute))
+	for _, want := range []string{"KvrouteEventStreamSilent", "KvrouteEndpointLoadOnly"} {
+		if len(firing[want]) != 1 {
+			t.Errorf("%s: firing %v", want, firing[want])
+		}
+	}
+	if len(firing) != 2 {
+		t.Errorf("firing %v, want the silent stream and the load-only endpoint alone", firing)
+	}
+}
