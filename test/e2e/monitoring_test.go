@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -166,12 +168,16 @@ func alertRules(t *testing.T) map[string]*rules.AlertingRule {
 
 // evaluate scrapes the fleet steps times and evaluates every rule after
 // each scrape, as Prometheus's rule manager would; it returns the rules
-// firing at the end, with their alerts' labels.
-func evaluate(t *testing.T, p *promStore, rs map[string]*rules.AlertingRule, steps int) map[string][]string {
+// firing at the end, with their alerts' labels. before, when given, runs
+// before each scrape (to keep traffic going through every step).
+func evaluate(t *testing.T, p *promStore, rs map[string]*rules.AlertingRule, steps int, before ...func()) map[string][]string {
 	t.Helper()
 	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 10_000_000, Timeout: 10 * time.Second, LookbackDelta: 5 * time.Minute})
 	query := rules.EngineQueryFunc(engine, p.st)
 	for range steps {
+		for _, f := range before {
+			f()
+		}
 		ts := p.scrape()
 		for name, r := range rs {
 			if _, err := r.Eval(context.Background(), 0, ts, query, nil, 0); err != nil {
@@ -345,4 +351,101 @@ func TestAlertSilentStream(t *testing.T) {
 	if len(firing) != 2 {
 		t.Errorf("firing %v, want the silent stream and the load-only endpoint alone", firing)
 	}
+}
+
+// TestAlertReplayFailures: an engine losing half its live event batches,
+// and a sidecar whose --replay names a port nothing answers on: each gap's
+// replay fails, and KvrouteSidecarReplayFailures fires at the first scrape
+// after a failure (the counter exists at 0 from the start, so even the
+// first failure is an increase).
+func TestAlertReplayFailures(t *testing.T) {
+	bin := buildKvroute(t)
+	dead := fmt.Sprintf("tcp://127.0.0.1:%d", testnet.FreePort(t))
+	f := startHealthFleet(t, bin, 1, []string{"--sim-drop-events-pct", "50"}, []string{"--replay", dead, "--replay-timeout", "200ms"})
+	p := newPromStore(t, target{f.picker + "/metrics", "kvroute-picker-0", "kvroute-picker"},
+		target{sidecarDebug(t, f.picker) + "/metrics", "vllm-0", "kvroute-sidecars"})
+	rs := alertRules(t)
+	replay := map[string]*rules.AlertingRule{"KvrouteSidecarReplayFailures": rs["KvrouteSidecarReplayFailures"]}
+	// The sidecar's idle catch-ups may have failed already (they ask the
+	// same dead port): a scrape takes the baseline, and the alert must see
+	// a failure after it (the healthy-fleet test shows it quiet).
+	sidecar := sidecarDebug(t, f.picker)
+	evaluate(t, p, replay, 1)
+	base := metricAt(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`) // ≥ what the scrape saw
+	l := startLoad(t, f.picker, 2, true)
+	defer l.end()
+	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error {
+		if n := metricAt(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`); n <= base {
+			return fmt.Errorf("%v failed replays, %v before the load", n, base)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	firing := evaluate(t, p, replay, 1)
+	if len(firing["KvrouteSidecarReplayFailures"]) != 1 || !strings.Contains(firing["KvrouteSidecarReplayFailures"][0], `endpoint="`+f.urls[0]+`"`) {
+		t.Fatalf("after a failed replay: firing %v", firing)
+	}
+}
+
+// TestAlertPredictionAgreement: an engine whose KV events reach the
+// sidecar 1.5 s late, and every prompt sent twice in a row: the second
+// finds the blocks the picker does not know of yet
+// (more_cached_than_predicted), so half the predictions miss and
+// KvroutePredictionAgreementLow fires after its 15 minutes of traffic.
+func TestAlertPredictionAgreement(t *testing.T) {
+	bin := buildKvroute(t)
+	f := startHealthFleet(t, bin, 1, []string{"--sim-delay-events", "1500ms"}, nil)
+	p := newPromStore(t, target{f.picker + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	rs := alertRules(t)
+	agreement := map[string]*rules.AlertingRule{"KvroutePredictionAgreementLow": rs["KvroutePredictionAgreementLow"]}
+	pair := 0
+	twice := func() { // a new prompt, twice: as_predicted, then more_cached_than_predicted
+		pair++
+		body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 1, "cache_salt": fmt.Sprint("pair-", pair),
+			"prompt": strings.Repeat("A prompt whose blocks reach the picker late. ", 8)})
+		for range 2 {
+			resp, err := http.Post(f.picker+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, raw)
+			}
+		}
+	}
+	// Two pairs each scrape step: 16 requests a synthetic minute, half of
+	// them mispredicted. The condition holds once the window has 50 (13
+	// steps); then the hold of 15 minutes.
+	steps := 13 + stepsFor(15*time.Minute)
+	firing := evaluate(t, p, agreement, steps, twice, twice)
+	if len(firing["KvroutePredictionAgreementLow"]) != 1 {
+		t.Fatalf("firing %v; outcomes: as predicted %v, more cached %v", firing,
+			f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`),
+			f.metric(t, "kvroute_picker_outcomes_total", `outcome="more_cached_than_predicted"`))
+	}
+}
+
+// metricAt sums the series name at a /metrics base URL whose labels
+// contain label.
+func metricAt(t *testing.T, base, name, label string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+"{") && strings.Contains(line, label) {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
