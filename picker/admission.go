@@ -164,6 +164,10 @@ func newAdmission(cfg admit.Config, log *zap.Logger, reg prometheus.Registerer, 
 	if reg != nil {
 		reg.MustRegister(a.depth, a.wait, a.results, a.satGauge)
 	}
+	// The shared key (requests with no tenant and no salt) exists from the
+	// start, so the dashboard's queue panels show 0 rather than nothing.
+	a.depth.WithLabelValues("shared")
+	a.wait.WithLabelValues("shared")
 	go a.run()
 	return a
 }
@@ -281,6 +285,7 @@ func (a *admission) group(name, model string) *admitGroup {
 	if g == nil {
 		g = &admitGroup{model: model, q: admit.NewQueue(a.cfg.QueueSize, a.cfg.LIFOAfter), waiters: map[uint64]*admitWaiter{}}
 		a.groups[name] = g
+		a.satGauge.WithLabelValues(model) // 0 from the first request: "not saturated" is a value
 	}
 	return g
 }

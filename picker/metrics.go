@@ -1,6 +1,8 @@
 package picker
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/picker/decide"
@@ -32,6 +34,7 @@ type metrics struct {
 	streamAborts   *prometheus.CounterVec   // by endpoint, cause
 	eppRequests    *prometheus.CounterVec   // endpoint picker (ext_proc) requests, by result
 	eppServed      *prometheus.CounterVec   // endpoint picker answers, by the endpoint that served them
+	chosen         sync.Map                 // endpoints picked at least once: their per-endpoint series exist
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -97,8 +100,24 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 	for _, c := range []string{"connect_error", "bad_status"} {
 		m.retries.WithLabelValues(c)
 	}
+	for _, r := range []string{"bad_request", "unknown_model", "unknown_lora"} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, r := range []string{"unknown_block_size", "tokenize_failed", "anchor_render_failed", "load_only_endpoint"} {
+		m.fallbacks.WithLabelValues(r)
+	}
+	m.unresolved.WithLabelValues("multimodal_without_render")
+	for _, r := range []string{eppPicked, eppNoEndpoint, eppSubsetEmpty, eppShed, eppRefused, eppError} {
+		m.eppRequests.WithLabelValues(r)
+	}
+	for _, as := range []string{"picked", "fallback", "other", "unreported"} {
+		m.eppServed.WithLabelValues(as)
+	}
 	return m
 }
+
+// streamAbortCauses are kvroute_picker_stream_aborts_total's causes.
+var streamAbortCauses = []string{causeUpstreamError, causeUpstreamTruncated, causeClientGone}
 
 // outcomeLabels are kvroute_picker_outcomes_total's outcomes.
 var outcomeLabels = []string{"as_predicted", "fewer_cached_than_predicted", "another_endpoint_held_more", "more_cached_than_predicted",
@@ -133,6 +152,11 @@ func (m *metrics) observe(n *notes, d *decide.Decision) {
 	}
 	if d.LoadOnly {
 		m.fallbacks.WithLabelValues("load_only_endpoint").Inc()
+	}
+	if _, seen := m.chosen.LoadOrStore(d.Endpoint, true); !seen {
+		for _, c := range streamAbortCauses {
+			m.streamAborts.WithLabelValues(d.Endpoint, c) // at 0 from the first pick
+		}
 	}
 	m.decisions.WithLabelValues(string(d.Policy), string(d.Reason)).Inc()
 	m.matchedBlocks.Observe(float64(d.MatchedBlocks))

@@ -45,6 +45,13 @@ func newHealthMetrics(v *View) healthMetrics {
 
 func (m healthMetrics) register(reg prometheus.Registerer) {
 	reg.MustRegister(m.transitions, m.ejections, m.probes, m)
+	for _, s := range fleet.HealthStates() {
+		m.transitions.WithLabelValues(s.String())
+	}
+	m.transitions.WithLabelValues("dropped")
+	for _, r := range []string{"ok", "failed"} {
+		m.probes.WithLabelValues(r)
+	}
 }
 
 func (m healthMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- statesDesc; ch <- stateDesc }
