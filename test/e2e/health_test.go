@@ -444,21 +444,27 @@ func TestStaleSummaryOutcome(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 2, "cache_salt": "stale",
 		"prompt": strings.Repeat("A prompt whose blocks reach the picker late. ", 40)})
 	for i := 0; i < 2; i++ { // the second runs before the first's events arrive
-		resp, err := http.Post(f.picker+"/v1/completions", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("%d %s", resp.StatusCode, raw)
-		}
+		postOK(t, f.picker+"/v1/completions", body)
 	}
 	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="more_cached_than_predicted"`); n != 1 {
 		t.Fatalf("more_cached_than_predicted counted %v times, want 1", n)
 	}
 	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`); n != 1 {
 		t.Fatalf("as_predicted counted %v times, want 1 (the cold first request)", n)
+	}
+}
+
+// postOK posts a JSON body and fails the test unless the answer is 200.
+func postOK(t testing.TB, url string, body []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", url, resp.StatusCode, raw)
 	}
 }
 

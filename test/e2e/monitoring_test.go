@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -405,15 +404,7 @@ func TestAlertPredictionAgreement(t *testing.T) {
 		body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 1, "cache_salt": fmt.Sprint("pair-", pair),
 			"prompt": strings.Repeat("A prompt whose blocks reach the picker late. ", 8)})
 		for range 2 {
-			resp, err := http.Post(f.picker+"/v1/completions", "application/json", bytes.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Fatalf("%d %s", resp.StatusCode, raw)
-			}
+			postOK(t, f.picker+"/v1/completions", body)
 		}
 	}
 	// Two pairs each scrape step: 16 requests a synthetic minute, half of
