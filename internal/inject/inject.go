@@ -258,11 +258,60 @@ func parseDocument(text []byte) (*yaml.Node, error) {
 	if err := dec.Decode(&yaml.Node{}); err != io.EOF {
 		return nil, errors.New("more than one YAML document between separators")
 	}
+	if err := checkAliases(doc); err != nil {
+		return nil, err
+	}
 	n := yaml.NewRNode(doc)
 	if err := n.DeAnchor(); err != nil {
 		return nil, err
 	}
 	return n.Document(), nil
+}
+
+// checkAliases refuses aliases that cannot be expanded: one inside the
+// node it refers to, or ones expanding a document to many times its size
+// (a "billion laughs").
+func checkAliases(doc *yaml.Node) error {
+	unique := 0
+	var count func(n *yaml.Node)
+	count = func(n *yaml.Node) {
+		unique++
+		for _, c := range n.Content {
+			count(c)
+		}
+	}
+	count(doc)
+	limit := 4*unique + 10000
+	memo := map[*yaml.Node]int{}
+	inside := map[*yaml.Node]bool{}
+	var size func(n *yaml.Node) (int, error)
+	size = func(n *yaml.Node) (int, error) {
+		if n == nil {
+			return 0, nil
+		}
+		if inside[n] {
+			return 0, fmt.Errorf("line %d: the anchor &%s is used inside itself", n.Line, n.Anchor)
+		}
+		if s, ok := memo[n]; ok {
+			return s, nil
+		}
+		inside[n] = true
+		defer delete(inside, n)
+		total := 1
+		for _, c := range append(n.Content, n.Alias) {
+			s, err := size(c)
+			if err != nil {
+				return 0, err
+			}
+			if total += s; total > limit {
+				return 0, fmt.Errorf("its aliases expand it to more than %d nodes, from %d", limit, unique)
+			}
+		}
+		memo[n] = total
+		return total, nil
+	}
+	_, err := size(doc)
+	return err
 }
 
 // objectID names the object of document doc: Kind/name, or its position.

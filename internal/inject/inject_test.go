@@ -3,6 +3,7 @@ package inject
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -173,6 +174,10 @@ func TestErrors(t *testing.T) {
 		{deployment(`{name: vllm, args: [m]}, 3`), Options{}, []string{"spec.template.spec.containers[1] is not a container"}},
 		{deployment(`{name: vllm, args: [m, [--port]]}`), Options{}, []string{"container vllm: args[1] is not a string"}},
 
+		// Aliases that cannot be expanded: a cycle, a billion laughs.
+		{"apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\n" + deployment(`{name: vllm, args: &a [*a]}`), Options{}, []string{"document 2 (line 5)", "line 8: the anchor &a is used inside itself"}},
+		{laughs(), Options{}, []string{"document 1 (line 1)", "its aliases expand it to more than"}},
+
 		// Shell scripts inject refuses, saying why.
 		{shDeployment([]string{"sh", "-c"}, "vllm serve m | tee /log"), Options{}, []string{"Deployment/x: container vllm", "`vllm serve m` is piped into `tee /log`", "drop the pipe"}},
 		{shDeployment([]string{"sh", "-c"}, "prepare | vllm serve m"), Options{}, []string{"reads a pipe from `prepare`"}},
@@ -239,6 +244,15 @@ func TestErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// laughs is a Deployment whose aliases expand it ten billion-fold.
+func laughs() string {
+	s := "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+	for i := 1; i < 10; i++ {
+		s += fmt.Sprintf("a%d: &a%d [%s]\n", i, i, strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 9)+fmt.Sprintf("*a%d", i-1))
+	}
+	return deployment(`{name: vllm, args: [m]}`) + s
 }
 
 // deployment is a Deployment named x with the given containers (flow YAML).
