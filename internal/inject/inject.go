@@ -298,7 +298,7 @@ func checkAliases(doc *yaml.Node) error {
 		inside[n] = true
 		defer delete(inside, n)
 		total := 1
-		for _, c := range append(n.Content, n.Alias) {
+		for _, c := range append(slices.Clip(n.Content), n.Alias) {
 			s, err := size(c)
 			if err != nil {
 				return 0, err

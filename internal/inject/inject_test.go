@@ -301,6 +301,9 @@ func FuzzInject(f *testing.F) {
 	f.Add(bytes.Join([][]byte{docs[12], docs[1]}, []byte("\n--- # next\n\n")))
 	f.Add(append(append([]byte("%YAML 1.2\n---\n"), docs[7]...), "...\n"...))
 	f.Add([]byte(shDeployment([]string{"bash", "-ec"}, "set -x\nexec vllm serve m --port 8001 # c\n") + "---\n" + deployment(`{name: vllm, command: [ray, start]}`)))
+	// Aliases: a cycle (it overflowed the stack) and a billion laughs.
+	f.Add([]byte(deployment(`{name: vllm, args: &a [*a]}`)))
+	f.Add([]byte(laughs()))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) > 1<<16 {
 			return
