@@ -128,6 +128,64 @@ func TestInjectCommand(t *testing.T) {
 	}
 }
 
+// TestInjectReportAndFlags: `kvroute inject` writes only the manifest to
+// stdout and one line per object to stderr, and --vllm-container (repeated
+// or comma-separated) and --engine-port reach inject's Options.
+func TestInjectReportAndFlags(t *testing.T) {
+	testdata := func(name string) string { return filepath.Join("..", "..", "internal", "inject", "testdata", name) }
+	golden := func(name string) string {
+		b, err := os.ReadFile(testdata(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, tc := range []struct {
+		args   []string
+		golden string
+		report []string
+	}{
+		{[]string{"-f", testdata("multidoc.yaml")}, "multidoc.golden.yaml", []string{
+			"passed through ConfigMap/chat-settings: not a workload",
+			"equipped Deployment/qwen3: 1 rank (container vllm), port 8000",
+			"passed through Service/qwen3: not a workload",
+			"passed through Deployment/web: no vLLM container (containers: web)",
+			"passed through ServiceMonitor/qwen3: not a workload",
+		}},
+		{[]string{"-f", testdata("custom-name.yaml"), "--vllm-container", "engine"}, "custom-name.golden.yaml", []string{"equipped Deployment/assistant: 1 rank (container engine), port 8000"}},
+		{[]string{"-f", testdata("custom-name.yaml"), "--vllm-container", "other,engine"}, "custom-name.golden.yaml", []string{"equipped Deployment/assistant: 1 rank (container engine), port 8000"}},
+		{[]string{"-f", testdata("custom-name.yaml"), "--vllm-container", "other", "--vllm-container", "engine"}, "custom-name.golden.yaml", []string{"equipped Deployment/assistant: 1 rank (container engine), port 8000"}},
+		{[]string{"-f", testdata("engine-port.yaml"), "--engine-port", "9000"}, "engine-port.golden.yaml", []string{"equipped Deployment/qwen3-9000: 1 rank (container vllm), port 9000"}},
+	} {
+		code, out, errOut := runArgs(append([]string{"inject", "--image", "kvroute:latest"}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errOut)
+		}
+		if out != golden(tc.golden) {
+			t.Errorf("%v: stdout is not %s:\n%s", tc.args, tc.golden, out)
+		}
+		if want := strings.Join(tc.report, "\n") + "\n"; errOut != want {
+			t.Errorf("%v: stderr\n%s\nwant\n%s", tc.args, errOut, want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-f", testdata("basic.yaml"), "--engine-port", "9001"}, 1, "container vllm: its --port 8000 contradicts --engine-port 9001"},
+		{[]string{"-f", testdata("basic.yaml"), "--vllm-container", "engine"}, 1, "no vLLM container (none named engine; containers: vllm)"},
+		{[]string{"-f", testdata("basic.yaml"), "--engine-port", "70000"}, 2, "engine port 70000"},
+		{[]string{"-f", testdata("basic.yaml"), "--vllm-container", "Bad_Name"}, 2, `"Bad_Name": not a container name`},
+		{[]string{"-f", testdata("no-vllm.yaml")}, 1, "nothing to equip"},
+	} {
+		code, out, errOut := runArgs(append([]string{"inject"}, tc.args...)...)
+		if code != tc.code || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and %q", tc.args, code, out, errOut, tc.code, tc.want)
+		}
+	}
+}
+
 // TestShutdownTimings checks, in every deploy example, that a pod's
 // shutdown fits its grace period: the picker's preStop, drain delay and
 // shutdown timeout (its settings as the manifests give them), and on an

@@ -1,14 +1,15 @@
 package inject
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
+	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
-	"sigs.k8s.io/kustomize/kyaml/kio"
 	"sigs.k8s.io/kustomize/kyaml/yaml"
 )
 
@@ -42,7 +43,20 @@ type Options struct {
 	GossipService string
 	// GossipKeySecret holds the gossip keyring [kvroute-gossip-key].
 	GossipKeySecret string
+	// VLLMContainers names the vLLM containers (--vllm-container): when
+	// set, exactly the containers so named are vLLM's, in the order they
+	// appear in the pod (rank order), and no container is recognised by its
+	// name, image or command [containers named vllm or vllm-…, with a vllm
+	// image, or running vllm serve or vLLM's API server].
+	VLLMContainers []string
+	// EnginePort is the port vLLM serves on (rank r on EnginePort+r) when
+	// its flags give no --port (--engine-port); a --port contradicting it
+	// is an error [8000, and any --port goes].
+	EnginePort int
 }
+
+// dnsLabel is a Kubernetes container name.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // Validate checks o.
 func (o Options) Validate() error {
@@ -56,6 +70,19 @@ func (o Options) Validate() error {
 	if strings.ContainsAny(o.Image, " \t\n") {
 		errs = append(errs, fmt.Errorf("image %q: no spaces", o.Image))
 	}
+	if o.EnginePort < 0 || o.EnginePort > 65535 {
+		errs = append(errs, fmt.Errorf("engine port %d: want 1..65535", o.EnginePort))
+	}
+	for i, n := range o.VLLMContainers {
+		switch {
+		case !dnsLabel.MatchString(n):
+			errs = append(errs, fmt.Errorf("vLLM container name %q: not a container name (lower-case letters, digits and -, at most 63)", n))
+		case n == SidecarName:
+			errs = append(errs, fmt.Errorf("vLLM container name %q: that is the sidecar's name", n))
+		case slices.Contains(o.VLLMContainers[:i], n):
+			errs = append(errs, fmt.Errorf("vLLM container name %q given twice", n))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -67,96 +94,357 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Inject returns manifest with the sidecar added to every Deployment.
-func Inject(manifest []byte, o Options) (_ []byte, err error) {
+// Object is what Inject did with one object of the manifest.
+type Object struct {
+	// ID names the object: Kind/name, or its position.
+	ID string
+	// Doc is the document it is in, from 1 (the items of a List share
+	// theirs).
+	Doc int
+	// Equipped: the sidecar was added. Otherwise the object passed
+	// through unchanged.
+	Equipped bool
+	// Detail says what was equipped ("1 rank (container vllm), port
+	// 8000"), or why the object passed through ("not a workload").
+	Detail string
+}
+
+// String is the object's line in `kvroute inject`'s report.
+func (o Object) String() string {
+	if o.Equipped {
+		return "equipped " + o.ID + ": " + o.Detail
+	}
+	return "passed through " + o.ID + ": " + o.Detail
+}
+
+// Inject returns manifest with the sidecar added to every vLLM workload
+// and every other object as it was.
+func Inject(manifest []byte, o Options) ([]byte, error) {
+	out, _, err := InjectReport(manifest, o)
+	return out, err
+}
+
+// InjectReport is Inject, also saying what it did with each object, in
+// the manifest's order.
+func InjectReport(manifest []byte, o Options) ([]byte, []Object, error) {
+	if err := o.Validate(); err != nil {
+		return nil, nil, err
+	}
+	o = o.withDefaults()
+	segs, err := split(manifest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the manifest: %w", err)
+	}
+	var out bytes.Buffer
+	var objs []Object
+	equipped := 0
+	for _, s := range segs {
+		if !s.body {
+			out.Write(s.text)
+			continue
+		}
+		text, these, err := injectDocument(s, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		out.Write(text)
+		objs = append(objs, these...)
+		for _, ob := range these {
+			if ob.Equipped {
+				equipped++
+			}
+		}
+	}
+	if len(objs) == 0 {
+		return nil, nil, errors.New("the manifest holds no object")
+	}
+	if equipped == 0 {
+		var seen []string
+		for _, ob := range objs {
+			seen = append(seen, "\n  "+ob.ID+": "+ob.Detail)
+		}
+		return nil, nil, fmt.Errorf("nothing to equip: inject adds the sidecar to Deployments, StatefulSets and LeaderWorkerSets whose pods run a vLLM server (a container named vllm or vllm-…, with a vllm image, or running vllm serve; --vllm-container names others), and the manifest has none:%s", strings.Join(seen, ""))
+	}
+	return out.Bytes(), objs, nil
+}
+
+// injectDocument equips the objects of one document: its text as it was
+// when none is equipped, else the document rewritten.
+func injectDocument(s segment, o Options) (text []byte, objs []Object, err error) {
+	where := fmt.Sprintf("document %d (line %d)", s.doc, s.line)
 	// The YAML library assumes well-formed objects in places (a field's
 	// value of an unexpected kind can panic it): malformed input is an
 	// error, never a crash.
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("malformed manifest: %v", r)
+			text, objs, err = nil, nil, fmt.Errorf("%s: malformed: %v", where, r)
 		}
 	}()
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	o = o.withDefaults()
-	nodes, err := kio.FromBytes(manifest)
+	doc, err := parseDocument(s.text)
 	if err != nil {
-		return nil, fmt.Errorf("reading the manifest: %w", err)
-	}
-	if len(nodes) == 0 {
-		return nil, errors.New("the manifest holds no object")
-	}
-	for i, n := range nodes {
-		if n.YNode().Kind != yaml.MappingNode {
-			return nil, fmt.Errorf("document %d: not an object (a YAML mapping)", i+1)
+		// Again with the lines before it, so that the parser's line
+		// numbers are the file's.
+		if _, e := parseDocument(append(bytes.Repeat([]byte("\n"), s.line-1), s.text...)); e != nil {
+			err = e
 		}
-		if err := injectOne(n, o); err != nil {
-			return nil, fmt.Errorf("%s: %w", objectID(n, i), err)
+		return nil, nil, fmt.Errorf("%s: %w", where, err)
+	}
+	n := yaml.NewRNode(doc)
+	switch {
+	case yaml.IsMissingOrNull(n):
+		return s.text, nil, nil // an empty document, as kubectl skips it
+	case n.YNode().Kind != yaml.MappingNode:
+		return nil, nil, fmt.Errorf("%s: not an object (a YAML mapping)", where)
+	}
+	changed := false
+	if items := n.Field("items"); items != nil && strings.HasSuffix(n.GetKind(), "List") {
+		// kubectl get -o yaml: each item is an object.
+		if items.Value.YNode().Kind != yaml.SequenceNode {
+			return nil, nil, fmt.Errorf("%s: %s: items is not a list", where, objectID(n, s.doc))
 		}
+		for i, item := range items.Value.Content() {
+			in := yaml.NewRNode(item)
+			id := fmt.Sprintf("item %d of the %s in document %d", i+1, n.GetKind(), s.doc)
+			if item.Kind != yaml.MappingNode {
+				return nil, nil, fmt.Errorf("%s: not an object (a YAML mapping)", id)
+			}
+			if kind, name := in.GetKind(), in.GetName(); kind != "" && name != "" {
+				id = fmt.Sprintf("%s/%s (%s)", kind, name, id)
+			}
+			ob, err := injectObject(in, id, o)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", id, err)
+			}
+			changed = changed || ob.Equipped
+			objs = append(objs, ob)
+		}
+		if len(objs) == 0 {
+			objs = append(objs, Object{ID: objectID(n, s.doc), Detail: "an empty list"})
+		}
+	} else {
+		id := objectID(n, s.doc)
+		ob, err := injectObject(n, id, o)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", id, err)
+		}
+		changed = ob.Equipped
+		objs = append(objs, ob)
 	}
-	out, err := kio.StringAll(nodes)
-	if err != nil {
-		return nil, err
+	for i := range objs {
+		objs[i].Doc = s.doc
 	}
-	return []byte(out), nil
+	if !changed {
+		return s.text, objs, nil
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	if err := enc.Encode(doc); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return b.Bytes(), objs, nil
 }
 
-// objectID names document i: Kind/name, or its position.
-func objectID(n *yaml.RNode, i int) string {
+// parseDocument parses one document's body, its aliases expanded (so that
+// a change to one place changes no other).
+func parseDocument(text []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(text))
+	doc := &yaml.Node{}
+	if err := dec.Decode(doc); err != nil {
+		return nil, err
+	}
+	if err := dec.Decode(&yaml.Node{}); err != io.EOF {
+		return nil, errors.New("more than one YAML document between separators")
+	}
+	if err := checkAliases(doc); err != nil {
+		return nil, err
+	}
+	n := yaml.NewRNode(doc)
+	if err := n.DeAnchor(); err != nil {
+		return nil, err
+	}
+	return n.Document(), nil
+}
+
+// checkAliases refuses aliases that cannot be expanded: one inside the
+// node it refers to, or ones expanding a document to many times its size
+// (a "billion laughs").
+func checkAliases(doc *yaml.Node) error {
+	unique := 0
+	var count func(n *yaml.Node)
+	count = func(n *yaml.Node) {
+		unique++
+		for _, c := range n.Content {
+			count(c)
+		}
+	}
+	count(doc)
+	limit := 4*unique + 10000
+	memo := map[*yaml.Node]int{}
+	inside := map[*yaml.Node]bool{}
+	var size func(n *yaml.Node) (int, error)
+	size = func(n *yaml.Node) (int, error) {
+		if n == nil {
+			return 0, nil
+		}
+		if inside[n] {
+			return 0, fmt.Errorf("line %d: the anchor &%s is used inside itself", n.Line, n.Anchor)
+		}
+		if s, ok := memo[n]; ok {
+			return s, nil
+		}
+		inside[n] = true
+		defer delete(inside, n)
+		total := 1
+		for _, c := range append(slices.Clip(n.Content), n.Alias) {
+			s, err := size(c)
+			if err != nil {
+				return 0, err
+			}
+			if total += s; total > limit {
+				return 0, fmt.Errorf("its aliases expand it to more than %d nodes, from %d", limit, unique)
+			}
+		}
+		memo[n] = total
+		return total, nil
+	}
+	_, err := size(doc)
+	return err
+}
+
+// objectID names the object of document doc: Kind/name, or its position.
+func objectID(n *yaml.RNode, doc int) string {
 	kind, name := n.GetKind(), n.GetName()
 	switch {
 	case kind != "" && name != "":
 		return kind + "/" + name
 	case kind != "":
-		return fmt.Sprintf("%s (document %d, no name)", kind, i+1)
+		return fmt.Sprintf("%s (document %d, no name)", kind, doc)
 	}
-	return fmt.Sprintf("document %d", i+1)
+	return fmt.Sprintf("document %d", doc)
 }
 
-func injectOne(n *yaml.RNode, o Options) error {
-	if n.GetApiVersion() != "apps/v1" || n.GetKind() != "Deployment" {
-		return fmt.Errorf("not an apps/v1 Deployment (kvroute inject adds the sidecar to vLLM Deployments; apply other objects as they are)")
-	}
-	containers, err := n.Pipe(yaml.Lookup("spec", "template", "spec", "containers"))
-	if err != nil || containers == nil || containers.YNode().Kind != yaml.SequenceNode {
-		return fmt.Errorf("no spec.template.spec.containers list")
-	}
-	elems, err := containers.Elements()
-	if err != nil {
-		return err
-	}
-	ranks, err := vllmRanks(elems)
-	if err != nil {
-		return err
-	}
-	dp, port := len(ranks), ranks[0].port
-	if o.DataParallelSize != 0 && o.DataParallelSize != dp {
-		return fmt.Errorf("%d data-parallel rank(s) found (one vLLM container each), but %d was asked for", dp, o.DataParallelSize)
-	}
-	if err := checkPorts(port, dp); err != nil {
-		return err
-	}
-	for _, r := range ranks {
-		if v, ok := r.flags.value(kvEventsFlags...); ok && v != KVEventsConfig {
-			return fmt.Errorf("container %s already has --kv-events-config %s; remove it so kvroute's (%s) can be added, or add the sidecar by hand", name(r.c), v, KVEventsConfig)
+// template is a pod template of a workload.
+type template struct {
+	name string // as the report names it: "" for a workload's only one
+	path []string
+	node *yaml.RNode
+}
+
+// podKinds run pods but are not workloads inject equips.
+var podKinds = []string{"Pod", "ReplicaSet", "DaemonSet", "Job", "CronJob", "ReplicationController", "PodTemplate"}
+
+// templates returns the pod templates of a workload inject equips, or why
+// the object is not one.
+func templates(n *yaml.RNode) ([]template, string, error) {
+	kind, api := n.GetKind(), n.GetApiVersion()
+	lookup := func(name string, required bool, path ...string) (*template, error) {
+		t, err := n.Pipe(yaml.Lookup(path...))
+		switch {
+		case err != nil:
+			return nil, err
+		case t == nil && !required:
+			return nil, nil
+		case t == nil || t.YNode().Kind != yaml.MappingNode:
+			return nil, fmt.Errorf("no %s (a pod template)", strings.Join(path, "."))
 		}
-		args, err := r.c.Pipe(yaml.LookupCreate(yaml.SequenceNode, "args"))
+		return &template{name: name, path: path, node: t}, nil
+	}
+	switch {
+	case (kind == "Deployment" || kind == "StatefulSet") && api == "apps/v1":
+		t, err := lookup("", true, "spec", "template")
 		if err != nil {
-			return err
+			return nil, "", err
 		}
-		var add []string
-		if _, ok := r.flags.value(kvEventsFlags...); !ok {
-			add = append(add, "--kv-events-config="+KVEventsConfig)
+		return []template{*t}, "", nil
+	case kind == "LeaderWorkerSet" && api == "leaderworkerset.x-k8s.io/v1":
+		leader, err := lookup("leaderTemplate", false, "spec", "leaderWorkerTemplate", "leaderTemplate")
+		if err != nil {
+			return nil, "", err
 		}
-		if !r.flags.has("--enable-prompt-tokens-details", "--enable_prompt_tokens_details") {
-			add = append(add, "--enable-prompt-tokens-details")
+		worker, err := lookup("workerTemplate", true, "spec", "leaderWorkerTemplate", "workerTemplate")
+		if err != nil {
+			return nil, "", err
 		}
-		for _, a := range add {
-			if err := args.PipeE(yaml.Append(yaml.NewStringRNode(a).YNode())); err != nil {
-				return err
+		if leader == nil {
+			// LWS runs the leader from the worker template too.
+			worker.name = "workerTemplate (the leader's too)"
+			return []template{*worker}, "", nil
+		}
+		return []template{*leader, *worker}, "", nil
+	case kind == "Deployment" || kind == "StatefulSet":
+		return nil, fmt.Sprintf("apiVersion %q: inject equips apps/v1 %ss", api, kind), nil
+	case kind == "LeaderWorkerSet":
+		return nil, fmt.Sprintf("apiVersion %q: inject equips leaderworkerset.x-k8s.io/v1 LeaderWorkerSets", api), nil
+	case slices.Contains(podKinds, kind):
+		return nil, "not a workload inject equips (Deployment, StatefulSet, LeaderWorkerSet)", nil
+	case kind == "":
+		return nil, "no kind: not a Kubernetes object", nil
+	}
+	return nil, "not a workload", nil
+}
+
+// injectObject equips a workload's pod templates that run a vLLM server.
+func injectObject(n *yaml.RNode, id string, o Options) (Object, error) {
+	ts, why, err := templates(n)
+	if err != nil {
+		return Object{}, err
+	}
+	if ts == nil {
+		return Object{ID: id, Detail: why}, nil
+	}
+	plans := make([][]rank, len(ts))
+	notes := make([]string, len(ts))
+	equip := false
+	for i, t := range ts {
+		where := strings.Join(t.path, ".")
+		if plans[i], notes[i], err = planTemplate(t.node, where, o); err != nil {
+			if t.name != "" {
+				return Object{}, fmt.Errorf("%s: %w", t.name, err)
 			}
+			return Object{}, err
+		}
+		equip = equip || plans[i] != nil
+	}
+	var detail []string
+	for i, t := range ts {
+		if plans[i] != nil {
+			if err := equipTemplate(t.node, plans[i], o); err != nil {
+				return Object{}, err
+			}
+			notes[i] = rankDetail(plans[i])
+		} else if equip {
+			notes[i] = "unchanged, " + notes[i]
+		}
+		if t.name != "" {
+			notes[i] = t.name + ": " + notes[i]
+		}
+		detail = append(detail, notes[i])
+	}
+	return Object{ID: id, Equipped: equip, Detail: strings.Join(detail, "; ")}, nil
+}
+
+// rankDetail describes the vLLM servers equipped in a pod template.
+func rankDetail(ranks []rank) string {
+	var names []string
+	for _, r := range ranks {
+		names = append(names, name(r.c))
+	}
+	if len(ranks) == 1 {
+		return fmt.Sprintf("1 rank (container %s), port %d", names[0], ranks[0].port)
+	}
+	return fmt.Sprintf("%d ranks (containers %s), ports %d-%d", len(ranks), strings.Join(names, ", "), ranks[0].port, ranks[0].port+len(ranks)-1)
+}
+
+// equipTemplate adds the sidecar to a pod template and kvroute's flags and
+// settings to its vLLM servers.
+func equipTemplate(t *yaml.RNode, ranks []rank, o Options) error {
+	dp, port := len(ranks), ranks[0].port
+	for _, r := range ranks {
+		if err := r.addFlags(); err != nil {
+			return err
 		}
 		for _, e := range [][2]string{{"PYTHONHASHSEED", "0"}, {"VLLM_ENABLE_SCALE_OUT_ENDPOINTS", "1"}} {
 			if err := setEnv(r.c, e[0], e[1]); err != nil {
@@ -169,7 +457,7 @@ func injectOne(n *yaml.RNode, o Options) error {
 	}
 	// Room for the preStop, the sidecar's drain and the streams in flight
 	// (the pod's own setting, when it has one, stays).
-	spec, err := n.Pipe(yaml.Lookup("spec", "template", "spec"))
+	spec, err := t.Pipe(yaml.Lookup("spec"))
 	if err != nil {
 		return err
 	}
@@ -180,7 +468,7 @@ func injectOne(n *yaml.RNode, o Options) error {
 			return err
 		}
 	}
-	labels, err := n.Pipe(yaml.LookupCreate(yaml.MappingNode, "spec", "template", "metadata", "labels"))
+	labels, err := t.Pipe(yaml.LookupCreate(yaml.MappingNode, "metadata", "labels"))
 	if err != nil {
 		return err
 	}
@@ -195,12 +483,20 @@ func injectOne(n *yaml.RNode, o Options) error {
 	if err != nil {
 		return fmt.Errorf("the sidecar template: %w", err)
 	}
+	containers, err := spec.Pipe(yaml.Lookup("containers"))
+	if err != nil {
+		return err
+	}
+	elems, err := containers.Elements()
+	if err != nil {
+		return err
+	}
 	if i := slices.IndexFunc(elems, func(e *yaml.RNode) bool { return name(e) == SidecarName }); i >= 0 {
 		containers.YNode().Content[i] = sc.YNode()
 	} else if err := containers.PipeE(yaml.Append(sc.YNode())); err != nil {
 		return err
 	}
-	volumes, err := n.Pipe(yaml.LookupCreate(yaml.SequenceNode, "spec", "template", "spec", "volumes"))
+	volumes, err := spec.Pipe(yaml.LookupCreate(yaml.SequenceNode, "volumes"))
 	if err != nil {
 		return err
 	}
@@ -220,128 +516,6 @@ func injectOne(n *yaml.RNode, o Options) error {
 	return nil
 }
 
-// PreStopSeconds is the vLLM container's preStop sleep: on pod deletion
-// the sidecar (which has none) gets SIGTERM at once and tells the pickers
-// its engines are draining, while vLLM serves on for this long before its
-// own SIGTERM. GraceSeconds is the pod's termination grace period when it
-// sets none: the preStop, then the streams in flight.
-const (
-	PreStopSeconds = 10
-	GraceSeconds   = 120
-)
-
-// setPreStop gives a vLLM container the preStop sleep, unless it has a
-// preStop of its own.
-func setPreStop(c *yaml.RNode) error {
-	if ps, _ := c.Pipe(yaml.Lookup("lifecycle", "preStop")); ps != nil {
-		return nil
-	}
-	lc, err := c.Pipe(yaml.LookupCreate(yaml.MappingNode, "lifecycle"))
-	if err != nil {
-		return err
-	}
-	hook, err := yaml.Parse(fmt.Sprintf("sleep:\n  seconds: %d\n", PreStopSeconds))
-	if err != nil {
-		return err
-	}
-	return lc.PipeE(yaml.SetField("preStop", hook))
-}
-
-// isVLLM reports whether a container runs vLLM: named vllm or vllm-…,
-// running a vllm image, or running `vllm serve` or vLLM's API server.
-func isVLLM(c *yaml.RNode) bool {
-	if n := name(c); n == "vllm" || strings.HasPrefix(n, "vllm-") {
-		return true
-	}
-	if img, _ := c.GetString("image"); strings.Contains(strings.ToLower(img), "vllm") {
-		return true
-	}
-	words := strings.Join(append(stringList(c, "command"), stringList(c, "args")...), " ")
-	return strings.Contains(words, "vllm serve") || strings.Contains(words, "vllm.entrypoints.openai.api_server")
-}
-
-// rank is a vLLM container and what its flags say.
-type rank struct {
-	c     *yaml.RNode
-	flags flagList
-	port  int
-}
-
-// Flag spellings vLLM accepts.
-var (
-	kvEventsFlags = []string{"--kv-events-config", "--kv_events_config"}
-	dpSizeFlags   = []string{"--data-parallel-size", "--data_parallel_size", "-dp"}
-	dpRankFlags   = []string{"--data-parallel-rank", "--data_parallel_rank", "-dpr"}
-)
-
-// vllmRanks finds the pod's vLLM containers: one, or one per
-// data-parallel rank (rank r in container r, on port+r, as the sidecar
-// follows them: vLLM's external load balancing). A container serving
-// several ranks behind one API server cannot be routed to per rank.
-func vllmRanks(cs []*yaml.RNode) ([]rank, error) {
-	var ranks []rank
-	for _, c := range cs {
-		if name(c) == SidecarName || !isVLLM(c) {
-			continue
-		}
-		r := rank{c: c, port: defaultVLLMPort}
-		var err error
-		if r.flags, err = flagsOf(c); err != nil {
-			return nil, err
-		}
-		if v, ok := r.flags.value("--port"); ok {
-			if r.port, err = strconv.Atoi(v); err != nil || r.port < 1 || r.port > 65535 {
-				return nil, fmt.Errorf("container %s: --port %q", name(c), v)
-			}
-		}
-		ranks = append(ranks, r)
-	}
-	if len(ranks) == 0 {
-		return nil, fmt.Errorf("no vLLM container (want one named vllm, running a vllm image, or running `vllm serve`); containers: %s", containerNames(cs))
-	}
-	n := len(ranks)
-	for i, r := range ranks {
-		size, rk := 1, 0
-		if v, ok := r.flags.value(dpSizeFlags...); ok {
-			if size, _ = strconv.Atoi(v); size < 1 {
-				return nil, fmt.Errorf("container %s: --data-parallel-size %q", name(r.c), v)
-			}
-		}
-		v, hasRank := r.flags.value(dpRankFlags...)
-		if hasRank {
-			if rk, _ = strconv.Atoi(v); rk < 0 || strconv.Itoa(rk) != v {
-				return nil, fmt.Errorf("container %s: --data-parallel-rank %q", name(r.c), v)
-			}
-		}
-		switch {
-		case size > 1 && !hasRank && n == 1:
-			return nil, fmt.Errorf("container %s serves %d data-parallel ranks behind one API server; kvroute routes to each rank, so run one vllm serve per rank (container r: --data-parallel-rank r, --port %d+r)", name(r.c), size, r.port)
-		case size != n || rk != i:
-			return nil, fmt.Errorf("container %s: --data-parallel-size %d, rank %d; with %d vLLM container(s) kvroute expects size %d and rank %d (container order)", name(r.c), size, rk, n, n, i)
-		case r.port != ranks[0].port+i:
-			return nil, fmt.Errorf("container %s: rank %d on port %d, want %d (rank 0's port + rank)", name(r.c), i, r.port, ranks[0].port+i)
-		}
-	}
-	return ranks, nil
-}
-
-// checkPorts refuses vLLM HTTP ports that collide with the sidecar's or the
-// KV event ports.
-func checkPorts(port, dp int) error {
-	if port+dp-1 > 65535 {
-		return fmt.Errorf("vLLM ports %d..%d out of range", port, port+dp-1)
-	}
-	for _, p := range []struct {
-		at, n int
-		what  string
-	}{{7946, 1, "gossip"}, {8090, 1, "the sidecar's debug"}, {9090, 1, "the sidecar's gRPC"}, {KVEventsPort, dp, "KV events"}, {ReplayPort, dp, "replay"}} {
-		if port < p.at+p.n && p.at < port+dp {
-			return fmt.Errorf("vLLM's HTTP ports %d..%d overlap the %s port(s) %d..%d", port, port+dp-1, p.what, p.at, p.at+p.n-1)
-		}
-	}
-	return nil
-}
-
 func findByName(elems []*yaml.RNode, want string) *yaml.RNode {
 	for _, e := range elems {
 		if name(e) == want {
@@ -354,171 +528,4 @@ func findByName(elems []*yaml.RNode, want string) *yaml.RNode {
 func name(n *yaml.RNode) string {
 	s, _ := n.GetString("name")
 	return s
-}
-
-func containerNames(cs []*yaml.RNode) string {
-	var out []string
-	for _, c := range cs {
-		out = append(out, cmp.Or(name(c), "(unnamed)"))
-	}
-	if len(out) == 0 {
-		return "none"
-	}
-	return strings.Join(out, ", ")
-}
-
-// stringList returns a container's list field as strings (nil if absent).
-func stringList(c *yaml.RNode, field string) []string {
-	l, err := c.Pipe(yaml.Lookup(field))
-	if err != nil || l == nil || l.YNode().Kind != yaml.SequenceNode {
-		return nil
-	}
-	var out []string
-	for _, e := range l.Content() {
-		out = append(out, e.Value)
-	}
-	return out
-}
-
-// flagList is a container's command and args as vLLM sees them.
-type flagList []string
-
-func flagsOf(c *yaml.RNode) (flagList, error) {
-	for _, field := range []string{"command", "args"} {
-		if l, err := c.Pipe(yaml.Lookup(field)); err == nil && l != nil && l.YNode().Kind != yaml.SequenceNode {
-			return nil, fmt.Errorf("container %s: %s is not a list", name(c), field)
-		}
-	}
-	f := flagList(append(stringList(c, "command"), stringList(c, "args")...))
-	if len(f) >= 2 && slices.Contains([]string{"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env"}, f[0]) && slices.Contains(f[1:], "-c") {
-		return nil, fmt.Errorf("container %s runs a shell script; inject cannot add flags to it: give vLLM's command and flags as lists, or add the sidecar by hand", name(c))
-	}
-	// A flag inject reads, last and without its value: the flags added
-	// after it would become its value.
-	if n := len(f); n > 0 && slices.Contains(slices.Concat([]string{"--port"}, kvEventsFlags, dpSizeFlags, dpRankFlags), f[n-1]) {
-		return nil, fmt.Errorf("container %s: its flags end with %s, which needs a value (%s=N or %s N)", name(c), f[n-1], f[n-1], f[n-1])
-	}
-	return f, nil
-}
-
-// value returns the value of the flag under any of its spellings, given as
-// --name=v or --name v (the last one wins, as in vLLM).
-func (f flagList) value(spellings ...string) (v string, found bool) {
-	for i, a := range f {
-		for _, flag := range spellings {
-			if val, ok := strings.CutPrefix(a, flag+"="); ok {
-				v, found = val, true
-			} else if a == flag && i+1 < len(f) {
-				v, found = f[i+1], true
-			}
-		}
-	}
-	return v, found
-}
-
-func (f flagList) has(spellings ...string) bool {
-	for _, a := range f {
-		for _, flag := range spellings {
-			if a == flag || strings.HasPrefix(a, flag+"=") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// setEnv adds name=value to the container's env unless name is set.
-func setEnv(c *yaml.RNode, name, value string) error {
-	env, err := c.Pipe(yaml.LookupCreate(yaml.SequenceNode, "env"))
-	if err != nil {
-		return err
-	}
-	elems, err := env.Elements()
-	if err != nil {
-		return err
-	}
-	if findByName(elems, name) != nil {
-		return nil
-	}
-	e, err := yaml.Parse(fmt.Sprintf("name: %s\nvalue: %q\n", name, value))
-	if err != nil {
-		return err
-	}
-	return env.PipeE(yaml.Append(e.YNode()))
-}
-
-// sidecarYAML is the sidecar container (as in the kustomize component, with
-// its settings as flags rather than a ConfigMap).
-func sidecarYAML(o Options, vllmPort, dp int) string {
-	return fmt.Sprintf(`name: %s
-image: %s
-args:
-  - sidecar
-  - --engine-url=http://$(POD_IP):%d
-  - --kv-events=tcp://127.0.0.1:%d
-  - --replay=tcp://127.0.0.1:%d
-  - --topic=%s
-  - --data-parallel-size=%d
-  - --capacity=%d
-  - --startup-timeout=30m
-  - --grpc-listen=:9090
-  - --debug-listen=:8090
-  - --gossip-bind=0.0.0.0:7946
-  - --gossip-advertise=[$(POD_IP)]:7946
-  - --join=%s
-  - --gossip-key-file=/etc/kvroute/gossip/keyring
-  - --node-name=$(POD_NAME)
-env:
-  - name: POD_IP
-    valueFrom:
-      fieldRef:
-        fieldPath: status.podIP
-  - name: POD_NAME
-    valueFrom:
-      fieldRef:
-        fieldPath: metadata.name
-ports:
-  - name: kvr-grpc
-    containerPort: 9090
-    protocol: TCP
-  - name: kvr-debug
-    containerPort: 8090
-    protocol: TCP
-  - name: kvr-gossip-tcp
-    containerPort: 7946
-    protocol: TCP
-  - name: kvr-gossip-udp
-    containerPort: 7946
-    protocol: UDP
-startupProbe:
-  httpGet:
-    path: /healthz
-    port: kvr-debug
-  periodSeconds: 10
-  failureThreshold: 180
-livenessProbe:
-  httpGet:
-    path: /healthz
-    port: kvr-debug
-  periodSeconds: 10
-  failureThreshold: 3
-resources:
-  requests:
-    cpu: 250m
-    memory: 256Mi
-  limits:
-    memory: 1Gi
-securityContext:
-  runAsNonRoot: true
-  runAsUser: 65532
-  runAsGroup: 65532
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  capabilities:
-    drop: ["ALL"]
-volumeMounts:
-  - name: %s
-    mountPath: /etc/kvroute/gossip
-    readOnly: true
-`, SidecarName, o.Image, vllmPort, KVEventsPort, ReplayPort, Topic, dp, o.Capacity, o.GossipService, gossipKeyVol)
 }
