@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -375,14 +376,7 @@ func generated(t *testing.T, objs map[string]any, name string) *corev1.ConfigMap
 	return cm
 }
 
-func keys(objs map[string]any) []string {
-	var out []string
-	for k := range objs {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func keys(objs map[string]any) []string { return slices.Sorted(maps.Keys(objs)) }
 
 func names(cs []corev1.Container) []string {
 	var out []string
