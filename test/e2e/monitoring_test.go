@@ -9,9 +9,11 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -439,4 +441,58 @@ func metricAt(t *testing.T, base, name, label string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestAlertGossipFlapping: a gossip member that keeps coming and going — a
+// second picker started and stopped between scrapes, eight membership
+// changes in all — changes the first picker's member count at each; with
+// the changes inside the 15-minute window for five more minutes,
+// KvrouteGossipFlapping fires for the picker that saw them.
+func TestAlertGossipFlapping(t *testing.T) {
+	bin := buildKvroute(t)
+	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", seed, "--gossip-ports", "1", "--log-level", "warn")
+	members := func(want float64) error {
+		_, body, err := get("http://" + api + "/metrics")
+		if err != nil {
+			return err
+		}
+		if n, _ := sample(body, "kvroute_gossip_members"); n != want {
+			return fmt.Errorf("%v gossip members, want %v", n, want)
+		}
+		return nil
+	}
+	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error { return members(1) }); err != nil {
+		t.Fatal(err)
+	}
+	p := newPromStore(t, target{"http://" + api + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	rs := alertRules(t)
+	flapping := map[string]*rules.AlertingRule{"KvrouteGossipFlapping": rs["KvrouteGossipFlapping"]}
+	if firing := evaluate(t, p, flapping, 2); len(firing) > 0 {
+		t.Fatalf("firing with a steady membership: %v", firing)
+	}
+	other := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	var second *exec.Cmd
+	for i := range 8 {
+		if i%2 == 0 { // join
+			second = exec.Command(bin, "picker", "--listen", other, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0",
+				"--join", seed, "--node-name", fmt.Sprint("flapping-picker-", i), "--drain-delay", "0", "--log-level", "warn")
+			startProcess(t, second, syscall.SIGTERM, func(out string) { t.Logf("second picker output:\n%s", out) })
+		} else { // leave
+			if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			_ = second.Wait()
+		}
+		want := float64(2 - i%2)
+		if err := waitFor(20*time.Second, 20*time.Millisecond, func() error { return members(want) }); err != nil {
+			t.Fatalf("flap %d: %v", i+1, err)
+		}
+		evaluate(t, p, flapping, 1)
+	}
+	firing := evaluate(t, p, flapping, stepsFor(5*time.Minute))
+	if len(firing["KvrouteGossipFlapping"]) != 1 || !strings.Contains(firing["KvrouteGossipFlapping"][0], `pod="kvroute-picker-0"`) {
+		t.Fatalf("after eight membership changes: firing %v", firing)
+	}
 }
