@@ -139,15 +139,11 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 	return p, nil
 }
 
-// groupEndpoints lists the group's endpoints, sorted by URL.
+// groupEndpoints lists the group's endpoints, sorted by URL: read from
+// the group alone, so a request's cost does not grow with the fleet
+// (issue 21).
 func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
-	var out []fleet.Endpoint
-	for _, e := range r.view.Endpoints() {
-		if e.Group == group {
-			out = append(out, e)
-		}
-	}
-	return out
+	return r.view.GroupEndpoints(group)
 }
 
 // reportFailure tells the fleet view's passive outlier detection that an

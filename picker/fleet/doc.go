@@ -27,10 +27,14 @@
 //     caller's now. test/repo's dependency test holds it to that.
 //   - State holds no lock and is not safe for concurrent use: its caller
 //     serialises access (fleetview with an RWMutex). Match, Endpoints,
-//     Refused and Positions only read, so they may run concurrently with
-//     one another under a read lock, never with anything else; a snapshot
-//     load (StartSnapshot) is stepped under the caller's write lock, which
-//     it may release between steps.
+//     GroupEndpoints, Refused and Positions only read, so they may run
+//     concurrently with one another under a read lock, never with
+//     anything else; a snapshot load (StartSnapshot) is stepped under the
+//     caller's write lock, which it may release between steps.
+//   - A request's reads are bounded by its identity group: Match and
+//     GroupEndpoints cost what the group holds (at most Config.Slots
+//     endpoints), never what the fleet holds; only Endpoints and Refused
+//     walk the whole fleet, for listings and scrapes.
 //   - Endpoint health is judged in one place, Endpoint.HealthAt
 //     (health.go): cached, load-only, draining or down, each with its
 //     reason (DESIGN.md §11), from the signals State holds beside the

@@ -3,7 +3,9 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -16,7 +18,7 @@ import (
 // index of every endpoint's summary. It does no I/O, reads no clock (every
 // time it records is an argument) and holds no lock: it is not safe for
 // concurrent use. Its caller serialises access; the read-only methods
-// (Match, Endpoints, Refused, Positions) may run concurrently with one
+// (Match, Endpoints, GroupEndpoints, Refused, Positions) may run concurrently with one
 // another, never with any other method.
 type State struct {
 	cfg       Config
@@ -31,6 +33,7 @@ type State struct {
 type group struct {
 	tiers [tier.Count]*summary.Fleet // nil until the tier's first summary
 	slots []string                   // slot → endpoint URL ("" free)
+	held  []*entry                   // slot → endpoint (nil free), beside slots
 }
 
 // entry is one endpoint as the state holds it.
@@ -154,7 +157,7 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 		if e == nil {
 			g := s.groups[gid]
 			if g == nil {
-				g = &group{slots: make([]string, s.cfg.Slots)}
+				g = &group{slots: make([]string, s.cfg.Slots), held: make([]*entry, s.cfg.Slots)}
 				s.groups[gid] = g
 			}
 			slot := -1
@@ -179,6 +182,7 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 			}
 			g.slots[slot] = id.Endpoint
 			e = &entry{Endpoint: Endpoint{URL: id.Endpoint, Sidecar: sidecar, Group: gid, Since: now}, slot: slot}
+			g.held[slot] = e
 			s.endpoints[id.Endpoint] = e
 		}
 		e.Info = id
@@ -242,7 +246,7 @@ func (s *State) remove(url string) {
 				f.Remove(e.slot)
 			}
 		}
-		g.slots[e.slot] = ""
+		g.slots[e.slot], g.held[e.slot] = "", nil
 		empty := true
 		for _, u := range g.slots {
 			empty = empty && u == ""
@@ -467,6 +471,32 @@ func (s *State) Endpoints() []Endpoint {
 		out = append(out, e.Endpoint)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].URL < out[j].URL })
+	return out
+}
+
+// GroupEndpoints returns the endpoints of one identity group, sorted by
+// URL: copies, safe to keep; none for a group not held. Its cost is
+// bounded by the group (its slots, at most Config.Slots), never by the
+// fleet: a request reads only its own group's endpoints (issue 21).
+// GroupEndpoints only reads the state.
+func (s *State) GroupEndpoints(groupID string) []Endpoint {
+	g := s.groups[groupID]
+	if g == nil {
+		return nil
+	}
+	n := 0
+	for _, e := range g.held {
+		if e != nil {
+			n++
+		}
+	}
+	out := make([]Endpoint, 0, n)
+	for _, e := range g.held {
+		if e != nil {
+			out = append(out, e.Endpoint)
+		}
+	}
+	slices.SortFunc(out, func(a, b Endpoint) int { return strings.Compare(a.URL, b.URL) })
 	return out
 }
 

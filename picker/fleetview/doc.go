@@ -35,12 +35,15 @@
 //   - Logs, once per transition: a sidecar joining (a stream started), a
 //     sidecar leaving, a summary stream failing, and recovering.
 //   - Concurrency: one RWMutex serialises every access to the core —
-//     Match, Endpoints and Refused under the read lock, everything else
+//     Match, Endpoints, GroupEndpoints and Refused under the read lock, everything else
 //     under the write lock — and a stream checks its context under that
 //     lock before touching the core, so Forget is exact. A snapshot is
 //     written a part at a time, the lock released between parts, and the
 //     endpoint reads as absent in its tier until the last part. Match is
 //     safe to call from any goroutine while streams apply updates.
+//   - Per request, only the request's identity group is read (Match,
+//     GroupEndpoints: bounded by the group, not the fleet); Endpoints and
+//     Refused walk the whole fleet and are for listings and scrapes.
 //   - Staleness per endpoint is the time since its last update of any kind.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.

@@ -81,7 +81,7 @@ type View struct {
 	cfg Config
 	log *zap.Logger
 
-	// mu serialises access to state (Match, Endpoints and Refused under
+	// mu serialises access to state (Match, Endpoints, GroupEndpoints and Refused under
 	// the read lock, everything else under the write lock) and guards
 	// streams and closed.
 	mu      sync.RWMutex
@@ -534,6 +534,15 @@ func (v *View) Endpoints() []fleet.Endpoint {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.state.Endpoints()
+}
+
+// GroupEndpoints returns the endpoints of one identity group, sorted by
+// URL: what a request needs, at a cost bounded by its group, not the
+// fleet (fleet.State.GroupEndpoints).
+func (v *View) GroupEndpoints(groupID string) []fleet.Endpoint {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.state.GroupEndpoints(groupID)
 }
 
 // Close stops every stream.

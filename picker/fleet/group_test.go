@@ -1,0 +1,112 @@
+package fleet
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestGroupEndpoints: a group's endpoints only, sorted by URL, copies;
+// what Endpoints filtered to the group would return, however the group's
+// slots were filled and freed.
+func TestGroupEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reg   map[string][]Identity // sidecar → endpoints
+		drop  []string              // sidecars forgotten afterwards
+		model string                // the group asked for: model m's
+		want  []string
+	}{
+		{name: "empty state", model: "m"},
+		{name: "unknown group", reg: map[string][]Identity{"s": {ident("http://a", "n")}}, model: "m"},
+		{name: "one group", reg: map[string][]Identity{"s": {ident("http://b", "m"), ident("http://a", "m")}},
+			model: "m", want: []string{"http://a", "http://b"}},
+		{name: "others left out", reg: map[string][]Identity{
+			"s": {ident("http://c", "m"), ident("http://a", "n")},
+			"t": {ident("http://b", "m"), ident("http://d", "n")},
+		}, model: "m", want: []string{"http://b", "http://c"}},
+		{name: "freed slot", reg: map[string][]Identity{
+			"s": {ident("http://c", "m")},
+			"t": {ident("http://a", "m"), ident("http://b", "m")},
+		}, drop: []string{"s"}, model: "m", want: []string{"http://a", "http://b"}},
+		{name: "group emptied", reg: map[string][]Identity{"s": {ident("http://a", "m")}, "t": {ident("http://b", "n")}},
+			drop: []string{"s"}, model: "m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newState(t, 8)
+			for _, sc := range []string{"s", "t"} { // a fixed order: slots depend on it
+				if eps := tc.reg[sc]; eps != nil {
+					mustRegister(t, s, sc, eps...)
+				}
+			}
+			for _, sc := range tc.drop {
+				s.Forget(sc)
+			}
+			gid := ident("http://x", tc.model).Group()
+			got := s.GroupEndpoints(gid)
+			if !reflect.DeepEqual(urls(got), tc.want) {
+				t.Fatalf("GroupEndpoints = %v, want %v", urls(got), tc.want)
+			}
+			var filtered []Endpoint
+			for _, e := range s.Endpoints() {
+				if e.Group == gid {
+					filtered = append(filtered, e)
+				}
+			}
+			if len(got) > 0 && !reflect.DeepEqual(got, filtered) {
+				t.Errorf("GroupEndpoints = %+v, Endpoints filtered = %+v", got, filtered)
+			}
+			if len(got) > 0 { // copies: changing them changes nothing held
+				got[0].Sidecar = "changed"
+				if again := s.GroupEndpoints(gid); again[0].Sidecar == "changed" {
+					t.Error("GroupEndpoints returned the state's own entries")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGroupEndpoints: one group's endpoints read with 20 endpoints
+// in the fleet (the group alone) and with 1,000 (50 groups of 20). The
+// cost must not grow with the fleet (issue 21); whole-fleet-filtered is
+// the read it replaced, Endpoints filtered to the group, for comparison.
+func BenchmarkGroupEndpoints(b *testing.B) {
+	for _, models := range []int{1, 50} {
+		b.Run(fmt.Sprintf("fleet=%d", models*20), func(b *testing.B) {
+			s := newState(b, 256)
+			for m := range models {
+				var eps []Identity
+				for i := range 20 {
+					eps = append(eps, ident(fmt.Sprintf("http://m%d-e%d:8000", m, i), fmt.Sprintf("model-%d", m)))
+				}
+				if _, err := s.Register(fmt.Sprintf("sidecar-%d", m), eps, nil, time.Time{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			gid := ident("", "model-0").Group()
+			b.Run("group", func(b *testing.B) {
+				b.ReportAllocs()
+				for range b.N {
+					if len(s.GroupEndpoints(gid)) != 20 {
+						b.Fatal("not the group's 20 endpoints")
+					}
+				}
+			})
+			b.Run("whole-fleet-filtered", func(b *testing.B) { // what requests did before issue 21
+				b.ReportAllocs()
+				for range b.N {
+					n := 0
+					for _, e := range s.Endpoints() {
+						if e.Group == gid {
+							n++
+						}
+					}
+					if n != 20 {
+						b.Fatal("not the group's 20 endpoints")
+					}
+				}
+			})
+		})
+	}
+}
