@@ -264,7 +264,8 @@ type debugEndpoint struct {
 
 // debugRefused is an endpoint the picker's view did not take, and why:
 // summary_params (sized unlike this picker), group_full, other_owner
-// (another sidecar already streams it).
+// (another sidecar already streams it), model_not_followed (its model is
+// not among --models: another picker shard's).
 type debugRefused struct {
 	Endpoint             string `json:"endpoint"`
 	Sidecar              string `json:"sidecar"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ type modelDirectory struct {
 	endpoints func() []fleet.Endpoint
 	list      func(ctx context.Context, base string) ([]modelEntry, error)
 	log       *zap.Logger
+	// shard are the models this picker follows (fleetview.Config.Models);
+	// none: every model. A name unknown here is then another shard's.
+	shard []string
 
 	refreshMu sync.Mutex // one refresh at a time
 
@@ -69,7 +73,19 @@ func (d *modelDirectory) resolve(name string) (modelRef, error) {
 	if ok {
 		return ref, nil
 	}
+	if len(d.shard) > 0 {
+		return modelRef{}, notThisShard(name, d.shard)
+	}
 	return modelRef{}, modelNotFound(name)
+}
+
+// notThisShard is the refusal of a model name by a picker that follows
+// only some models (--models): 404 model_not_found as vLLM answers an
+// unknown model, saying the name may be another picker shard's.
+func notThisShard(name string, shard []string) *intake.Error {
+	return &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("The model `%s` is not served by this picker shard, which follows only %s: send it to the shard that serves it.",
+			name, strings.Join(shard, ", "))}
 }
 
 // modelNotFound is the refusal of a model name no engine serves, worded

@@ -197,7 +197,7 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
 	r.access.rate = cfg.AccessLog
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
-	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, list: func(ctx context.Context, base string) ([]modelEntry, error) {
+	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, shard: view.Models(), list: func(ctx context.Context, base string) ([]modelEntry, error) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.TokenizeTimeout)
 		defer cancel()
 		return listModels(ctx, hc, base, cfg.EngineAPIKey)

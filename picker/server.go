@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,13 @@ type ServerConfig struct {
 	// Sidecars are sidecar gRPC addresses to follow besides (or instead
 	// of) those gossip finds.
 	Sidecars []string
+	// Models, when set, are the only models this picker follows and
+	// routes (--models: picker replicas sharded by model); sidecars of
+	// other models are never streamed and requests for them get 404
+	// model_not_found saying this shard does not serve them. Entries are
+	// model names as the sidecars report them, none empty. Default none:
+	// every model.
+	Models []string
 	// Capacity sizes the summaries, as the sidecars' --capacity (fleet-wide).
 	// Default 65536.
 	Capacity int
@@ -86,6 +94,12 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.Capacity < 1 || c.Capacity > 1<<26 {
 		errs = append(errs, fmt.Errorf("--capacity %d: want 1..%d blocks", c.Capacity, 1<<26))
+	}
+	for _, m := range c.Models {
+		if strings.TrimSpace(m) == "" {
+			errs = append(errs, errors.New("--models: an empty model name (give names, comma-separated, or none for every model)"))
+			break
+		}
 	}
 	if c.Gossip == nil && len(c.Sidecars) == 0 {
 		errs = append(errs, errors.New("no way to find sidecars: give --join (gossip) or --sidecars"))
@@ -148,6 +162,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	vcfg := fleetview.DefaultConfig()
 	vcfg.Params = summary.ForCapacity(cfg.Capacity)
 	vcfg.Health = cfg.Router.Health // one judgement for the view and the decisions
+	vcfg.Models = cfg.Models
 	if s.view, err = fleetview.New(vcfg, log.Named("view"), reg); err != nil {
 		return nil, err
 	}

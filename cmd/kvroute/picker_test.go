@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,6 +43,7 @@ func TestPickerFlags(t *testing.T) {
 		{"--gossip-bind=", "no way to find sidecars"},
 		{"--decision-token-file /nonexistent", "--decision-token-file"},
 		{"--gossip-bind nope", "--gossip-bind"},
+		{"--gossip-bind= --sidecars 127.0.0.1:9090 --models a,,b", "--models"},
 	} {
 		cmd, _, finish := pickerCommand()
 		if err := cmd.ParseFlags(strings.Fields(tc.args)); err != nil {
@@ -49,6 +51,53 @@ func TestPickerFlags(t *testing.T) {
 		}
 		if err := finish(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v", tc.args, err)
+		}
+	}
+}
+
+// TestPickerModelsFlag: --models reaches the configuration (issue 21);
+// by default none, every model.
+func TestPickerModelsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"--models", "Qwen/Qwen3-0.6B"}, []string{"Qwen/Qwen3-0.6B"}},
+		{[]string{"--models", "a,b", "--models", "c"}, []string{"a", "b", "c"}},
+	} {
+		cmd, cfg, finish := pickerCommand()
+		if err := cmd.ParseFlags(append([]string{"--sidecars", "127.0.0.1:9090", "--gossip-bind", ""}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if err := finish(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cfg.Models, tc.want) {
+			t.Errorf("%v: models %q, want %q", tc.args, cfg.Models, tc.want)
+		}
+	}
+	// The picker.json key, flags winning.
+	file := filepath.Join(t.TempDir(), "picker.json")
+	if err := os.WriteFile(file, []byte(`{"models": "x,y"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"x", "y"}},
+		{[]string{"--models", "z"}, []string{"z"}},
+	} {
+		cmd, cfg, finish := pickerCommand()
+		if err := cmd.ParseFlags(append([]string{"--sidecars", "127.0.0.1:9090", "--gossip-bind", "", "--config", file}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if err := finish(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cfg.Models, tc.want) {
+			t.Errorf("config file, %v: models %q, want %q", tc.args, cfg.Models, tc.want)
 		}
 	}
 }

@@ -44,6 +44,11 @@
 //   - Per request, only the request's identity group is read (Match,
 //     GroupEndpoints: bounded by the group, not the fleet); Endpoints and
 //     Refused walk the whole fleet and are for listings and scrapes.
+//   - Config.Models, when set, bounds what is followed: a sidecar's
+//     endpoints of other models are never handed to the core but listed
+//     by Refused (model_not_followed) and counted; a sidecar serving none
+//     of them is asked what it serves (Info) and never streamed, and asked
+//     again every 30 s.
 //   - Staleness per endpoint is the time since its last update of any kind.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.

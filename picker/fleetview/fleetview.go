@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +53,13 @@ type Config struct {
 	// fleet.DefaultHealthConfig() and 100 ms.
 	Health      fleet.HealthConfig
 	HealthEvery time.Duration
+	// Models, when set, are the only models the view follows (picker
+	// replicas sharded by model): a sidecar's endpoints of other models
+	// are listed as not followed (ReasonModelNotFollowed) and a sidecar
+	// serving none of them has its summaries never streamed. Each entry
+	// is a model name as the sidecars report it; none empty. Default
+	// none: every model.
+	Models []string
 }
 
 // DefaultConfig returns the defaults: Slots 256, Retry 500 ms, plaintext;
@@ -70,6 +80,11 @@ func (c *Config) Validate() error {
 	if c.HealthEvery <= 0 {
 		return errors.New("fleetview: health interval must be positive")
 	}
+	for _, m := range c.Models {
+		if strings.TrimSpace(m) == "" {
+			return errors.New("fleetview: an empty model name in the models followed")
+		}
+	}
 	return c.Health.Validate()
 }
 
@@ -88,6 +103,10 @@ type View struct {
 	state   *fleet.State
 	streams map[string]*streamRef // by sidecar address
 	closed  bool
+	// models are cfg.Models as a set (nil: every model); unfollowed the
+	// endpoints of other models, by sidecar address, as last offered.
+	models     map[string]bool
+	unfollowed map[string][]Refused
 
 	wg        sync.WaitGroup
 	refused   prometheus.Counter
@@ -114,7 +133,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	v := &View{cfg: cfg, log: log, state: state, streams: map[string]*streamRef{},
+	v := &View{cfg: cfg, log: log, state: state, streams: map[string]*streamRef{}, unfollowed: map[string][]Refused{},
 		refused:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
 		conflict:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
 		resyncs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
@@ -124,10 +143,16 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
 	}
+	if len(cfg.Models) > 0 {
+		v.models = map[string]bool{}
+		for _, m := range cfg.Models {
+			v.models[m] = true
+		}
+	}
 	v.health = newHealthMetrics(v)
 	v.probe = &http.Client{Timeout: probeTimeout}
 	if reg != nil {
-		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, staleness{v})
+		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, staleness{v}, notFollowed{v})
 		v.health.register(reg)
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
@@ -194,6 +219,7 @@ func (v *View) Forget(addr string) {
 	if ref, ok := v.streams[addr]; ok {
 		ref.cancel()
 		delete(v.streams, addr)
+		delete(v.unfollowed, addr)
 		v.log.Warn("sidecar left: its endpoints go by load only while their engines answer",
 			zap.String("sidecar", addr), zap.Duration("grace", v.cfg.Health.SidecarGrace))
 	}
@@ -203,11 +229,55 @@ func (v *View) Forget(addr string) {
 // Refused is an endpoint a sidecar offered that the view did not take.
 type Refused = fleet.Refused
 
-// Refused lists the endpoints offered but not taken, sorted by URL.
+// ReasonModelNotFollowed is why an endpoint is not taken when its model
+// is not among Config.Models: another picker shard serves it.
+const ReasonModelNotFollowed = "model_not_followed"
+
+// Refused lists the endpoints offered but not taken, sorted by URL: those
+// the state refused and those of models not followed.
 func (v *View) Refused() []Refused {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.state.Refused()
+	out := v.state.Refused()
+	if len(v.unfollowed) == 0 {
+		return out
+	}
+	for _, rs := range v.unfollowed {
+		out = append(out, rs...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Info.Endpoint < out[j].Info.Endpoint })
+	return out
+}
+
+// Models returns the models the view follows (Config.Models); none:
+// every model.
+func (v *View) Models() []string { return slices.Clone(v.cfg.Models) }
+
+// errNotFollowed ends a stream to a sidecar serving no model followed
+// before its summaries are asked for.
+var errNotFollowed = errors.New("fleetview: the sidecar serves no model this view follows")
+
+// notFollowedRecheck is how often the view asks a sidecar serving no model
+// it follows what it serves now (a sidecar restarted for another model).
+const notFollowedRecheck = 30 * time.Second
+
+// notFollowedDesc describes kvroute_picker_endpoints_not_followed.
+var notFollowedDesc = prometheus.NewDesc("kvroute_picker_endpoints_not_followed",
+	"Endpoints offered whose model this picker does not follow (--models): another picker shard serves them.", nil, nil)
+
+// notFollowed counts the endpoints not followed when scraped.
+type notFollowed struct{ v *View }
+
+func (n notFollowed) Describe(ch chan<- *prometheus.Desc) { ch <- notFollowedDesc }
+
+func (n notFollowed) Collect(ch chan<- prometheus.Metric) {
+	n.v.mu.RLock()
+	c := 0
+	for _, rs := range n.v.unfollowed {
+		c += len(rs)
+	}
+	n.v.mu.RUnlock()
+	ch <- prometheus.MustNewConstMetric(notFollowedDesc, prometheus.GaugeValue, float64(c))
 }
 
 // FollowGossip watches every sidecar that gossip reports and forgets those
@@ -292,6 +362,14 @@ func (v *View) follow(ctx context.Context, addr string) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errNotFollowed) {
+			select { // no summaries wanted: only look again, now and then
+			case <-ctx.Done():
+				return
+			case <-time.After(max(v.cfg.Retry, notFollowedRecheck)):
+			}
+			continue
+		}
 		if status.Code(err) == codes.Unavailable {
 			// The sidecar cannot be reached (dead, or cut off): its
 			// endpoints go by load only at once while their engines
@@ -360,14 +438,29 @@ func resync(err error) bool {
 // register hands a sidecar's endpoints to the state, counts and logs its
 // refusals, and returns the positions the state holds for them.
 func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse) (map[string]*pb.Position, error) {
-	ids := make([]fleet.Identity, len(info.Endpoints))
-	for i, ei := range info.Endpoints {
-		ids[i] = identityOf(ei)
+	var ids []fleet.Identity
+	var skipped []Refused
+	for _, ei := range info.Endpoints {
+		id := identityOf(ei)
+		if v.models != nil && !v.models[id.Model] {
+			skipped = append(skipped, Refused{Info: id, Sidecar: addr, Reason: ReasonModelNotFollowed})
+			continue
+		}
+		ids = append(ids, id)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, err // forgotten meanwhile
+	}
+	if len(skipped) > 0 {
+		if len(v.unfollowed[addr]) != len(skipped) {
+			v.log.Info("endpoints not followed: their model is not among --models", zap.String("sidecar", addr),
+				zap.Int("endpoints", len(skipped)), zap.String("model", skipped[0].Info.Model))
+		}
+		v.unfollowed[addr] = skipped
+	} else {
+		delete(v.unfollowed, addr)
 	}
 	reg, err := v.state.Register(addr, ids, v.liveLocked, time.Now())
 	for _, r := range reg.Refused {
@@ -385,6 +478,9 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if len(ids) == 0 && len(skipped) > 0 {
+		return nil, errNotFollowed // its endpoints dropped (Register with none): no stream
 	}
 	known := map[string]*pb.Position{}
 	for _, p := range reg.Positions {

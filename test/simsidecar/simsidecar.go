@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,8 @@ type Sidecar struct {
 	cfg      Config
 	endpoint string
 	addr     string
+
+	infos, watches atomic.Int64 // calls of Info and WatchSummaries
 
 	mu   sync.Mutex
 	c    *summary.Counting
@@ -129,6 +132,12 @@ func (s *Sidecar) Hold(keys ...blockkey.Key) {
 	}
 }
 
+// Infos is how many times a picker asked the sidecar what it serves.
+func (s *Sidecar) Infos() int64 { return s.infos.Load() }
+
+// Watches is how many summary streams a picker opened to the sidecar.
+func (s *Sidecar) Watches() int64 { return s.watches.Load() }
+
 // Addr is the gRPC address.
 func (s *Sidecar) Addr() string { return s.addr }
 
@@ -137,6 +146,7 @@ func (s *Sidecar) Endpoint() string { return s.endpoint }
 
 // Info describes the endpoint.
 func (s *Sidecar) Info(context.Context, *pb.InfoRequest) (*pb.InfoResponse, error) {
+	s.infos.Add(1)
 	bs := int32(16)
 	if s.cfg.NoBlockSize {
 		bs = 0
@@ -148,6 +158,7 @@ func (s *Sidecar) Info(context.Context, *pb.InfoRequest) (*pb.InfoResponse, erro
 // WatchSummaries sends a snapshot, then every delta, and an idle load
 // report every 200 ms.
 func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.SummaryUpdate]) error {
+	s.watches.Add(1)
 	ch := make(chan *pb.SummaryUpdate, 1024)
 	s.mu.Lock()
 	snap := s.c.Snapshot()
