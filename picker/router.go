@@ -159,6 +159,7 @@ type Router struct {
 	log    *zap.Logger
 	view   *fleetview.View
 	render *render.Client
+	coal   *render.Coalescer // identical renders in flight, shared
 	parser intake.Parser
 	models *modelDirectory
 	proxy  *http.Client // requests to engines
@@ -193,8 +194,8 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		return nil, err
 	}
 	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, view: view,
-		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
-		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
+		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey), coal: render.NewCoalescer(cfg.TokenizeTimeout),
+		proxy: &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
 	r.access.rate = cfg.AccessLog
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
 	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, list: func(ctx context.Context, base string) ([]modelEntry, error) {
