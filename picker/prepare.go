@@ -298,11 +298,7 @@ func (r *Router) renderShared(ctx context.Context, group string, attempt int, en
 		rd, err := call(ctx)
 		return rd, false, err
 	}
-	rd, joined, err := r.coal.Do(ctx, render.KeyOf(group, kind, attempt, body), body, call)
-	if joined && r.m != nil {
-		r.m.coalesced.Inc()
-	}
-	return rd, joined, err
+	return r.coal.Do(ctx, render.KeyOf(group, kind, attempt, body), body, call)
 }
 
 func errKind(err error) string {

@@ -194,8 +194,8 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		return nil, err
 	}
 	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, view: view,
-		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey), coal: render.NewCoalescer(cfg.TokenizeTimeout),
-		proxy: &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
+		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
+		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
 	r.access.rate = cfg.AccessLog
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
 	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, list: func(ctx context.Context, base string) ([]modelEntry, error) {
@@ -209,6 +209,7 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		}
 	}
 	r.m = newMetrics(reg, r)
+	r.coal = render.NewCoalescer(cfg.TokenizeTimeout, r.m.coalesced.Inc)
 	r.admit = newAdmission(cfg.Admission, log.Named("admission"), reg, r.admitLoads)
 	return r, nil
 }

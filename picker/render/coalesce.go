@@ -36,9 +36,10 @@ const maxRetries = 2
 // Coalescer shares one render call among identical concurrent callers. The
 // zero value is not usable; use NewCoalescer.
 type Coalescer struct {
-	limit time.Duration
-	mu    sync.Mutex
-	calls map[Key]*call
+	limit  time.Duration
+	onJoin func() // called as a caller joins another's call (nil: none)
+	mu     sync.Mutex
+	calls  map[Key]*call
 }
 
 // call is one shared render in flight.
@@ -52,9 +53,11 @@ type call struct {
 }
 
 // NewCoalescer returns a coalescer whose shared calls take at most limit
-// (0: no bound of its own; the function's client bounds them).
-func NewCoalescer(limit time.Duration) *Coalescer {
-	return &Coalescer{limit: limit, calls: map[Key]*call{}}
+// (0: no bound of its own; the function's client bounds them); onJoin, if
+// not nil, is called (under the table's lock: keep it short) each time a
+// caller joins another's call in flight.
+func NewCoalescer(limit time.Duration, onJoin func()) *Coalescer {
+	return &Coalescer{limit: limit, onJoin: onJoin, calls: map[Key]*call{}}
 }
 
 // InFlight is the number of shared calls in flight.
@@ -109,6 +112,9 @@ func (c *Coalescer) join(ctx context.Context, key Key, body []byte, fn func(cont
 			return nil, false
 		}
 		cl.refs++
+		if c.onJoin != nil {
+			c.onJoin()
+		}
 		return cl, true
 	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

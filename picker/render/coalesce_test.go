@@ -59,7 +59,7 @@ var body = []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 
 func TestCoalesceIdenticalShareOneCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := render.NewCoalescer(time.Minute), newGated()
+		c, g := render.NewCoalescer(time.Minute, nil), newGated()
 		key := render.KeyOf("g", intake.Chat, 0, body)
 		const n = 8
 		var chs []<-chan outcome
@@ -115,7 +115,7 @@ func TestCoalesceDifferentKeysSeparate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c, g := render.NewCoalescer(0), newGated()
+				c, g := render.NewCoalescer(0, nil), newGated()
 				a := start(t.Context(), c, render.KeyOf("g", intake.Chat, 0, body), body, g.fn)
 				b := start(t.Context(), c, tc.key, tc.body, g.fn)
 				synctest.Wait()
@@ -133,7 +133,7 @@ func TestCoalesceDifferentKeysSeparate(t *testing.T) {
 
 func TestCoalesceWaiterLeaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := render.NewCoalescer(0), newGated()
+		c, g := render.NewCoalescer(0, nil), newGated()
 		key := render.KeyOf("g", intake.Chat, 0, body)
 		leader := start(t.Context(), c, key, body, g.fn)
 		synctest.Wait()
@@ -156,7 +156,7 @@ func TestCoalesceWaiterLeaves(t *testing.T) {
 
 func TestCoalesceLeaderLeavesWaitersServed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := render.NewCoalescer(0), newGated()
+		c, g := render.NewCoalescer(0, nil), newGated()
 		key := render.KeyOf("g", intake.Chat, 0, body)
 		lctx, cancel := context.WithCancel(t.Context())
 		leader := start(lctx, c, key, body, g.fn)
@@ -183,7 +183,7 @@ func TestCoalesceLeaderLeavesWaitersServed(t *testing.T) {
 
 func TestCoalesceLastOutEndsCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := render.NewCoalescer(0), newGated()
+		c, g := render.NewCoalescer(0, nil), newGated()
 		key := render.KeyOf("g", intake.Chat, 0, body)
 		ctx, cancel := context.WithCancel(t.Context())
 		a, b := start(ctx, c, key, body, g.fn), start(ctx, c, key, body, g.fn)
@@ -205,7 +205,7 @@ func TestCoalesceLastOutEndsCall(t *testing.T) {
 
 func TestCoalesceErrorsShared(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := render.NewCoalescer(0), newGated()
+		c, g := render.NewCoalescer(0, nil), newGated()
 		g.err = &render.RefusedError{Status: 400, Body: []byte("no")}
 		key := render.KeyOf("g", intake.Chat, 0, body)
 		a := start(t.Context(), c, key, body, g.fn)
@@ -229,7 +229,7 @@ func TestCoalesceErrorsShared(t *testing.T) {
 // that ignored its own) is retried, a bounded number of times.
 func TestCoalesceForeignCancellationRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := render.NewCoalescer(0)
+		c := render.NewCoalescer(0, nil)
 		key := render.KeyOf("g", intake.Chat, 0, body)
 		var calls atomic.Int32
 		flaky := func(context.Context) (render.Rendered, error) {
@@ -254,7 +254,7 @@ func TestCoalesceForeignCancellationRetried(t *testing.T) {
 
 func TestCoalesceCallLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, g := render.NewCoalescer(time.Second), newGated()
+		c, g := render.NewCoalescer(time.Second, nil), newGated()
 		key := render.KeyOf("g", intake.Chat, 0, body)
 		a, b := start(t.Context(), c, key, body, g.fn), start(t.Context(), c, key, body, g.fn)
 		for _, ch := range []<-chan outcome{a, b} {
@@ -269,7 +269,7 @@ func TestCoalesceCallLimit(t *testing.T) {
 }
 
 func BenchmarkCoalesceParallel(b *testing.B) {
-	c := render.NewCoalescer(0)
+	c := render.NewCoalescer(0, nil)
 	key := render.KeyOf("g", intake.Chat, 0, body)
 	ans := render.Rendered{TokenIDs: make([]uint32, 2048)}
 	var mu sync.Mutex
