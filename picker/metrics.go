@@ -18,6 +18,7 @@ type metrics struct {
 	selected       *prometheus.CounterVec
 	tokenize       *prometheus.HistogramVec
 	tokenizeErrors *prometheus.CounterVec
+	coalesced      prometheus.Counter // render calls that joined an identical one in flight
 	matchedBlocks  prometheus.Histogram
 	overhead       prometheus.Histogram
 	overrides      prometheus.Counter
@@ -48,6 +49,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		fallbacks:      prometheus.NewCounterVec(opts("fallbacks_total", "Decisions that fell back from precise routing, by reason."), []string{"reason"}),
 		selected:       prometheus.NewCounterVec(opts("selected_total", "Decisions per chosen endpoint."), []string{"endpoint"}),
 		tokenizeErrors: prometheus.NewCounterVec(opts("tokenize_errors_total", "Failed render or tokenize calls, by kind (timeout, refused, error)."), []string{"kind"}),
+		coalesced:      prometheus.NewCounter(opts("render_coalesced_total", "Render calls that joined an identical render of the same identity group in flight (same kind and body) instead of calling an engine.")),
 		overrides:      prometheus.NewCounter(opts("load_overrides_total", "Decisions that skipped the best-cached endpoint because it was at the load cap.")),
 		overrideTokens: prometheus.NewCounter(opts("load_override_tokens_total", "Cached tokens given up by load overrides.")),
 		outcomes: prometheus.NewCounterVec(opts("outcomes_total", "Proxied requests by outcome, engine-reported cached tokens against the prediction at block granularity: as_predicted (exactly), "+
@@ -85,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			"other (not in the list), unreported (no x-gateway-destination-endpoint-served)."), []string{"as"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors,
+		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors, m.coalesced,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
 			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, m.eppRequests, m.eppServed, endpointsByGroup{r})
 	}

@@ -225,7 +225,7 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 				}
 				kind = intake.Chat
 			}
-			a, err := r.render.Render(ctx, engine, kind, body)
+			a, _, err := r.renderShared(ctx, eps[0].Group, 0, engine, kind, body)
 			anchorCh <- result{a, err}
 		}()
 	}
@@ -241,8 +241,8 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		first, cancel = context.WithTimeout(ctx, r.cfg.TokenizeTimeout/2)
 		defer cancel()
 	}
-	full, err := r.render.Render(first, engine, kind, body)
-	if err != nil && !isRefusal(err) && ctx.Err() == nil {
+	full, joined, err := r.renderShared(first, eps[0].Group, 0, engine, kind, body)
+	if err != nil && !isRefusal(err) && ctx.Err() == nil && !joined { // a joined call's failure is its leader's to report
 		r.reportFailure(engine, "render: "+err.Error())
 	}
 	if err != nil && !isRefusal(err) && ctx.Err() == nil && len(engines) > 1 {
@@ -250,8 +250,8 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		// renders the same tokens (the anchor, if it failed too, only
 		// costs the prefix hash).
 		n.tokenizeErrors = append(n.tokenizeErrors, errKind(err))
-		full, err = r.render.Render(ctx, engines[1], kind, body)
-		if err != nil && !isRefusal(err) && ctx.Err() == nil {
+		full, joined, err = r.renderShared(ctx, eps[0].Group, 1, engines[1], kind, body)
+		if err != nil && !isRefusal(err) && ctx.Err() == nil && !joined {
 			r.reportFailure(engines[1], "render: "+err.Error())
 		}
 	}
@@ -281,6 +281,20 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		out.anchor = k
 	}
 	return out, nil
+}
+
+// renderShared renders body on engine, or joins an identical render of
+// the group in flight (issue 21: many clients sending the same prompt at
+// once cost one engine call). attempt keeps a fallback from joining the
+// call it falls back from. joined: the answer (or failure) was another
+// caller's call.
+func (r *Router) renderShared(ctx context.Context, group string, attempt int, engine string, kind intake.Kind, body []byte) (render.Rendered, bool, error) {
+	call := func(ctx context.Context) (render.Rendered, error) { return r.render.Render(ctx, engine, kind, body) }
+	if r.coal == nil {
+		rd, err := call(ctx)
+		return rd, false, err
+	}
+	return r.coal.Do(ctx, render.KeyOf(group, kind, attempt, body), body, call)
 }
 
 func errKind(err error) string {

@@ -159,6 +159,7 @@ type Router struct {
 	log    *zap.Logger
 	view   *fleetview.View
 	render *render.Client
+	coal   *render.Coalescer // identical renders in flight, shared
 	parser intake.Parser
 	models *modelDirectory
 	proxy  *http.Client // requests to engines
@@ -208,6 +209,7 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		}
 	}
 	r.m = newMetrics(reg, r)
+	r.coal = render.NewCoalescer(cfg.TokenizeTimeout, r.m.coalesced.Inc)
 	r.admit = newAdmission(cfg.Admission, log.Named("admission"), reg, r.admitLoads)
 	return r, nil
 }
