@@ -2,6 +2,8 @@ package picker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,6 +24,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
 	testpod "github.com/kvroute/kvroute/test/pod"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // gatedEngine is a real engine behind a proxy that counts render calls
@@ -68,13 +71,12 @@ func coalesceRouter(t *testing.T) (*Router, *prometheus.Registry, []fleet.Endpoi
 	t.Cleanup(v.Close)
 	p := testpod.Start(t, testpod.Options{Capacity: 4096, Scrape: 50 * time.Millisecond})
 	v.Watch(p.Sidecar.GRPCAddr())
-	deadline := time.Now().Add(10 * time.Second)
-	for len(v.Endpoints()) < 1 || !v.Endpoints()[0].HasLoad() {
-		if time.Now().After(deadline) {
-			t.Fatal("the view knows no loaded endpoint within 10 s")
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if eps := v.Endpoints(); len(eps) < 1 || !eps[0].HasLoad() {
+			return errors.New("the view knows no loaded endpoint")
 		}
-		time.Sleep(10 * time.Millisecond) // a bounded poll
-	}
+		return nil
+	})
 	reg := prometheus.NewRegistry()
 	cfg := DefaultConfig()
 	cfg.TokenizeTimeout = time.Minute // the gate holds renders while requests gather
@@ -116,16 +118,16 @@ func TestRenderCoalescedAcrossRequests(t *testing.T) {
 		})
 	}
 	// Release the engine once every request but the first has joined.
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(r.m.coalesced) < float64(calls*(n-1)) {
-		if time.Now().After(deadline) {
-			close(g.release)
-			wg.Wait()
-			t.Fatalf("%v of %d renders joined within 10 s", testutil.ToFloat64(r.m.coalesced), calls*(n-1))
+	var released sync.Once
+	release := func() { released.Do(func() { close(g.release) }) }
+	t.Cleanup(func() { release(); wg.Wait() }) // on a failed wait too
+	testnet.Await(t, 10*time.Second, time.Millisecond, func() error {
+		if got := testutil.ToFloat64(r.m.coalesced); got < float64(calls*(n-1)) {
+			return fmt.Errorf("%v of %d renders joined", got, calls*(n-1))
 		}
-		time.Sleep(time.Millisecond) // a bounded poll
-	}
-	close(g.release)
+		return nil
+	})
+	release()
 	wg.Wait()
 	if int(g.renders.Load()) != calls {
 		t.Fatalf("%d render calls for %d identical requests, want %d", g.renders.Load(), n, calls)
@@ -174,13 +176,12 @@ func TestRenderCoalescedLeaderLeaves(t *testing.T) {
 		_, err := r.tokens(lctx, req, intake.Chat, body, eps, &nt)
 		leader <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.renders.Load() < calls {
-		if time.Now().After(deadline) {
-			t.Fatal("no render call within 10 s")
+	testnet.Await(t, 10*time.Second, time.Millisecond, func() error {
+		if g.renders.Load() < calls {
+			return errors.New("no render call")
 		}
-		time.Sleep(time.Millisecond) // a bounded poll
-	}
+		return nil
+	})
 	waiter := make(chan tokensOf, 1)
 	go func() {
 		var nt notes
@@ -190,12 +191,12 @@ func TestRenderCoalescedLeaderLeaves(t *testing.T) {
 		}
 		waiter <- toks
 	}()
-	for testutil.ToFloat64(r.m.coalesced) < float64(calls) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second request did not join within 10 s")
+	testnet.Await(t, 10*time.Second, time.Millisecond, func() error {
+		if testutil.ToFloat64(r.m.coalesced) < float64(calls) {
+			return errors.New("the second request did not join")
 		}
-		time.Sleep(time.Millisecond) // a bounded poll
-	}
+		return nil
+	})
 	cancel()
 	if err := <-leader; err == nil {
 		t.Fatal("the leader's client left, and it got tokens")

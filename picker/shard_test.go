@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/test/simsidecar"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestShardByModel: a picker following only model a (--models a, issue
@@ -38,13 +40,12 @@ func TestShardByModel(t *testing.T) {
 	t.Cleanup(v.Close)
 	v.Watch(a.Addr())
 	v.Watch(b.Addr())
-	deadline := time.Now().Add(10 * time.Second)
-	for len(v.Endpoints()) < 1 || len(v.Refused()) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("endpoints %v, refused %v", v.Endpoints(), v.Refused())
+	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if len(v.Endpoints()) < 1 || len(v.Refused()) < 1 {
+			return fmt.Errorf("endpoints %v, refused %v", v.Endpoints(), v.Refused())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	r := simRouter(t, v, prometheus.NewRegistry())
 	ctx := context.Background()
 	body := func(model string) []byte {

@@ -1,6 +1,7 @@
 package fleetview_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/test/simsidecar"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestModelsFollowed: a view following only model a (Config.Models,
@@ -31,13 +33,12 @@ func TestModelsFollowed(t *testing.T) {
 	defer v.Close()
 	v.Watch(a.Addr())
 	v.Watch(b.Addr())
-	deadline := time.Now().Add(10 * time.Second)
-	for len(v.Endpoints()) < 1 || len(v.Refused()) < 1 || a.Watches() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("endpoints %v, refused %v, a's streams %d", v.Endpoints(), v.Refused(), a.Watches())
+	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if len(v.Endpoints()) < 1 || len(v.Refused()) < 1 || a.Watches() < 1 {
+			return fmt.Errorf("endpoints %v, refused %v, a's streams %d", v.Endpoints(), v.Refused(), a.Watches())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	eps := v.Endpoints()
 	if len(eps) != 1 || eps[0].URL != a.Endpoint() || eps[0].Info.Model != "a" {
 		t.Errorf("endpoints %+v, want a's only", eps)
