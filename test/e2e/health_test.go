@@ -382,8 +382,20 @@ func TestDrainedSidecar(t *testing.T) {
 	}
 	took := f.awaitState(t, leaving, "draining", 5*time.Second)
 	t.Logf("draining %v after the sidecar's SIGTERM", took.Round(time.Millisecond))
-	picks := f.metric(t, "kvroute_picker_selected_total", label)
 	sent := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }
+	// A pick decided just before the drain reached the picker may be
+	// counted just after: let the requests in flight then finish (50 more
+	// answered across the 4 workers) before taking the baseline.
+	settled := sent()
+	if err := waitFor(10*time.Second, 5*time.Millisecond, func() error {
+		if sent() < settled+50 {
+			return fmt.Errorf("%d requests sent since the drain", sent()-settled)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	picks := f.metric(t, "kvroute_picker_selected_total", label)
 	n := sent()
 	if err := waitFor(10*time.Second, 10*time.Millisecond, func() error { // 200 more requests, none to it
 		if sent() < n+200 {
