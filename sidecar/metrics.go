@@ -81,4 +81,5 @@ func (m *metrics) initEndpoint(label string) {
 		c.WithLabelValues(label)
 	}
 	m.partial.WithLabelValues(label)
+	m.lag.WithLabelValues(label) // the histogram, empty until the first batch
 }
