@@ -299,3 +299,24 @@ func TestRawAnchorIgnoresSamplingAndLaterTurns(t *testing.T) {
 		t.Fatalf("text prompt anchor of %d bytes", len(p.RawAnchor))
 	}
 }
+
+// TestTokenBodyAllocation: reading a token-id body allocates the ids and
+// a little more, not a body's worth of each (it once reserved a quarter
+// of the body's length in ids, and the whole body again for the rest).
+func TestTokenBodyAllocation(t *testing.T) {
+	ids := make([]uint32, 8192)
+	for i := range ids {
+		ids[i] = uint32(i * 7919 % 151000)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "m", "token_ids": ids, "cache_salt": "s"})
+	var p Parser
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := p.Parse(Tokens, body); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if grew, want := after.TotalAlloc-before.TotalAlloc, uint64(4*len(ids)+4096); grew > want {
+		t.Fatalf("%d bytes allocated for %d ids in a %d-byte body, want at most %d", grew, len(ids), len(body), want)
+	}
+}
