@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -164,6 +165,15 @@ func FuzzState(f *testing.F) {
 			for g, n := range perGroup {
 				if n > cfg.Slots {
 					t.Fatalf("group %s holds %d endpoints, %d slots", g, n, cfg.Slots)
+				}
+				var filtered []Endpoint
+				for _, e := range s.Endpoints() {
+					if e.Group == g {
+						filtered = append(filtered, e)
+					}
+				}
+				if got := s.GroupEndpoints(g); !reflect.DeepEqual(got, filtered) {
+					t.Fatalf("group %s: GroupEndpoints %v, Endpoints filtered %v", g, urls(got), urls(filtered))
 				}
 			}
 			if len(perGroup) != len(s.groups) {

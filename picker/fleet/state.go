@@ -34,7 +34,10 @@ type group struct {
 	tiers [tier.Count]*summary.Fleet // nil until the tier's first summary
 	slots []string                   // slot → endpoint URL ("" free)
 	held  []*entry                   // slot → endpoint (nil free), beside slots
+	byURL []*entry                   // the held endpoints sorted by URL
 }
+
+func byURL(e *entry, url string) int { return strings.Compare(e.URL, url) }
 
 // entry is one endpoint as the state holds it.
 //
@@ -181,6 +184,8 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 			g.slots[slot] = id.Endpoint
 			e = &entry{Endpoint: Endpoint{URL: id.Endpoint, Sidecar: sidecar, Group: gid, Since: now}, slot: slot}
 			g.held[slot] = e
+			i, _ := slices.BinarySearchFunc(g.byURL, e.URL, byURL)
+			g.byURL = slices.Insert(g.byURL, i, e)
 			s.endpoints[id.Endpoint] = e
 		}
 		e.Info = id
@@ -245,6 +250,9 @@ func (s *State) remove(url string) {
 			}
 		}
 		g.slots[e.slot], g.held[e.slot] = "", nil
+		if i, ok := slices.BinarySearchFunc(g.byURL, url, byURL); ok {
+			g.byURL = slices.Delete(g.byURL, i, i+1)
+		}
 		empty := true
 		for _, u := range g.slots {
 			empty = empty && u == ""
@@ -482,19 +490,10 @@ func (s *State) GroupEndpoints(groupID string) []Endpoint {
 	if g == nil {
 		return nil
 	}
-	n := 0
-	for _, e := range g.held {
-		if e != nil {
-			n++
-		}
+	out := make([]Endpoint, len(g.byURL))
+	for i, e := range g.byURL {
+		out[i] = e.Endpoint
 	}
-	out := make([]Endpoint, 0, n)
-	for _, e := range g.held {
-		if e != nil {
-			out = append(out, e.Endpoint)
-		}
-	}
-	slices.SortFunc(out, func(a, b Endpoint) int { return strings.Compare(a.URL, b.URL) })
 	return out
 }
 
