@@ -83,7 +83,9 @@ func fleetBench(b *testing.B, n, depth, holders int, shared ...int) (*Fleet, [][
 // prefix at its own random depth (the worst case for the search); "two"
 // has two endpoints hold it, the usual shape of a conversation's traffic;
 // "shared" has every endpoint hold a 2k-token system prompt and two hold
-// the conversation beyond it at random depths (an agent fleet).
+// the conversation beyond it at random depths (an agent fleet). The
+// 256- and 1,000-endpoint cases are how the lookup grows with a model's
+// endpoints (issue 21).
 func BenchmarkFleetMatch(b *testing.B) {
 	for _, c := range []struct {
 		name                             string
@@ -95,6 +97,15 @@ func BenchmarkFleetMatch(b *testing.B) {
 		{"128k-tokens-256-endpoints-all", 256, 8192, 256, 0},
 		{"128k-tokens-256-endpoints-two", 256, 8192, 2, 0},
 		{"128k-tokens-256-endpoints-shared", 256, 8192, 2, 128},
+		// Growth with the group's endpoints (issue 21): one model of 1,000.
+		{"8k-tokens-256-endpoints-all", 256, 512, 256, 0},
+		{"8k-tokens-256-endpoints-two", 256, 512, 2, 0},
+		{"8k-tokens-1000-endpoints-all", 1000, 512, 1000, 0},
+		{"8k-tokens-1000-endpoints-two", 1000, 512, 2, 0},
+		{"8k-tokens-1000-endpoints-shared", 1000, 512, 2, 128},
+		{"128k-tokens-1000-endpoints-all", 1000, 8192, 1000, 0},
+		{"128k-tokens-1000-endpoints-two", 1000, 8192, 2, 0},
+		{"128k-tokens-1000-endpoints-shared", 1000, 8192, 2, 128},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			f, chains := fleetBench(b, c.endpoints, c.keys, c.holders, c.shared)
