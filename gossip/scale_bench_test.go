@@ -441,9 +441,9 @@ func runScale(b *testing.B, kind string, n int) {
 	startErr := make(chan error, 1)
 	var started time.Duration
 	go func() { err := c.start(32); started = time.Since(t0); startErr <- err }()
-	pj, aj, err := c.until(t0, 4*time.Minute, nil, sidecars, everyone)
+	pj, aj, err := c.until(t0, 3*time.Minute, nil, sidecars, everyone)
 	if err != nil {
-		b.Fatalf("join: %v", err)
+		b.Logf("join: %v", err) // reported as -1; the later phases still run
 	}
 	if err := <-startErr; err != nil {
 		b.Fatal(err)
@@ -473,7 +473,7 @@ func runScale(b *testing.B, kind string, n int) {
 	_ = c.members[mi].SetMeta(c.sidecarMeta(mi, 2, 0))
 	pm, am, err := c.until(t0, 2*time.Minute, map[int]bool{mi: true}, newEpoch, func(_ int, v map[string]Member) bool { return newEpoch(v) })
 	if err != nil {
-		b.Fatalf("meta: %v", err)
+		b.Logf("meta: %v", err)
 	}
 	b.ReportMetric(pm.Seconds(), "meta-picker-s")
 	b.ReportMetric(am.Seconds(), "meta-all-s")
@@ -486,9 +486,9 @@ func runScale(b *testing.B, kind string, n int) {
 	if err := c.members[vi].Kill(); err != nil {
 		b.Fatal(err)
 	}
-	pd, ad, err := c.until(t0, 5*time.Minute, map[int]bool{vi: true}, gone, func(_ int, v map[string]Member) bool { return gone(v) })
+	pd, ad, err := c.until(t0, 3*time.Minute, map[int]bool{vi: true}, gone, func(_ int, v map[string]Member) bool { return gone(v) })
 	if err != nil {
-		b.Fatalf("detect: %v", err)
+		b.Logf("detect: %v", err)
 	}
 	b.ReportMetric(pd.Seconds(), "detect-picker-s")
 	b.ReportMetric(ad.Seconds(), "detect-all-s")
