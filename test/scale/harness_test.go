@@ -42,15 +42,21 @@ var lightChurn = churn{rate: 10, interval: 100 * time.Millisecond}
 
 // simFleet is the simulated sidecars of one shape.
 type simFleet struct {
-	sims  []*simsidecar.Sidecar
-	addrs []string
+	sims   []*simsidecar.Sidecar
+	addrs  []string
+	models []string   // each sidecar's model
+	canary [][]uint32 // each sidecar's canary: a 64-token prompt only it holds, whole
+	bySim  map[string]int
 }
+
+// canaryTokens is a canary prompt's length: 4 blocks of 16.
+const canaryTokens, canaryBlocks = 64, 4
 
 // startSims starts n simulated sidecars, full 65,536-block summaries,
 // spread evenly over models (named m00, m01, …; one model: "sim").
 func startSims(b testing.TB, n, models int, c churn) *simFleet {
 	b.Helper()
-	f := &simFleet{}
+	f := &simFleet{bySim: map[string]int{}}
 	params := summary.ForCapacity(capacity)
 	per := (n + models - 1) / models
 	for i := range n {
@@ -58,9 +64,18 @@ func startSims(b testing.TB, n, models int, c churn) *simFleet {
 		if models > 1 {
 			cfg.Model = fmt.Sprintf("m%02d", i/per)
 		}
+		if cfg.Model == "" {
+			cfg.Model = "sim"
+		}
 		s := simsidecar.Start(b, cfg)
-		f.sims = append(f.sims, s)
-		f.addrs = append(f.addrs, s.Addr())
+		rng := rand.New(rand.NewPCG(uint64(i), 7))
+		canary := make([]uint32, canaryTokens)
+		for j := range canary {
+			canary[j] = uint32(rng.IntN(150000))
+		}
+		s.Hold((&blockkey.Request{Tokens: canary, CacheSalt: "canary"}).AppendKeys(nil, cfg.Model, 16)...)
+		f.sims, f.addrs, f.models, f.canary = append(f.sims, s), append(f.addrs, s.Addr()), append(f.models, cfg.Model), append(f.canary, canary)
+		f.bySim[s.Endpoint()] = i
 	}
 	return f
 }
@@ -254,6 +269,98 @@ func (p *pickerProc) awaitSync(n int, within time.Duration) time.Duration {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// awaitRoutable polls, once the picker has applied as many snapshots as
+// it follows endpoints (awaitSync), until every endpoint it follows
+// (/debug/endpoints) is routed its canary with the canary's whole prefix
+// matched: its summary is loaded into the index, not merely received.
+// It returns the time since the process started.
+func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) time.Duration {
+	p.b.Helper()
+	p.awaitSync(n, within)
+	deadline := p.started.Add(within)
+	var dbg struct {
+		Endpoints []struct {
+			Endpoint string `json:"endpoint"`
+		} `json:"endpoints"`
+	}
+	resp, err := metricsClient.Get(p.base + "/debug/endpoints")
+	if err == nil {
+		err = json.NewDecoder(resp.Body).Decode(&dbg)
+		resp.Body.Close()
+	}
+	if err != nil || len(dbg.Endpoints) != n {
+		p.b.Fatalf("/debug/endpoints: %d endpoints of %d (%v)", len(dbg.Endpoints), n, err)
+	}
+	left := map[int]bool{}
+	for _, e := range dbg.Endpoints {
+		left[f.bySim[e.Endpoint]] = true
+	}
+	// The loads run interleaved and finish close together: one canary at
+	// a time until one is routed, then sweeps of all that are left, so the
+	// check's own decisions hardly compete with the loads.
+	var mu sync.Mutex
+	sweep := false
+	for len(left) > 0 {
+		if time.Now().After(deadline) {
+			p.b.Fatalf("%d endpoints of %d not routable within %v", len(left), n, within)
+		}
+		if !sweep {
+			for i := range left {
+				if p.canaryRouted(f, i) {
+					delete(left, i)
+					sweep = true
+				}
+				break
+			}
+			if !sweep {
+				time.Sleep(10 * time.Millisecond)
+			}
+			continue
+		}
+		todo := make(chan int, len(left))
+		for i := range left {
+			todo <- i
+		}
+		close(todo)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range todo {
+					if p.canaryRouted(f, i) {
+						mu.Lock()
+						delete(left, i)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if len(left) > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return time.Since(p.started)
+}
+
+// canaryRouted asks the decision API for sidecar i's canary and reports
+// whether it went to i's endpoint with its whole prefix matched.
+func (p *pickerProc) canaryRouted(f *simFleet, i int) bool {
+	body, _ := json.Marshal(map[string]any{"model": f.models[i], "token_ids": f.canary[i], "cache_salt": "canary"})
+	resp, err := metricsClient.Post(p.base+"/routing/v1/pick", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Endpoint      string `json:"endpoint"`
+		MatchedBlocks int    `json:"matched_blocks"`
+	}
+	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil &&
+		out.Endpoint == f.sims[i].Endpoint() && out.MatchedBlocks == canaryBlocks
 }
 
 // memory is VmRSS and VmHWM from /proc/<pid>/status, in MiB.
