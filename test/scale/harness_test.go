@@ -89,14 +89,14 @@ func (f *simFleet) sent() int64 {
 	return n
 }
 
-// holdPrompts makes two random endpoints of model hold each prompt's
-// prefix, at a random depth each; the endpoints are among sims.
-func (f *simFleet) holdPrompts(model string, prompts [][]uint32, salt string) {
+// holdPrompts makes two random endpoints among the first n (all of
+// model) hold each prompt's prefix, at a random depth each.
+func (f *simFleet) holdPrompts(model string, prompts [][]uint32, salt string, n int) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, p := range prompts {
 		chain := (&blockkey.Request{Tokens: p, CacheSalt: salt}).AppendKeys(nil, model, 16)
 		for range 2 {
-			f.sims[rng.IntN(len(f.sims))].Hold(chain[:rng.IntN(len(chain)+1)]...)
+			f.sims[rng.IntN(n)].Hold(chain[:rng.IntN(len(chain)+1)]...)
 		}
 	}
 }

@@ -87,14 +87,15 @@ func benchSync(b *testing.B, s shape) {
 }
 
 // BenchmarkPickerCPU: the picker process's CPU (utime+stime) following
-// 1,000 simulated sidecars (one model, full 65,536-block summaries, light
-// churn as BenchmarkPickerSync), over a 10-s window idle (streams only)
+// 256 simulated sidecars in one model, and 1,000 in 4 models of 250 (full
+// 65,536-block summaries, light churn as BenchmarkPickerSync; the
+// decisions go to the first model), over a 10-s window idle (streams only)
 // and a 10-s window of decisions (POST /routing/v1/pick, token-id bodies
 // of 1,024 tokens, paced at 1,000 a second; two endpoints hold each of
 // the 64 prompts' prefixes at random depths). One op is one pair of
 // windows; medians reported, in cores (CPU-seconds per second).
 func BenchmarkPickerCPU(b *testing.B) {
-	for _, s := range []shape{{1000, 1}} {
+	for _, s := range []shape{{256, 1}, {1000, 4}} {
 		b.Run(s.String(), func(b *testing.B) { benchCPU(b, s) })
 	}
 }
@@ -102,16 +103,16 @@ func BenchmarkPickerCPU(b *testing.B) {
 func benchCPU(b *testing.B, s shape) {
 	const window, rate = 10 * time.Second, 1000
 	f := startSims(b, s.endpoints, s.models, lightChurn)
-	model := "sim"
+	model := f.models[0]
 	prompts := randomPrompts(64, 1024)
-	f.holdPrompts(model, prompts, "t")
+	f.holdPrompts(model, prompts, "t", s.endpoints/s.models)
 	bodies := make([]string, len(prompts))
 	for i, pr := range prompts {
 		raw, _ := json.Marshal(map[string]any{"model": model, "token_ids": pr, "cache_salt": "t"})
 		bodies[i] = string(raw)
 	}
 	p := startPicker(b, f.addrs)
-	p.awaitSync(s.endpoints, syncWithin)
+	p.awaitRoutable(f, s.admitted(), syncWithin)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
 	paced(b, client, p.base, bodies, rate, time.Second) // warm: the model list, connections
 	time.Sleep(2 * time.Second)                          // past the warm-up's load
@@ -180,8 +181,9 @@ func paced(b *testing.B, client *http.Client, base string, bodies []string, rate
 }
 
 // BenchmarkPickerFanout: four picker processes following the same 1,000
-// simulated sidecars (one model, full 65,536-block summaries, light churn
-// as BenchmarkPickerSync). First one picker: synced, then the sidecars'
+// simulated sidecars (4 models of 250, the nearest to one model of 1,000
+// a picker follows whole; full 65,536-block summaries, light churn as
+// BenchmarkPickerSync). First one picker: synced, then the sidecars'
 // outbound bytes over a 10-s window; then three more started at once:
 // their sync times (concurrent) and each picker's memory; then the
 // outbound bytes with four; then one op is one picker killed and
@@ -189,7 +191,7 @@ func paced(b *testing.B, client *http.Client, base string, bodies []string, rate
 // reported).
 func BenchmarkPickerFanout(b *testing.B) {
 	const n, window = 1000, 10 * time.Second
-	f := startSims(b, n, 1, lightChurn)
+	f := startSims(b, n, 4, lightChurn) // 4 models of 250: one model holds at most 256 endpoints
 	first := startPicker(b, f.addrs)
 	first.awaitSync(n, syncWithin)
 	time.Sleep(2 * time.Second) // past the snapshots
@@ -205,6 +207,10 @@ func BenchmarkPickerFanout(b *testing.B) {
 		pickers = append(pickers, startPicker(b, f.addrs))
 	}
 	syncs := awaitSyncAll(b, pickers[1:], n)
+	var routables []time.Duration // each from its start; checked one after another, so an upper bound but for the first
+	for _, p := range pickers[1:] {
+		routables = append(routables, p.awaitRoutable(f, n, syncWithin))
+	}
 	snapBytes := float64(f.sent()-s0) / 3
 	time.Sleep(2 * time.Second) // past the snapshots
 	four := rate()
@@ -213,14 +219,20 @@ func BenchmarkPickerFanout(b *testing.B) {
 		rss, hwm := p.memory()
 		rssMax, hwmMax = max(rssMax, rss), max(hwmMax, hwm)
 	}
-	var restarts []time.Duration
+	var restarts, restartsRoutable []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		p := pickers[i%len(pickers)]
 		p.restart()
 		restarts = append(restarts, p.awaitSync(n, syncWithin))
+		b.StopTimer()
+		restartsRoutable = append(restartsRoutable, p.awaitRoutable(f, n, syncWithin))
+		b.StartTimer()
 	}
 	b.StopTimer()
+	b.ReportMetric(ms(median(routables)), "3-at-once-routable-p50-ms")
+	b.ReportMetric(ms(routables[len(routables)-1]), "3-at-once-routable-max-ms")
+	b.ReportMetric(ms(median(restartsRoutable)), "restart-routable-p50-ms")
 	b.ReportMetric(one/(1<<20), "sent-1-picker-MiB/s")
 	b.ReportMetric(four/(1<<20), "sent-4-pickers-MiB/s")
 	b.ReportMetric(snapBytes/(1<<20), "sync-sent-per-picker-MiB")
