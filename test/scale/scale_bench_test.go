@@ -115,7 +115,7 @@ func benchCPU(b *testing.B, s shape) {
 	p.awaitRoutable(f, s.admitted(), syncWithin)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
 	paced(b, client, p.base, bodies, rate, time.Second) // warm: the model list, connections
-	time.Sleep(2 * time.Second)                          // past the warm-up's load
+	time.Sleep(2 * time.Second)                         // past the warm-up's load
 	var idle, loaded, sims []float64
 	var p50s, p99s []time.Duration
 	b.ResetTimer()
