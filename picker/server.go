@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/extproc"
+	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
 )
 
@@ -50,6 +51,10 @@ type ServerConfig struct {
 	// Capacity sizes the summaries, as the sidecars' --capacity (fleet-wide).
 	// Default 65536.
 	Capacity int
+	// MaxGroupEndpoints bounds the endpoints of one identity group (a
+	// model); the next is refused (group_full). Each costs Capacity×2
+	// bytes of index per tier. 1..16,384; default 1,024.
+	MaxGroupEndpoints int
 	// DecisionToken, when set, protects the decision API (HTTP and gRPC).
 	DecisionToken string
 	// ExtProcListen serves the endpoint picker (Envoy ext_proc, the
@@ -73,7 +78,7 @@ type ServerConfig struct {
 
 // DefaultServerConfig returns the defaults.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536, ExtProc: extproc.DefaultConfig(),
+	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536, MaxGroupEndpoints: fleet.DefaultSlots, ExtProc: extproc.DefaultConfig(),
 		DrainDelay: 5 * time.Second, ShutdownTimeout: 30 * time.Second}
 }
 
@@ -94,6 +99,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.Capacity < 1 || c.Capacity > 1<<26 {
 		errs = append(errs, fmt.Errorf("--capacity %d: want 1..%d blocks", c.Capacity, 1<<26))
+	}
+	if c.MaxGroupEndpoints < 1 || c.MaxGroupEndpoints > fleet.MaxSlots {
+		errs = append(errs, fmt.Errorf("--max-group-endpoints %d: want 1..%d", c.MaxGroupEndpoints, fleet.MaxSlots))
 	}
 	for _, m := range c.Models {
 		if strings.TrimSpace(m) == "" {
@@ -163,6 +171,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	vcfg.Params = summary.ForCapacity(cfg.Capacity)
 	vcfg.Health = cfg.Router.Health // one judgement for the view and the decisions
 	vcfg.Models = cfg.Models
+	vcfg.Slots = cfg.MaxGroupEndpoints
 	if s.view, err = fleetview.New(vcfg, log.Named("view"), reg); err != nil {
 		return nil, err
 	}

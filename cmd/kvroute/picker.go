@@ -135,6 +135,7 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP address: OpenAI endpoints, decision API, /metrics, debug")
 	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address of kvroute.v1.Picker; empty disables")
 	f.StringSliceVar(&cfg.Sidecars, "sidecars", nil, "sidecar gRPC addresses to follow besides those gossip finds")
+	f.IntVar(&cfg.MaxGroupEndpoints, "max-group-endpoints", cfg.MaxGroupEndpoints, "most endpoints one model (identity group) may hold; more are refused (group_full); each costs --capacity x 2 bytes of index per tier")
 	f.StringSliceVar(&cfg.Models, "models", nil, "follow and route only these models (names as the sidecars report them), for picker replicas sharded by model; other models' sidecars are not streamed and their requests get 404; none: every model")
 	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
 	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", gossipBindHelp)

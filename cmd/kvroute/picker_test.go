@@ -23,7 +23,7 @@ func TestPickerFlags(t *testing.T) {
 	cmd, cfg, finish := pickerCommand()
 	if err := cmd.ParseFlags([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "", "--gossip-bind", "", "--sidecars", "127.0.0.1:9090,127.0.0.1:9091",
 		"--policy", "least-loaded", "--load-epsilon", "0.5", "--min-load-cap", "2", "--tokenize-timeout", "300ms", "--unresolved", "load-only",
-		"--anchor-tokens", "512", "--max-body-bytes", "65536", "--capacity", "8192", "--decision-token-file", token}); err != nil {
+		"--anchor-tokens", "512", "--max-body-bytes", "65536", "--capacity", "8192", "--max-group-endpoints", "2000", "--decision-token-file", token}); err != nil {
 		t.Fatal(err)
 	}
 	if err := finish(); err != nil {
@@ -31,7 +31,7 @@ func TestPickerFlags(t *testing.T) {
 	}
 	r := cfg.Router
 	if r.Score.Policy != score.LeastLoaded || r.Score.Epsilon != 0.5 || r.Score.MinCap != 2 || r.TokenizeTimeout.Milliseconds() != 300 ||
-		r.Unresolved != picker.UnresolvedLoadOnly || r.AnchorTokens != 512 || r.MaxBodyBytes != 65536 || cfg.Capacity != 8192 ||
+		r.Unresolved != picker.UnresolvedLoadOnly || r.AnchorTokens != 512 || r.MaxBodyBytes != 65536 || cfg.Capacity != 8192 || cfg.MaxGroupEndpoints != 2000 ||
 		cfg.DecisionToken != "s3cret" || cfg.Gossip != nil || len(cfg.Sidecars) != 2 || cfg.GRPCListen != "" {
 		t.Fatalf("%+v", cfg)
 	}
@@ -44,6 +44,8 @@ func TestPickerFlags(t *testing.T) {
 		{"--decision-token-file /nonexistent", "--decision-token-file"},
 		{"--gossip-bind nope", "--gossip-bind"},
 		{"--gossip-bind= --sidecars 127.0.0.1:9090 --models a,,b", "--models"},
+		{"--gossip-bind= --sidecars 127.0.0.1:9090 --max-group-endpoints 0", "--max-group-endpoints"},
+		{"--gossip-bind= --sidecars 127.0.0.1:9090 --max-group-endpoints 16385", "--max-group-endpoints"},
 	} {
 		cmd, _, finish := pickerCommand()
 		if err := cmd.ParseFlags(strings.Fields(tc.args)); err != nil {

@@ -262,37 +262,40 @@ func (f *Fleet) longest(matched []int) int {
 	return best
 }
 
-// set is a slot set for fleets of up to 256 slots.
-type set [4]uint64
-
-func (f *Fleet) eval(key blockkey.Key, in set) set {
-	var probes [MaxK]uint32
-	pos := f.p.Probes(key, &probes)
-	out := in
-	for w := 0; w < f.words; w++ {
-		a := out[w]
-		for _, p := range pos {
-			if a == 0 {
-				break
-			}
-			a &= f.rows[int(p)*f.words+w]
+// andWord ANDs into a, the slots of row word w, the k probe rows of key:
+// the slots of that word that may hold key. The positions are computed
+// as it goes (Params.Probes' function, without its buffer), and it stops
+// early once a is empty.
+func (f *Fleet) andWord(key blockkey.Key, w int, a uint64) uint64 {
+	h := splitmix(uint64(key))
+	base := int(((h>>32)*uint64(f.p.M/BlockBits))>>32) * BlockBits
+	rows := f.rows[base*f.words : (base+BlockBits)*f.words]
+	for k, round := int(f.p.K), uint64(1); k > 0 && a != 0; round++ {
+		x := splitmix(h + round)
+		for n := min(k, 7); n > 0; n-- {
+			a &= rows[int(x&(BlockBits-1))*f.words+w]
+			x >>= 9
 		}
-		out[w] = a
+		k -= 7
 	}
-	return out
+	return a
 }
 
-func (s set) empty() bool { return s[0]|s[1]|s[2]|s[3] == 0 }
-
-func (s set) minus(t set) set { return set{s[0] &^ t[0], s[1] &^ t[1], s[2] &^ t[2], s[3] &^ t[3]} }
-
-func assign(s set, depth int, matched []int) {
-	for w, word := range s {
-		for word != 0 {
-			matched[w*64+bits.TrailingZeros64(word)] = depth
-			word &= word - 1
+// and1 is andWord for a one-word fleet (at most 64 slots), the common
+// shape: one row word a position, so no multiply to find it.
+func (f *Fleet) and1(key blockkey.Key, a uint64) uint64 {
+	h := splitmix(uint64(key))
+	base := int(((h>>32)*uint64(f.p.M/BlockBits))>>32) * BlockBits
+	rows := f.rows[base : base+BlockBits]
+	for k, round := int(f.p.K), uint64(1); k > 0; round++ {
+		x := splitmix(h + round)
+		for n := min(k, 7); n > 0; n-- {
+			a &= rows[x&(BlockBits-1)]
+			x >>= 9
 		}
+		k -= 7
 	}
+	return a
 }
 
 // Match gives the same answers as MatchLinear when every endpoint's cache
@@ -302,60 +305,176 @@ func assign(s set, depth int, matched []int) {
 // O(log n) keys per distinct matched length instead of every key. Where an
 // endpoint holds a block whose parent it lost, or a false positive answers
 // a probed depth, Match may report a longer match than MatchLinear.
-// matched must have Slots() entries; it returns the longest match.
+// matched must have Slots() entries; it returns the longest match. Any
+// number of slots: a fleet of up to 64 works on one word a set, a larger
+// one on a stack of word sets sized to the chain's depth.
 func (f *Fleet) Match(chain []blockkey.Key, matched []int) int {
-	if f.words > len(set{}) {
-		return f.MatchLinear(chain, matched)
-	}
 	clear(matched)
-	var all set
+	if len(chain) == 0 {
+		return 0
+	}
+	if f.words == 1 {
+		var all uint64
+		for s, st := range f.slots[:64] {
+			if st.used {
+				all |= 1 << s
+			}
+		}
+		if all != 0 {
+			f.gallop1(chain, all, matched)
+		}
+		return f.longest(matched)
+	}
+	m := matcher{f: f, chain: chain, matched: matched}
+	// gallop holds 2 sets; each bisect level below it 2 more, and a
+	// bisect nests at most bits.Len(len(chain))+1 deep.
+	m.stack = make([]uint64, 0, (2*bits.Len(uint(len(chain)))+6)*f.words)
+	all := m.push()
+	any := false
 	for s, st := range f.slots {
 		if st.used {
 			all[s/64] |= 1 << (s % 64)
+			any = true
 		}
 	}
-	if len(chain) == 0 || all.empty() {
-		return 0
+	if any {
+		m.gallop(all)
 	}
-	f.gallop(chain, 0, all, matched)
 	return f.longest(matched)
 }
 
-// gallop: every slot in s holds chain[:lo].
-func (f *Fleet) gallop(chain []blockkey.Key, lo int, s set, matched []int) {
-	n := len(chain)
-	prev := lo
+func assign1(s uint64, depth int, matched []int) {
+	for ; s != 0; s &= s - 1 {
+		matched[bits.TrailingZeros64(s)] = depth
+	}
+}
+
+// gallop1: every slot in s holds chain[:0].
+func (f *Fleet) gallop1(chain []blockkey.Key, s uint64, matched []int) {
+	n, prev := len(chain), 0
 	for step := 1; ; step *= 2 {
-		idx := min(lo+step-1, n-1)
-		t := f.eval(chain[idx], s)
-		if gone := s.minus(t); !gone.empty() {
-			f.bisect(chain, prev, idx, gone, matched) // they hold chain[:prev], not chain[idx]
+		idx := min(step-1, n-1)
+		t := f.and1(chain[idx], s)
+		if gone := s &^ t; gone != 0 {
+			f.bisect1(chain, prev, idx, gone, matched) // they hold chain[:prev], not chain[idx]
 		}
-		if t.empty() {
+		if t == 0 {
 			return
 		}
 		if idx == n-1 {
-			assign(t, n, matched)
+			assign1(t, n, matched)
 			return
 		}
 		s, prev = t, idx+1
 	}
 }
 
-// bisect: every slot in s holds chain[:lo] and not chain[hi]; find where
+// bisect1: every slot in s holds chain[:lo] and not chain[hi]; find where
 // each drops out, in [lo, hi].
-func (f *Fleet) bisect(chain []blockkey.Key, lo, hi int, s set, matched []int) {
-	for !s.empty() {
+func (f *Fleet) bisect1(chain []blockkey.Key, lo, hi int, s uint64, matched []int) {
+	for s != 0 {
 		if lo == hi {
-			assign(s, lo, matched)
+			assign1(s, lo, matched)
 			return
 		}
 		mid := (lo + hi) / 2
-		t := f.eval(chain[mid], s)
-		if gone := s.minus(t); !gone.empty() {
-			f.bisect(chain, lo, mid, gone, matched)
+		t := f.and1(chain[mid], s)
+		if gone := s &^ t; gone != 0 {
+			f.bisect1(chain, lo, mid, gone, matched)
 		}
 		s, lo = t, mid+1
+	}
+}
+
+// matcher is Match's search state for a fleet of more than 64 slots: slot
+// sets of f.words words each, taken from and returned to a stack.
+type matcher struct {
+	f       *Fleet
+	chain   []blockkey.Key
+	matched []int
+	stack   []uint64
+}
+
+func (m *matcher) push() []uint64 {
+	n := len(m.stack)
+	m.stack = append(m.stack, make([]uint64, m.f.words)...)
+	return m.stack[n:len(m.stack):len(m.stack)]
+}
+
+func (m *matcher) pop(sets int) { m.stack = m.stack[:len(m.stack)-sets*m.f.words] }
+
+// eval writes into out the slots of in that may hold key and into gone
+// those that may not; it reports whether out and gone are non-empty.
+func (m *matcher) eval(key blockkey.Key, in, out, gone []uint64) (kept, lost bool) {
+	f := m.f
+	var probes [MaxK]uint32
+	pos := f.p.Probes(key, &probes)
+	for w, a := range in {
+		if a != 0 {
+			for _, p := range pos {
+				a &= f.rows[int(p)*f.words+w]
+				if a == 0 {
+					break
+				}
+			}
+		}
+		out[w], gone[w] = a, in[w]&^a
+		kept, lost = kept || a != 0, lost || gone[w] != 0
+	}
+	return kept, lost
+}
+
+func (m *matcher) assign(s []uint64, depth int) {
+	for w, word := range s {
+		for ; word != 0; word &= word - 1 {
+			m.matched[w*64+bits.TrailingZeros64(word)] = depth
+		}
+	}
+}
+
+// gallop: every slot in s holds chain[:0]; s is the gallop's to change.
+func (m *matcher) gallop(s []uint64) {
+	n, prev := len(m.chain), 0
+	t, gone := m.push(), m.push()
+	defer m.pop(2)
+	for step := 1; ; step *= 2 {
+		idx := min(step-1, n-1)
+		kept, lost := m.eval(m.chain[idx], s, t, gone)
+		if lost {
+			m.bisect(prev, idx, gone)
+		}
+		if !kept {
+			return
+		}
+		if idx == n-1 {
+			m.assign(t, n)
+			return
+		}
+		copy(s, t)
+		prev = idx + 1
+	}
+}
+
+// bisect: every slot in s holds chain[:lo] and not chain[hi]; find where
+// each drops out, in [lo, hi]. s is bisect's to change.
+func (m *matcher) bisect(lo, hi int, s []uint64) {
+	t, gone := m.push(), m.push()
+	defer m.pop(2)
+	for {
+		if lo == hi {
+			m.assign(s, lo)
+			return
+		}
+		mid := (lo + hi) / 2
+		kept, lost := m.eval(m.chain[mid], s, t, gone)
+		if lost {
+			m.bisect(lo, mid, gone)
+		}
+		if !kept {
+			return
+		}
+		copy(s, t)
+		lo = mid + 1
 	}
 }
 
@@ -367,15 +486,13 @@ func (f *Fleet) Verify(chain []blockkey.Key, slot, n int) int {
 		return 0
 	}
 	w, bit := slot/64, uint64(1)<<(slot%64)
-	var probes [MaxK]uint32
-	for i := 0; i < n && i < len(chain); i++ {
-		for _, pos := range f.p.Probes(chain[i], &probes) {
-			if f.rows[int(pos)*f.words+w]&bit == 0 {
-				return i
-			}
+	n = min(n, len(chain))
+	for i, key := range chain[:n] {
+		if f.andWord(key, w, bit) == 0 {
+			return i
 		}
 	}
-	return min(n, len(chain))
+	return n
 }
 
 // Grow makes room for at least slots endpoint slots, keeping every slot's

@@ -48,7 +48,7 @@ func exactMatch(set map[blockkey.Key]bool, chain []blockkey.Key) int {
 // false positive causes (never a shortening).
 func TestFleetMatchesExactReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	for _, n := range []int{1, 5, 64, 130} {
+	for _, n := range []int{1, 5, 64, 65, 130, 300, 1000} {
 		p := ForCapacity(4096)
 		f, err := NewFleet(p, n)
 		if err != nil {
@@ -325,5 +325,42 @@ func TestSnapshotLoadInSteps(t *testing.T) {
 	}
 	if done, err := l2.Step(int(p.M / 64)); !done || err != nil {
 		t.Fatalf("newer load: %v %v", done, err)
+	}
+}
+
+// TestProbeWalksAgree: the probe walks inside the index (and1 for a
+// one-word fleet, andWord for any) give what Params.Probes' positions
+// give, for every k: they compute the positions without its buffer.
+func TestProbeWalksAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, k := range []uint8{1, 6, 7, 8, 13, 14, 15, 16} {
+		for _, slots := range []int{64, 200} {
+			p := Params{M: 8 * BlockBits, K: k, Probe: ProbeV1} // small: rows are dense with set bits
+			f, err := NewFleet(p, slots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range f.rows {
+				f.rows[i] = rng.Uint64() | rng.Uint64() // ¾ of the bits set
+			}
+			var buf [MaxK]uint32
+			for range 500 {
+				key := blockkey.Key(rng.Uint64())
+				for w := range f.words {
+					want := ^uint64(0)
+					for _, pos := range p.Probes(key, &buf) {
+						want &= f.rows[int(pos)*f.words+w]
+					}
+					if got := f.andWord(key, w, ^uint64(0)); got != want {
+						t.Fatalf("k=%d slots=%d word %d: andWord %x, probes %x", k, slots, w, got, want)
+					}
+					if f.words == 1 {
+						if got := f.and1(key, ^uint64(0)); got != want {
+							t.Fatalf("k=%d: and1 %x, probes %x", k, got, want)
+						}
+					}
+				}
+			}
+		}
 	}
 }

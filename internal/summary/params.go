@@ -88,13 +88,14 @@ func (p Params) Probes(key blockkey.Key, dst *[MaxK]uint32) []uint32 {
 	h := splitmix(uint64(key))
 	nblocks := uint64(p.M / BlockBits)
 	base := uint32(((h >> 32) * nblocks) >> 32 * BlockBits) // fast range reduction of the high half
-	k := int(p.K)
-	for i, round := 0, uint64(1); i < k; round++ {
-		x := splitmix(h + round)
-		for end := min(i+7, k); i < end; i++ {
-			dst[i] = base + uint32(x&(BlockBits-1))
-			x >>= 9
+	out := dst[:p.K]
+	x := splitmix(h + 1)
+	for i := range out {
+		if i == 7 || i == 14 {
+			x = splitmix(h + uint64(i/7) + 1)
 		}
+		out[i] = base + uint32(x&(BlockBits-1))
+		x >>= 9
 	}
-	return dst[:k]
+	return out
 }

@@ -51,6 +51,36 @@ func TestProbesGolden(t *testing.T) {
 	}
 }
 
+// referenceProbes is the probe function as first written (the loop the
+// golden above was taken from); Probes must give its positions for every k.
+func referenceProbes(p Params, key blockkey.Key) []uint32 {
+	h := splitmix(uint64(key))
+	base := uint32(((h >> 32) * uint64(p.M/BlockBits)) >> 32 * BlockBits)
+	var out []uint32
+	for i, round := 0, uint64(1); i < int(p.K); round++ {
+		x := splitmix(h + round)
+		for end := min(i+7, int(p.K)); i < end; i++ {
+			out = append(out, base+uint32(x&(BlockBits-1)))
+			x >>= 9
+		}
+	}
+	return out
+}
+
+func TestProbesMatchReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for k := uint8(1); k <= MaxK; k++ {
+		p := Params{M: 1 << 20, K: k, Probe: ProbeV1}
+		for range 1000 {
+			key := blockkey.Key(rng.Uint64())
+			var buf [MaxK]uint32
+			if got, want := p.Probes(key, &buf), referenceProbes(p, key); !slices.Equal(got, want) {
+				t.Fatalf("k=%d key %x: %v, want %v", k, key, got, want)
+			}
+		}
+	}
+}
+
 func TestProbesShape(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, p := range []Params{ForCapacity(1), ForCapacity(1000), {M: 1 << 20, K: 16, Probe: ProbeV1}} {

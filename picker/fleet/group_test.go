@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/tier"
 )
 
 // TestGroupEndpoints: a group's endpoints only, sorted by URL, copies;
@@ -108,5 +110,55 @@ func BenchmarkGroupEndpoints(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestLargeGroup: one model of 1,000 endpoints, more than the 256 a
+// group once held, fits under the default bound; its slots grow as the
+// endpoints come; every endpoint's matched length comes back through the
+// search; and the group refuses the one past Config.Slots.
+func TestLargeGroup(t *testing.T) {
+	const n = 1000
+	cfg := DefaultConfig()
+	cfg.Params = testParams()
+	cfg.Slots = n
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Slots > DefaultSlots {
+		t.Fatalf("%d endpoints exceed the default bound %d", n, DefaultSlots)
+	}
+	chain := keys(40, 1<<40)
+	for i := range n {
+		sc, url := fmt.Sprintf("s%d", i), fmt.Sprintf("http://e%d:8000", i)
+		reg := mustRegister(t, s, sc, ident(url, "m"))
+		if len(reg.Refused) > 0 {
+			t.Fatalf("endpoint %d refused: %+v", i, reg.Refused)
+		}
+		snapshot(t, s, sc, url, tier.GPU, 1, summaryOf(chain[:i%41]...))
+	}
+	gid := ident("", "m").Group()
+	if g := s.groups[gid]; len(g.slots) != n {
+		t.Fatalf("%d slots for %d endpoints", len(g.slots), n)
+	}
+	got := s.Match(gid, tier.GPU, chain)
+	if len(got) != n {
+		t.Fatalf("%d matched lengths for %d endpoints", len(got), n)
+	}
+	wrong := 0
+	for i := range n {
+		if m := got[fmt.Sprintf("http://e%d:8000", i)]; m < i%41 {
+			t.Fatalf("endpoint %d matched %d, holds %d", i, m, i%41)
+		} else if m != i%41 {
+			wrong++ // a false positive can only lengthen a match
+		}
+	}
+	if wrong > n/50 {
+		t.Fatalf("%d of %d matches lengthened", wrong, n)
+	}
+	reg := mustRegister(t, s, "late", ident("http://late:8000", "m"))
+	if len(reg.Refused) != 1 || reg.Refused[0].Reason != ReasonGroupFull {
+		t.Fatalf("the endpoint past the bound: %+v", reg.Refused)
 	}
 }

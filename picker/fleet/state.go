@@ -157,15 +157,13 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 		if e == nil {
 			g := s.groups[gid]
 			if g == nil {
-				g = &group{slots: make([]string, s.cfg.Slots), held: make([]*entry, s.cfg.Slots)}
+				g = &group{}
 				s.groups[gid] = g
 			}
-			slot := -1
-			for i, u := range g.slots {
-				if u == "" {
-					slot = i
-					break
-				}
+			slot := slices.Index(g.slots, "")
+			if slot < 0 && len(g.slots) < s.cfg.Slots { // slots grow with the group, up to Config.Slots
+				slot = len(g.slots)
+				g.slots, g.held = append(g.slots, ""), append(g.held, nil)
 			}
 			if slot < 0 {
 				refuse(id, ReasonGroupFull)

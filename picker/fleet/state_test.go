@@ -84,7 +84,7 @@ func urls(eps []Endpoint) []string {
 func TestConfig(t *testing.T) {
 	ok := DefaultConfig()
 	ok.Params = testParams()
-	if DefaultConfig().Slots != 256 || ok.Validate() != nil {
+	if DefaultConfig().Slots != DefaultSlots || ok.Validate() != nil {
 		t.Fatalf("defaults %+v: %v", DefaultConfig(), ok.Validate())
 	}
 	for name, c := range map[string]Config{

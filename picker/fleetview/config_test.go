@@ -17,7 +17,7 @@ import (
 // none, and zero values are invalid: New fills nothing in.
 func TestConfig(t *testing.T) {
 	d := fleetview.DefaultConfig()
-	if d.Slots != 256 || d.Retry != 500*time.Millisecond || d.TLS != nil || d.Params != (summary.Params{}) {
+	if d.Slots != 1024 || d.Retry != 500*time.Millisecond || d.TLS != nil || d.Params != (summary.Params{}) {
 		t.Fatalf("defaults %+v", d)
 	}
 	ok := d
@@ -28,7 +28,7 @@ func TestConfig(t *testing.T) {
 	for name, adjust := range map[string]func(*fleetview.Config){
 		"no params":      func(c *fleetview.Config) { c.Params = summary.Params{} },
 		"zero slots":     func(c *fleetview.Config) { c.Slots = 0 },
-		"too many slots": func(c *fleetview.Config) { c.Slots = 257 },
+		"too many slots": func(c *fleetview.Config) { c.Slots = 16385 },
 		"zero retry":     func(c *fleetview.Config) { c.Retry = 0 },
 		"negative retry": func(c *fleetview.Config) { c.Retry = -time.Second },
 	} {

@@ -38,8 +38,8 @@ type Config struct {
 	// others are refused. No default: the summaries' size is the fleet's
 	// choice (the picker derives it from --capacity) and must be set.
 	Params summary.Params
-	// Slots bounds the endpoints of one identity group, 1..256.
-	// Default 256.
+	// Slots bounds the endpoints of one identity group, 1..fleet.MaxSlots
+	// (--max-group-endpoints). Default fleet.DefaultSlots (1,024).
 	Slots int
 	// Retry is the wait before re-dialling a sidecar whose stream ended;
 	// positive. Default 500 ms.
@@ -62,14 +62,14 @@ type Config struct {
 	Models []string
 }
 
-// DefaultConfig returns the defaults: Slots 256, Retry 500 ms, plaintext;
+// DefaultConfig returns the defaults: Slots 1,024, Retry 500 ms, plaintext;
 // Params unset.
 func DefaultConfig() Config {
 	return Config{Slots: fleet.DefaultConfig().Slots, Retry: 500 * time.Millisecond, Health: fleet.DefaultHealthConfig(),
 		HealthEvery: 100 * time.Millisecond}
 }
 
-// Validate checks c: Params valid, Slots in 1..256, Retry positive.
+// Validate checks c: Params valid, Slots in 1..fleet.MaxSlots, Retry positive.
 func (c *Config) Validate() error {
 	if err := c.fleet().Validate(); err != nil {
 		return err
