@@ -22,7 +22,8 @@ import (
 
 // BenchmarkPickDecisionFleet is BenchmarkPickDecision at fleet scale
 // (issue 21): Router.Pick on token-id bodies (no render call) of 8k and
-// 128k tokens, over 64, 256 and 1,000 simulated endpoints (full
+// 128k tokens, over 1 (the body's parse and keys, next to nothing
+// matched), 64, 256 and 1,000 simulated endpoints (full
 // 65,536-block summaries, no churn: still sidecars, only their streams'
 // load reports), two endpoints of the request's model holding each of the
 // 32 prompts' prefixes at random depths; p50 and p99 reported. One
@@ -30,7 +31,7 @@ import (
 // the 1,000 endpoints are 4 models of 250 and the requests go to one of
 // them (a request reads its identity group only). Target: p99 ≤ 1 ms.
 func BenchmarkPickDecisionFleet(b *testing.B) {
-	for _, s := range []struct{ endpoints, models int }{{64, 1}, {256, 1}, {1000, 4}} {
+	for _, s := range []struct{ endpoints, models int }{{1, 1}, {64, 1}, {256, 1}, {1000, 4}} {
 		b.Run(fmt.Sprintf("endpoints=%d/models=%d", s.endpoints, s.models), func(b *testing.B) {
 			r, sims, reg := stillFleet(b, s.endpoints, s.models)
 			per := s.endpoints / s.models

@@ -209,7 +209,7 @@ func BenchmarkPickerFanout(b *testing.B) {
 	syncs := awaitSyncAll(b, pickers[1:], n)
 	var routables []time.Duration // each from its start; checked one after another, so an upper bound but for the first
 	for _, p := range pickers[1:] {
-		routables = append(routables, p.awaitRoutable(f, n, syncWithin))
+		routables = append(routables, p.awaitRoutable(f, n, 3*syncWithin)) // three loading at once on two cores
 	}
 	snapBytes := float64(f.sent()-s0) / 3
 	time.Sleep(2 * time.Second) // past the snapshots
