@@ -4,6 +4,9 @@
 // is a real summary.Counting filled to capacity and turned over at a given
 // rate (each stored block evicts one), with a delta every interval stamped
 // with its oldest block's time, as a sidecar does. Keys added with Hold
-// stay until the server stops. Only the engine and the sidecar's event
-// intake are simulated; the stream, codec and summaries are the real ones.
+// stay until the server stops. A Still sidecar neither churns nor ticks:
+// its deltas are only those Hold sends, at once. Sent counts the bytes of
+// updates sent on all streams, for fan-out figures. Only the engine and
+// the sidecar's event intake are simulated; the stream, codec and
+// summaries are the real ones.
 package simsidecar

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
@@ -30,6 +31,11 @@ type Config struct {
 	NoBlockSize bool
 	// Endpoint is the engine URL announced; default http://sim-<Index>:8000.
 	Endpoint string
+	// Still runs no delta timer and no churn (Rate and Interval are
+	// ignored): the summary stays as filled, and Hold sends its delta at
+	// once. A thousand still sidecars cost a process no wakeups but their
+	// streams' load reports.
+	Still bool
 }
 
 // Sidecar is a running simulated sidecar.
@@ -40,6 +46,8 @@ type Sidecar struct {
 	addr     string
 
 	infos, watches atomic.Int64 // calls of Info and WatchSummaries
+	sent, sentMsgs atomic.Int64 // bytes (protobuf encoding) and messages sent on summary streams
+	deltas         atomic.Int64 // deltas published
 
 	mu   sync.Mutex
 	c    *summary.Counting
@@ -78,6 +86,9 @@ func Start(t testing.TB, cfg Config) *Sidecar {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if cfg.Still {
+			return
+		}
 		perTick := cfg.Rate * int(cfg.Interval) / int(time.Second)
 		tick := time.NewTicker(cfg.Interval)
 		defer tick.Stop()
@@ -110,6 +121,7 @@ func (s *Sidecar) publishLocked(oldest time.Time) {
 	if !ok {
 		return
 	}
+	s.deltas.Add(1)
 	u := &pb.SummaryUpdate{Feed: 1, Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{
 		Seq: d.Seq, Data: summary.AppendDelta(nil, d), OldestEventUnixNanos: oldest.UnixNano()}}}
 	for ch := range s.subs {
@@ -130,6 +142,9 @@ func (s *Sidecar) Hold(keys ...blockkey.Key) {
 	for _, k := range keys {
 		s.c.Add(k)
 	}
+	if s.cfg.Still {
+		s.publishLocked(time.Now())
+	}
 }
 
 // Infos is how many times a picker asked the sidecar what it serves.
@@ -137,6 +152,27 @@ func (s *Sidecar) Infos() int64 { return s.infos.Load() }
 
 // Watches is how many summary streams a picker opened to the sidecar.
 func (s *Sidecar) Watches() int64 { return s.watches.Load() }
+
+// Sent is how many bytes of summary updates (their protobuf encoding,
+// without gRPC framing) the sidecar has sent, on all its streams.
+func (s *Sidecar) Sent() int64 { return s.sent.Load() }
+
+// Deltas is how many deltas the sidecar has published (each sent to
+// every watcher then).
+func (s *Sidecar) Deltas() int64 { return s.deltas.Load() }
+
+// SentMessages is how many summary updates the sidecar has sent.
+func (s *Sidecar) SentMessages() int64 { return s.sentMsgs.Load() }
+
+// send sends u on stream, counted.
+func (s *Sidecar) send(stream grpc.ServerStreamingServer[pb.SummaryUpdate], u *pb.SummaryUpdate) error {
+	if err := stream.Send(u); err != nil {
+		return err
+	}
+	s.sent.Add(int64(proto.Size(u)))
+	s.sentMsgs.Add(1)
+	return nil
+}
 
 // Addr is the gRPC address.
 func (s *Sidecar) Addr() string { return s.addr }
@@ -169,7 +205,7 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 		delete(s.subs, ch)
 		s.mu.Unlock()
 	}()
-	if err := stream.Send(&pb.SummaryUpdate{Endpoint: s.endpoint, Tier: "GPU", Epoch: 1, Feed: 1,
+	if err := s.send(stream, &pb.SummaryUpdate{Endpoint: s.endpoint, Tier: "GPU", Epoch: 1, Feed: 1,
 		Body: &pb.SummaryUpdate_Snapshot{Snapshot: &pb.Snapshot{Seq: snap.Seq, Data: summary.AppendSnapshot(nil, snap)}}}); err != nil {
 		return err
 	}
@@ -180,7 +216,7 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 		case <-stream.Context().Done():
 			return nil
 		case now := <-load.C:
-			if err := stream.Send(&pb.SummaryUpdate{Endpoint: s.endpoint, Epoch: 1,
+			if err := s.send(stream, &pb.SummaryUpdate{Endpoint: s.endpoint, Epoch: 1,
 				Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{ScrapedUnixNanos: now.UnixNano()}}}); err != nil {
 				return err
 			}
@@ -188,7 +224,7 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 			if !ok {
 				return errors.New("watcher cut: too far behind")
 			}
-			if err := stream.Send(u); err != nil {
+			if err := s.send(stream, u); err != nil {
 				return err
 			}
 		}

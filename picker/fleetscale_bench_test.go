@@ -1,0 +1,197 @@
+package picker_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/test/simsidecar"
+)
+
+// BenchmarkPickDecisionFleet is BenchmarkPickDecision at fleet scale
+// (issue 21): Router.Pick on token-id bodies (no render call) of 8k and
+// 128k tokens, over 1 (the body's parse and keys, next to nothing
+// matched), 64, 256 and 1,000 simulated endpoints (full
+// 65,536-block summaries, no churn: still sidecars, only their streams'
+// load reports), two endpoints of the request's model holding each of the
+// 32 prompts' prefixes at random depths; p50 and p99 reported. One
+// identity group holds at most 256 endpoints (picker/fleet.MaxSlots), so
+// the 1,000 endpoints are 4 models of 250 and the requests go to one of
+// them (a request reads its identity group only). Target: p99 ≤ 1 ms.
+func BenchmarkPickDecisionFleet(b *testing.B) {
+	for _, s := range []struct{ endpoints, models int }{{1, 1}, {64, 1}, {256, 1}, {1000, 4}} {
+		b.Run(fmt.Sprintf("endpoints=%d/models=%d", s.endpoints, s.models), func(b *testing.B) {
+			r, sims, reg := stillFleet(b, s.endpoints, s.models)
+			per := s.endpoints / s.models
+			model := "sim"
+			if s.models > 1 {
+				model = "m00"
+			}
+			for _, tokens := range []int{8192, 131072} {
+				prompts := randomPrompts(32, tokens)
+				holdPrefixes(b, sims[:per], model, prompts, "t")
+				awaitDeltas(b, reg, sims)
+				bodies := make([][]byte, len(prompts))
+				for i, p := range prompts {
+					bodies[i] = tokenBodyFor(model, p, "t")
+				}
+				b.Run(fmt.Sprintf("tokens=%d", tokens), func(b *testing.B) {
+					ctx := context.Background()
+					if _, err := r.Pick(ctx, intake.Tokens, bodies[0], picker.PickOptions{}); err != nil { // the model list
+						b.Fatal(err)
+					}
+					lat := make([]time.Duration, 0, b.N)
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						p, err := r.Pick(ctx, intake.Tokens, bodies[i%len(bodies)], picker.PickOptions{})
+						if err != nil {
+							b.Fatal(err)
+						}
+						lat = append(lat, time.Since(t0))
+						r.Done(p)
+					}
+					b.StopTimer()
+					slices.Sort(lat)
+					b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+					b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+				})
+			}
+		})
+	}
+}
+
+func tokenBodyFor(model string, p []uint32, salt string) []byte {
+	return fmt.Appendf(nil, `{"model":%q,"cache_salt":%q,"token_ids":%s}`, model, salt, jsonInts(p))
+}
+
+func jsonInts(p []uint32) []byte {
+	out := []byte{'['}
+	for i, t := range p {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = fmt.Appendf(out, "%d", t)
+	}
+	return append(out, ']')
+}
+
+// stillFleet is a router over n still simulated sidecars (full
+// 65,536-block summaries) in models of n/models (named m00, m01, …; one
+// model: "sim"), once every endpoint's snapshot is loaded into the index.
+func stillFleet(b *testing.B, n, models int) (*picker.Router, []*simsidecar.Sidecar, *prometheus.Registry) {
+	b.Helper()
+	params := summary.ForCapacity(65536)
+	vcfg := fleetview.DefaultConfig()
+	vcfg.Params, vcfg.Retry = params, 50*time.Millisecond
+	reg := prometheus.NewRegistry()
+	v, err := fleetview.New(vcfg, zap.NewNop(), reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(v.Close)
+	var sims []*simsidecar.Sidecar
+	for i := range n {
+		cfg := simsidecar.Config{Index: i, Params: params, Still: true}
+		if models > 1 {
+			cfg.Model = fmt.Sprintf("m%02d", i/(n/models))
+		}
+		s := simsidecar.Start(b, cfg)
+		sims = append(sims, s)
+		v.Watch(s.Addr())
+	}
+	// The snapshot counter counts loads started; a load is done once a
+	// later update from its stream (a load report, every 200 ms) is in.
+	deadline := time.Now().Add(2 * time.Minute)
+	for counterValue(b, reg, "kvroute_picker_summary_updates_total", "snapshot") < float64(n) {
+		if time.Now().After(deadline) {
+			b.Fatal("snapshots not in within 2 minutes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	started := time.Now()
+	for {
+		eps := v.Endpoints()
+		done := len(eps) == n
+		for _, e := range eps {
+			done = done && e.LastUpdate.After(started)
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("snapshots not loaded within 2 minutes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return simRouter(b, v, prometheus.NewRegistry()), sims, reg
+}
+
+// holdPrefixes makes two random sidecars of sims hold each prompt's
+// prefix at a random depth, and returns once the view has applied the
+// deltas they sent (still sidecars send one at each Hold).
+func holdPrefixes(b *testing.B, sims []*simsidecar.Sidecar, model string, prompts [][]uint32, salt string) {
+	b.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, p := range prompts {
+		chain := (&blockkey.Request{Tokens: p, CacheSalt: salt}).AppendKeys(nil, model, 16)
+		for range 2 {
+			sims[rng.IntN(len(sims))].Hold(chain[:rng.IntN(len(chain)+1)]...)
+		}
+	}
+}
+
+// awaitDeltas returns once the view (registering on reg) has applied
+// every delta the still sidecars sims have published: one a Hold.
+func awaitDeltas(b *testing.B, reg *prometheus.Registry, sims []*simsidecar.Sidecar) {
+	b.Helper()
+	var want int64
+	for _, s := range sims {
+		want += s.Deltas()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for counterValue(b, reg, "kvroute_picker_summary_updates_total", "delta") < float64(want) {
+		if time.Now().After(deadline) {
+			b.Fatalf("the holds' %d deltas not applied within 30 s", want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func counterValue(b *testing.B, reg *prometheus.Registry, name, kind string) float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.Metric {
+				if labelValue(m, "kind") == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.Label {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

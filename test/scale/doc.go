@@ -1,0 +1,17 @@
+// Package scale holds the fleet-scale benchmarks of the picker (issue 21):
+// up to a thousand simulated sidecars (test/simsidecar: real gRPC servers,
+// real summaries filled to capacity) served from the benchmark process,
+// followed by the real kvroute binary run as one or more separate picker
+// processes through --sidecars, gossip off. The figures are the picker's
+// resident memory (VmRSS, VmHWM from /proc), its time from start to every
+// endpoint's snapshot applied (its own kvroute_picker_summary_updates_total
+// counter, polled), its CPU time (/proc/<pid>/stat) idle and under a paced
+// decision load, and the sidecars' outbound bytes for one and four pickers.
+//
+// Contract: everything binds 127.0.0.1 on ports chosen at run time; every
+// wait polls a condition under a deadline (the only fixed waits are the
+// measurement windows themselves); every process started is killed when
+// its benchmark ends. Nothing runs without -bench: the package's tests are
+// only the harness's own quick checks. See docs/benchmarks.md, "Issue 21:
+// fleet scale", for the commands and the figures.
+package scale
