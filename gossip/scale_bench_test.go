@@ -28,6 +28,7 @@ package gossip
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -402,6 +403,26 @@ func (c *scaleCluster) window(d time.Duration, members int) (bps, cores float64,
 	return float64(s1-s0) / wall.Seconds() / float64(members), float64(cpuTime()-c0) / float64(wall), d1 - d0
 }
 
+// awaitQuiet polls the fleet's outbound bytes a second at a time until a
+// second's are within 10% of the second's before (the join's broadcasts
+// spent: what is left is the steady probing and push-pull), at most 60
+// seconds; past that the idle figures are taken as they are, logged.
+func (c *scaleCluster) awaitQuiet(b *testing.B) {
+	prev, _ := c.bytesSent()
+	var last int64 = -1
+	for range 60 {
+		time.Sleep(time.Second) // one sample's interval
+		now, _ := c.bytesSent()
+		d := now - prev
+		prev = now
+		if last >= 0 && math.Abs(float64(d-last)) <= 0.1*float64(last) {
+			return
+		}
+		last = d
+	}
+	b.Logf("outbound bytes not steady within 60 s")
+}
+
 func BenchmarkGossipScale(b *testing.B) {
 	for _, kind := range []string{"mock", "udp"} {
 		for _, n := range []int{100, 250, 500, 1000} {
@@ -457,7 +478,7 @@ func runScale(b *testing.B, kind string, n int) {
 	b.ReportMetric(joinCores, "join-cores")
 
 	// Idle bandwidth, once the join broadcasts are spent.
-	time.Sleep(5 * time.Second) // settling, not a synchronisation
+	c.awaitQuiet(b)
 	bps, cores, drops := c.window(10*time.Second, n+1)
 	b.ReportMetric(bps, "idle-B/s/member")
 	b.ReportMetric(cores, "idle-cores")
@@ -496,10 +517,13 @@ func runScale(b *testing.B, kind string, n int) {
 	// Churn: every sidecar republishes its digests every 5 s.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var publishing atomic.Int64 // sidecars past their first republish
+	churners := 0
 	for i, m := range c.members {
 		if i == c.pickerAt || i == vi {
 			continue
 		}
+		churners++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -513,6 +537,9 @@ func runScale(b *testing.B, kind string, n int) {
 			defer tick.Stop()
 			for seq := uint64(1); ; seq++ {
 				_ = m.SetMeta(c.sidecarMeta(i, 1+boolU(i == mi), seq))
+				if seq == 1 {
+					publishing.Add(1)
+				}
 				select {
 				case <-tick.C:
 				case <-stop:
@@ -521,7 +548,11 @@ func runScale(b *testing.B, kind string, n int) {
 			}
 		}()
 	}
-	time.Sleep(5 * time.Second) // every sidecar publishing, not a synchronisation
+	for deadline := time.Now().Add(time.Minute); publishing.Load() < int64(churners); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d sidecars republishing within a minute", publishing.Load(), churners)
+		}
+	}
 	cbps, ccores, cdrops := c.window(10*time.Second, n)
 	close(stop)
 	wg.Wait()

@@ -11,7 +11,7 @@
 // Contract: everything binds 127.0.0.1 on ports chosen at run time; every
 // wait polls a condition under a deadline (the only fixed waits are the
 // measurement windows themselves); every process started is killed when
-// its benchmark ends. Nothing runs without -bench: the package's tests are
-// only the harness's own quick checks. See docs/benchmarks.md, "Issue 21:
+// its benchmark ends. Nothing runs without -bench: the package has no
+// tests. See docs/benchmarks.md, "Issue 21:
 // fleet scale", for the commands and the figures.
 package scale

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/picker/fleet"
 )
 
 // shape is a fleet: endpoints spread evenly over models.
@@ -20,8 +22,9 @@ type shape struct{ endpoints, models int }
 func (s shape) String() string { return fmt.Sprintf("endpoints=%d/models=%d", s.endpoints, s.models) }
 
 // maxGroup is the most endpoints a picker admits in one identity group
-// (picker/fleet.MaxSlots): past it an endpoint is refused, group_full.
-const maxGroup = 256
+// by default (--max-group-endpoints, picker/fleet.DefaultSlots): past it
+// an endpoint is refused, group_full.
+const maxGroup = fleet.DefaultSlots
 
 // admitted is how many of the shape's endpoints a picker follows: at most
 // maxGroup a model.
@@ -41,14 +44,8 @@ const syncWithin = 2 * time.Minute
 // its memory once synced. Shapes: 64, 256, 1,000 endpoints in one model;
 // 1,000 endpoints in 10 and 50 models. Targets at 1,000 × 64k in one
 // model: RSS ≤ 512 MiB, restart to full sync ≤ 3 s.
-//
-// One identity group holds at most 256 endpoints (picker/fleet.MaxSlots),
-// so of 1,000 endpoints in one model the picker admits 256 and refuses
-// the rest (group_full): that shape's sync is its 256 snapshots. The
-// nearest shape a picker can follow whole is 1,000 endpoints in 4 models
-// of 250.
 func BenchmarkPickerSync(b *testing.B) {
-	for _, s := range []shape{{64, 1}, {256, 1}, {1000, 1}, {1000, 4}, {1000, 10}, {1000, 50}} {
+	for _, s := range []shape{{64, 1}, {256, 1}, {1000, 1}, {1000, 10}, {1000, 50}} {
 		b.Run(s.String(), func(b *testing.B) { benchSync(b, s) })
 	}
 }
@@ -87,7 +84,7 @@ func benchSync(b *testing.B, s shape) {
 }
 
 // BenchmarkPickerCPU: the picker process's CPU (utime+stime) following
-// 256 simulated sidecars in one model, and 1,000 in 4 models of 250 (full
+// 256 and 1,000 simulated sidecars in one model (full
 // 65,536-block summaries, light churn as BenchmarkPickerSync; the
 // decisions go to the first model), over a 10-s window idle (streams only)
 // and a 10-s window of decisions (POST /routing/v1/pick, token-id bodies
@@ -95,7 +92,7 @@ func benchSync(b *testing.B, s shape) {
 // the 64 prompts' prefixes at random depths). One op is one pair of
 // windows; medians reported, in cores (CPU-seconds per second).
 func BenchmarkPickerCPU(b *testing.B) {
-	for _, s := range []shape{{256, 1}, {1000, 4}} {
+	for _, s := range []shape{{256, 1}, {1000, 1}} {
 		b.Run(s.String(), func(b *testing.B) { benchCPU(b, s) })
 	}
 }
@@ -114,8 +111,7 @@ func benchCPU(b *testing.B, s shape) {
 	p := startPicker(b, f.addrs)
 	p.awaitRoutable(f, s.admitted(), syncWithin)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
-	paced(b, client, p.base, bodies, rate, time.Second) // warm: the model list, connections
-	time.Sleep(2 * time.Second)                         // past the warm-up's load
+	paced(b, client, p.base, bodies, rate, time.Second) // warm: the model list, connections; it returns once every decision is answered
 	var idle, loaded, sims []float64
 	var p50s, p99s []time.Duration
 	b.ResetTimer()
@@ -181,20 +177,19 @@ func paced(b *testing.B, client *http.Client, base string, bodies []string, rate
 }
 
 // BenchmarkPickerFanout: four picker processes following the same 1,000
-// simulated sidecars (4 models of 250, the nearest to one model of 1,000
-// a picker follows whole; full 65,536-block summaries, light churn as
-// BenchmarkPickerSync). First one picker: synced, then the sidecars'
-// outbound bytes over a 10-s window; then three more started at once:
+// simulated sidecars (one model; full 65,536-block summaries, light churn
+// as BenchmarkPickerSync). First one picker: every endpoint routable
+// (every snapshot sent and loaded), then the sidecars' outbound bytes
+// over a 10-s window; then three more started at once:
 // their sync times (concurrent) and each picker's memory; then the
 // outbound bytes with four; then one op is one picker killed and
 // restarted with the other three running, to its full sync (the median
 // reported).
 func BenchmarkPickerFanout(b *testing.B) {
 	const n, window = 1000, 10 * time.Second
-	f := startSims(b, n, 4, lightChurn) // 4 models of 250: one model holds at most 256 endpoints
+	f := startSims(b, n, 1, lightChurn)
 	first := startPicker(b, f.addrs)
-	first.awaitSync(n, syncWithin)
-	time.Sleep(2 * time.Second) // past the snapshots
+	first.awaitRoutable(f, n, syncWithin)
 	rate := func() float64 {
 		s0, t0 := f.sent(), time.Now()
 		time.Sleep(window) // the measurement window
@@ -212,7 +207,6 @@ func BenchmarkPickerFanout(b *testing.B) {
 		routables = append(routables, p.awaitRoutable(f, n, 3*syncWithin)) // three loading at once on two cores
 	}
 	snapBytes := float64(f.sent()-s0) / 3
-	time.Sleep(2 * time.Second) // past the snapshots
 	four := rate()
 	var rssMax, hwmMax float64
 	for _, p := range pickers {
