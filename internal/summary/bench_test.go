@@ -161,3 +161,55 @@ func BenchmarkFleetSync(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFleetLoad: loading full 65,536-block snapshots into a
+// 1,024-slot index (a thousand-endpoint group, 128 MiB), one op 64 loads
+// into one column: one at a time (SnapshotLoad.Step, each load a pass over
+// every row) and as one LoadBatch (one pass for the 64). The batch is what
+// a restarted picker's loader does with the snapshots that arrive together.
+func BenchmarkFleetLoad(b *testing.B) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	p := ForCapacity(65536)
+	snaps := make([]Snapshot, 64)
+	for e := range snaps {
+		c := NewCounting(p)
+		for _, k := range randKeys(rng, 65536) {
+			c.Add(k)
+		}
+		c.TakeDelta()
+		snaps[e] = c.Snapshot()
+	}
+	f, err := NewFleet(p, 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loads := func(col int) []*SnapshotLoad {
+		out := make([]*SnapshotLoad, len(snaps))
+		for e, s := range snaps {
+			if out[e], err = f.LoadSnapshot(col*64+e, 1, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return out
+	}
+	b.Run("one-at-a-time", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			for _, l := range loads(i % 16) {
+				if done, err := l.Step(len(snaps[0].Words)); !done || err != nil {
+					b.Fatal(done, err)
+				}
+			}
+		}
+	})
+	b.Run("batch", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			lb, ok := NewLoadBatch(loads(i % 16))
+			if !ok {
+				b.Fatal("not a batch")
+			}
+			if done, ab := lb.Step(len(snaps[0].Words)); !done || len(ab) > 0 {
+				b.Fatal(done, ab)
+			}
+		}
+	})
+}

@@ -37,10 +37,14 @@
 //   - Concurrency: one RWMutex serialises every access to the core —
 //     Match, Endpoints, GroupEndpoints and Refused under the read lock, everything else
 //     under the write lock — and a stream checks its context under that
-//     lock before touching the core, so Forget is exact. A snapshot is
-//     written a part at a time, the lock released between parts, and the
-//     endpoint reads as absent in its tier until the last part. Match is
-//     safe to call from any goroutine while streams apply updates.
+//     lock before touching the core, so Forget is exact. Snapshots are
+//     written by one loader goroutine: the loads waiting together for one
+//     index and row word (up to 64 endpoints) in one pass
+//     (summary.LoadBatch), a part at a time, the lock released between
+//     parts; an endpoint reads as absent in its tier until its last part,
+//     and its stream waits for the load before applying anything after
+//     it. Match is safe to call from any goroutine while streams apply
+//     updates.
 //   - Per request, only the request's identity group is read (Match,
 //     GroupEndpoints: bounded by the group, not the fleet); Endpoints and
 //     Refused walk the whole fleet and are for listings and scrapes.
