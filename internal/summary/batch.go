@@ -1,60 +1,65 @@
 package summary
 
+import "math/bits"
+
 // A snapshot load writes one bit of a row word per row: loading the slots
-// of a row word one after another touches every row once per slot, which
-// for a group of a thousand endpoints is a thousand passes over the whole
-// index. A LoadBatch writes up to 64 loads into the same row word in one
-// pass: for each snapshot word it transposes the 64×64 bits (one word
-// from each load) into the 64 rows' words and writes each row word once.
+// one after another touches every row once per slot, which for a group of
+// a thousand endpoints is a thousand passes over the whole index. A
+// LoadBatch writes any number of loads into one index in one pass: for
+// each snapshot word, and each row word with two or more loads, it
+// transposes the 64×64 bits (one word from each load) into the 64 rows'
+// words and writes each row word once.
 
 // Slot returns the slot the load writes.
 func (l *SnapshotLoad) Slot() int { return l.slot }
 
-// Column returns the row word the load writes (its slot / 64): loads with
-// the same fleet and column can be batched.
-func (l *SnapshotLoad) Column() int { return l.slot / 64 }
-
-// Fleet returns the index the load writes.
+// Fleet returns the index the load writes: loads of one index can be
+// batched, one per slot.
 func (l *SnapshotLoad) Fleet() *Fleet { return l.f }
 
 // Started reports whether the load has been stepped: only unstarted
 // loads can join a batch.
 func (l *SnapshotLoad) Started() bool { return l.next > 0 }
 
-// LoadBatch writes several loads of one fleet and column together.
+// LoadBatch writes several loads of one fleet together.
 type LoadBatch struct {
-	f     *Fleet
-	w     int
-	loads []*SnapshotLoad // live; nil once abandoned
-	next  int
+	f    *Fleet
+	cols map[int]*[64]*SnapshotLoad // by row word: the loads by slot % 64; nil once dropped
+	live int
+	next int
 }
 
-// NewLoadBatch groups loads, which must be of the same fleet and column,
-// none started, no two for one slot; it reports false when they are not.
-// One load is a batch too (it is then written as Step writes it).
+// NewLoadBatch groups loads, which must be of one fleet, none started, no
+// two for one slot; it reports false when they are not.
 func NewLoadBatch(loads []*SnapshotLoad) (*LoadBatch, bool) {
 	if len(loads) == 0 {
 		return nil, false
 	}
-	f, w := loads[0].f, loads[0].Column()
-	var seen uint64
+	b := &LoadBatch{f: loads[0].f, cols: map[int]*[64]*SnapshotLoad{}}
 	for _, l := range loads {
-		bit := uint64(1) << (l.slot % 64)
-		if l.f != f || l.Column() != w || l.Started() || seen&bit != 0 {
+		c := b.cols[l.slot/64]
+		if c == nil {
+			c = new([64]*SnapshotLoad)
+			b.cols[l.slot/64] = c
+		}
+		if l.f != b.f || l.Started() || c[l.slot%64] != nil {
 			return nil, false
 		}
-		seen |= bit
+		c[l.slot%64] = l
+		b.live++
 	}
-	return &LoadBatch{f: f, w: w, loads: append([]*SnapshotLoad(nil), loads...)}, true
+	return b, true
 }
+
+// Live returns how many loads are still being written.
+func (b *LoadBatch) Live() int { return b.live }
 
 // Drop takes l out of the batch, unfinished: its slot stays absent (and
 // dirty: the next load of it clears it) until something else loads it.
 func (b *LoadBatch) Drop(l *SnapshotLoad) {
-	for i, o := range b.loads {
-		if o == l {
-			b.loads[i] = nil
-		}
+	if c := b.cols[l.slot/64]; c != nil && c[l.slot%64] == l {
+		c[l.slot%64] = nil
+		b.live--
 	}
 }
 
@@ -65,50 +70,64 @@ func (b *LoadBatch) Drop(l *SnapshotLoad) {
 // found it), and their slots are left to whatever changed them.
 func (b *LoadBatch) Step(words int) (done bool, abandoned []*SnapshotLoad) {
 	f := b.f
-	var mask uint64
-	live := 0
-	for i, l := range b.loads {
-		if l == nil {
-			continue
+	type column struct {
+		w     int
+		mask  uint64
+		loads *[64]*SnapshotLoad
+		one   *SnapshotLoad // the column's only load, written bit by bit
+	}
+	cols := make([]column, 0, len(b.cols))
+	for w, c := range b.cols {
+		col := column{w: w, loads: c}
+		n := 0
+		for j, l := range c {
+			if l == nil {
+				continue
+			}
+			if f.slots[l.slot].gen != l.gen {
+				abandoned = append(abandoned, l)
+				c[j] = nil
+				b.live--
+				continue
+			}
+			col.mask |= 1 << j
+			col.one = l
+			n++
 		}
-		if f.slots[l.slot].gen != l.gen {
-			abandoned = append(abandoned, l)
-			b.loads[i] = nil
+		switch {
+		case n == 0:
+			delete(b.cols, w)
 			continue
+		case n > 1:
+			col.one = nil
 		}
-		mask |= 1 << (l.slot % 64)
-		live++
+		cols = append(cols, col)
 	}
 	total := int(f.p.M / 64)
 	end := min(b.next+max(words, 1), total)
-	switch {
-	case live == 0:
+	if b.live == 0 {
 		end = total
-	case live == 1:
-		for _, l := range b.loads {
-			if l != nil {
-				l.Step(end - b.next) // the single-slot writer; the gen was checked above
+	}
+	var m [64]uint64
+	for i := b.next; i < end; i++ {
+		base := i * 64 * f.words
+		for _, c := range cols {
+			if c.one != nil {
+				c.one.writeWord(i)
+				continue
 			}
-		}
-	default:
-		var m [64]uint64
-		for i := b.next; i < end; i++ {
-			clear(m[:])
-			for _, l := range b.loads {
+			for j, l := range c.loads {
 				if l != nil {
-					m[l.slot%64] = l.snap.Words[i]
+					m[j] = l.snap.Words[i]
+				} else {
+					m[j] = 0
 				}
 			}
 			transpose64(&m)
-			row := i*64*f.words + b.w
+			row := base + c.w
 			for r := range 64 {
-				f.rows[row] = f.rows[row]&^mask | m[r]
+				f.rows[row] = f.rows[row]&^c.mask | m[r]
 				row += f.words
-			}
-		}
-		for _, l := range b.loads {
-			if l != nil {
-				l.next = end
 			}
 		}
 	}
@@ -116,13 +135,34 @@ func (b *LoadBatch) Step(words int) (done bool, abandoned []*SnapshotLoad) {
 	if end < total {
 		return false, abandoned
 	}
-	for _, l := range b.loads {
-		if l != nil {
-			s := &f.slots[l.slot]
-			s.used, s.epoch, s.seq = true, l.epoch, l.snap.Seq
+	for _, c := range b.cols {
+		for _, l := range c {
+			if l != nil {
+				l.next = end
+				s := &f.slots[l.slot]
+				s.used, s.epoch, s.seq = true, l.epoch, l.snap.Seq
+			}
 		}
 	}
 	return true, abandoned
+}
+
+// writeWord writes snapshot word i of l into its slot's bit of the word's
+// 64 rows.
+func (l *SnapshotLoad) writeWord(i int) {
+	f := l.f
+	w, shift := l.slot/64, uint(l.slot%64)
+	word := l.snap.Words[i]
+	if l.clean {
+		for ; word != 0; word &= word - 1 {
+			f.rows[(i*64+bits.TrailingZeros64(word))*f.words+w] |= 1 << shift
+		}
+		return
+	}
+	row := i * 64 * f.words
+	for b := 0; b < 64; b, row = b+1, row+f.words {
+		f.rows[row+w] = f.rows[row+w]&^(1<<shift) | (word>>b&1)<<shift
+	}
 }
 
 // transpose64 transposes a 64×64 bit matrix in place: bit j of word i

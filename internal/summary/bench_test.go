@@ -163,10 +163,13 @@ func BenchmarkFleetSync(b *testing.B) {
 }
 
 // BenchmarkFleetLoad: loading full 65,536-block snapshots into a
-// 1,024-slot index (a thousand-endpoint group, 128 MiB), one op 64 loads
-// into one column: one at a time (SnapshotLoad.Step, each load a pass over
-// every row) and as one LoadBatch (one pass for the 64). The batch is what
-// a restarted picker's loader does with the snapshots that arrive together.
+// 1,024-slot index (a thousand-endpoint group, 128 MiB): 64 loads into one
+// row word one at a time (SnapshotLoad.Step, each load a pass over every
+// row), the same 64 as one LoadBatch (one pass), and all 1,024 slots as
+// one LoadBatch, stepped as the picker's loader steps them (16Ki snapshot
+// words a step over the loads; the step's median reported). The batches
+// are what a restarted picker's loader does with the snapshots that
+// arrive together.
 func BenchmarkFleetLoad(b *testing.B) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	p := ForCapacity(65536)
@@ -183,33 +186,48 @@ func BenchmarkFleetLoad(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loads := func(col int) []*SnapshotLoad {
-		out := make([]*SnapshotLoad, len(snaps))
-		for e, s := range snaps {
-			if out[e], err = f.LoadSnapshot(col*64+e, 1, s); err != nil {
+	loads := func(from, n int) []*SnapshotLoad {
+		out := make([]*SnapshotLoad, n)
+		for e := range out {
+			if out[e], err = f.LoadSnapshot(from+e, 1, snaps[e%len(snaps)]); err != nil {
 				b.Fatal(err)
 			}
 		}
 		return out
 	}
-	b.Run("one-at-a-time", func(b *testing.B) {
+	words := len(snaps[0].Words)
+	b.Run("64/one-at-a-time", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			for _, l := range loads(i % 16) {
-				if done, err := l.Step(len(snaps[0].Words)); !done || err != nil {
+			for _, l := range loads(i%16*64, 64) {
+				if done, err := l.Step(words); !done || err != nil {
 					b.Fatal(done, err)
 				}
 			}
 		}
 	})
-	b.Run("batch", func(b *testing.B) {
+	batch := func(b *testing.B, n int) {
+		var steps []time.Duration
 		for i := 0; i < b.N; i++ {
-			lb, ok := NewLoadBatch(loads(i % 16))
+			lb, ok := NewLoadBatch(loads(i%(1024/n)*n, n))
 			if !ok {
 				b.Fatal("not a batch")
 			}
-			if done, ab := lb.Step(len(snaps[0].Words)); !done || len(ab) > 0 {
-				b.Fatal(done, ab)
+			for {
+				t0 := time.Now()
+				done, ab := lb.Step(max(1, (1<<14)/lb.Live()))
+				steps = append(steps, time.Since(t0))
+				if len(ab) > 0 {
+					b.Fatal(ab)
+				}
+				if done {
+					break
+				}
 			}
 		}
-	})
+		slices.Sort(steps)
+		b.ReportMetric(float64(steps[len(steps)/2].Microseconds()), "step-p50-µs")
+		b.ReportMetric(float64(steps[len(steps)*99/100].Microseconds()), "step-p99-µs")
+	}
+	b.Run("64/batch", func(b *testing.B) { batch(b, 64) })
+	b.Run("1024/batch", func(b *testing.B) { batch(b, 1024) })
 }

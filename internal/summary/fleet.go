@@ -117,20 +117,9 @@ func (l *SnapshotLoad) Step(words int) (done bool, err error) {
 	if f.slots[l.slot].gen != l.gen {
 		return false, ErrAbandoned
 	}
-	w, shift := l.slot/64, uint(l.slot%64)
 	end := min(l.next+max(words, 1), len(l.snap.Words))
 	for i := l.next; i < end; i++ {
-		word := l.snap.Words[i]
-		if l.clean {
-			for ; word != 0; word &= word - 1 {
-				f.rows[(i*64+bits.TrailingZeros64(word))*f.words+w] |= 1 << shift
-			}
-			continue
-		}
-		row := i * 64 * f.words
-		for b := 0; b < 64; b, row = b+1, row+f.words {
-			f.rows[row+w] = f.rows[row+w]&^(1<<shift) | (word>>b&1)<<shift
-		}
+		l.writeWord(i)
 	}
 	l.next = end
 	if end < len(l.snap.Words) {

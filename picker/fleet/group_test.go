@@ -130,6 +130,8 @@ func TestLargeGroup(t *testing.T) {
 		t.Fatalf("%d endpoints exceed the default bound %d", n, DefaultSlots)
 	}
 	chain := keys(40, 1<<40)
+	gid := ident("", "m").Group()
+	grows, slots := 0, 0
 	for i := range n {
 		sc, url := fmt.Sprintf("s%d", i), fmt.Sprintf("http://e%d:8000", i)
 		reg := mustRegister(t, s, sc, ident(url, "m"))
@@ -137,8 +139,16 @@ func TestLargeGroup(t *testing.T) {
 			t.Fatalf("endpoint %d refused: %+v", i, reg.Refused)
 		}
 		snapshot(t, s, sc, url, tier.GPU, 1, summaryOf(chain[:i%41]...))
+		if got := s.groups[gid].tiers[tier.GPU].Slots(); got != slots {
+			grows, slots = grows+1, got
+		}
 	}
-	gid := ident("", "m").Group()
+	// The index grows by half again at least: 64 slots, then 96, 144,
+	// …, 1,024 (bounded by Config.Slots, rounded up to a row word), not
+	// 64 slots at a time.
+	if grows > 8 || slots < n || slots > (n+63)/64*64 {
+		t.Fatalf("the index grew %d times, to %d slots, for %d endpoints", grows, slots, n)
+	}
 	if g := s.groups[gid]; len(g.slots) != n {
 		t.Fatalf("%d slots for %d endpoints", len(g.slots), n)
 	}

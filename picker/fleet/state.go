@@ -174,10 +174,10 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 			}
 			// Fleets hold 64 slots per row word; grow them as endpoints come.
 			for _, f := range g.tiers {
-				if f == nil {
+				if f == nil || slot < f.Slots() {
 					continue
 				}
-				if err := f.Grow(slot + 1); err != nil {
+				if err := f.Grow(grownSlots(f.Slots(), slot+1, s.cfg.Slots)); err != nil {
 					return reg, err
 				}
 			}
@@ -195,6 +195,15 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 		reg.Positions = append(reg.Positions, s.positions(e)...)
 	}
 	return reg, nil
+}
+
+// grownSlots is the slots an index of have grows to when it needs need, at
+// most limit: by half again at least, so that a group of n endpoints
+// arriving one by one copies its index O(log n) times, not n/64 times (a
+// thousand endpoints: 7 copies of up to 128 MiB, not 15); the index is
+// then at most half again what its endpoints need.
+func grownSlots(have, need, limit int) int {
+	return min(max(need, have+have/2), limit)
 }
 
 // Positions returns the positions held for one endpoint, by tier, for

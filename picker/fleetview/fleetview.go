@@ -585,9 +585,10 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 	return nil
 }
 
-// snapshotStepWords is how much of a snapshot one locked step writes:
-// 64Ki rows of up to 64 loads batched, under a millisecond.
-const snapshotStepWords = 1024
+// snapshotStepLoadWords is how much one locked step writes: 16Ki snapshot
+// words over the loads batched (256 words, 16Ki rows, for 64 loads; 16
+// for a thousand), about half a millisecond (BenchmarkFleetLoad).
+const snapshotStepLoadWords = 1 << 14
 
 // Match returns, for every endpoint of the group that may hold a prefix of
 // chain in tier t, its matched length in blocks, the leaders verified

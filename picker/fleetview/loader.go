@@ -8,10 +8,10 @@ import (
 )
 
 // loader writes the snapshot loads the streams start, one batch at a
-// time, on its own goroutine: loads of one index and row word that are
-// waiting together are written in one pass (summary.LoadBatch), which is
-// what makes a restarted picker's sync of a thousand endpoints a few
-// passes over the index rather than a thousand. A stream hands its load
+// time, on its own goroutine: the loads of one index that are waiting
+// together are written in one pass (summary.LoadBatch), which is what
+// makes a restarted picker's sync of a thousand endpoints a few passes
+// over the index rather than a thousand. A stream hands its load
 // over and waits for it (its later deltas must follow it); loads that
 // arrive while a batch is written wait for the next. The view's lock is
 // held for one step at a time, as the streams held it before.
@@ -67,8 +67,8 @@ func (ld *loader) run(ctx context.Context) {
 }
 
 // take removes from pending the oldest load and every other waiting for
-// the same index and row word, one per slot (a later load of a slot
-// already taken waits: the earlier one is abandoned at its first step).
+// the same index, one per slot (a later load of a slot already taken
+// waits: the earlier one is abandoned at its first step).
 func (ld *loader) take() []*pendingLoad {
 	ld.mu.Lock()
 	defer ld.mu.Unlock()
@@ -77,12 +77,11 @@ func (ld *loader) take() []*pendingLoad {
 	}
 	first := ld.pending[0].load
 	var batch []*pendingLoad
-	var slots uint64
+	slots := map[int]bool{}
 	rest := ld.pending[:0]
 	for _, p := range ld.pending {
-		bit := uint64(1) << (p.load.Slot() % 64)
-		if p.load.Fleet() == first.Fleet() && p.load.Column() == first.Column() && slots&bit == 0 {
-			batch, slots = append(batch, p), slots|bit
+		if p.load.Fleet() == first.Fleet() && !slots[p.load.Slot()] {
+			batch, slots[p.load.Slot()] = append(batch, p), true
 			continue
 		}
 		rest = append(rest, p)
@@ -121,7 +120,7 @@ func (ld *loader) write(batch []*pendingLoad) {
 				delete(byLoad, l)
 			}
 		}
-		done, abandoned := b.Step(snapshotStepWords)
+		done, abandoned := b.Step(max(1, snapshotStepLoadWords/max(1, b.Live())))
 		ld.lock.Unlock()
 		for _, l := range abandoned {
 			if p := byLoad[l]; p != nil {
