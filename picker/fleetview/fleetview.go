@@ -162,6 +162,11 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
 	v.loader = newLoader(&v.mu, func(n int) { v.batches.Observe(float64(n)) })
+	if reg != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvroute_picker_snapshot_loads_waiting",
+			Help: "Snapshots received and not yet written into the index (a sync in progress; those endpoints read as absent until then)."},
+			func() float64 { return float64(v.loader.waiting.Load()) }))
+	}
 	v.wg.Add(2)
 	go func() {
 		defer v.wg.Done()

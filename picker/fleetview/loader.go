@@ -3,6 +3,7 @@ package fleetview
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvroute/kvroute/internal/summary"
 )
@@ -21,6 +22,7 @@ type loader struct {
 	mu      sync.Mutex
 	pending []*pendingLoad
 	wake    chan struct{} // one token: pending grew
+	waiting atomic.Int64  // loads handed over and not yet answered or dropped
 }
 
 type pendingLoad struct {
@@ -37,6 +39,7 @@ func newLoader(lock sync.Locker, batched func(loads int)) *loader {
 // (summary.ErrAbandoned: the endpoint changed meanwhile) or ctx ends.
 func (ld *loader) load(ctx context.Context, l *summary.SnapshotLoad) error {
 	p := &pendingLoad{ctx: ctx, load: l, done: make(chan error, 1)}
+	ld.waiting.Add(1)
 	ld.mu.Lock()
 	ld.pending = append(ld.pending, p)
 	ld.mu.Unlock()
@@ -108,7 +111,7 @@ func (ld *loader) write(batch []*pendingLoad) {
 		return
 	}
 	if !ok {
-		batch[0].done <- summary.ErrAbandoned // a load already stepped: nothing else steps loads
+		ld.answer(batch[0], summary.ErrAbandoned) // a load already stepped: nothing else steps loads
 		return
 	}
 	ld.batched(len(batch))
@@ -118,21 +121,27 @@ func (ld *loader) write(batch []*pendingLoad) {
 			if p.ctx.Err() != nil {
 				b.Drop(l)
 				delete(byLoad, l)
+				ld.waiting.Add(-1)
 			}
 		}
 		done, abandoned := b.Step(max(1, snapshotStepLoadWords/max(1, b.Live())))
 		ld.lock.Unlock()
 		for _, l := range abandoned {
 			if p := byLoad[l]; p != nil {
-				p.done <- summary.ErrAbandoned
+				ld.answer(p, summary.ErrAbandoned)
 				delete(byLoad, l)
 			}
 		}
 		if done || len(byLoad) == 0 {
 			for _, p := range byLoad {
-				p.done <- nil
+				ld.answer(p, nil)
 			}
 			return
 		}
 	}
+}
+
+func (ld *loader) answer(p *pendingLoad, err error) {
+	ld.waiting.Add(-1)
+	p.done <- err
 }

@@ -46,18 +46,21 @@ func TestLoaderBatches(t *testing.T) {
 		c.TakeDelta()
 		return c.Snapshot()
 	}
-	pendingIs := func(n int) {
+	// pendingIs waits until handed loads have been handed over and n of
+	// them are pending (the rest taken); the test holds mu meanwhile.
+	pendingIs := func(handed, n int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			ld.mu.Lock()
 			k := len(ld.pending)
 			ld.mu.Unlock()
-			if k == n {
+			if w := ld.waiting.Load(); w == int64(handed) && k == n {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%d loads pending, want %d", k, n)
+				mu.Unlock() // let the loader finish
+				t.Fatalf("%d loads pending of %d handed over, want %d of %d", k, ld.waiting.Load(), n, handed)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -77,7 +80,7 @@ func TestLoaderBatches(t *testing.T) {
 
 	mu.Lock()
 	hand(context.Background(), 0, 1)
-	pendingIs(0) // taken: the loader waits for the lock with a batch of one
+	pendingIs(1, 0) // taken: the loader waits for the lock with a batch of one
 	cut, cutStop := context.WithCancel(context.Background())
 	n := 0
 	for slot := 1; slot < 64; slot++ {
@@ -87,13 +90,13 @@ func TestLoaderBatches(t *testing.T) {
 		}
 		hand(c, slot, 1)
 		n++
-		pendingIs(n)
+		pendingIs(1+n, n)
 	}
 	first7 := keys[7]
 	hand(context.Background(), 7, 2) // overtakes the load of slot 7 pending; waits for the batch after
 	hand(context.Background(), 64, 1)
 	hand(context.Background(), 65, 1)
-	pendingIs(n + 3)
+	pendingIs(1+n+3, n+3)
 	cutStop()
 	mu.Unlock()
 
@@ -108,6 +111,9 @@ func TestLoaderBatches(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if w := ld.waiting.Load(); w != 0 {
+		t.Errorf("%d loads waiting once all are answered", w)
+	}
 	slices.Sort(sizes)
 	if !slices.Equal(sizes, []int{1, 1, 65}) {
 		t.Errorf("batch sizes %v, want 1 (the first), 65 (slots 1..65), 1 (slot 7's second)", sizes)

@@ -271,6 +271,25 @@ func (p *pickerProc) awaitSync(n int, within time.Duration) time.Duration {
 	}
 }
 
+// awaitLoaded polls, once the picker has applied n snapshots
+// (awaitSync), until it has no snapshot waiting to be written into its
+// index (kvroute_picker_snapshot_loads_waiting 0), and returns the time
+// since the process started.
+func (p *pickerProc) awaitLoaded(n int, within time.Duration) time.Duration {
+	p.b.Helper()
+	p.awaitSync(n, within)
+	deadline := p.started.Add(within)
+	for {
+		if v, err := p.metric("kvroute_picker_snapshot_loads_waiting"); err == nil && v == 0 {
+			return time.Since(p.started)
+		}
+		if time.Now().After(deadline) {
+			p.b.Fatalf("snapshots still waiting to be loaded after %v", within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // awaitRoutable polls, once the picker has applied as many snapshots as
 // it follows endpoints (awaitSync), until every endpoint it follows
 // (/debug/endpoints) is routed its canary with the canary's whole prefix
