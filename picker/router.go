@@ -455,7 +455,7 @@ func (r *Router) prefillDoneLocked(p *Pick) {
 // snapshot is what the decision sees of p's identity group at now: what
 // each endpoint holds of the chain per tier, and the picks in flight.
 func (r *Router) snapshot(p *prepared, now time.Time) decide.Snapshot {
-	s := decide.Snapshot{Endpoints: p.eps, InFlight: make(map[string]inflight.Pending, len(p.eps))}
+	s := decide.Snapshot{Endpoints: p.eps, InFlight: map[string]inflight.Pending{}}
 	if len(p.chain) > 0 {
 		for _, t := range tier.All() {
 			s.Matched[t] = r.view.Match(p.group, t, p.chain)
@@ -465,8 +465,11 @@ func (r *Router) snapshot(p *prepared, now time.Time) decide.Snapshot {
 	defer r.mu.Unlock()
 	for _, e := range p.eps {
 		// Judged by when the report arrived here, not by the sidecar's
-		// clock: clocks of different machines disagree.
-		s.InFlight[e.URL] = r.ledger.Pending(e.URL, e.LoadAt, now)
+		// clock: clocks of different machines disagree. Sparse: absent is
+		// none.
+		if pend := r.ledger.Pending(e.URL, e.LoadAt, now); pend != (inflight.Pending{}) {
+			s.InFlight[e.URL] = pend
+		}
 	}
 	return s
 }

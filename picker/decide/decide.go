@@ -57,10 +57,11 @@ type Snapshot struct {
 	// Endpoints are the request's identity group, in a stable order.
 	Endpoints []fleet.Endpoint
 	// Matched is, per tier and endpoint URL, how many leading blocks of
-	// the request's chain the endpoint holds (nil maps: none).
+	// the request's chain the endpoint holds (nil maps, absent keys:
+	// none).
 	Matched [tier.Count]map[string]int
 	// InFlight is, per endpoint URL, this picker's picks its last load
-	// report does not cover.
+	// report does not cover (absent: none).
 	InFlight map[string]inflight.Pending
 }
 

@@ -437,9 +437,10 @@ func (s *State) fleet(e *entry, t tier.Tier) (*summary.Fleet, error) {
 	return f, nil
 }
 
-// Match returns, for every endpoint of the group, its matched length in
-// blocks of chain in tier t (0 where it holds no prefix); nil when the
-// group holds no summary in t. The index searches over depth, which
+// Match returns, for the endpoints of the group that hold a prefix of
+// chain in tier t, its length in blocks (absent: none of it, so the map
+// is as small as the prefix's holders, not the group); nil when the group
+// holds no summary in t. The index searches over depth, which
 // assumes prefix-closed caches; Match walks the leaders' chains to confirm
 // them (DESIGN.md §6), longest first, until the longest match is a
 // verified one, so a chain an endpoint holds with a gap reports only its
@@ -469,9 +470,9 @@ func (s *State) Match(groupID string, t tier.Tier, chain []blockkey.Key) map[str
 			break // the longest match holds
 		}
 	}
-	out := map[string]int{}
+	out := map[string]int{} // sparse: a request's prefix is held by few of a large group
 	for slot, url := range g.slots {
-		if url != "" && slot < len(matched) {
+		if url != "" && slot < len(matched) && matched[slot] > 0 {
 			out[url] = matched[slot]
 		}
 	}

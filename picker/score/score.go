@@ -245,7 +245,7 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 		// have by design.
 		key = mix(r.Counter)
 	}
-	var healthy []cand
+	healthy := make([]cand, 0, len(cs))
 	total := 0.0
 	for i := range cs {
 		c := &cs[i]
