@@ -544,6 +544,9 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 			return err
 		}
 		snap.Seq = b.Snapshot.GetSeq()
+		// The wire bytes are garbage from here: let them go while the load
+		// waits its turn (a thousand streams' snapshots arrive together).
+		b.Snapshot.Data = nil
 		v.mu.Lock()
 		if err := ctx.Err(); err != nil {
 			v.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -180,9 +181,18 @@ func startPicker(b testing.TB, addrs []string, extra ...string) *pickerProc {
 	return p
 }
 
+// pickerEnv is extra environment for the picker processes only (the
+// benchmark process, which holds the simulated sidecars, keeps its own):
+// for example GOMEMLIMIT=400MiB, to see what a soft memory limit does to
+// the picker's peak and its sync.
+var pickerEnv = flag.String("scale.picker-env", "", "comma-separated KEY=VALUE pairs added to the picker processes' environment")
+
 func (p *pickerProc) start() {
 	p.out = &bytes.Buffer{}
 	p.cmd = exec.Command(p.bin, p.args...)
+	if *pickerEnv != "" {
+		p.cmd.Env = append(os.Environ(), strings.Split(*pickerEnv, ",")...)
+	}
 	w := writerFunc(func(b []byte) (int, error) { p.mu.Lock(); defer p.mu.Unlock(); return p.out.Write(b) })
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	p.started = time.Now()
