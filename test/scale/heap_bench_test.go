@@ -19,7 +19,8 @@ var heapProfile = flag.String("scale.heapprofile", "", "BenchmarkPickerHeap: wri
 // BenchmarkPickerHeap: where a synced picker's memory goes. The picker
 // server (picker.Start, as `kvroute picker` runs it) in the benchmark
 // process, following the shapes' simulated sidecars (light churn); once
-// every admitted endpoint's snapshot is applied and after a GC, the heap
+// every admitted endpoint's snapshot is written into the index and after
+// a GC, the heap
 // in use beyond what it was before the picker started (the sidecars' own
 // heap excluded), and with -scale.heapprofile the heap profile to read
 // with `go tool pprof -sample_index=inuse_space`.
@@ -39,7 +40,7 @@ func BenchmarkPickerHeap(b *testing.B) {
 			}
 			defer srv.Close()
 			deadline := time.Now().Add(syncWithin)
-			for snapshots(b, reg) < float64(s.admitted()) {
+			for snapshots(b, reg) < float64(s.admitted()) || loadsWaiting(b, reg) > 0 {
 				if time.Now().After(deadline) {
 					b.Fatal("not synced")
 				}
@@ -78,6 +79,19 @@ func snapshots(b *testing.B, reg *prometheus.Registry) float64 {
 					}
 				}
 			}
+		}
+	}
+	return 0
+}
+
+func loadsWaiting(b *testing.B, reg *prometheus.Registry) float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "kvroute_picker_snapshot_loads_waiting" {
+			return f.Metric[0].GetGauge().GetValue()
 		}
 	}
 	return 0
