@@ -16,6 +16,11 @@
 //     Rice-coded offsets in the row), ≈ 7 bytes a block at capacity.
 //   - A Snapshot is the whole bitmap as of a delta sequence number; applying
 //     the following deltas to it gives the current bitmap.
+//   - Fleet is the picker's bit-sliced index of one group's summaries. A
+//     snapshot is loaded into it a part at a time (SnapshotLoad), the slot
+//     absent until the last part; a LoadBatch writes any number of loads
+//     of one index in one pass over its rows (64×64 bit transposes), with
+//     the same result as loading them one by one.
 //   - The wire encodings (AppendDelta/DecodeDelta, AppendSnapshot/
 //     DecodeSnapshot) validate everything they read: a hostile buffer gives
 //     an error, never a panic or an allocation beyond the summary's size.

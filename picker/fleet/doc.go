@@ -10,7 +10,7 @@
 //   - An endpoint belongs to the identity group of its model, block size,
 //     key format, summary parameters and tokenizer fingerprint; endpoints
 //     of different groups are never compared, and Match reports only the
-//     endpoints of the group asked for.
+//     endpoints of the group asked for that hold some of the prefix.
 //   - State decides: which endpoints are taken and which refused, and why
 //     (summary_params, group_full, other_owner — Register returns each
 //     call's refusals for the shell to count and log); who owns an
@@ -30,7 +30,11 @@
 //     GroupEndpoints, Refused and Positions only read, so they may run
 //     concurrently with one another under a read lock, never with
 //     anything else; a snapshot load (StartSnapshot) is stepped under the
-//     caller's write lock, which it may release between steps.
+//     caller's write lock, which it may release between steps, alone or
+//     batched with other loads of the same index (summary.LoadBatch).
+//   - A group's index grows with its endpoints by half again at least
+//     (up to Config.Slots), so that endpoints arriving one by one copy it
+//     O(log n) times.
 //   - A request's reads are bounded by its identity group: Match and
 //     GroupEndpoints cost what the group holds (at most Config.Slots
 //     endpoints), never what the fleet holds; only Endpoints and Refused
