@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,9 +18,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/tenant"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	testpod "github.com/kvroute/kvroute/test/pod"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -272,4 +279,40 @@ func counterWith(t *testing.T, reg *prometheus.Registry, name, label, value stri
 		}
 	}
 	return 0
+}
+
+// TestTenantGRPC: the gRPC decision API takes the tenant from metadata of
+// the header's name: the same prefix hash as over HTTP for that tenant,
+// and Unauthenticated without it under --require-tenant.
+func TestTenantGRPC(t *testing.T) {
+	f := tenantFleet(t, true, "0123456789abcdef0123456789abcdef")
+	srv := grpc.NewServer()
+	f.router.RegisterGRPC(srv, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewPickerClient(conn)
+	body := chatBody("client-chosen", strings.Repeat("Tell me about tenants. ", 30))
+	got, err := client.Pick(metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme"), &pb.PickRequest{Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, want, raw := f.pick(t, body, as("acme"), "")
+	if code != http.StatusOK || got.PrefixHash != want.PrefixHash {
+		t.Fatalf("gRPC prefix hash %q, HTTP %d %s", got.PrefixHash, code, raw)
+	}
+	if _, other, _ := f.pick(t, body, as("globex"), ""); other.PrefixHash == got.PrefixHash {
+		t.Fatal("another tenant's prefix hash")
+	}
+	if _, err := client.Pick(context.Background(), &pb.PickRequest{Body: []byte(body)}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no tenant: %v", err)
+	}
 }
