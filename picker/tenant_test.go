@@ -171,6 +171,11 @@ func TestTenantConfig(t *testing.T) {
 	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), "--salt-key-file") {
 		t.Fatalf("header without key: %v", err)
 	}
+	sc.SaltKeyFile, sc.ExtProcListen = "k", "127.0.0.1:0"
+	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), "--ext-proc-listen") {
+		t.Fatalf("tenant header on the endpoint picker: %v", err)
+	}
+	sc.ExtProcListen = ""
 	sc.Router.TenantHeader, sc.SaltKeyFile = "", "k"
 	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), "without --tenant-header") {
 		t.Fatalf("key without header: %v", err)
