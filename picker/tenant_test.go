@@ -132,7 +132,8 @@ func TestTenantRequired(t *testing.T) {
 		{"/routing/v1/pick", nil, 401, "tenant_required"},
 		{"/v1/chat/completions", nil, 401, "tenant_required"},
 		{"/tokenize", nil, 401, "tenant_required"},
-		{"/routing/v1/pick", as(" acme"), 400, "invalid_tenant"},
+		{"/routing/v1/pick", as(strings.Repeat("x", tenant.MaxTenantBytes+1)), 400, "invalid_tenant"},
+		{"/routing/v1/pick", as(""), 400, "invalid_tenant"},
 		{"/routing/v1/pick", http.Header{"X-Tenant": {"a", "b"}}, 400, "invalid_tenant"},
 		{"/routing/v1/pick", as("acme"), 200, ""},
 	} {
