@@ -32,7 +32,8 @@ type Config struct {
 	// "<host name>-{role}-{port}", e.g. "gpu-3-sidecar-7946".
 	NodeName string
 	// BindAddr and BindPort are where gossip listens (UDP and TCP).
-	// Default 0.0.0.0:7946; port 0 picks a free one.
+	// Default 127.0.0.1:7946 (processes sharing a host); port 0 picks a
+	// free one. An address off loopback needs KeyFile (or Insecure).
 	BindAddr string
 	BindPort int
 	// BindPorts is how many ports, from BindPort up, are tried in turn
@@ -49,8 +50,14 @@ type Config struct {
 	// addresses (a headless Service); a name without a port uses BindPort.
 	Join []string
 	// KeyFile holds the gossip keyring: one base64 key (16, 24 or 32
-	// bytes) a line, the first primary. Empty: no encryption.
+	// bytes) a line, the first primary. Empty: no encryption, which is
+	// refused for a bind address off loopback unless Insecure.
 	KeyFile string
+	// Insecure allows gossip without a keyring on an address off
+	// loopback (--gossip-insecure): anyone who reaches the port is then a
+	// member and may advertise endpoints. Logged as a warning at start
+	// and exported (kvroute_gossip_insecure).
+	Insecure bool
 	// Local selects loopback timings (tests, a laptop); default LAN.
 	Local bool
 	// Transport replaces the network (tests); nil uses UDP/TCP.
@@ -71,7 +78,7 @@ func DefaultConfig() Config {
 	if err != nil || host == "" {
 		host = "kvroute"
 	}
-	return Config{NodeName: host + "-{role}-{port}", BindAddr: "0.0.0.0", BindPort: 7946, BindPorts: 16,
+	return Config{NodeName: host + "-{role}-{port}", BindAddr: "127.0.0.1", BindPort: 7946, BindPorts: 16,
 		EventBuffer: 1024, Rejoin: 10 * time.Second}
 }
 
@@ -99,6 +106,8 @@ func (c *Config) Validate() error {
 	}
 	if c.Transport == nil && net.ParseIP(c.BindAddr) == nil {
 		errs = append(errs, fmt.Errorf("--gossip-bind %q: want an IP address", c.BindAddr))
+	} else if c.Transport == nil && c.KeyFile == "" && !c.Insecure && !net.ParseIP(c.BindAddr).IsLoopback() {
+		errs = append(errs, fmt.Errorf("--gossip-bind %s is off loopback, and gossip without a keyring lets anyone who reaches the port join and advertise endpoints: give --gossip-key-file (one base64 key a line; make one with: openssl rand -base64 32), or --gossip-insecure to run it unencrypted anyway", c.BindAddr))
 	}
 	if c.Rejoin <= 0 {
 		errs = append(errs, fmt.Errorf("gossip: rejoin interval %v: want a positive interval", c.Rejoin))
@@ -215,7 +224,18 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 		mc.Keyring = m.keyring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
+	insecure := cfg.Transport == nil && cfg.KeyFile == "" && !net.ParseIP(cfg.BindAddr).IsLoopback()
+	if insecure {
+		log.Warn("gossip is unencrypted off loopback (--gossip-insecure): anyone who reaches the port can join and advertise endpoints; give --gossip-key-file",
+			zap.String("bind", cfg.BindAddr))
+	}
 	if reg != nil {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_gossip_insecure",
+			Help: "1 when gossip runs without a keyring on an address off loopback (--gossip-insecure), else 0."})
+		if insecure {
+			g.Set(1)
+		}
+		reg.MustRegister(g)
 		m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_gossip_events_dropped_total", Help: "Membership events lost because the consumer fell behind."})
 		m.received = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_gossip_events_total", Help: "Membership events (join, leave, update)."})
 		m.conflictsSeen = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_gossip_name_conflicts_total",

@@ -45,7 +45,19 @@ func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickRes
 		g.r.m.refused.WithLabelValues("too_large").Inc()
 		return nil, status.Error(codes.InvalidArgument, "the request body is larger than this picker accepts (--max-body-bytes)")
 	}
-	p, err := g.r.Pick(ctx, intake.Any, req.GetBody(), PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
+	body := req.GetBody()
+	if h := g.r.cfg.TenantHeader; h != "" { // the tenant as gRPC metadata of the same name
+		md, _ := metadata.FromIncomingContext(ctx)
+		hdr := http.Header{}
+		for _, v := range md.Get(strings.ToLower(h)) {
+			hdr.Add(h, v)
+		}
+		var err error
+		if body, err = g.r.tenantBody(&http.Request{Header: hdr}, body, true); err != nil {
+			return nil, grpcError(err)
+		}
+	}
+	p, err := g.r.Pick(ctx, intake.Any, body, PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -185,6 +185,10 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		writeError(w, err)
 		return
 	}
+	if body, err = r.tenantBody(req, body, true); err != nil {
+		writeError(w, err)
+		return
+	}
 	explain := req.URL.Query().Get("explain") == "true"
 	p, err := r.Pick(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain})
 	if err != nil {

@@ -55,6 +55,10 @@ func (r *Router) handleGrouped(path string, choose chooser) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		if body, err = r.tenantBody(req, body, false); err != nil {
+			writeError(w, err)
+			return
+		}
 		model, err := r.parser.Model(body)
 		if err != nil {
 			writeError(w, err)

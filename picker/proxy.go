@@ -48,6 +48,10 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		if body, err = r.tenantBody(req, body, true); err != nil {
+			writeError(w, err)
+			return
+		}
 		fair, err := fairnessOf(req.Header, r.cfg.FairnessHeader)
 		if err != nil {
 			r.m.refused.WithLabelValues("bad_request").Inc()

@@ -25,6 +25,7 @@ import (
 	"github.com/kvroute/kvroute/picker/pickapi"
 	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/picker/tenant"
 )
 
 // Unresolved policies: what to do with a request whose cache identity
@@ -85,6 +86,16 @@ type Config struct {
 	// key (else its cache_salt, else one shared key). Default
 	// x-kvroute-tenant.
 	FairnessHeader string
+	// TenantHeader, when set, names the header an authenticating gateway
+	// sets to the request's tenant: the picker derives the request's
+	// cache_salt from it, keyed (SetSalter, --salt-key-file), and it
+	// replaces any salt the client sent, in the block keys, the
+	// prefix_hash and the body forwarded to the engine. Default none: the
+	// client's own cache_salt stands.
+	TenantHeader string
+	// RequireTenant refuses a request without TenantHeader (401). It
+	// needs TenantHeader.
+	RequireTenant bool
 }
 
 // DefaultConfig returns the defaults.
@@ -132,6 +143,12 @@ func (c *Config) Validate() error {
 	if !validHeaderName(c.FairnessHeader) {
 		errs = append(errs, fmt.Errorf("--fairness-header %q: want a header name (letters, digits, '-')", c.FairnessHeader))
 	}
+	if c.TenantHeader != "" && !validHeaderName(c.TenantHeader) {
+		errs = append(errs, fmt.Errorf("--tenant-header %q: want a header name (letters, digits, '-')", c.TenantHeader))
+	}
+	if c.RequireTenant && c.TenantHeader == "" {
+		errs = append(errs, errors.New("--require-tenant needs --tenant-header: the header the tenant is named by"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -155,6 +172,7 @@ func validHeaderName(s string) bool {
 // and now. Metrics are recorded once, from what both steps return.
 type Router struct {
 	cfg    Config
+	salter atomic.Pointer[tenant.Salter] // with Config.TenantHeader: the key's Salter (SetSalter)
 	dcfg   decide.Config
 	log    *zap.Logger
 	view   *fleetview.View

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,10 @@ type ServerConfig struct {
 	MaxGroupEndpoints int
 	// DecisionToken, when set, protects the decision API (HTTP and gRPC).
 	DecisionToken string
+	// SaltKeyFile holds the key tenant salts are derived with
+	// (Router.TenantHeader): at least 16 bytes, white space trimmed,
+	// re-read when the file changes. Required with a tenant header.
+	SaltKeyFile string
 	// ExtProcListen serves the endpoint picker (Envoy ext_proc, the
 	// Gateway API Inference Extension's protocol: picker/extproc) with
 	// gRPC health; empty (the default) disables it.
@@ -123,6 +128,17 @@ func (c *ServerConfig) Validate() error {
 	if (c.ExtProcTLSCert == "") != (c.ExtProcTLSKey == "") {
 		errs = append(errs, errors.New("--ext-proc-tls-cert and --ext-proc-tls-key go together: give both or neither"))
 	}
+	switch {
+	case c.Router.TenantHeader != "" && c.SaltKeyFile == "":
+		errs = append(errs, errors.New("--tenant-header needs --salt-key-file: tenant salts are keyed, so they cannot be guessed across deployments"))
+	case c.Router.TenantHeader == "" && c.SaltKeyFile != "":
+		errs = append(errs, errors.New("--salt-key-file without --tenant-header: no tenant to derive a salt for"))
+	}
+	if c.Router.TenantHeader != "" && c.ExtProcListen != "" {
+		// The salt must reach the engine in the body, and the endpoint
+		// picker does not rewrite the bodies it passes through yet.
+		errs = append(errs, errors.New("--tenant-header with --ext-proc-listen: the endpoint picker cannot set server-side salts yet (it would route by one salt while the engine caches by the client's); run the tenant header on a picker serving the OpenAI API or the decision API"))
+	}
 	if c.ExtProcTLSCert != "" && c.ExtProcListen == "" {
 		errs = append(errs, errors.New("--ext-proc-tls-cert without --ext-proc-listen: the endpoint picker is off"))
 	}
@@ -183,6 +199,15 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		s.Close()
 		return nil, err
 	}
+	var saltKey os.FileInfo
+	if cfg.SaltKeyFile != "" {
+		salter, st, err := readSaltKey(cfg.SaltKeyFile)
+		if err != nil {
+			return fail(err)
+		}
+		s.router.SetSalter(salter)
+		saltKey = st
+	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fail(fmt.Errorf("--listen %s: %w", cfg.Listen, err))
 	}
@@ -213,6 +238,12 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	if cfg.SaltKeyFile != "" {
+		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_salt_key_reloads_total",
+			Help: "Re-reads of the tenant salt key file after it changed, by result (error: the key loaded before is kept)."}, []string{"result"})
+		reg.MustRegister(reloads)
+		go s.router.watchSaltKey(runCtx, cfg.SaltKeyFile, saltKey, log.Named("tenant"), reloads)
+	}
 	if cfg.Gossip != nil {
 		if s.members, err = gossip.New(*cfg.Gossip, gossip.Meta{Role: gossip.RolePicker}, log.Named("gossip"), reg); err != nil {
 			return fail(err)

@@ -24,7 +24,7 @@ import (
 // Help shared by the sidecar's and the picker's gossip flags.
 const (
 	nodeNameHelp    = "unique gossip member name; {role} and {port} in it become the role and the gossip port (the advertised one when given, else the one bound)"
-	gossipBindHelp  = "gossip address (UDP and TCP); when its port is taken, the next free one of --gossip-ports is used; empty disables gossip"
+	gossipBindHelp  = "gossip address (UDP and TCP); when its port is taken, the next free one of --gossip-ports is used; off loopback (e.g. 0.0.0.0:7946, across hosts) it needs --gossip-key-file or --gossip-insecure; empty disables gossip"
 	gossipPortsHelp = "ports tried from --gossip-bind's up until one is free, so processes sharing a host each bind one (1: exactly that port; 1 when --gossip-advertise is given)"
 )
 
@@ -194,10 +194,11 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.DurationVar(&cfg.DrainDelay, "drain-delay", cfg.DrainDelay, "on SIGTERM, how long to keep telling pickers the engines are draining before leaving (ends early when no picker watches; 0: leave at once)")
 	f.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address pickers dial, gossiped (default: the listen address; the gossip host when listening on every interface)")
 	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")
-	f.StringVar(&gossipBind, "gossip-bind", "0.0.0.0:7946", gossipBindHelp)
+	f.StringVar(&gossipBind, "gossip-bind", "127.0.0.1:7946", gossipBindHelp)
 	f.IntVar(&gcfg.BindPorts, "gossip-ports", gcfg.BindPorts, gossipPortsHelp)
 	f.StringVar(&gossipAdvertise, "gossip-advertise", "", "gossip address others dial (default: the bind address)")
 	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read on SIGHUP")
+	f.BoolVar(&gcfg.Insecure, "gossip-insecure", false, "allow gossip without --gossip-key-file on an address off loopback (anyone reaching the port can join and advertise endpoints); warned at start, kvroute_gossip_insecure 1")
 	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, nodeNameHelp)
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
