@@ -34,6 +34,7 @@ var cores = []string{
 	"picker/inflight",
 	"picker/peers",
 	"picker/pickapi",
+	"picker/tenant",
 	"picker/score",
 	"sidecar/index",
 	"sidecar/sequence",
