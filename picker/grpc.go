@@ -20,23 +20,29 @@ import (
 type grpcPicker struct {
 	pb.UnimplementedPickerServer
 	r     *Router
-	token string
+	token func() string // the bearer token calls must carry now ("" none)
 }
 
 // RegisterGRPC adds the Picker service to s; token, when set, is the
 // bearer token calls must carry.
 func (r *Router) RegisterGRPC(s *grpc.Server, token string) {
+	r.registerGRPC(s, func() string { return token })
+}
+
+// registerGRPC is RegisterGRPC with the token asked for at each call (a
+// token re-read from its file).
+func (r *Router) registerGRPC(s *grpc.Server, token func() string) {
 	pb.RegisterPickerServer(s, &grpcPicker{r: r, token: token})
 }
 
 func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickResponse, error) {
-	if g.token != "" {
+	if token := g.token(); token != "" {
 		md, _ := metadata.FromIncomingContext(ctx)
 		hdr := http.Header{}
 		for _, v := range md.Get("authorization") {
 			hdr.Add("Authorization", v)
 		}
-		if !authorized(&http.Request{Header: hdr}, g.token) {
+		if !authorized(&http.Request{Header: hdr}, token) {
 			g.r.m.refused.WithLabelValues("unauthorized").Inc()
 			return nil, status.Error(codes.Unauthenticated, "the decision API needs a valid bearer token")
 		}

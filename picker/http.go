@@ -21,6 +21,9 @@ type HandlerOptions struct {
 	// DecisionToken, when set, is the bearer token the decision API
 	// requires (Authorization: Bearer <token>).
 	DecisionToken string
+	// Token, when set, is asked for the token at each request instead of
+	// DecisionToken (a token re-read from its file); "" is none.
+	Token func() string
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
 	// Ready, when set, is a readiness check besides knowing an endpoint
@@ -33,7 +36,11 @@ type HandlerOptions struct {
 // /readyz, /debug/endpoints and, when given, /metrics.
 func (r *Router) Handler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /routing/v1/pick", func(w http.ResponseWriter, req *http.Request) { r.handlePick(w, req, o.DecisionToken) })
+	token := o.Token
+	if token == nil {
+		token = func() string { return o.DecisionToken }
+	}
+	mux.HandleFunc("POST /routing/v1/pick", func(w http.ResponseWriter, req *http.Request) { r.handlePick(w, req, token()) })
 	mux.HandleFunc("POST /v1/chat/completions", r.handleProxy(intake.Chat, "/v1/chat/completions"))
 	mux.HandleFunc("POST /v1/completions", r.handleProxy(intake.Completion, "/v1/completions"))
 	mux.HandleFunc("POST /v1/responses", r.handleProxy(intake.Responses, "/v1/responses"))

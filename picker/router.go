@@ -173,6 +173,7 @@ func validHeaderName(s string) bool {
 type Router struct {
 	cfg    Config
 	salter atomic.Pointer[tenant.Salter] // with Config.TenantHeader: the key's Salter (SetSalter)
+	engKey atomic.Pointer[string]        // the engines' API key ("" none; SetEngineAPIKey)
 	dcfg   decide.Config
 	log    *zap.Logger
 	view   *fleetview.View
@@ -215,11 +216,12 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
 		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
 	r.access.rate = cfg.AccessLog
+	r.engKey.Store(&cfg.EngineAPIKey)
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
 	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, shard: view.Models(), list: func(ctx context.Context, base string) ([]modelEntry, error) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.TokenizeTimeout)
 		defer cancel()
-		return listModels(ctx, hc, base, cfg.EngineAPIKey)
+		return listModels(ctx, hc, base, *r.engKey.Load())
 	}}
 	if cfg.Score.Policy.IsPeer() {
 		if r.peer, err = newPeerPolicy(string(cfg.Score.Policy), cfg.PolicySeed); err != nil {
@@ -230,6 +232,13 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 	r.coal = render.NewCoalescer(cfg.TokenizeTimeout, r.m.coalesced.Inc)
 	r.admit = newAdmission(cfg.Admission, log.Named("admission"), reg, r.admitLoads)
 	return r, nil
+}
+
+// SetEngineAPIKey replaces the key the picker's own calls to engines
+// carry (render, model lists): a rotated --engine-api-key-file.
+func (r *Router) SetEngineAPIKey(key string) {
+	r.engKey.Store(&key)
+	r.render.SetAPIKey(key)
 }
 
 // Close refuses the requests still queued (503) and drops the router's

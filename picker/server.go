@@ -58,6 +58,12 @@ type ServerConfig struct {
 	MaxGroupEndpoints int
 	// DecisionToken, when set, protects the decision API (HTTP and gRPC).
 	DecisionToken string
+	// DecisionTokenFile, when set, holds the decision API's token instead
+	// (white space trimmed), re-read when the file changes.
+	DecisionTokenFile string
+	// EngineAPIKeyFile, when set, holds Router.EngineAPIKey instead, re-read
+	// when the file changes.
+	EngineAPIKeyFile string
 	// SaltKeyFile holds the key tenant salts are derived with
 	// (Router.TenantHeader): at least 16 bytes, white space trimmed,
 	// re-read when the file changes. Required with a tenant header.
@@ -134,6 +140,12 @@ func (c *ServerConfig) Validate() error {
 	case c.Router.TenantHeader == "" && c.SaltKeyFile != "":
 		errs = append(errs, errors.New("--salt-key-file without --tenant-header: no tenant to derive a salt for"))
 	}
+	if c.DecisionToken != "" && c.DecisionTokenFile != "" {
+		errs = append(errs, errors.New("a decision token and --decision-token-file: give one"))
+	}
+	if c.Router.EngineAPIKey != "" && c.EngineAPIKeyFile != "" {
+		errs = append(errs, errors.New("an engine API key and --engine-api-key-file: give one"))
+	}
 	if c.Router.TenantHeader != "" && c.ExtProcListen != "" {
 		// The salt must reach the engine in the body, and the endpoint
 		// picker does not rewrite the bodies it passes through yet.
@@ -162,6 +174,7 @@ type Server struct {
 	done    chan struct{}
 
 	cfg      ServerConfig
+	token    atomic.Pointer[string] // the decision API's token ("" none)
 	drain    atomic.Pointer[string] // the drain's reason, once Drain is called
 	draining prometheus.Gauge
 }
@@ -199,14 +212,25 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		s.Close()
 		return nil, err
 	}
-	var saltKey os.FileInfo
+	// Secrets held from files, re-read when they change.
+	s.token.Store(&cfg.DecisionToken)
+	var secrets []*secret
 	if cfg.SaltKeyFile != "" {
-		salter, st, err := readSaltKey(cfg.SaltKeyFile)
-		if err != nil {
+		secrets = append(secrets, saltKey(cfg.SaltKeyFile, s.router))
+	}
+	if cfg.DecisionTokenFile != "" {
+		secrets = append(secrets, &secret{name: "decision_token", flag: "--decision-token-file", path: cfg.DecisionTokenFile,
+			install: func(b []byte) { t := string(b); s.token.Store(&t) }})
+	}
+	if cfg.EngineAPIKeyFile != "" {
+		secrets = append(secrets, &secret{name: "engine_api_key", flag: "--engine-api-key-file", path: cfg.EngineAPIKeyFile,
+			install: func(b []byte) { s.router.SetEngineAPIKey(string(b)) }})
+	}
+	read := make([]os.FileInfo, len(secrets))
+	for i, sec := range secrets {
+		if read[i], err = sec.read(); err != nil {
 			return fail(err)
 		}
-		s.router.SetSalter(salter)
-		saltKey = st
 	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fail(fmt.Errorf("--listen %s: %w", cfg.Listen, err))
@@ -238,11 +262,14 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	if cfg.SaltKeyFile != "" {
-		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_salt_key_reloads_total",
-			Help: "Re-reads of the tenant salt key file after it changed, by result (error: the key loaded before is kept)."}, []string{"result"})
+	if len(secrets) > 0 {
+		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_secret_reloads_total",
+			Help: "Re-reads of a secret file (salt_key, decision_token, engine_api_key) after it changed, by result (error: the secret loaded before is kept)."},
+			[]string{"secret", "result"})
 		reg.MustRegister(reloads)
-		go s.router.watchSaltKey(runCtx, cfg.SaltKeyFile, saltKey, log.Named("tenant"), reloads)
+		for i, sec := range secrets {
+			go sec.watch(runCtx, read[i], log.Named("secrets"), reloads)
+		}
 	}
 	if cfg.Gossip != nil {
 		if s.members, err = gossip.New(*cfg.Gossip, gossip.Meta{Role: gossip.RolePicker}, log.Named("gossip"), reg); err != nil {
@@ -250,7 +277,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 		go s.view.FollowGossip(runCtx, s.members)
 	}
-	handler := s.router.Handler(HandlerOptions{DecisionToken: cfg.DecisionToken, Ready: s.ready,
+	handler := s.router.Handler(HandlerOptions{Token: s.decisionToken, Ready: s.ready,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.
@@ -263,7 +290,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	if s.grpcLn != nil {
 		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes)+4096),
 			grpc.ChainUnaryInterceptor(recoverUnary(log)))
-		s.router.RegisterGRPC(s.grpc, cfg.DecisionToken)
+		s.router.registerGRPC(s.grpc, s.decisionToken)
 		go func() { _ = s.grpc.Serve(s.grpcLn) }()
 	}
 	if s.eppLn != nil {
@@ -279,6 +306,9 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}()
 	return s, nil
 }
+
+// decisionToken is the decision API's token now ("" none).
+func (s *Server) decisionToken() string { return *s.token.Load() }
 
 // Addr is the HTTP address.
 func (s *Server) Addr() string { return s.httpLn.Addr().String() }

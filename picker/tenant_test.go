@@ -252,7 +252,7 @@ func TestSaltKeyRotation(t *testing.T) {
 		}
 		return err
 	})
-	if n := logs.FilterMessage("tenant salt key reloaded").Len(); n != 1 {
+	if n := logs.FilterMessage("secret reloaded").Len(); n != 1 {
 		t.Errorf("%d reload lines, want 1", n)
 	}
 	for _, e := range logs.All() {
@@ -261,12 +261,12 @@ func TestSaltKeyRotation(t *testing.T) {
 			t.Errorf("a salt key in the log: %s", line)
 		}
 	}
-	if got := counterWith(t, reg, "kvroute_picker_salt_key_reloads_total", "result", "error"); got != 1 {
+	if got := counterWith(t, reg, "kvroute_picker_secret_reloads_total", "secret", "salt_key", "result", "error"); got != 1 {
 		t.Errorf("%v failed reloads counted, want 1", got)
 	}
 }
 
-func counterWith(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+func counterWith(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -276,17 +276,22 @@ func counterWith(t *testing.T, reg *prometheus.Registry, name, label, value stri
 		if f.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.Label {
+					found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue metrics
 				}
 			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0
 }
-
 // TestTenantGRPC: the gRPC decision API takes the tenant from metadata of
 // the header's name: the same prefix hash as over HTTP for that tenant,
 // and Unauthenticated without it under --require-tenant.

@@ -51,24 +51,20 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 			}
 			cfg.Gossip = &gcfg
 		}
-		cfg.DecisionToken = ""
-		if tokenFile != "" {
-			b, err := os.ReadFile(tokenFile)
+		// The picker reads these files at start and again when they change;
+		// a missing or empty one is told here, before anything starts.
+		cfg.DecisionToken, cfg.DecisionTokenFile = "", tokenFile
+		cfg.Router.EngineAPIKey, cfg.EngineAPIKeyFile = "", engineKeyFile
+		for flag, path := range map[string]string{"--decision-token-file": tokenFile, "--engine-api-key-file": engineKeyFile} {
+			if path == "" {
+				continue
+			}
+			b, err := os.ReadFile(path)
 			if err != nil {
-				return fmt.Errorf("--decision-token-file: %w", err)
+				return fmt.Errorf("%s: %w", flag, err)
 			}
-			if cfg.DecisionToken = strings.TrimSpace(string(b)); cfg.DecisionToken == "" {
-				return fmt.Errorf("--decision-token-file %s is empty", tokenFile)
-			}
-		}
-		cfg.Router.EngineAPIKey = ""
-		if engineKeyFile != "" {
-			b, err := os.ReadFile(engineKeyFile)
-			if err != nil {
-				return fmt.Errorf("--engine-api-key-file: %w", err)
-			}
-			if cfg.Router.EngineAPIKey = strings.TrimSpace(string(b)); cfg.Router.EngineAPIKey == "" {
-				return fmt.Errorf("--engine-api-key-file %s is empty", engineKeyFile)
+			if strings.TrimSpace(string(b)) == "" {
+				return fmt.Errorf("%s %s is empty", flag, path)
 			}
 		}
 		return cfg.Validate()
@@ -171,8 +167,8 @@ and ?explain=true on the decision API.`,
 	f.DurationVar(&r.Health.EjectBase, "eject-base", r.Health.EjectBase, "an engine the picker fails to reach is ejected this long (doubling on repeats), then probed")
 	f.DurationVar(&r.Health.EjectMax, "eject-max", r.Health.EjectMax, "the longest ejection")
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for: the sidecars' --capacity")
-	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the bearer token the decision API requires (HTTP and gRPC); none: open")
-	f.StringVar(&engineKeyFile, "engine-api-key-file", "", "file holding the engines' --api-key, sent on the picker's own render and model-list calls")
+	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the bearer token the decision API requires (HTTP and gRPC), re-read when it changes; none: open")
+	f.StringVar(&engineKeyFile, "engine-api-key-file", "", "file holding the engines' --api-key, sent on the picker's own render and model-list calls; re-read when it changes")
 	f.StringVar(&cfg.ExtProcListen, "ext-proc-listen", "", "gRPC address of the endpoint picker (Envoy ext_proc, Gateway API Inference Extension protocol, with gRPC health), e.g. :9002; empty disables")
 	f.StringVar(&cfg.ExtProcTLSCert, "ext-proc-tls-cert", "", "PEM certificate the endpoint picker serves TLS with (with --ext-proc-tls-key); none: plaintext")
 	f.StringVar(&cfg.ExtProcTLSKey, "ext-proc-tls-key", "", "PEM key of --ext-proc-tls-cert")

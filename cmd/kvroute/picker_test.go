@@ -32,7 +32,7 @@ func TestPickerFlags(t *testing.T) {
 	r := cfg.Router
 	if r.Score.Policy != score.LeastLoaded || r.Score.Epsilon != 0.5 || r.Score.MinCap != 2 || r.TokenizeTimeout.Milliseconds() != 300 ||
 		r.Unresolved != picker.UnresolvedLoadOnly || r.AnchorTokens != 512 || r.MaxBodyBytes != 65536 || cfg.Capacity != 8192 || cfg.MaxGroupEndpoints != 2000 ||
-		cfg.DecisionToken != "s3cret" || cfg.Gossip != nil || len(cfg.Sidecars) != 2 || cfg.GRPCListen != "" {
+		cfg.DecisionTokenFile != token || cfg.DecisionToken != "" || cfg.Gossip != nil || len(cfg.Sidecars) != 2 || cfg.GRPCListen != "" {
 		t.Fatalf("%+v", cfg)
 	}
 	for _, tc := range []struct{ args, want string }{

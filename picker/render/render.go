@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -45,15 +46,19 @@ func (e *RefusedError) Error() string {
 type Client struct {
 	hc      *http.Client
 	maxBody int64
-	apiKey  string
+	apiKey  atomic.Pointer[string] // "" or unset: none
 }
 
 // WithAPIKey makes every call carry "Authorization: Bearer key", for
 // engines started with --api-key.
 func (c *Client) WithAPIKey(key string) *Client {
-	c.apiKey = key
+	c.SetAPIKey(key)
 	return c
 }
+
+// SetAPIKey replaces the key calls carry (a rotated key); calls in
+// flight keep the one they started with.
+func (c *Client) SetAPIKey(key string) { c.apiKey.Store(&key) }
 
 // New returns a client whose calls take at most timeout and read at most
 // maxBody bytes of an answer.
@@ -256,8 +261,8 @@ func (c *Client) post(ctx context.Context, url string, body []byte) ([]byte, err
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	if k := c.apiKey.Load(); k != nil && *k != "" {
+		req.Header.Set("Authorization", "Bearer "+*k)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -98,7 +98,8 @@ func TestRenderTimeout(t *testing.T) {
 	}
 }
 
-// TestRenderAPIKey: with an engine key, every render call carries it.
+// TestRenderAPIKey: with an engine key, every render call carries it; a
+// rotated key (SetAPIKey) is carried from the next call on.
 func TestRenderAPIKey(t *testing.T) {
 	var got string
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -113,5 +114,9 @@ func TestRenderAPIKey(t *testing.T) {
 	r, err := c.Render(context.Background(), "http://"+ln.Addr().String(), intake.Chat, []byte(`{}`))
 	if err != nil || got != "Bearer k3y" || len(r.TokenIDs) != 3 {
 		t.Fatalf("%+v %v, header %q", r, err, got)
+	}
+	c.SetAPIKey("n3w")
+	if _, err := c.Render(context.Background(), "http://"+ln.Addr().String(), intake.Chat, []byte(`{}`)); err != nil || got != "Bearer n3w" {
+		t.Fatalf("after SetAPIKey: %v, header %q", err, got)
 	}
 }
