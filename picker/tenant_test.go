@@ -292,6 +292,7 @@ func counterWith(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	}
 	return 0
 }
+
 // TestTenantGRPC: the gRPC decision API takes the tenant from metadata of
 // the header's name: the same prefix hash as over HTTP for that tenant,
 // and Unauthenticated without it under --require-tenant.
