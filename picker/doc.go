@@ -21,7 +21,19 @@
 //     decision API's picks end at once), under the router's lock, its
 //     tie-breaks drawn from a source seeded by Config.PolicySeed. The
 //     prediction the outcome metrics judge stays the fleet index's.
-//   - The proxy forwards the body as received and streams the answer back
+//   - Server-side tenant salts (tenant.go, the core in picker/tenant):
+//     with Config.TenantHeader, a request naming its tenant has its
+//     cache_salt replaced by the tenant's keyed salt before anything reads
+//     the body (chat, completions, responses and the decision API, HTTP
+//     or gRPC metadata), so keys, prefix_hash and the body forwarded to the
+//     engine agree; Config.RequireTenant refuses one without it (401
+//     tenant_required). The endpoint picker cannot rewrite bodies, so the
+//     server refuses the two together.
+//   - Secrets held from files (the salt key, the decision token, the
+//     engines' API key; secrets.go) are re-read when the file changes; a
+//     broken file keeps the secret before, logged once and counted. No
+//     secret is logged, exported or put in an answer.
+//   - The proxy forwards the body as received (the tenant salt aside) and streams the answer back
 //     byte for byte; it offers a request to another endpoint only when the
 //     chosen one could not be reached or answered 502/503/504, before any
 //     byte went to the client. It reads the engine's reported cached
