@@ -183,6 +183,27 @@ func (f *fleet) pick(t *testing.T, body string, header http.Header, query string
 	return resp.StatusCode, a, raw
 }
 
+// grpcClient serves the router's gRPC decision API (token: the bearer
+// token it wants, "" none) on a free port until the test ends, and
+// returns a client of it.
+func (f *fleet) grpcClient(t *testing.T, token string) pb.PickerClient {
+	t.Helper()
+	srv := grpc.NewServer()
+	f.router.RegisterGRPC(srv, token)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewPickerClient(conn)
+}
+
 // kill stops the engine at url (its sidecar lives on).
 func (f *fleet) kill(t *testing.T, url string) {
 	for i, e := range f.engines {
@@ -354,20 +375,7 @@ func TestDecisionAPIRefusals(t *testing.T) {
 // HTTP decision API answers, and wants the same bearer token.
 func TestGRPCPickAgreesWithHTTP(t *testing.T) {
 	f := startFleet(t, 2, picker.DefaultConfig(), "tok")
-	srv := grpc.NewServer()
-	f.router.RegisterGRPC(srv, "tok")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := pb.NewPickerClient(conn)
+	client := f.grpcClient(t, "tok")
 	body := chatBody("g", strings.Repeat("A question that is long enough to fill blocks. ", 20))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok")
 	got, err := client.Pick(ctx, &pb.PickRequest{Body: []byte(body), Explain: true})

@@ -106,7 +106,7 @@ func TestDecisionTokenRotation(t *testing.T) {
 			}
 		}
 	}
-	if got := counterWith(t, reg, "kvroute_picker_secret_reloads_total", "secret", "decision_token", "result", "ok"); got != 1 {
+	if got, _ := series(t, reg, "kvroute_picker_secret_reloads_total", map[string]string{"secret": "decision_token", "result": "ok"}); got != 1 {
 		t.Errorf("%v token reloads counted, want 1", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,9 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -261,36 +258,9 @@ func TestSaltKeyRotation(t *testing.T) {
 			t.Errorf("a salt key in the log: %s", line)
 		}
 	}
-	if got := counterWith(t, reg, "kvroute_picker_secret_reloads_total", "secret", "salt_key", "result", "error"); got != 1 {
+	if got, _ := series(t, reg, "kvroute_picker_secret_reloads_total", map[string]string{"secret": "salt_key", "result": "error"}); got != 1 {
 		t.Errorf("%v failed reloads counted, want 1", got)
 	}
-}
-
-func counterWith(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range f.Metric {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, l := range m.Label {
-					found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // TestTenantGRPC: the gRPC decision API takes the tenant from metadata of
@@ -298,20 +268,7 @@ func counterWith(t *testing.T, reg *prometheus.Registry, name string, labels ...
 // and Unauthenticated without it under --require-tenant.
 func TestTenantGRPC(t *testing.T) {
 	f := tenantFleet(t, true, "0123456789abcdef0123456789abcdef")
-	srv := grpc.NewServer()
-	f.router.RegisterGRPC(srv, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := pb.NewPickerClient(conn)
+	client := f.grpcClient(t, "")
 	body := chatBody("client-chosen", strings.Repeat("Tell me about tenants. ", 30))
 	got, err := client.Pick(metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme"), &pb.PickRequest{Body: []byte(body)})
 	if err != nil {
