@@ -106,7 +106,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Transport == nil && net.ParseIP(c.BindAddr) == nil {
 		errs = append(errs, fmt.Errorf("--gossip-bind %q: want an IP address", c.BindAddr))
-	} else if c.Transport == nil && c.KeyFile == "" && !c.Insecure && !net.ParseIP(c.BindAddr).IsLoopback() {
+	} else if c.unencryptedOffLoopback() && !c.Insecure {
 		errs = append(errs, fmt.Errorf("--gossip-bind %s is off loopback, and gossip without a keyring lets anyone who reaches the port join and advertise endpoints: give --gossip-key-file (one base64 key a line; make one with: openssl rand -base64 32), or --gossip-insecure to run it unencrypted anyway", c.BindAddr))
 	}
 	if c.Rejoin <= 0 {
@@ -116,6 +116,13 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("gossip: event buffer %d", c.EventBuffer))
 	}
 	return errors.Join(errs...)
+}
+
+// unencryptedOffLoopback reports whether c gossips over the network
+// (not a test transport) on an address off loopback without a keyring.
+func (c *Config) unencryptedOffLoopback() bool {
+	ip := net.ParseIP(c.BindAddr)
+	return c.Transport == nil && c.KeyFile == "" && ip != nil && !ip.IsLoopback()
 }
 
 // nodeName resolves name's {role} and {port}.
@@ -153,12 +160,13 @@ type Event struct {
 
 // Members is this node's view of the cluster.
 type Members struct {
-	cfg     Config
-	log     *zap.Logger
-	ml      *memberlist.Memberlist
-	keyring *memberlist.Keyring
-	events  chan Event
-	name    string // cfg.NodeName resolved
+	cfg      Config
+	insecure bool // no keyring off loopback (Config.Insecure)
+	log      *zap.Logger
+	ml       *memberlist.Memberlist
+	keyring  *memberlist.Keyring
+	events   chan Event
+	name     string // cfg.NodeName resolved
 
 	mu   sync.Mutex
 	meta []byte
@@ -224,7 +232,8 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 		mc.Keyring = m.keyring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
-	insecure := cfg.Transport == nil && cfg.KeyFile == "" && !net.ParseIP(cfg.BindAddr).IsLoopback()
+	insecure := cfg.unencryptedOffLoopback()
+	m.insecure = insecure
 	if insecure {
 		log.Warn("gossip is unencrypted off loopback (--gossip-insecure): anyone who reaches the port can join and advertise endpoints; give --gossip-key-file",
 			zap.String("bind", cfg.BindAddr))
@@ -331,6 +340,10 @@ func bind(cfg Config, logger *stdlog.Logger) (*memberlist.NetTransport, error) {
 	}
 	return nil, fmt.Errorf("--gossip-bind %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 }
+
+// Insecure reports whether gossip runs without a keyring on an address
+// off loopback (Config.Insecure).
+func (m *Members) Insecure() bool { return m != nil && m.insecure }
 
 // Name is this node's gossip name (NodeName with {role} and {port} resolved).
 func (m *Members) Name() string { return m.name }

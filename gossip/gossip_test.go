@@ -248,3 +248,34 @@ func TestMetaAndConfig(t *testing.T) {
 		t.Fatalf("resolve localhost: %v %v", got, err)
 	}
 }
+
+// TestGossipOffLoopbackNeedsAKey: gossip off loopback without a keyring
+// is refused unless Insecure, which then counts as unencrypted (what the
+// start-up warning, kvroute_gossip_insecure and /debug/state report).
+func TestGossipOffLoopbackNeedsAKey(t *testing.T) {
+	for _, tc := range []struct {
+		bind, key   string
+		insecure    bool
+		valid, open bool
+	}{
+		{"127.0.0.1", "", false, true, false},
+		{"::1", "", false, true, false},
+		{"0.0.0.0", "", false, false, true},
+		{"10.1.2.3", "", false, false, true},
+		{"0.0.0.0", "/etc/keyring", false, true, false},
+		{"0.0.0.0", "", true, true, true},
+	} {
+		c := DefaultConfig()
+		c.BindAddr, c.KeyFile, c.Insecure = tc.bind, tc.key, tc.insecure
+		err := c.Validate()
+		if (err == nil) != tc.valid || c.unencryptedOffLoopback() != tc.open {
+			t.Errorf("%+v: %v, unencrypted off loopback %v", tc, err, c.unencryptedOffLoopback())
+		}
+		if err != nil && !strings.Contains(err.Error(), "--gossip-insecure") {
+			t.Errorf("%+v: %v does not name --gossip-insecure", tc, err)
+		}
+	}
+	if c := DefaultConfig(); c.BindAddr != "127.0.0.1" {
+		t.Errorf("default bind %s, want loopback", c.BindAddr)
+	}
+}

@@ -379,10 +379,13 @@ func (s *Sidecar) Close() {
 // EndpointState is one endpoint's /debug/state entry.
 type EndpointState struct {
 	Identity Identity `json:"identity"`
-	Epoch    uint64   `json:"epoch"`
-	LastSeq  *uint64  `json:"last_seq"`
-	Partial  bool     `json:"partial"`
-	Live     bool     `json:"live"` // a live batch has ever arrived
+	// GossipInsecure: the sidecar gossips without a keyring off loopback
+	// (--gossip-insecure): anyone reaching its gossip port can join.
+	GossipInsecure bool    `json:"gossip_insecure"`
+	Epoch          uint64  `json:"epoch"`
+	LastSeq        *uint64 `json:"last_seq"`
+	Partial        bool    `json:"partial"`
+	Live           bool    `json:"live"` // a live batch has ever arrived
 	// StreamState is the live event stream's state (unknown, live,
 	// replay_only, silent, partial; package sidecar/streamhealth), since
 	// StreamSince (absent for the initial unknown), and StreamReason why,
@@ -417,7 +420,7 @@ func (s *Sidecar) State() []EndpointState {
 	var out []EndpointState
 	for _, ep := range s.endpoints {
 		ep.mu.Lock()
-		st := EndpointState{Identity: ep.identity, Epoch: ep.epoch, Partial: ep.partial, Live: ep.live,
+		st := EndpointState{Identity: ep.identity, GossipInsecure: s.members.Insecure(), Epoch: ep.epoch, Partial: ep.partial, Live: ep.live,
 			StreamState: ep.stream.State.String(), StreamReason: ep.stream.Reason,
 			EngineDown: ep.load.Error != "", EngineError: ep.load.Error,
 			Draining: s.drainReason() != "", DrainReason: s.drainReason(),

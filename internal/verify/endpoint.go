@@ -15,6 +15,9 @@ type SidecarFacts struct {
 	Err string
 	// Follows are the endpoints the sidecar answering there follows.
 	Follows []string
+	// GossipInsecure: that sidecar gossips without a keyring off loopback
+	// (--gossip-insecure).
+	GossipInsecure bool
 }
 
 // JudgeSidecar checks the endpoint's sidecar answers on its debug URL and
@@ -32,6 +35,22 @@ func JudgeSidecar(f SidecarFacts) Check {
 		c.Cause = "its advertised debug URL reaches another sidecar (a loopback address?): set --debug-advertise to the pod's address"
 	default:
 		c.OK, c.Detail = true, "debug endpoints answer at "+f.DebugURL
+	}
+	return c
+}
+
+// JudgeGossip checks the endpoint's sidecar does not gossip unencrypted
+// off loopback: there anyone who reaches the gossip port joins the fleet
+// and may advertise endpoints the pickers send prompts to. A sidecar not
+// read passes (JudgeSidecar fails it).
+func JudgeGossip(f SidecarFacts) Check {
+	c := Check{Name: "gossip encrypted", Endpoint: f.Endpoint, OK: true, Detail: "the sidecar's gossip is encrypted or on loopback"}
+	switch {
+	case f.DebugURL == "" || f.Err != "":
+		c.Detail = "the sidecar's state was not read"
+	case f.GossipInsecure:
+		c.OK, c.Detail = false, "the sidecar gossips without a keyring off loopback (--gossip-insecure)"
+		c.Cause = "anyone who reaches its gossip port can join and advertise endpoints: give every member --gossip-key-file"
 	}
 	return c
 }

@@ -117,3 +117,21 @@ func TestProbeTarget(t *testing.T) {
 		t.Fatal("found in an empty fleet")
 	}
 }
+
+func TestJudgeGossip(t *testing.T) {
+	const e = "http://10.0.0.1:8000"
+	for _, tc := range []struct {
+		name string
+		f    SidecarFacts
+		ok   bool
+	}{
+		{"encrypted", SidecarFacts{Endpoint: e, DebugURL: "http://10.0.0.1:8090"}, true},
+		{"insecure", SidecarFacts{Endpoint: e, DebugURL: "http://10.0.0.1:8090", GossipInsecure: true}, false},
+		{"not read", SidecarFacts{Endpoint: e, DebugURL: "http://10.0.0.1:8090", Err: "refused", GossipInsecure: true}, true},
+	} {
+		c := JudgeGossip(tc.f)
+		if c.Name != "gossip encrypted" || c.Endpoint != e || c.OK != tc.ok || !tc.ok && !strings.Contains(c.Cause, "--gossip-key-file") {
+			t.Errorf("%s: %+v", tc.name, c)
+		}
+	}
+}

@@ -85,7 +85,7 @@ func Judge(f Facts, lim Limits) Report {
 		r.Checks = append(r.Checks, JudgeAdmission(a))
 	}
 	for _, e := range f.Endpoints {
-		r.Checks = append(r.Checks, JudgeSidecar(e.Sidecar), JudgeStream(e.Stream), JudgeCachedDetails(e.Details))
+		r.Checks = append(r.Checks, JudgeSidecar(e.Sidecar), JudgeGossip(e.Sidecar), JudgeStream(e.Stream), JudgeCachedDetails(e.Details))
 	}
 	for _, p := range f.Probes {
 		r.Probes = append(r.Probes, p.Result)

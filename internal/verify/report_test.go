@@ -60,7 +60,7 @@ func TestJudge(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	identity := strings.Repeat("identity block_size,identity hash_algo,identity key_format,identity summary_params,identity tokenizer_fingerprint,sidecar fresh,picker state,", 2)
-	want := identity + "routable," + strings.Repeat("sidecar reachable,sidecar stream,engine reports cached tokens,", 2) +
+	want := identity + "routable," + strings.Repeat("sidecar reachable,gossip encrypted,sidecar stream,engine reports cached tokens,", 2) +
 		"probe chat same endpoint,probe chat prediction,probe chat keys on sidecar,probe chat other salt,probe chat tokens,probe chat tokens," +
 		"probe lag,probe lag"
 	if got := strings.Join(names, ","); got != want {
@@ -74,7 +74,7 @@ func TestJudge(t *testing.T) {
 	}
 	// Without the refused endpoint and the odd template, everything passes.
 	f.Refused, f.Probes[0].Tokens = nil, f.Probes[0].Tokens[:1]
-	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "27 checks, 27 passed, 0 failed" {
+	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "29 checks, 29 passed, 0 failed" {
 		t.Fatalf("%v: %s %q", r.OK, Summary(r.Checks), failures(r.Checks))
 	}
 	// The limits are Judge's: a tighter --max-lag fails the slower

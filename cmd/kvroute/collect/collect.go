@@ -169,6 +169,7 @@ func (c *Collector) sidecar(ctx context.Context, e verify.Endpoint) verify.Sidec
 	}
 	for _, s := range state {
 		f.Follows = append(f.Follows, s.Identity.Endpoint)
+		f.GossipInsecure = f.GossipInsecure || s.GossipInsecure
 	}
 	return f
 }

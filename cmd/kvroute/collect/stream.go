@@ -24,6 +24,8 @@ type sidecarRank struct {
 	StreamReason string  `json:"stream_reason"`
 	EngineDown   bool    `json:"engine_down"`
 	EngineError  string  `json:"engine_error"`
+	// GossipInsecure: the sidecar gossips unencrypted off loopback.
+	GossipInsecure bool `json:"gossip_insecure"`
 }
 
 // sidecarState reads a sidecar's /debug/state.
