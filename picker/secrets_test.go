@@ -35,18 +35,9 @@ func TestDecisionTokenRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := picker.DefaultServerConfig()
-	cfg.Listen, cfg.GRPCListen = "127.0.0.1:0", ""
-	cfg.Sidecars, cfg.Capacity, cfg.DrainDelay = []string{pod.Sidecar.GRPCAddr()}, capacity, 0
-	cfg.DecisionTokenFile, cfg.EngineAPIKeyFile = tokenFile, keyFile
-	core, logs := observer.New(zap.DebugLevel)
-	reg := prometheus.NewRegistry()
-	s, err := picker.Start(context.Background(), cfg, zap.New(core), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	base := "http://" + s.Addr()
+	base, logs, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
+		cfg.DecisionTokenFile, cfg.EngineAPIKeyFile = tokenFile, keyFile
+	})
 	var bodies []string
 	pick := func(token string) int {
 		req, _ := http.NewRequest(http.MethodPost, base+"/routing/v1/pick", strings.NewReader(chatBody("s", "hello")))
@@ -109,4 +100,24 @@ func TestDecisionTokenRotation(t *testing.T) {
 	if got, _ := series(t, reg, "kvroute_picker_secret_reloads_total", map[string]string{"secret": "decision_token", "result": "ok"}); got != 1 {
 		t.Errorf("%v token reloads counted, want 1", got)
 	}
+}
+
+// startObserved starts a picker server following pod's sidecar, its
+// configuration adjusted, logging to an observer at debug; it returns the
+// base URL, the logs and the registry, and stops the server when the test
+// ends.
+func startObserved(t *testing.T, pod *testpod.Pod, adjust func(*picker.ServerConfig)) (string, *observer.ObservedLogs, *prometheus.Registry) {
+	t.Helper()
+	cfg := picker.DefaultServerConfig()
+	cfg.Listen, cfg.GRPCListen = "127.0.0.1:0", ""
+	cfg.Sidecars, cfg.Capacity, cfg.DrainDelay = []string{pod.Sidecar.GRPCAddr()}, capacity, 0
+	adjust(&cfg)
+	core, logs := observer.New(zap.DebugLevel)
+	reg := prometheus.NewRegistry()
+	s, err := picker.Start(context.Background(), cfg, zap.New(core), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return "http://" + s.Addr(), logs, reg
 }

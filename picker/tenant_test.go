@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -193,18 +190,9 @@ func TestSaltKeyRotation(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(key1+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := picker.DefaultServerConfig()
-	cfg.Listen, cfg.GRPCListen = "127.0.0.1:0", ""
-	cfg.Sidecars, cfg.Capacity, cfg.DrainDelay = []string{pod.Sidecar.GRPCAddr()}, capacity, 0
-	cfg.Router.TenantHeader, cfg.SaltKeyFile = "x-tenant", keyFile
-	core, logs := observer.New(zap.DebugLevel)
-	reg := prometheus.NewRegistry()
-	s, err := picker.Start(context.Background(), cfg, zap.New(core), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	base := "http://" + s.Addr()
+	base, logs, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
+		cfg.Router.TenantHeader, cfg.SaltKeyFile = "x-tenant", keyFile
+	})
 	body := chatBody("", "hello")
 	hash := func() (string, error) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/routing/v1/pick", strings.NewReader(body))
