@@ -93,16 +93,12 @@ func TestTenantSalts(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("proxied: %d %s", resp.StatusCode, raw)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if p := keysOf(as("acme"), body); p.MatchedBlocks > 0 {
-			break
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if p := keysOf(as("acme"), body); p.MatchedBlocks == 0 {
+			return errors.New("acme's proxied prompt does not match as acme's: the engine did not get acme's salt")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("acme's proxied prompt never matched as acme's: the engine did not get acme's salt")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	for name, h := range map[string]http.Header{"globex": as("globex"), "no tenant": nil} {
 		if p := keysOf(h, body); p.MatchedBlocks != 0 {
 			t.Errorf("%s matches %d blocks of acme's cached prompt", name, p.MatchedBlocks)

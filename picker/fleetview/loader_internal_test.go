@@ -50,7 +50,10 @@ func TestLoaderBatches(t *testing.T) {
 	// them are pending (the rest taken); the test holds mu meanwhile.
 	pendingIs := func(handed, n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.NewTimer(10 * time.Second)
+		defer deadline.Stop()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
 		for {
 			ld.mu.Lock()
 			k := len(ld.pending)
@@ -58,11 +61,12 @@ func TestLoaderBatches(t *testing.T) {
 			if w := ld.waiting.Load(); w == int64(handed) && k == n {
 				return
 			}
-			if time.Now().After(deadline) {
+			select {
+			case <-tick.C:
+			case <-deadline.C:
 				mu.Unlock() // let the loader finish
 				t.Fatalf("%d loads pending of %d handed over, want %d of %d", k, ld.waiting.Load(), n, handed)
 			}
-			time.Sleep(time.Millisecond)
 		}
 	}
 	type result struct {
