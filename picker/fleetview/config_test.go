@@ -1,6 +1,7 @@
 package fleetview_test
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // none, and zero values are invalid: New fills nothing in.
 func TestConfig(t *testing.T) {
 	d := fleetview.DefaultConfig()
-	if d.Slots != 1024 || d.Retry != 500*time.Millisecond || d.TLS != nil || d.Params != (summary.Params{}) {
+	if d.Slots != 1024 || d.Retry != 500*time.Millisecond || d.TLS != nil || d.Params != (summary.Params{}) ||
+		d.AllowRemote != nil || d.Lookup == nil || d.LookupTimeout != 2*time.Second {
 		t.Fatalf("defaults %+v", d)
 	}
 	ok := d
@@ -26,11 +28,14 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, adjust := range map[string]func(*fleetview.Config){
-		"no params":      func(c *fleetview.Config) { c.Params = summary.Params{} },
-		"zero slots":     func(c *fleetview.Config) { c.Slots = 0 },
-		"too many slots": func(c *fleetview.Config) { c.Slots = 16385 },
-		"zero retry":     func(c *fleetview.Config) { c.Retry = 0 },
-		"negative retry": func(c *fleetview.Config) { c.Retry = -time.Second },
+		"no params":               func(c *fleetview.Config) { c.Params = summary.Params{} },
+		"zero slots":              func(c *fleetview.Config) { c.Slots = 0 },
+		"too many slots":          func(c *fleetview.Config) { c.Slots = 16385 },
+		"zero retry":              func(c *fleetview.Config) { c.Retry = 0 },
+		"negative retry":          func(c *fleetview.Config) { c.Retry = -time.Second },
+		"no lookup":               func(c *fleetview.Config) { c.Lookup = nil },
+		"zero lookup timeout":     func(c *fleetview.Config) { c.LookupTimeout = 0 },
+		"invalid allowed network": func(c *fleetview.Config) { c.AllowRemote = []netip.Prefix{{}} },
 	} {
 		c := ok
 		adjust(&c)
@@ -53,7 +58,7 @@ func TestConfig(t *testing.T) {
 func TestFullGroupIsRefused(t *testing.T) {
 	p := summary.ForCapacity(capacity)
 	info := &pb.InfoResponse{}
-	for _, url := range []string{"http://a:8000", "http://b:8000", "http://c:8000"} {
+	for _, url := range []string{"http://127.0.0.1:8000", "http://127.0.0.1:8001", "http://127.0.0.1:8002"} {
 		info.Endpoints = append(info.Endpoints, &pb.EndpointInfo{Endpoint: url, Model: "m", BlockSize: 16,
 			KeyFormat: blockkey.FormatV1, SummaryParams: p.String(), Epoch: 1})
 	}
@@ -69,10 +74,10 @@ func TestFullGroupIsRefused(t *testing.T) {
 	v.Watch(addr)
 	eventually(t, 10*time.Second, "an endpoint refused", func() bool { return len(v.Refused()) > 0 })
 	r, eps := v.Refused(), v.Endpoints()
-	if len(r) != 1 || r[0].Reason != "group_full" || r[0].Info.Endpoint != "http://c:8000" || r[0].Sidecar != addr {
+	if len(r) != 1 || r[0].Reason != "group_full" || r[0].Info.Endpoint != "http://127.0.0.1:8002" || r[0].Sidecar != addr {
 		t.Fatalf("refused %+v", r)
 	}
-	if len(eps) != 2 || eps[0].URL != "http://a:8000" || eps[1].URL != "http://b:8000" || eps[0].Group != fleetview.GroupID(info.Endpoints[0]) {
+	if len(eps) != 2 || eps[0].URL != "http://127.0.0.1:8000" || eps[1].URL != "http://127.0.0.1:8001" || eps[0].Group != fleetview.GroupID(info.Endpoints[0]) {
 		t.Fatalf("endpoints %+v", eps)
 	}
 	if n := counterValue(t, reg, "kvroute_picker_endpoints_refused_total"); n != 1 {

@@ -53,6 +53,21 @@
 //     by Refused (model_not_followed) and counted; a sidecar serving none
 //     of them is asked what it serves (Info) and never streamed, and asked
 //     again every 30 s.
+//   - Trusted endpoints only: before the core sees a sidecar's endpoints,
+//     each is judged by package picker/trust against the host of the
+//     address the view dials for that sidecar (Watch's address: gossip's
+//     gRPC address or --sidecars). By default only endpoints on the
+//     sidecar's own host are taken; Config.AllowRemote widens it. The
+//     shell resolves the names the policy meets (Config.Lookup, bounded
+//     by LookupTimeout, answers kept 30 s, failures 5 s) outside the lock.
+//     A refused endpoint never reaches the core (never routed, never
+//     probed); it is listed by Refused with its reason (Untrusted adds
+//     since when and why), counted (kvroute_picker_endpoints_untrusted
+//     now, kvroute_picker_endpoints_untrusted_total and
+//     kvroute_picker_endpoints_refused_total each time one is refused)
+//     and logged once per transition, not per stream. A sidecar none of
+//     whose endpoints is trusted is not streamed, and asked again every
+//     30 s, as one serving no model followed.
 //   - Staleness per endpoint is the time since its last update of any kind.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -60,13 +61,24 @@ type Config struct {
 	// is a model name as the sidecars report it; none empty. Default
 	// none: every model.
 	Models []string
+	// AllowRemote are the networks whose endpoints any sidecar may
+	// advertise (--allow-remote-endpoints, as trust.ParseAllow returns
+	// them). Default none: a sidecar's endpoints are taken only on its
+	// own host (package picker/trust); the others are refused, counted
+	// and listed (Refused).
+	AllowRemote []netip.Prefix
+	// Lookup resolves the host names the trust check meets, each bounded
+	// by LookupTimeout; answers are kept 30 s, failures 5 s. Defaults
+	// SystemLookup and 2 s.
+	Lookup        Lookup
+	LookupTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults: Slots 1,024, Retry 500 ms, plaintext;
 // Params unset.
 func DefaultConfig() Config {
 	return Config{Slots: fleet.DefaultConfig().Slots, Retry: 500 * time.Millisecond, Health: fleet.DefaultHealthConfig(),
-		HealthEvery: 100 * time.Millisecond}
+		HealthEvery: 100 * time.Millisecond, Lookup: SystemLookup, LookupTimeout: 2 * time.Second}
 }
 
 // Validate checks c: Params valid, Slots in 1..fleet.MaxSlots, Retry positive.
@@ -84,6 +96,9 @@ func (c *Config) Validate() error {
 		if strings.TrimSpace(m) == "" {
 			return errors.New("fleetview: an empty model name in the models followed")
 		}
+	}
+	if err := c.validateTrust(); err != nil {
+		return err
 	}
 	return c.Health.Validate()
 }
@@ -107,6 +122,7 @@ type View struct {
 	// endpoints of other models, by sidecar address, as last offered.
 	models     map[string]bool
 	unfollowed map[string][]Refused
+	trust      *trustState // the trust check's name cache and refusals
 
 	wg        sync.WaitGroup
 	refused   prometheus.Counter
@@ -136,7 +152,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 		log = zap.NewNop()
 	}
 	v := &View{cfg: cfg, log: log, state: state, streams: map[string]*streamRef{}, unfollowed: map[string][]Refused{},
-		refused:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot)."}),
+		refused:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_refused_total", Help: "Endpoints refused (other summary parameters, no free slot, not trusted from their sidecar)."}),
 		conflict:  prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_endpoint_conflicts_total", Help: "Endpoints claimed by a second sidecar while the first still streams them (ignored)."}),
 		resyncs:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_resyncs_total", Help: "Streams restarted to take a snapshot after a delta that did not follow."}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_picker_summary_malformed_total", Help: "Updates refused as malformed (undecodable summary, unknown feed number); the stream restarts."}),
@@ -155,9 +171,11 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 		}
 	}
 	v.health = newHealthMetrics(v)
+	v.trust = newTrustState(&cfg)
 	v.probe = &http.Client{Timeout: probeTimeout}
 	if reg != nil {
-		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, v.batches, staleness{v}, notFollowed{v})
+		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, v.batches, staleness{v}, notFollowed{v},
+			trustGauge{v}, v.trust.refused)
 		v.health.register(reg)
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
@@ -235,6 +253,7 @@ func (v *View) Forget(addr string) {
 		ref.cancel()
 		delete(v.streams, addr)
 		delete(v.unfollowed, addr)
+		delete(v.trust.byAddr, addr)
 		v.log.Warn("sidecar left: its endpoints go by load only while their engines answer",
 			zap.String("sidecar", addr), zap.Duration("grace", v.cfg.Health.SidecarGrace))
 	}
@@ -254,6 +273,9 @@ func (v *View) Refused() []Refused {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	out := v.state.Refused()
+	if len(v.trust.byAddr) > 0 {
+		out = v.appendUntrustedLocked(out)
+	}
 	if len(v.unfollowed) == 0 {
 		return out
 	}
@@ -377,7 +399,7 @@ func (v *View) follow(ctx context.Context, addr string) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, errNotFollowed) {
+		if errors.Is(err, errNotFollowed) || errors.Is(err, errUntrusted) {
 			select { // no summaries wanted: only look again, now and then
 			case <-ctx.Done():
 				return
@@ -463,11 +485,13 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 		}
 		ids = append(ids, id)
 	}
+	ids, notTrusted := v.trust.judge(ctx, addr, ids) // names resolved outside the lock
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, err // forgotten meanwhile
 	}
+	v.noteUntrustedLocked(addr, ids, notTrusted, time.Now())
 	if len(skipped) > 0 {
 		if len(v.unfollowed[addr]) != len(skipped) {
 			v.log.Info("endpoints not followed: their model is not among --models", zap.String("sidecar", addr),
@@ -493,6 +517,9 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if len(ids) == 0 && len(notTrusted) > 0 {
+		return nil, errUntrusted // none trusted: no stream, asked again later
 	}
 	if len(ids) == 0 && len(skipped) > 0 {
 		return nil, errNotFollowed // its endpoints dropped (Register with none): no stream

@@ -90,7 +90,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // state.
 func TestBadUpdatesRecoverFromSnapshots(t *testing.T) {
 	p := summary.ForCapacity(capacity)
-	const url = "http://engine-a:8000"
+	const url = "http://127.0.0.1:8000" // an engine beside the sidecar, on 127.0.0.1
 	info := &pb.InfoResponse{Endpoints: []*pb.EndpointInfo{{Endpoint: url, Model: "m", BlockSize: 16,
 		KeyFormat: blockkey.FormatV1, SummaryParams: p.String(), Epoch: 1}}}
 	chain := (&blockkey.Request{Tokens: tokens(160, 7000)}).AppendKeys(nil, "m", 16)

@@ -21,7 +21,7 @@ import (
 
 // Config describes one simulated endpoint.
 type Config struct {
-	Index    int            // names the endpoint http://sim-<Index>:8000 and seeds its keys
+	Index    int            // names the endpoint http://127.0.0.1:<10000+Index> (0..55535) and seeds its keys
 	Params   summary.Params // the fleet's summary parameters
 	Rate     int            // blocks stored (and evicted) per second; 0: none
 	Interval time.Duration  // between deltas; default 10 ms
@@ -29,7 +29,10 @@ type Config struct {
 	// NoBlockSize reports block size 0, as a sidecar does before it has
 	// learnt the engine's.
 	NoBlockSize bool
-	// Endpoint is the engine URL announced; default http://sim-<Index>:8000.
+	// Endpoint is the engine URL announced; default
+	// http://127.0.0.1:<10000+Index>: an engine on the sidecar's host, as
+	// the picker's trust check wants (the sidecar serves on 127.0.0.1).
+	// Nothing listens there: the engine is simulated.
 	Endpoint string
 	// Still runs no delta timer and no churn (Rate and Interval are
 	// ignored): the summary stays as filled, and Hold sends its delta at
@@ -68,7 +71,10 @@ func Start(t testing.TB, cfg Config) *Sidecar {
 		t.Fatal(err)
 	}
 	if cfg.Endpoint == "" {
-		cfg.Endpoint = fmt.Sprintf("http://sim-%d:8000", cfg.Index)
+		if cfg.Index < 0 || cfg.Index > 65535-10000 {
+			t.Fatalf("simsidecar: index %d: want 0..%d, or give the Endpoint", cfg.Index, 65535-10000)
+		}
+		cfg.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", 10000+cfg.Index)
 	}
 	s := &Sidecar{cfg: cfg, endpoint: cfg.Endpoint, addr: ln.Addr().String(),
 		c: summary.NewCounting(cfg.Params), subs: map[chan *pb.SummaryUpdate]struct{}{}}
