@@ -276,7 +276,9 @@ type debugEndpoint struct {
 // debugRefused is an endpoint the picker's view did not take, and why:
 // summary_params (sized unlike this picker), group_full, other_owner
 // (another sidecar already streams it), model_not_followed (its model is
-// not among --models: another picker shard's).
+// not among --models: another picker shard's), and the trust check's
+// remote_endpoint, malformed_endpoint and unresolved_endpoint, with since
+// when and why (trustNote).
 type debugRefused struct {
 	Endpoint             string `json:"endpoint"`
 	Sidecar              string `json:"sidecar"`
@@ -285,6 +287,7 @@ type debugRefused struct {
 	BlockSize            int    `json:"block_size"`
 	SummaryParams        string `json:"summary_params"`
 	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
+	trustNote
 }
 
 func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
@@ -311,7 +314,7 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 	refused := []debugRefused{}
 	for _, rf := range r.view.Refused() {
 		refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
-			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint})
+			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint, trustNote: trustNoteOf(r.view, rf)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused})
 }

@@ -42,6 +42,12 @@ type ServerConfig struct {
 	// Sidecars are sidecar gRPC addresses to follow besides (or instead
 	// of) those gossip finds.
 	Sidecars []string
+	// AllowRemoteEndpoints are networks (CIDRs, or single addresses) whose
+	// endpoints any sidecar may advertise (--allow-remote-endpoints).
+	// Default none: a sidecar's endpoints are routed only when on its own
+	// host, the host of the address the picker dials it at (package
+	// picker/trust); the others are refused, counted and listed.
+	AllowRemoteEndpoints []string
 	// Models, when set, are the only models this picker follows and
 	// routes (--models: picker replicas sharded by model); sidecars of
 	// other models are never streamed and requests for them get 404
@@ -119,6 +125,9 @@ func (c *ServerConfig) Validate() error {
 			errs = append(errs, errors.New("--models: an empty model name (give names, comma-separated, or none for every model)"))
 			break
 		}
+	}
+	if _, err := c.allowRemote(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Gossip == nil && len(c.Sidecars) == 0 {
 		errs = append(errs, errors.New("no way to find sidecars: give --join (gossip) or --sidecars"))
@@ -201,6 +210,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	vcfg.Health = cfg.Router.Health // one judgement for the view and the decisions
 	vcfg.Models = cfg.Models
 	vcfg.Slots = cfg.MaxGroupEndpoints
+	vcfg.AllowRemote, _ = cfg.allowRemote() // valid: checked above
 	if s.view, err = fleetview.New(vcfg, log.Named("view"), reg); err != nil {
 		return nil, err
 	}

@@ -131,6 +131,7 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP address: OpenAI endpoints, decision API, /metrics, debug")
 	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address of kvroute.v1.Picker; empty disables")
 	f.StringSliceVar(&cfg.Sidecars, "sidecars", nil, "sidecar gRPC addresses to follow besides those gossip finds")
+	f.StringSliceVar(&cfg.AllowRemoteEndpoints, "allow-remote-endpoints", nil, "networks (CIDRs, or addresses) whose endpoints any sidecar may advertise; none: a sidecar's endpoints are routed only when on its own host (the address the picker dials it at), others refused and listed on /debug/endpoints")
 	f.IntVar(&cfg.MaxGroupEndpoints, "max-group-endpoints", cfg.MaxGroupEndpoints, "most endpoints one model (identity group) may hold; more are refused (group_full); each costs --capacity x 2 bytes of index per tier")
 	f.StringSliceVar(&cfg.Models, "models", nil, "follow and route only these models (names as the sidecars report them), for picker replicas sharded by model; other models' sidecars are not streamed and their requests get 404; none: every model")
 	f.StringSliceVar(&gcfg.Join, "join", nil, "gossip members to join: host:port entries or a DNS name resolving to several (a headless Service)")

@@ -171,7 +171,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 		}
 	}
 	v.health = newHealthMetrics(v)
-	v.trust = newTrustState(&cfg)
+	v.trust = newTrustState(&cfg, log)
 	v.probe = &http.Client{Timeout: probeTimeout}
 	if reg != nil {
 		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, v.batches, staleness{v}, notFollowed{v},

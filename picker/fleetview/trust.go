@@ -94,8 +94,16 @@ func (g trustGauge) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// newTrustState prepares the trust check from cfg (valid).
-func newTrustState(cfg *Config) *trustState {
+// newTrustState prepares the trust check from cfg (valid), saying once
+// which networks are allowed.
+func newTrustState(cfg *Config, log *zap.Logger) *trustState {
+	if len(cfg.AllowRemote) > 0 {
+		nets := make([]string, len(cfg.AllowRemote))
+		for i, p := range cfg.AllowRemote {
+			nets[i] = p.String()
+		}
+		log.Info("endpoints in these networks are taken from any sidecar (--allow-remote-endpoints)", zap.Strings("networks", nets))
+	}
 	return &trustState{policy: trust.Policy{Allow: cfg.AllowRemote}, lookup: cfg.Lookup, timeout: cfg.LookupTimeout,
 		cache: map[string]cachedName{}, byAddr: map[string]map[string]untrusted{},
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_untrusted_total",
