@@ -209,7 +209,8 @@ func Summary(checks []Check) string {
 
 // Refused is the check of an endpoint the picker did not take (never
 // routed to): reason is the picker's (summary_params, group_full,
-// other_owner).
+// other_owner, or the trust check's remote_endpoint, malformed_endpoint,
+// unresolved_endpoint).
 func Refused(endpoint, reason, summaryParams string) Check {
 	c := Check{Name: "routable", Endpoint: endpoint, Detail: "the picker refused the endpoint: " + reason}
 	switch reason {
@@ -220,6 +221,13 @@ func Refused(endpoint, reason, summaryParams string) Check {
 		c.Cause = "the identity group has no free slot in the picker: raise the picker's slots or split the fleet"
 	case "other_owner":
 		c.Cause = "two sidecars claim the same engine URL (a loopback --engine-url?): each sidecar must advertise its engine's own address"
+	case "remote_endpoint":
+		c.Cause = "the sidecar advertises an engine on another host than its own (the address the picker dials it at): run the sidecar beside its engine with --engine-url " +
+			"at that host's address (in Kubernetes the pod IP, as the sidecar component sets it); if engines elsewhere are meant, allow their network with the picker's --allow-remote-endpoints CIDR"
+	case "malformed_endpoint":
+		c.Cause = "the sidecar's --engine-url names no host the picker can check: give http://host:port with the engine's own address"
+	case "unresolved_endpoint":
+		c.Cause = "the picker cannot resolve the endpoint's (or its sidecar's) host name: fix the name or its DNS, or advertise IP addresses"
 	default:
 		c.Cause = "see the picker's logs"
 	}

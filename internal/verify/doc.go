@@ -21,7 +21,9 @@
 //   - An endpoint whose sidecar is stale, partial or has never sent an
 //     update fails its freshness check: routing to it works, but on old or
 //     incomplete knowledge. An endpoint the picker refused fails as not
-//     routable, with the picker's reason.
+//     routable, with the picker's reason (and, for the trust check's
+//     refusals — an endpoint not on its sidecar's host, malformed or
+//     unresolved — the picker's sentence, since when, and the remedy).
 //   - An endpoint's sidecar passes when its debug URL is known, answers,
 //     and follows that endpoint (not another sidecar reached through a
 //     loopback address). An engine passes the cached-token check when a

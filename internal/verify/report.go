@@ -7,9 +7,13 @@ import "time"
 type Refusal struct {
 	Endpoint      string `json:"endpoint"`
 	Sidecar       string `json:"sidecar"`
-	Reason        string `json:"reason"` // summary_params, group_full, other_owner
+	Reason        string `json:"reason"` // summary_params, group_full, other_owner, remote_endpoint, …
 	Model         string `json:"model"`
 	SummaryParams string `json:"summary_params"`
+	// Detail and Since are the picker's sentence on a trust refusal and
+	// when it began (RFC 3339); empty for the others.
+	Detail string `json:"detail,omitempty"`
+	Since  string `json:"since,omitempty"`
 }
 
 // EndpointFacts is what verify saw of one endpoint outside the probes:
@@ -79,7 +83,7 @@ func Judge(f Facts, lim Limits) Report {
 	r := Report{Picker: f.Picker, Fleet: f.Fleet, Lags: f.Lags}
 	r.Groups, r.Checks = Consistency(f.Fleet, lim.MaxStale)
 	for _, rf := range f.Refused {
-		r.Checks = append(r.Checks, Refused(rf.Endpoint, rf.Reason, rf.SummaryParams))
+		r.Checks = append(r.Checks, refusedCheck(rf))
 	}
 	for _, a := range f.Admission {
 		r.Checks = append(r.Checks, JudgeAdmission(a))
