@@ -63,7 +63,7 @@
 //     A refused endpoint never reaches the core (never routed, never
 //     probed); it is listed by Refused with its reason (Untrusted adds
 //     since when and why), counted (kvroute_picker_endpoints_untrusted
-//     now, kvroute_picker_endpoints_untrusted_total and
+//     now, kvroute_picker_trust_refusals_total and
 //     kvroute_picker_endpoints_refused_total each time one is refused)
 //     and logged once per transition, not per stream. A sidecar none of
 //     whose endpoints is trusted is not streamed, and asked again every

@@ -106,7 +106,7 @@ func newTrustState(cfg *Config, log *zap.Logger) *trustState {
 	}
 	return &trustState{policy: trust.Policy{Allow: cfg.AllowRemote}, lookup: cfg.Lookup, timeout: cfg.LookupTimeout,
 		cache: map[string]cachedName{}, byAddr: map[string]map[string]untrusted{},
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_endpoints_untrusted_total",
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_trust_refusals_total",
 			Help: "Endpoints refused by the trust check, each time one is (not per stream), by reason (see kvroute_picker_endpoints_untrusted)."}, []string{"reason"})}
 }
 

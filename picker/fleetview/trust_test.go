@@ -117,8 +117,8 @@ func TestRemoteEndpointRefused(t *testing.T) {
 		}
 	}
 	// Counted and logged once each, though listed by two calls of Info.
-	if n := seriesValue(t, reg, "kvroute_picker_endpoints_untrusted_total", "remote_endpoint"); n != 1 {
-		t.Errorf("untrusted_total{remote_endpoint} = %v", n)
+	if n := seriesValue(t, reg, "kvroute_picker_trust_refusals_total", "remote_endpoint"); n != 1 {
+		t.Errorf("trust_refusals_total{remote_endpoint} = %v", n)
 	}
 	if n := counterValue(t, reg, "kvroute_picker_endpoints_refused_total"); n != 2 {
 		t.Errorf("refused_total = %v", n)
