@@ -138,10 +138,10 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for series, want := range map[string]float64{
-		`kvroute_picker_endpoints_untrusted{reason="remote_endpoint"}`:       1,
-		`kvroute_picker_endpoints_untrusted{reason="unresolved_endpoint"}`:   0,
-		`kvroute_picker_trust_refusals_total{reason="remote_endpoint"}`: 1,
-		`kvroute_picker_endpoints_refused_total`:                             1,
+		`kvroute_picker_endpoints_untrusted{reason="remote_endpoint"}`:     1,
+		`kvroute_picker_endpoints_untrusted{reason="unresolved_endpoint"}`: 0,
+		`kvroute_picker_trust_refusals_total{reason="remote_endpoint"}`:    1,
+		`kvroute_picker_endpoints_refused_total`:                           1,
 	} {
 		if v, ok := sample(metrics, series); !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
