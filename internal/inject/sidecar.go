@@ -68,7 +68,7 @@ args:
   - --capacity=%d
   - --startup-timeout=30m
   - --grpc-listen=:9090
-  - --debug-listen=:8090
+  - --admin-listen=:8090
   - --gossip-bind=0.0.0.0:7946
   - --gossip-advertise=[$(POD_IP)]:7946
   - --join=%s

@@ -242,7 +242,7 @@ func startProcFleet(ctx context.Context, cfg procFleetConfig) (*procFleet, error
 		}
 		if e.sidecar, err = newProc(fmt.Sprint("sidecar-", i), "sidecar", "--engine-url", e.url,
 			"--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", pp[1]), "--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", pp[2]),
-			"--debug-listen", fmt.Sprintf("127.0.0.1:%d", pp[3]), "--grpc-listen", fmt.Sprintf("127.0.0.1:%d", pp[4]),
+			"--admin-listen", fmt.Sprintf("127.0.0.1:%d", pp[3]), "--grpc-listen", fmt.Sprintf("127.0.0.1:%d", pp[4]),
 			"--gossip-bind", join[i], "--gossip-ports", "1", "--join", joinFlag, "--node-name", fmt.Sprint("faults-sidecar-", i),
 			"--capacity", capacity, "--scrape-interval", "100ms", "--fault-injection", "--log-level", "warn"); err != nil {
 			return fail(err)

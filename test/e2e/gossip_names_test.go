@@ -96,7 +96,7 @@ func TestSameHostFleetDefaultNames(t *testing.T) {
 	var bases []string
 	for i := 0; i < 2; i++ {
 		debug := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-		args := append([]string{"sidecar", "--debug-listen", debug, "--grpc-listen", "127.0.0.1:0", "--log-level", "warn"}, startEngine(t, bin)...)
+		args := append([]string{"sidecar", "--admin-listen", debug, "--grpc-listen", "127.0.0.1:0", "--log-level", "warn"}, startEngine(t, bin)...)
 		run(t, bin, append(args, gossipFlags...)...)
 		bases = append(bases, "http://"+debug)
 	}
@@ -159,7 +159,7 @@ func TestNameClashReported(t *testing.T) {
 	bin := buildKvroute(t)
 	sg, pg := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	debug := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	sidecar := exec.Command(bin, append([]string{"sidecar", "--debug-listen", debug, "--grpc-listen", "127.0.0.1:0", "--gossip-bind", sg,
+	sidecar := exec.Command(bin, append([]string{"sidecar", "--admin-listen", debug, "--grpc-listen", "127.0.0.1:0", "--gossip-bind", sg,
 		"--node-name", "twin", "--log-level", "warn"}, startEngine(t, bin)...)...)
 	sout := startProcess(t, sidecar, syscall.SIGTERM, func(out string) { t.Logf("sidecar output:\n%s", out) })
 	// The picker joins once the sidecar is a member (else its first join

@@ -63,7 +63,7 @@ func startHealthFleet(t testing.TB, bin string, n int, engineArgs, sidecarArgs [
 		}
 		f.sidecars = append(f.sidecars, start("sidecar "+url, append([]string{"sidecar", "--engine-url", url,
 			"--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
-			"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+			"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--admin-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
 			"--gossip-bind", gossipBind, "--node-name", fmt.Sprint("health-sidecar-", i), "--capacity", "4096", "--log-level", "warn"},
 			append(join, sidecarArgs...)...)...))
 	}

@@ -123,7 +123,7 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 	engine := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	debug := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, "sidecar", "--engine-url", engine, "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
-		"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--topic", "kv@e2e", "--debug-listen", debug,
+		"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--topic", "kv@e2e", "--admin-listen", debug,
 		"--grpc-listen", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0", "--node-name", "e2e-sidecar",
 		"--capacity", "4096", "--log-level", "warn")
 	prompt := make([]int, 160)

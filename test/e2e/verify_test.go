@@ -40,7 +40,7 @@ func startProcessFleet(t *testing.T, bin string, members []member) string {
 			gossipBind, join = seed, ""
 		}
 		args := []string{"sidecar", "--engine-url", fmt.Sprintf("http://127.0.0.1:%d", httpPort), "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events),
-			"--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0",
+			"--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--admin-listen", "127.0.0.1:0",
 			"--grpc-listen", "127.0.0.1:0", "--gossip-bind", gossipBind, "--node-name", fmt.Sprint("sidecar-", i), "--capacity", "4096", "--log-level", "warn"}
 		if join != "" {
 			args = append(args, "--join", join)

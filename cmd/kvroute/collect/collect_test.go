@@ -116,6 +116,7 @@ func TestFactsCannotRun(t *testing.T) {
 func healthyFleet(t *testing.T, token string) string {
 	t.Helper()
 	cfg := picker.DefaultServerConfig()
+	cfg.AdminListen = "127.0.0.1:0"
 	cfg.Listen, cfg.GRPCListen, cfg.Capacity, cfg.DecisionToken = "127.0.0.1:0", "", 4096, token
 	for i := 0; i < 2; i++ {
 		cfg.Sidecars = append(cfg.Sidecars, testpod.Start(t, testpod.Options{GPUBlocks: 1024}).Sidecar.GRPCAddr())
