@@ -208,6 +208,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 // PickerURL is the picker's HTTP base URL.
 func (f *Fleet) PickerURL() string { return "http://" + f.picker.Addr() }
 
+// AdminURL is the picker's admin base URL (/metrics, /debug/*, /readyz).
+func (f *Fleet) AdminURL() string { return "http://" + f.picker.AdminAddr() }
+
 // EngineURLs lists the engines' base URLs.
 func (f *Fleet) EngineURLs() []string {
 	out := make([]string, len(f.engines))

@@ -186,14 +186,15 @@ func grepLines(s, sub string) string {
 // where its first ran, with the engine reporting the first turn cached.
 func TestPickerProcess(t *testing.T) {
 	bin := buildKvroute(t)
-	api := strings.TrimPrefix(startProcessFleet(t, bin, []member{{}, {}}), "http://")
+	public, admin := startProcessFleet(t, bin, []member{{}, {}})
+	api := strings.TrimPrefix(public, "http://")
 	var dbg struct {
 		Endpoints []struct {
 			SidecarDebug         string `json:"sidecar_debug"`
 			TokenizerFingerprint string `json:"tokenizer_fingerprint"`
 		} `json:"endpoints"`
 	}
-	if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
+	if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
 		t.Fatalf("%v %+v", err, dbg)
 	}
 	// Each sidecar's debug server is reachable at the URL shown.
