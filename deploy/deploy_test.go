@@ -111,6 +111,10 @@ func TestBase(t *testing.T) {
 	if ports(svc) != "http:8080,grpc:9000" {
 		t.Fatalf("picker service ports %s", ports(svc))
 	}
+	if adm := objs["Service/kvroute-picker-admin"].(*corev1.Service); ports(adm) != "admin:8081" || adm.Spec.ClusterIP != "None" ||
+		adm.Spec.Selector["app.kubernetes.io/name"] != "kvroute-picker" {
+		t.Fatalf("picker admin service %s %+v", ports(adm), adm.Spec)
+	}
 	g := objs["Service/kvroute-gossip"].(*corev1.Service)
 	if g.Spec.ClusterIP != "None" || !g.Spec.PublishNotReadyAddresses || g.Spec.Selector["kvroute.io/gossip"] != "true" {
 		t.Fatalf("gossip service %+v", g.Spec)
