@@ -29,6 +29,10 @@ type HandlerOptions struct {
 	// Ready, when set, is a readiness check besides knowing an endpoint
 	// (a gossip name conflict); its error is /readyz's answer.
 	Ready func() error
+	// GossipInsecure, when set, says whether the picker's own gossip runs
+	// without a keyring off loopback (--gossip-insecure); /debug/endpoints
+	// shows it.
+	GossipInsecure func() bool
 }
 
 // Handler serves the public API: the OpenAI endpoints (proxied or passed
@@ -59,7 +63,10 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
-	mux.HandleFunc("GET /debug/endpoints", r.handleDebugEndpoints)
+	self := func() debugSelf {
+		return debugSelf{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
+	}
+	mux.HandleFunc("GET /debug/endpoints", func(w http.ResponseWriter, req *http.Request) { r.handleDebugEndpoints(w, req, self()) })
 	mux.HandleFunc("GET /debug/admission", r.handleDebugAdmission)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
@@ -288,6 +295,12 @@ type debugEndpoint struct {
 	LagSeconds   float64 `json:"lag_seconds,omitempty"`
 }
 
+// debugSelf is what /debug/endpoints says of the picker itself.
+type debugSelf struct {
+	// GossipInsecure: its gossip runs without a keyring off loopback.
+	GossipInsecure bool `json:"gossip_insecure"`
+}
+
 // debugRefused is an endpoint the picker's view did not take, and why:
 // summary_params (sized unlike this picker), group_full, other_owner
 // (another sidecar already streams it), model_not_followed (its model is
@@ -302,7 +315,7 @@ type debugRefused struct {
 	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
 }
 
-func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
+func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, self debugSelf) {
 	out := []debugEndpoint{}
 	for _, e := range r.view.Endpoints() {
 		d := debugEndpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
@@ -328,5 +341,5 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 		refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
 			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused})
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "picker": self})
 }

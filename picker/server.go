@@ -291,7 +291,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 		go s.view.FollowGossip(runCtx, s.members)
 	}
-	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready,
+	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready, GossipInsecure: s.members.Insecure,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.

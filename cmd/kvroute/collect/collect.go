@@ -76,6 +76,21 @@ func AdminURL(cfg Config) string {
 	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), "8081")
 }
 
+// self asks the picker's public port for /debug/endpoints, which it must
+// not serve.
+func (c *Collector) self(ctx context.Context) verify.PickerFacts {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.picker+"/debug/endpoints", nil)
+	if err != nil {
+		return verify.PickerFacts{PublicAdminErr: err.Error()}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return verify.PickerFacts{PublicAdminErr: err.Error()}
+	}
+	_ = resp.Body.Close()
+	return verify.PickerFacts{PublicAdminStatus: resp.StatusCode}
+}
+
 // Collector gathers a fleet's facts over HTTP.
 type Collector struct {
 	picker string // without a trailing slash
@@ -109,11 +124,15 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 	var dbg struct {
 		Endpoints []verify.Endpoint `json:"endpoints"`
 		Refused   []verify.Refusal  `json:"refused"`
+		Picker    struct {
+			GossipInsecure bool `json:"gossip_insecure"`
+		} `json:"picker"`
 	}
 	if err := c.getJSON(ctx, c.admin+"/debug/endpoints", &dbg); err != nil {
 		return verify.Facts{}, fmt.Errorf("the picker's endpoints, on its admin port: %w (the picker's --admin-listen; give it with --picker-admin)", err)
 	}
-	f := verify.Facts{Picker: c.picker}
+	f := verify.Facts{Picker: c.picker, Self: c.self(ctx)}
+	f.Self.GossipInsecure = dbg.Picker.GossipInsecure
 	for _, e := range dbg.Endpoints {
 		if c.model == "" || e.Model == c.model {
 			f.Fleet = append(f.Fleet, e)
