@@ -197,6 +197,17 @@ func TestPickerProcess(t *testing.T) {
 	if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
 		t.Fatalf("%v %+v", err, dbg)
 	}
+	// The admin surface is on the admin port only: the public one answers
+	// 404, saying where it is.
+	for _, path := range []string{"/debug/endpoints", "/metrics", "/readyz"} {
+		code, body, err := get(public + path)
+		if err != nil || code != http.StatusNotFound || !strings.Contains(body, "--admin-listen") {
+			t.Errorf("public %s: %d %v %s", path, code, err, body)
+		}
+		if code, _, err := get(admin + path); err != nil || code != http.StatusOK {
+			t.Errorf("admin %s: %d %v", path, code, err)
+		}
+	}
 	// Each sidecar's debug server is reachable at the URL shown.
 	for _, e := range dbg.Endpoints {
 		var state []map[string]any // one entry a rank
