@@ -68,8 +68,8 @@ func TestAdminSurface(t *testing.T) {
 		t.Errorf("admin GET /debug/no-such-thing: %d %s", code, body)
 	}
 	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/routing/v1/pick"} {
-		if code, _ := get(http.MethodPost, admin+path); code != http.StatusNotFound {
-			t.Errorf("admin POST %s: %d, want 404 (the public API is not served there)", path, code)
+		if code, body := get(http.MethodPost, admin+path); code != http.StatusNotFound || !strings.Contains(body, "public one (--listen") {
+			t.Errorf("admin POST %s: %d %s, want 404 pointing at the public port", path, code, body)
 		}
 	}
 	if code, body := get(http.MethodGet, public+"/v1/models"); code != http.StatusOK || !strings.Contains(body, "Qwen") {

@@ -94,8 +94,11 @@ func notRouted(mux *http.ServeMux, public bool) http.Handler {
 			return
 		}
 		msg := fmt.Sprintf("No route serves %s %s.", req.Method, req.URL.Path)
-		if public && adminPath(req.URL.Path) {
+		switch {
+		case public && adminPath(req.URL.Path):
 			msg += " /healthz, /readyz, /metrics and /debug/* are served on the admin port (--admin-listen, default :8081), not the public one."
+		case !public && !adminPath(req.URL.Path):
+			msg += " This is the admin port: the OpenAI endpoints and the decision API are served on the public one (--listen, default :8080)."
 		}
 		writeError(w, &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Code: "not_found", Message: msg})
 	})
