@@ -74,7 +74,7 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	engineArgs := startEngine(t, bin)
 	honestURL := engineArgs[1]
-	run(t, bin, append([]string{"sidecar", "--debug-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--gossip-bind", seed,
+	run(t, bin, append([]string{"sidecar", "--admin-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--gossip-bind", seed,
 		"--node-name", "honest-sidecar", "--log-level", "warn"}, engineArgs...)...)
 	// The rogue: a gossip member (the local fleet's gossip has no keyring)
 	// calling itself a sidecar at its gRPC address.
@@ -86,19 +86,20 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = members.Close() })
-	startPicker := func(name string, extra ...string) (string, *output) {
-		api := fmt.Sprintf("http://127.0.0.1:%d", testnet.FreePort(t))
-		out := run(t, bin, append([]string{"picker", "--listen", strings.TrimPrefix(api, "http://"), "--grpc-listen", "", "--drain-delay", "0",
+	// startPicker returns the picker's public and admin URLs.
+	startPicker := func(name string, extra ...string) (string, string, *output) {
+		api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+		out := run(t, bin, append([]string{"picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0",
 			"--gossip-bind", "127.0.0.1:0", "--join", seed, "--node-name", name, "--capacity", "4096", "--log-level", "warn"}, extra...)...)
-		return api, out
+		return "http://" + api, "http://" + admin, out
 	}
 
 	// Default flags: the honest endpoint only.
-	picker, out := startPicker("picker-default")
+	picker, admin, out := startPicker("picker-default")
 	var dbg trustDebug
 	err = waitFor(30*time.Second, 100*time.Millisecond, func() error {
 		dbg = trustDebug{}
-		if err := getJSON(picker+"/debug/endpoints", &dbg); err != nil {
+		if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 1 || len(dbg.Refused) != 1 {
@@ -133,7 +134,7 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 		t.Fatalf("completion: %d from %q, want 200 from %s", resp.StatusCode, resp.Header.Get("x-kvroute-endpoint"), honestURL)
 	}
 	// Counted, and logged once, however often the rogue is asked again.
-	_, metrics, err := get(picker + "/metrics")
+	_, metrics, err := get(admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 		t.Errorf("%d refusal log lines, want 1:\n%s", n, out.String())
 	}
 	// kvroute verify fails the refused endpoint, with the remedy.
-	v := runVerify(t, bin, "--picker", picker, "--json")
+	v := runVerify(t, bin, "--picker", picker, "--picker-admin", admin, "--json")
 	found := false
 	for _, c := range v.Checks {
 		if c.Endpoint == rogueURL {
@@ -166,10 +167,10 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 	}
 
 	// --allow-remote-endpoints covering it: taken and routed.
-	allowed, _ := startPicker("picker-allowed", "--allow-remote-endpoints", "198.51.100.0/24,203.0.113.0/24")
+	allowed, allowedAdmin, _ := startPicker("picker-allowed", "--allow-remote-endpoints", "198.51.100.0/24,203.0.113.0/24")
 	err = waitFor(30*time.Second, 100*time.Millisecond, func() error {
 		dbg = trustDebug{}
-		if err := getJSON(allowed+"/debug/endpoints", &dbg); err != nil {
+		if err := getJSON(allowedAdmin+"/debug/endpoints", &dbg); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 2 || len(dbg.Refused) != 0 {
@@ -188,7 +189,7 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the allowed endpoint is not routed: %v", err)
 	}
-	_, metrics, _ = get(allowed + "/metrics")
+	_, metrics, _ = get(allowedAdmin + "/metrics")
 	if v, ok := sample(metrics, `kvroute_picker_endpoints_untrusted{reason="remote_endpoint"}`); !ok || v != 0 {
 		t.Fatalf("untrusted with the network allowed: %v (present %v)", v, ok)
 	}
