@@ -313,5 +313,5 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 		refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
 			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused})
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "sidecars_failing": sidecarsFailing(r.view)})
 }
