@@ -3,13 +3,11 @@ package picker
 import (
 	"crypto/tls"
 	"errors"
-	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/secretfile"
 )
 
@@ -107,24 +105,4 @@ func (t *tlsFiles) grpcCreds() grpc.ServerOption {
 		return grpc.EmptyServerOption{}
 	}
 	return grpc.Creds(t.grpc)
-}
-
-// debugFailing is a sidecar on /debug/endpoints whose summary stream is
-// failing: a TLS handshake (reason tls), not reached (unavailable), or
-// ended otherwise (stream); error is the last one, since when it began.
-type debugFailing struct {
-	Sidecar      string  `json:"sidecar"`
-	Reason       string  `json:"reason"`
-	Error        string  `json:"error"`
-	SinceSeconds float64 `json:"seconds_failing"`
-}
-
-// sidecarsFailing lists the sidecars followed whose stream is failing:
-// one that never streamed has no endpoint to show it by.
-func sidecarsFailing(v *fleetview.View) []debugFailing {
-	out := []debugFailing{}
-	for _, f := range v.Failing() {
-		out = append(out, debugFailing{Sidecar: f.Sidecar, Reason: f.Reason, Error: f.Error, SinceSeconds: time.Since(f.Since).Seconds()})
-	}
-	return out
 }
