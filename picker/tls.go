@@ -75,7 +75,7 @@ func openTLS(cfg *ServerConfig, m *secretfile.Metrics, log *zap.Logger) (*tlsFil
 		if err != nil {
 			return nil, err
 		}
-		return credentials.NewTLS(secretfile.ServerTLS(kp, cas)), nil // cas nil: no client certificates asked for
+		return secretfile.ServerCredentials(prefix, kp, cas, m, log), nil // cas nil: no client certificates asked for
 	}
 	var err error
 	if t.grpc, err = server("grpc", "--grpc-tls-cert", cfg.GRPCTLSCert, "--grpc-tls-key", cfg.GRPCTLSKey, "--grpc-client-ca", cfg.GRPCClientCA); err != nil {

@@ -19,9 +19,10 @@ type grpcTLS struct {
 }
 
 // openGRPCTLS reads the gRPC server's TLS files (nil without
-// GRPCTLSCert); an error names the flag. The reload metrics
+// GRPCTLSCert); an error names the flag. The reload and handshake metrics
 // (kvroute_sidecar_secret_reloads_total,
-// kvroute_sidecar_certificate_expiry_timestamp_seconds) go to reg.
+// kvroute_sidecar_certificate_expiry_timestamp_seconds,
+// kvroute_sidecar_tls_handshake_failures_total) go to reg.
 func openGRPCTLS(cfg *Config, reg prometheus.Registerer, log *zap.Logger) (*grpcTLS, error) {
 	m := secretfile.NewMetrics(reg, "sidecar")
 	if cfg.GRPCTLSCert == "" {
@@ -39,7 +40,7 @@ func openGRPCTLS(cfg *Config, reg prometheus.Registerer, log *zap.Logger) (*grpc
 		}
 		t.files = append(t.files, cas)
 	}
-	t.creds = credentials.NewTLS(secretfile.ServerTLS(kp, cas))
+	t.creds = secretfile.ServerCredentials("grpc", kp, cas, m, log.Named("grpc"))
 	return t, nil
 }
 

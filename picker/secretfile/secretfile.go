@@ -27,13 +27,15 @@ const maxFileBytes = 4 << 20
 // Metrics are the series of a process's files: reloads by secret and
 // result, and the expiry of each certificate in use.
 type Metrics struct {
-	reloads *prometheus.CounterVec
-	expiry  *prometheus.GaugeVec
+	reloads    *prometheus.CounterVec
+	expiry     *prometheus.GaugeVec
+	handshakes *prometheus.CounterVec
 }
 
-// NewMetrics registers kvroute_<subsystem>_secret_reloads_total{secret,result}
-// and kvroute_<subsystem>_certificate_expiry_timestamp_seconds{secret} with
-// reg (nil: not registered).
+// NewMetrics registers kvroute_<subsystem>_secret_reloads_total{secret,result},
+// kvroute_<subsystem>_certificate_expiry_timestamp_seconds{secret} and
+// kvroute_<subsystem>_tls_handshake_failures_total{server} with reg (nil:
+// not registered).
 func NewMetrics(reg prometheus.Registerer, subsystem string) *Metrics {
 	m := &Metrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: subsystem, Name: "secret_reloads_total",
@@ -42,9 +44,12 @@ func NewMetrics(reg prometheus.Registerer, subsystem string) *Metrics {
 		expiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: subsystem, Name: "certificate_expiry_timestamp_seconds",
 			Help: "When the certificate in use expires (its NotAfter, Unix seconds), by secret; for a CA bundle, its first CA to expire."},
 			[]string{"secret"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: subsystem, Name: "tls_handshake_failures_total",
+			Help: "TLS handshakes a server of this process failed, by server: clients without a certificate, with one not trusted, in plaintext."},
+			[]string{"server"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reloads, m.expiry)
+		reg.MustRegister(m.reloads, m.expiry, m.handshakes)
 	}
 	return m
 }

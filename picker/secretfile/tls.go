@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
 )
@@ -131,15 +133,86 @@ func ServerTLS(cert *File[*tls.Certificate], clientCAs *File[*Bundle]) *tls.Conf
 		}}
 }
 
+// ServerCredentials are gRPC transport credentials serving ServerTLS(cert,
+// clientCAs); each handshake that fails (a client without a certificate,
+// one not trusted, a plaintext client) is counted in m's
+// kvroute_<subsystem>_tls_handshake_failures_total{server} and logged at
+// warn, one line per HandshakeLogEvery at most, with how many failed
+// since the last.
+func ServerCredentials(server string, cert *File[*tls.Certificate], clientCAs *File[*Bundle], m *Metrics, log *zap.Logger) credentials.TransportCredentials {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if m == nil {
+		m = NewMetrics(nil, "")
+	}
+	return &serverCreds{TransportCredentials: credentials.NewTLS(ServerTLS(cert, clientCAs)), server: server,
+		failures: m.handshakes.WithLabelValues(server), log: log}
+}
+
+// HandshakeLogEvery bounds the warnings of failed handshakes: a client
+// retrying every half second logs one line per interval.
+const HandshakeLogEvery = 10 * time.Second
+
+type serverCreds struct {
+	credentials.TransportCredentials
+	server   string
+	failures prometheus.Counter
+	log      *zap.Logger
+
+	mu         sync.Mutex
+	logged     time.Time
+	suppressed int
+}
+
+func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		c.refused(raw.RemoteAddr(), err)
+	}
+	return conn, info, err
+}
+
+func (c *serverCreds) refused(remote net.Addr, err error) {
+	c.failures.Inc()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); now.Sub(c.logged) >= HandshakeLogEvery {
+		c.log.Warn("TLS handshake failed: connection refused", zap.String("server", c.server), zap.Stringer("client", remote),
+			zap.Error(err), zap.Int("others_since_last_line", c.suppressed))
+		c.logged, c.suppressed = now, 0
+		return
+	}
+	c.suppressed++
+}
+
+func (c *serverCreds) Clone() credentials.TransportCredentials {
+	return &serverCreds{TransportCredentials: c.TransportCredentials.Clone(), server: c.server, failures: c.failures, log: c.log}
+}
+
 // ClientConfig is a client's TLS configuration for one connection to
 // serverName, with the material current now: the certificate cert holds
-// when the server asks for one (nil: none), and the server's chain and
-// name verified (server-auth usage) against the bundle roots holds now
-// (nil: the system's roots), by crypto/tls's standard verification.
+// when the server asks for one, and the server's chain and name verified
+// (server-auth usage) against the bundle roots holds now (nil: the
+// system's roots), by crypto/tls's standard verification.
+//
+// A server that asks for a client certificate this client cannot give —
+// it has none (cert nil), or the server's acceptable CAs did not sign it —
+// would refuse the connection once the handshake is over (TLS 1.3), its
+// alert racing a connection reset; the client ends the handshake itself
+// instead, with an error saying so. kvroute's servers ask for a
+// certificate only when they require one.
 func ClientConfig(cert *File[*tls.Certificate], roots *File[*Bundle], serverName string) *tls.Config {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if cert != nil {
-		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert.Load(), nil }
+	c.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if cert == nil {
+			return nil, errors.New("tls: the server requires a client certificate and none is configured")
+		}
+		kp := cert.Load()
+		if err := cri.SupportsCertificate(kp); err != nil {
+			return nil, fmt.Errorf("tls: the server does not accept the client certificate (issuer %q): %w", kp.Leaf.Issuer.String(), err)
+		}
+		return kp, nil
 	}
 	if roots != nil {
 		c.RootCAs = roots.Load().Pool
