@@ -84,12 +84,12 @@ func TestMutualTLS(t *testing.T) {
 	addr := echoServer(t, secretfile.ServerTLS(srvPair, srvCAs))
 	cliPair, cliCAs := openPair(t, cf, nil, nil), openBundle(t, cf.CA)
 
-	if _, err := roundTrip(addr, secretfile.ClientConfig(nil, cliCAs, "127.0.0.1")); err == nil || !strings.Contains(err.Error(), "certificate required") {
+	if _, err := roundTrip(addr, secretfile.ClientConfig(nil, cliCAs, "127.0.0.1")); err == nil || !strings.Contains(err.Error(), "requires a client certificate and none is configured") {
 		t.Errorf("no client certificate: %v", err)
 	}
 	strangerFiles := testnet.NewFiles(t)
 	strangerFiles.Write(t, other.Client(t, "stranger"), ca)
-	if _, err := roundTrip(addr, secretfile.ClientConfig(openPair(t, strangerFiles, nil, nil), cliCAs, "127.0.0.1")); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
+	if _, err := roundTrip(addr, secretfile.ClientConfig(openPair(t, strangerFiles, nil, nil), cliCAs, "127.0.0.1")); err == nil || !strings.Contains(err.Error(), "not signed by an acceptable CA") {
 		t.Errorf("a client certificate of another CA: %v", err)
 	}
 	c, err := roundTrip(addr, secretfile.ClientConfig(cliPair, cliCAs, "127.0.0.1"))
