@@ -99,12 +99,21 @@ func TestBase(t *testing.T) {
 	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.Resources.Requests.Cpu().IsZero() {
 		t.Fatalf("probes or resources: %+v", c)
 	}
+	// The probes use the admin port: the public one serves neither.
+	if c.ReadinessProbe.HTTPGet.Port.String() != "admin" || c.LivenessProbe.HTTPGet.Port.String() != "admin" ||
+		!slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "admin" && p.ContainerPort == 8081 }) {
+		t.Fatalf("probes not on the admin port 8081: %+v %+v %+v", c.ReadinessProbe.HTTPGet, c.LivenessProbe.HTTPGet, c.Ports)
+	}
 	if !slices.Contains(c.Args, "--config=/etc/kvroute/picker/picker.json") || !hasSecretVolume(d, "kvroute-gossip-key") {
 		t.Fatalf("config or gossip key: %v", c.Args)
 	}
 	svc := objs["Service/kvroute-picker"].(*corev1.Service)
 	if ports(svc) != "http:8080,grpc:9000" {
 		t.Fatalf("picker service ports %s", ports(svc))
+	}
+	if adm := objs["Service/kvroute-picker-admin"].(*corev1.Service); ports(adm) != "admin:8081" || adm.Spec.ClusterIP != "None" ||
+		adm.Spec.Selector["app.kubernetes.io/name"] != "kvroute-picker" {
+		t.Fatalf("picker admin service %s %+v", ports(adm), adm.Spec)
 	}
 	g := objs["Service/kvroute-gossip"].(*corev1.Service)
 	if g.Spec.ClusterIP != "None" || !g.Spec.PublishNotReadyAddresses || g.Spec.Selector["kvroute.io/gossip"] != "true" {
@@ -125,12 +134,41 @@ func TestBase(t *testing.T) {
 		}
 	}
 	np := objs["NetworkPolicy/kvroute-picker"].(*networkingv1.NetworkPolicy)
-	if len(np.Spec.Ingress) != 2 || np.Spec.Ingress[0].From != nil || np.Spec.Ingress[1].From[0].PodSelector.MatchLabels["kvroute.io/gossip"] != "true" {
+	if len(np.Spec.Ingress) != 3 || np.Spec.Ingress[0].From != nil || np.Spec.Ingress[1].From[0].PodSelector.MatchLabels["kvroute.io/gossip"] != "true" {
 		t.Fatalf("network policy %+v", np.Spec)
 	}
+	checkAdminPolicy(t, np, 8081)
 	var cfg map[string]any
-	if err := json.Unmarshal([]byte(generated(t, objs, "kvroute-picker").Data["picker.json"]), &cfg); err != nil || cfg["policy"] != "precise" {
+	if err := json.Unmarshal([]byte(generated(t, objs, "kvroute-picker").Data["picker.json"]), &cfg); err != nil || cfg["policy"] != "precise" ||
+		cfg["admin-listen"] != ":8081" {
 		t.Fatalf("picker.json: %v %v", err, cfg)
+	}
+}
+
+// checkAdminPolicy: the NetworkPolicy opens the admin port only to the
+// monitoring namespace and the pods labelled for admin access, and no
+// rule open to everyone covers it.
+func checkAdminPolicy(t *testing.T, np *networkingv1.NetworkPolicy, admin int) {
+	t.Helper()
+	rules := 0
+	for _, in := range np.Spec.Ingress {
+		for _, p := range in.Ports {
+			end := p.Port.IntValue()
+			if p.EndPort != nil {
+				end = int(*p.EndPort)
+			}
+			if admin < p.Port.IntValue() || admin > end {
+				continue
+			}
+			rules++
+			if len(in.From) != 2 || in.From[0].NamespaceSelector == nil || in.From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" ||
+				in.From[1].PodSelector == nil || in.From[1].PodSelector.MatchLabels["kvroute.io/admin-access"] != "true" {
+				t.Errorf("%s: the admin port %d is open to %+v", np.Name, admin, in.From)
+			}
+		}
+	}
+	if rules != 1 {
+		t.Errorf("%s: %d rules cover the admin port %d, want 1", np.Name, rules, admin)
 	}
 }
 
@@ -191,9 +229,10 @@ func TestExampleFleet(t *testing.T) {
 		t.Fatal("the example must not carry a gossip key: it would replace the operator's")
 	}
 	np := objs["NetworkPolicy/kvroute-sidecars"].(*networkingv1.NetworkPolicy)
-	if np.Spec.PodSelector.MatchLabels["kvroute.io/role"] != "engine" || *np.Spec.Ingress[0].Ports[0].EndPort != 8099 {
+	if np.Spec.PodSelector.MatchLabels["kvroute.io/role"] != "engine" || *np.Spec.Ingress[0].Ports[0].EndPort != 8089 {
 		t.Fatalf("sidecars network policy %+v", np.Spec)
 	}
+	checkAdminPolicy(t, np, 8090)
 	// The picker and the vLLM pods join the same pool.
 	if objs["Service/kvroute-gossip"] == nil || objs["Deployment/kvroute-picker"] == nil || objs["Service/kvroute-sidecars"] == nil {
 		t.Fatal("the example lacks the base or the component's objects")

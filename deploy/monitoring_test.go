@@ -104,12 +104,15 @@ func TestAlertsRefused(t *testing.T) {
 // label, no hash suffix); the fleets without it carry no CRD kind.
 func TestMonitoringComponent(t *testing.T) {
 	objs := built(t, "examples/monitoring")
-	picker, sidecars := objs["Service/kvroute-picker"].(*corev1.Service), objs["Service/kvroute-sidecars"].(*corev1.Service)
+	picker, sidecars := objs["Service/kvroute-picker-admin"].(*corev1.Service), objs["Service/kvroute-sidecars"].(*corev1.Service)
+	if picker == nil || picker.Spec.ClusterIP != "None" || picker.Spec.Selector["app.kubernetes.io/name"] != "kvroute-picker" {
+		t.Fatalf("the pickers' admin Service: %+v", picker)
+	}
 	for _, c := range []struct {
 		sm   string
 		svc  *corev1.Service
 		port string
-	}{{"ServiceMonitor/kvroute-picker", picker, "http"}, {"ServiceMonitor/kvroute-sidecars", sidecars, "debug"}} {
+	}{{"ServiceMonitor/kvroute-picker", picker, "admin"}, {"ServiceMonitor/kvroute-sidecars", sidecars, "admin"}} {
 		sm, ok := objs[c.sm].(*monitoringv1.ServiceMonitor)
 		if !ok {
 			t.Fatalf("no %s", c.sm)

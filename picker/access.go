@@ -92,8 +92,8 @@ func (w *recorder) Flush() {
 
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// adminPath: the operator's endpoints, which the request metrics and the
-// access log leave out (scrapes and probes would drown the traffic).
+// adminPath: the operator's endpoints, served on the admin port only
+// (AdminHandler).
 func adminPath(p string) bool {
 	return p == "/metrics" || p == "/healthz" || p == "/readyz" || strings.HasPrefix(p, "/debug/")
 }
@@ -139,10 +139,6 @@ func (s *sampler) take() bool {
 // never carries prompt text.
 func (r *Router) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if adminPath(req.URL.Path) {
-			next.ServeHTTP(w, req)
-			return
-		}
 		start := time.Now()
 		rec := &reqRecord{id: requestID(req.Header.Get("X-Request-Id")), cached: -1}
 		req.Header.Set("X-Request-Id", rec.id)

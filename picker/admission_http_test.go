@@ -78,7 +78,7 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	})
 	waiter := postAsync(ctx, f.api.URL, short("second"), map[string]string{"x-kvroute-tenant": "acme", "x-kvroute-priority": "5"})
 	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
-		resp, err := http.Get(f.api.URL + "/debug/admission")
+		resp, err := http.Get(f.admin.URL + "/debug/admission")
 		if err != nil {
 			return err
 		}

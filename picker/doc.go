@@ -69,8 +69,12 @@
 //   - Every refusal is an OpenAI error body ({"error": {message, type,
 //     param, code}}): unrouted paths 404, wrong methods 405 with Allow,
 //     bodies over MaxBodyBytes 413 after a bounded drain of the rest.
-//   - Every request but the admin ones (/metrics, /healthz, /readyz,
-//     /debug/) carries an x-request-id (the client's when it is 1..128
+//   - Two HTTP surfaces: Handler is the public API (the OpenAI endpoints,
+//     passed-through routes and the decision API, nothing else; an admin
+//     path there answers 404 naming --admin-listen), AdminHandler the
+//     admin surface (/healthz, /readyz, /metrics, /debug/endpoints,
+//     /debug/admission), which Server serves on AdminListen, apart.
+//   - Every request on the public API carries an x-request-id (the client's when it is 1..128
 //     visible ASCII characters, else a new one), forwarded and returned;
 //     is counted by route, model and status with its duration and time to
 //     first byte; and gets one access-log line at info (the share

@@ -27,7 +27,7 @@ func TestServerDrain(t *testing.T) {
 	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond,
 		Engine: func(c *enginesim.Config) { c.Sim.TimeScale = 1 }}) // decoding takes real time
 	cfg := picker.DefaultServerConfig()
-	cfg.Listen, cfg.GRPCListen = "127.0.0.1:0", ""
+	cfg.Listen, cfg.AdminListen, cfg.GRPCListen = "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Sidecars, cfg.Capacity = []string{pod.Sidecar.GRPCAddr()}, capacity
 	cfg.DrainDelay, cfg.ShutdownTimeout = 300*time.Millisecond, 20*time.Second
 	reg := prometheus.NewRegistry()
@@ -38,7 +38,7 @@ func TestServerDrain(t *testing.T) {
 	t.Cleanup(s.Close)
 	base := "http://" + s.Addr()
 	readyz := func() (int, string) {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := http.Get("http://" + s.AdminAddr() + "/readyz")
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -89,7 +89,10 @@ func TestServerDrain(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Close did not return within the shutdown timeout")
 	}
-	if _, err := http.Get(base + "/readyz"); err == nil {
+	if _, err := http.Get(base + "/v1/models"); err == nil {
 		t.Fatal("the picker still accepts after Close")
+	}
+	if _, err := http.Get("http://" + s.AdminAddr() + "/readyz"); err == nil {
+		t.Fatal("the picker's admin port still accepts after Close")
 	}
 }

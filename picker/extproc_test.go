@@ -894,6 +894,7 @@ func TestEPPServerTLS(t *testing.T) {
 	certFile, keyFile, pool := testnet.SelfSigned(t)
 	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
 	cfg := picker.DefaultServerConfig()
+	cfg.AdminListen = "127.0.0.1:0"
 	cfg.Listen, cfg.GRPCListen, cfg.ExtProcListen = "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.Sidecars, cfg.Capacity = []string{pod.Sidecar.GRPCAddr()}, capacity
 	cfg.ExtProcTLSCert, cfg.ExtProcTLSKey = certFile, keyFile

@@ -29,11 +29,16 @@ type HandlerOptions struct {
 	// Ready, when set, is a readiness check besides knowing an endpoint
 	// (a gossip name conflict); its error is /readyz's answer.
 	Ready func() error
+	// GossipInsecure, when set, says whether the picker's own gossip runs
+	// without a keyring off loopback (--gossip-insecure); /debug/endpoints
+	// shows it.
+	GossipInsecure func() bool
 }
 
-// Handler serves the OpenAI endpoints (proxied), the decision API (POST
-// /routing/v1/pick), /healthz,
-// /readyz, /debug/endpoints and, when given, /metrics.
+// Handler serves the public API: the OpenAI endpoints (proxied or passed
+// through) and the decision API (POST /routing/v1/pick). Nothing else is
+// served there: /metrics, /debug/*, /healthz and /readyz are the admin
+// surface (AdminHandler), and answer 404 here saying so.
 func (r *Router) Handler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	token := o.Token
@@ -45,21 +50,35 @@ func (r *Router) Handler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("POST /v1/completions", r.handleProxy(intake.Completion, "/v1/completions"))
 	mux.HandleFunc("POST /v1/responses", r.handleProxy(intake.Responses, "/v1/responses"))
 	r.passthroughRoutes(mux)
+	mux.Handle("/", notRouted(mux, true))
+	return r.instrument(mux)
+}
+
+// AdminHandler serves the admin surface, for probes, monitoring and
+// operators: /healthz, /readyz, /debug/endpoints, /debug/admission and,
+// when given, /metrics. It lists every endpoint's address and load, so
+// it belongs on a port only the monitoring namespace and the kubelet
+// reach (--admin-listen). It writes no access log.
+func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
+	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
-	mux.HandleFunc("GET /debug/endpoints", r.handleDebugEndpoints)
+	self := func() debugSelf {
+		return debugSelf{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
+	}
+	mux.HandleFunc("GET /debug/endpoints", func(w http.ResponseWriter, req *http.Request) { r.handleDebugEndpoints(w, req, self()) })
 	mux.HandleFunc("GET /debug/admission", r.handleDebugAdmission)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
-	mux.Handle("/", notRouted(mux))
-	return r.instrument(mux)
+	mux.Handle("/", notRouted(mux, false))
+	return mux
 }
 
 // notRouted answers what no route serves, in OpenAI's error format: 405
 // with an Allow header when the path is served for other methods, else
-// 404.
-func notRouted(mux *http.ServeMux) http.Handler {
+// 404 (on the public port, an admin path's 404 says where it is served).
+func notRouted(mux *http.ServeMux, public bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
@@ -74,8 +93,14 @@ func notRouted(mux *http.ServeMux) http.Handler {
 				Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s.", req.Method, req.URL.Path, strings.Join(allow, ", "))})
 			return
 		}
-		writeError(w, &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Code: "not_found",
-			Message: fmt.Sprintf("No route serves %s %s.", req.Method, req.URL.Path)})
+		msg := fmt.Sprintf("No route serves %s %s.", req.Method, req.URL.Path)
+		switch {
+		case public && adminPath(req.URL.Path):
+			msg += " /healthz, /readyz, /metrics and /debug/* are served on the admin port (--admin-listen, default :8081), not the public one."
+		case !public && !adminPath(req.URL.Path):
+			msg += " This is the admin port: the OpenAI endpoints and the decision API are served on the public one (--listen, default :8080)."
+		}
+		writeError(w, &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Code: "not_found", Message: msg})
 	})
 }
 
@@ -273,6 +298,12 @@ type debugEndpoint struct {
 	LagSeconds   float64 `json:"lag_seconds,omitempty"`
 }
 
+// debugSelf is what /debug/endpoints says of the picker itself.
+type debugSelf struct {
+	// GossipInsecure: its gossip runs without a keyring off loopback.
+	GossipInsecure bool `json:"gossip_insecure"`
+}
+
 // debugRefused is an endpoint the picker's view did not take, and why:
 // summary_params (sized unlike this picker), group_full, other_owner
 // (another sidecar already streams it), model_not_followed (its model is
@@ -287,7 +318,7 @@ type debugRefused struct {
 	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
 }
 
-func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
+func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, self debugSelf) {
 	out := []debugEndpoint{}
 	for _, e := range r.view.Endpoints() {
 		d := debugEndpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
@@ -313,5 +344,5 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request) {
 		refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
 			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "sidecars_failing": sidecarsFailing(r.view)})
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "picker": self, "sidecars_failing": sidecarsFailing(r.view)})
 }

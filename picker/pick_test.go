@@ -43,7 +43,8 @@ type fleet struct {
 	view    *fleetview.View
 	router  *picker.Router
 	reg     *prometheus.Registry
-	api     *httptest.Server
+	api     *httptest.Server // the public API
+	admin   *httptest.Server // the admin surface
 }
 
 // startFleet starts n engines with a sidecar each, a fleet view following
@@ -93,6 +94,8 @@ func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust
 	f.router = r
 	f.api = httptest.NewServer(r.Handler(picker.HandlerOptions{DecisionToken: token}))
 	t.Cleanup(f.api.Close)
+	f.admin = httptest.NewServer(r.AdminHandler(picker.HandlerOptions{}))
+	t.Cleanup(f.admin.Close)
 	return f
 }
 
@@ -305,9 +308,9 @@ func TestDecisionAPI(t *testing.T) {
 	if short.PrefixHash != "" || short.Endpoint == "" {
 		t.Fatalf("a short request: %+v", short)
 	}
-	// Health, readiness and the endpoints' debug view.
+	// Health, readiness and the endpoints' debug view, on the admin port.
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/debug/endpoints": p1.Endpoint} {
-		resp, err := http.Get(f.api.URL + path)
+		resp, err := http.Get(f.admin.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}

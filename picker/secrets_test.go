@@ -35,9 +35,10 @@ func TestDecisionTokenRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	base, logs, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
+	s, logs, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
 		cfg.DecisionTokenFile, cfg.EngineAPIKeyFile = tokenFile, keyFile
 	})
+	base := "http://" + s.Addr()
 	var bodies []string
 	pick := func(token string) int {
 		req, _ := http.NewRequest(http.MethodPost, base+"/routing/v1/pick", strings.NewReader(chatBody("s", "hello")))
@@ -73,7 +74,7 @@ func TestDecisionTokenRotation(t *testing.T) {
 		t.Fatalf("the old token after the rotation: %d", code)
 	}
 	for _, path := range []string{"/metrics", "/debug/endpoints", "/debug/admission", "/readyz"} {
-		resp, err := http.Get(base + path)
+		resp, err := http.Get("http://" + s.AdminAddr() + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,12 +105,12 @@ func TestDecisionTokenRotation(t *testing.T) {
 
 // startObserved starts a picker server following pod's sidecar, its
 // configuration adjusted, logging to an observer at debug; it returns the
-// base URL, the logs and the registry, and stops the server when the test
+// server, the logs and the registry, and stops the server when the test
 // ends.
-func startObserved(t *testing.T, pod *testpod.Pod, adjust func(*picker.ServerConfig)) (string, *observer.ObservedLogs, *prometheus.Registry) {
+func startObserved(t *testing.T, pod *testpod.Pod, adjust func(*picker.ServerConfig)) (*picker.Server, *observer.ObservedLogs, *prometheus.Registry) {
 	t.Helper()
 	cfg := picker.DefaultServerConfig()
-	cfg.Listen, cfg.GRPCListen = "127.0.0.1:0", ""
+	cfg.Listen, cfg.AdminListen, cfg.GRPCListen = "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.Sidecars, cfg.Capacity, cfg.DrainDelay = []string{pod.Sidecar.GRPCAddr()}, capacity, 0
 	adjust(&cfg)
 	core, logs := observer.New(zap.DebugLevel)
@@ -119,5 +120,5 @@ func startObserved(t *testing.T, pod *testpod.Pod, adjust func(*picker.ServerCon
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return "http://" + s.Addr(), logs, reg
+	return s, logs, reg
 }

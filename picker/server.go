@@ -31,9 +31,13 @@ import (
 // optional, as documented on each).
 type ServerConfig struct {
 	Router Config
-	// Listen serves the OpenAI endpoints, the decision API, /metrics and
-	// the debug endpoints. Default ":8080".
+	// Listen serves the public API: the OpenAI endpoints and the decision
+	// API, nothing else. Default ":8080".
 	Listen string
+	// AdminListen serves the admin surface: /healthz, /readyz, /metrics
+	// and /debug/*, for probes, monitoring and operators only. Default
+	// ":8081".
+	AdminListen string
 	// GRPCListen serves kvroute.v1.Picker; empty disables it. Default ":9000".
 	GRPCListen string
 	// Gossip, when set, finds sidecars through memberlist.
@@ -107,7 +111,7 @@ type ServerConfig struct {
 
 // DefaultServerConfig returns the defaults.
 func DefaultServerConfig() ServerConfig {
-	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", GRPCListen: ":9000", Capacity: 65536, MaxGroupEndpoints: fleet.DefaultSlots, ExtProc: extproc.DefaultConfig(),
+	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", AdminListen: ":8081", GRPCListen: ":9000", Capacity: 65536, MaxGroupEndpoints: fleet.DefaultSlots, ExtProc: extproc.DefaultConfig(),
 		DrainDelay: 5 * time.Second, ShutdownTimeout: 30 * time.Second}
 }
 
@@ -119,6 +123,11 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.Listen == "" {
 		errs = append(errs, errors.New("--listen is required"))
+	}
+	if c.AdminListen == "" {
+		errs = append(errs, errors.New("--admin-listen is required: it serves the probes (/healthz, /readyz) and /metrics"))
+	} else if _, port, _ := net.SplitHostPort(c.AdminListen); c.AdminListen == c.Listen && port != "0" {
+		errs = append(errs, fmt.Errorf("--admin-listen %s is --listen's address: the admin surface needs a port of its own", c.AdminListen))
 	}
 	if c.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %v: want 0 or more", c.DrainDelay))
@@ -185,6 +194,8 @@ type Server struct {
 	members *gossip.Members
 	http    *http.Server
 	httpLn  net.Listener
+	admin   *http.Server
+	adminLn net.Listener
 	grpc    *grpc.Server
 	grpcLn  net.Listener
 	epp     *grpc.Server
@@ -246,6 +257,9 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fail(fmt.Errorf("--listen %s: %w", cfg.Listen, err))
 	}
+	if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		return fail(fmt.Errorf("--admin-listen %s: %w", cfg.AdminListen, err))
+	}
 	if cfg.GRPCListen != "" {
 		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
 			return fail(fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err))
@@ -276,16 +290,23 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 		go s.view.FollowGossip(runCtx, s.members)
 	}
-	handler := s.router.Handler(HandlerOptions{Token: s.decisionToken, Ready: s.ready,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
+	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready, GossipInsecure: s.members.Insecure,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-	go func() {
-		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", zap.Error(err))
-		}
-	}()
+	s.http = &http.Server{Handler: s.router.Handler(opts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	s.admin = &http.Server{Handler: s.router.AdminHandler(opts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	for _, srv := range []struct {
+		name string
+		http *http.Server
+		ln   net.Listener
+	}{{"http server", s.http, s.httpLn}, {"admin server", s.admin, s.adminLn}} {
+		go func() {
+			if err := srv.http.Serve(srv.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(srv.name, zap.Error(err))
+			}
+		}()
+	}
 	if s.grpcLn != nil {
 		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes)+4096),
 			grpc.ChainUnaryInterceptor(recoverUnary(log)), tf.grpcCreds())
@@ -309,8 +330,12 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 // decisionToken is the decision API's token now ("" none).
 func (s *Server) decisionToken() string { return *s.token.Load() }
 
-// Addr is the HTTP address.
+// Addr is the public HTTP address (OpenAI endpoints, decision API).
 func (s *Server) Addr() string { return s.httpLn.Addr().String() }
+
+// AdminAddr is the admin HTTP address (/healthz, /readyz, /metrics,
+// /debug/*).
+func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 
 // GRPCAddr is the gRPC address ("" when disabled).
 func (s *Server) GRPCAddr() string {
@@ -423,6 +448,17 @@ func (s *Server) Close() {
 	}
 	if s.eppLn != nil {
 		_ = s.eppLn.Close() // also when Serve never started
+	}
+	// The admin port answers (/readyz failing, /metrics) until the
+	// public one has stopped.
+	if s.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if s.admin.Shutdown(ctx) != nil {
+			_ = s.admin.Close()
+		}
+		cancel()
+	} else if s.adminLn != nil {
+		_ = s.adminLn.Close()
 	}
 	if s.members != nil {
 		_ = s.members.Close() // leaves, then shuts down

@@ -70,7 +70,7 @@ func TestShardByModel(t *testing.T) {
 		t.Errorf("b: %d Info calls, %d summary streams; want no stream", b.Infos(), b.Watches())
 	}
 
-	srv := httptest.NewServer(r.Handler(picker.HandlerOptions{}))
+	srv := httptest.NewServer(r.AdminHandler(picker.HandlerOptions{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/debug/endpoints")
 	if err != nil {

@@ -186,12 +186,12 @@ func TestSaltKeyRotation(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(key1+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base, logs, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
+	s, logs, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
 		cfg.Router.TenantHeader, cfg.SaltKeyFile = "x-tenant", keyFile
 	})
 	body := chatBody("", "hello")
 	hash := func() (string, error) {
-		req, _ := http.NewRequest(http.MethodPost, base+"/routing/v1/pick", strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.Addr()+"/routing/v1/pick", strings.NewReader(body))
 		req.Header.Set("x-tenant", "acme")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -52,14 +52,14 @@ type Config struct {
 	// Gossip, when set, makes the sidecar a gossip member advertising its
 	// gRPC address, identity group and each endpoint's (epoch, seq).
 	Gossip *gossip.Config
-	// DebugListen serves /healthz, /readyz, /metrics and /debug/*
+	// AdminListen serves /healthz, /readyz, /metrics and /debug/*
 	// (host:port; port 0 picks one). Default 127.0.0.1:8090.
-	DebugListen string
-	// DebugAdvertise is the host:port others (kvroute verify, through the
+	AdminListen string
+	// AdminAdvertise is the host:port others (kvroute verify, through the
 	// pickers' /debug/endpoints) reach the debug endpoints at; default:
 	// the listen address, with the gossip advertise host when listening on
 	// every interface.
-	DebugAdvertise string
+	AdminAdvertise string
 	// Model overrides the canonical model name; default: the first model
 	// the engine lists on /v1/models.
 	Model string
@@ -114,7 +114,7 @@ func DefaultConfig() Config {
 		KVEvents:         "tcp://127.0.0.1:5557",
 		Replay:           "tcp://127.0.0.1:5558",
 		DataParallelSize: 1,
-		DebugListen:      "127.0.0.1:8090",
+		AdminListen:      "127.0.0.1:8090",
 		GRPCListen:       ":9090",
 		Capacity:         65536,
 		ScrapeInterval:   200 * time.Millisecond,
@@ -151,8 +151,8 @@ func (c *Config) Validate() error {
 	check(c.ReplayTimeout > 0 && c.StartupTimeout > 0 && c.IdleCheck > 0 && c.ScrapeTimeout > 0, "timeouts must be positive")
 	check(c.StreamWindow >= 100*time.Millisecond, "--stream-window %v: at least 100ms", c.StreamWindow)
 	check(c.DrainDelay >= 0 && c.DrainDelay <= 10*time.Minute, "--drain-delay %v: want 0 (leave at once) up to 10m", c.DrainDelay)
-	_, _, err = net.SplitHostPort(c.DebugListen)
-	check(err == nil, "--debug-listen %q: want host:port", c.DebugListen)
+	_, _, err = net.SplitHostPort(c.AdminListen)
+	check(err == nil, "--admin-listen %q: want host:port", c.AdminListen)
 	if c.Gossip != nil {
 		if c.GRPCListen == "" {
 			errs = append(errs, errors.New("gossip needs --grpc-listen: pickers find the sidecar to dial it"))

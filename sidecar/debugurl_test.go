@@ -21,7 +21,7 @@ func TestDebugURL(t *testing.T) {
 		{"every interface, no host known", "", "0.0.0.0:8090", &gossip.Config{BindAddr: "0.0.0.0"}, ""},
 		{"every interface, no gossip", "", "[::]:8090", nil, ""},
 	} {
-		cfg := Config{DebugAdvertise: tc.advertise, Gossip: tc.gossip}
+		cfg := Config{AdminAdvertise: tc.advertise, Gossip: tc.gossip}
 		if got := debugURL(cfg, tc.listen); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}

@@ -42,13 +42,14 @@
 //     events, and a silent or replay-only stream is not "not ready": the
 //     sidecar still serves load reports, and pickers route that endpoint
 //     by load only; /readyz lists each rank's stream state beside.
-//   - Malformed payloads are counted and skipped, never fatal; debug HTTP
-//     shows hashes and counts, never token ids or text.
+//   - Malformed payloads are counted and skipped, never fatal; the admin
+//     listener (AdminListen: /healthz, /readyz, /metrics, /debug/*) shows
+//     hashes and counts, never token ids or text.
 //   - Fault injection (Config.FaultInjection; the hidden flag
 //     --fault-injection of kvroute sidecar), off by default, for fault
 //     benchmarks and tests, never a deployment: gossip then runs over a
 //     transport that can be cut off (gossip.Partitionable, on the exact
-//     --gossip-bind port), and the debug listener serves POST
+//     --gossip-bind port), and the admin listener serves POST
 //     /debug/fault/gossip with the body {"partitioned": true} (every
 //     gossip packet in and out dropped, every gossip stream refused: a
 //     network partition of this sidecar's gossip only; its gRPC summary

@@ -153,9 +153,9 @@ func (s *Sidecar) newEndpoint(ctx context.Context, hc *http.Client, r int) (*end
 // listen opens the debug listener and, when configured, the gRPC one.
 func (s *Sidecar) listen() error {
 	cfg := &s.cfg
-	ln, err := net.Listen("tcp", cfg.DebugListen)
+	ln, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
-		return fmt.Errorf("--debug-listen %s: %w", cfg.DebugListen, err)
+		return fmt.Errorf("--admin-listen %s: %w", cfg.AdminListen, err)
 	}
 	s.ln = ln
 	s.debugURL = debugURL(*cfg, ln.Addr().String())
@@ -267,8 +267,8 @@ func sameButSeqs(a, b gossip.Meta) bool {
 // address, else the listen address with the gossip host in place of an
 // unspecified one; "" when only an unspecified host is known.
 func debugURL(cfg Config, listen string) string {
-	if cfg.DebugAdvertise != "" {
-		return "http://" + cfg.DebugAdvertise
+	if cfg.AdminAdvertise != "" {
+		return "http://" + cfg.AdminAdvertise
 	}
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {

@@ -48,7 +48,7 @@ func sidecarConfig(e *enginesim.Engine) sidecar.Config {
 	cfg.EngineURL = e.URL()
 	cfg.KVEvents = e.EventsEndpoint()
 	cfg.Replay = e.ReplayEndpoint()
-	cfg.DebugListen = "127.0.0.1:0"
+	cfg.AdminListen = "127.0.0.1:0"
 	cfg.GRPCListen = "127.0.0.1:0"
 	cfg.Capacity = 4096
 	cfg.StartupTimeout = 10 * time.Second

@@ -64,9 +64,9 @@ fleet running: %d engines with sidecars, picker (policy precise) at %s
               -d '{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"Hello"}],"max_tokens":16}'
   decision: curl -s '%s/routing/v1/pick?explain=true' -H 'Content-Type: application/json' \
               -d '{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":"Hello"}]}'
-  also:     %s/debug/endpoints  %s/metrics
+  admin:    %s/debug/endpoints  %s/metrics
 Ctrl-C stops it.
-`, fc.Engines, u, u, u, u, u)
+`, fc.Engines, u, u, u, f.AdminURL(), f.AdminURL())
 			<-ctx.Done()
 			stop() // a second Ctrl-C ends the process at once
 			fmt.Fprintln(w, "stopping")

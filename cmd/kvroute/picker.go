@@ -107,7 +107,7 @@ and ?explain=true on the decision API.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "picker on http://%s", s.Addr())
+			fmt.Fprintf(cmd.OutOrStdout(), "picker on http://%s, admin on http://%s", s.Addr(), s.AdminAddr())
 			if a := s.GRPCAddr(); a != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), ", gRPC on %s", a)
 			}
@@ -128,7 +128,8 @@ and ?explain=true on the decision API.`,
 	}
 	f := cmd.Flags()
 	r := &cfg.Router
-	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "HTTP address: OpenAI endpoints, decision API, /metrics, debug")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "public HTTP address: the OpenAI endpoints and the decision API only")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin HTTP address: /healthz, /readyz, /metrics, /debug/*; reachable by probes and monitoring only")
 	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address of kvroute.v1.Picker; empty disables")
 	f.StringSliceVar(&cfg.Sidecars, "sidecars", nil, "sidecar gRPC addresses to follow besides those gossip finds")
 	f.IntVar(&cfg.MaxGroupEndpoints, "max-group-endpoints", cfg.MaxGroupEndpoints, "most endpoints one model (identity group) may hold; more are refused (group_full); each costs --capacity x 2 bytes of index per tier")

@@ -159,7 +159,7 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "sidecar debug server on http://%s\n", s.DebugAddr())
+			fmt.Fprintf(cmd.OutOrStdout(), "sidecar admin on http://%s\n", s.DebugAddr())
 			serveUntilSignal(ctx, s.Members(), log)
 			// Tell the pickers first, then leave: a second signal cuts the
 			// drain short.
@@ -177,8 +177,12 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.StringVar(&cfg.Replay, "replay", cfg.Replay, "rank 0's replay endpoint; rank r uses port+r; empty disables replay")
 	f.StringVar(&cfg.Topic, "topic", cfg.Topic, "event topic prefix to subscribe to (empty: all)")
 	f.IntVar(&cfg.DataParallelSize, "data-parallel-size", cfg.DataParallelSize, "data-parallel ranks served by the pod, one endpoint each")
-	f.StringVar(&cfg.DebugListen, "debug-listen", cfg.DebugListen, "debug HTTP address (/metrics, /readyz, /debug/*)")
-	f.StringVar(&cfg.DebugAdvertise, "debug-advertise", "", "debug address others reach, shown by the pickers (default: the listen address; the gossip host when listening on every interface)")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin HTTP address: /healthz, /readyz, /metrics, /debug/*")
+	f.StringVar(&cfg.AdminAdvertise, "admin-advertise", "", "admin address others reach (kvroute verify, through the pickers' /debug/endpoints) (default: the listen address; the gossip host when listening on every interface)")
+	f.StringVar(&cfg.AdminListen, "debug-listen", cfg.AdminListen, "")
+	f.StringVar(&cfg.AdminAdvertise, "debug-advertise", "", "")
+	_ = f.MarkDeprecated("debug-listen", "use --admin-listen")
+	_ = f.MarkDeprecated("debug-advertise", "use --admin-advertise")
 	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address serving summaries to pickers (kvroute.v1.Sidecar); empty disables")
 	f.StringVar(&cfg.GRPCTLSCert, "grpc-tls-cert", "", "TLS certificate file for the gRPC server (with --grpc-tls-key)")
 	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "TLS key file for the gRPC server")

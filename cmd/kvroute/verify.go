@@ -50,6 +50,10 @@ actually cache:
     time from the engine's answer to that prediction, printed, must not
     exceed --max-lag.
 
+The picker's endpoints and admission state are read on its admin port
+(--picker-admin; default: --picker's host at port 8081); the probes go to
+its public port (--picker).
+
 Probes send small requests (a few hundred tokens, one output token) to the
 engines, directly and through the picker. Exit status: 0 when every check
 passed, 1 when one failed, 2 when verify could not run (picker unreachable,
@@ -101,6 +105,7 @@ bad flags).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Picker, "picker", "", "the picker's HTTP base URL, e.g. http://kvroute-picker:8080")
+	f.StringVar(&cfg.Admin, "picker-admin", "", "the picker's admin base URL (its --admin-listen), where /debug/endpoints is (default: --picker's host at port 8081)")
 	f.StringVar(&cfg.Model, "model", "", "check only this model (default: every model the picker routes)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on each request")

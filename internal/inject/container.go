@@ -322,7 +322,7 @@ func checkPorts(port, dp int) error {
 	for _, p := range []struct {
 		at, n int
 		what  string
-	}{{7946, 1, "gossip"}, {8090, 1, "sidecar's debug"}, {9090, 1, "sidecar's gRPC"}, {KVEventsPort, dp, "KV events"}, {ReplayPort, dp, "replay"}} {
+	}{{7946, 1, "gossip"}, {8090, 1, "sidecar's admin"}, {9090, 1, "sidecar's gRPC"}, {KVEventsPort, dp, "KV events"}, {ReplayPort, dp, "replay"}} {
 		if port < p.at+p.n && p.at < port+dp {
 			return fmt.Errorf("vLLM's HTTP ports %d..%d overlap the %s port(s) %d..%d", port, port+dp-1, p.what, p.at, p.at+p.n-1)
 		}

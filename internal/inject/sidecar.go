@@ -68,7 +68,7 @@ args:
   - --capacity=%d
   - --startup-timeout=30m
   - --grpc-listen=:9090
-  - --debug-listen=:8090
+  - --admin-listen=:8090
   - --gossip-bind=0.0.0.0:7946
   - --gossip-advertise=[$(POD_IP)]:7946
   - --join=%s
@@ -87,7 +87,7 @@ ports:
   - name: kvr-grpc
     containerPort: 9090
     protocol: TCP
-  - name: kvr-debug
+  - name: kvr-admin
     containerPort: 8090
     protocol: TCP
   - name: kvr-gossip-tcp
@@ -99,13 +99,13 @@ ports:
 startupProbe:
   httpGet:
     path: /healthz
-    port: kvr-debug
+    port: kvr-admin
   periodSeconds: 10
   failureThreshold: 180
 livenessProbe:
   httpGet:
     path: /healthz
-    port: kvr-debug
+    port: kvr-admin
   periodSeconds: 10
   failureThreshold: 3
 resources:

@@ -27,12 +27,12 @@ func JudgeSidecar(f SidecarFacts) Check {
 	switch {
 	case f.DebugURL == "":
 		c.Detail = "the sidecar's debug URL is unknown"
-		c.Cause = "the sidecar listens for debug on every interface without a known address: set --debug-advertise (or --gossip-advertise)"
+		c.Cause = "the sidecar listens for debug on every interface without a known address: set --admin-advertise (or --gossip-advertise)"
 	case f.Err != "":
-		c.Detail, c.Cause = f.Err, "the sidecar's debug port is not reachable from here (network policy, --debug-listen on loopback, or the sidecar is down)"
+		c.Detail, c.Cause = f.Err, "the sidecar's debug port is not reachable from here (network policy, --admin-listen on loopback, or the sidecar is down)"
 	case !slices.Contains(f.Follows, f.Endpoint):
 		c.Detail = "the sidecar at " + f.DebugURL + " follows other endpoints"
-		c.Cause = "its advertised debug URL reaches another sidecar (a loopback address?): set --debug-advertise to the pod's address"
+		c.Cause = "its advertised debug URL reaches another sidecar (a loopback address?): set --admin-advertise to the pod's address"
 	default:
 		c.OK, c.Detail = true, "debug endpoints answer at "+f.DebugURL
 	}

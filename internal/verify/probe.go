@@ -69,7 +69,7 @@ func JudgeProbe(p ProbeResult) []Check {
 	switch {
 	case p.KeysError != "":
 		kc.Detail = "could not look the keys up: " + p.KeysError
-		kc.Cause = "the endpoint's sidecar debug endpoints are not reachable from here (--debug-advertise, network policy, or an older sidecar)"
+		kc.Cause = "the endpoint's sidecar debug endpoints are not reachable from here (--admin-advertise, network policy, or an older sidecar)"
 	case !kc.OK:
 		kc.Cause = "the picker's tokens differ from the engine's (tokenizer, chat template, Responses rendering), or the sidecar has not indexed the engine's events"
 	}

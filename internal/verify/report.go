@@ -31,6 +31,8 @@ type ProbeFacts struct {
 // Facts is everything verify gathered of a fleet.
 type Facts struct {
 	Picker string // the picker's base URL
+	// Self is what verify saw of the picker itself.
+	Self PickerFacts
 	// Fleet are the endpoints checked (with a model asked for, its own),
 	// and Refused the endpoints the picker did not take.
 	Fleet   []Endpoint
@@ -71,13 +73,15 @@ type Report struct {
 }
 
 // Judge turns a fleet's facts into its report: the identity, freshness
-// and picker-state checks, the refused endpoints, each endpoint's sidecar, its stream and
+// and picker-state checks, the picker's own (gossip, admin surface), the
+// refused endpoints, each endpoint's sidecar, its stream and
 // its cached-token details, then each probe's checks followed by its
 // per-endpoint token checks, then the lag probes. OK is whether every
 // check passed.
 func Judge(f Facts, lim Limits) Report {
 	r := Report{Picker: f.Picker, Fleet: f.Fleet, Lags: f.Lags}
 	r.Groups, r.Checks = Consistency(f.Fleet, lim.MaxStale)
+	r.Checks = append(r.Checks, JudgePicker(f.Self)...)
 	for _, rf := range f.Refused {
 		r.Checks = append(r.Checks, Refused(rf.Endpoint, rf.Reason, rf.SummaryParams))
 	}

@@ -33,6 +33,7 @@ func fleetFacts() Facts {
 	}
 	return Facts{
 		Picker:    "http://picker:8080",
+		Self:      PickerFacts{PublicAdminStatus: 404},
 		Fleet:     []Endpoint{e1, e2},
 		Refused:   []Refusal{{Endpoint: "http://10.0.0.3:8000", Sidecar: "10.0.0.3:9090", Reason: "summary_params", Model: "a", SummaryParams: "m=1"}},
 		Endpoints: []EndpointFacts{sidecar(e1), sidecar(e2)},
@@ -60,7 +61,7 @@ func TestJudge(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	identity := strings.Repeat("identity block_size,identity hash_algo,identity key_format,identity summary_params,identity tokenizer_fingerprint,sidecar fresh,picker state,", 2)
-	want := identity + "routable," + strings.Repeat("sidecar reachable,gossip encrypted,sidecar stream,engine reports cached tokens,", 2) +
+	want := identity + "picker gossip encrypted,picker admin private,routable," + strings.Repeat("sidecar reachable,gossip encrypted,sidecar stream,engine reports cached tokens,", 2) +
 		"probe chat same endpoint,probe chat prediction,probe chat keys on sidecar,probe chat other salt,probe chat tokens,probe chat tokens," +
 		"probe lag,probe lag"
 	if got := strings.Join(names, ","); got != want {
@@ -74,7 +75,7 @@ func TestJudge(t *testing.T) {
 	}
 	// Without the refused endpoint and the odd template, everything passes.
 	f.Refused, f.Probes[0].Tokens = nil, f.Probes[0].Tokens[:1]
-	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "29 checks, 29 passed, 0 failed" {
+	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "31 checks, 31 passed, 0 failed" {
 		t.Fatalf("%v: %s %q", r.OK, Summary(r.Checks), failures(r.Checks))
 	}
 	// The limits are Judge's: a tighter --max-lag fails the slower
@@ -126,5 +127,35 @@ func TestGroupsAreConsistencys(t *testing.T) {
 	g := Groups(e)
 	if len(g) != 2 || g[0].Model != "a" || g[1].Model != "b" || g[0].Values["block_size"] != "16" {
 		t.Fatalf("%+v", g)
+	}
+}
+
+// TestJudgePicker: the picker's own checks fail for insecure gossip, for
+// an admin surface the public port serves, and for a public port that did
+// not answer.
+func TestJudgePicker(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		f      PickerFacts
+		failed string // the failing checks' names
+		cause  string
+	}{
+		{"healthy", PickerFacts{PublicAdminStatus: 404}, "", ""},
+		{"insecure gossip", PickerFacts{GossipInsecure: true, PublicAdminStatus: 404}, "picker gossip encrypted", "--gossip-key-file"},
+		{"admin on the public port", PickerFacts{PublicAdminStatus: 200}, "picker admin private", "--admin-listen"},
+		{"public port silent", PickerFacts{PublicAdminErr: "connection refused"}, "picker admin private", "--picker"},
+	} {
+		var failed []string
+		for _, c := range JudgePicker(tc.f) {
+			if !c.OK {
+				failed = append(failed, c.Name)
+				if !strings.Contains(c.Cause, tc.cause) {
+					t.Errorf("%s: cause %q lacks %q", tc.name, c.Cause, tc.cause)
+				}
+			}
+		}
+		if got := strings.Join(failed, ","); got != tc.failed {
+			t.Errorf("%s: failed %q, want %q", tc.name, got, tc.failed)
+		}
 	}
 }

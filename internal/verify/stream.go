@@ -72,12 +72,12 @@ func JudgeStream(f StreamFacts) Check {
 	switch {
 	case f.DebugURL == "":
 		c.Detail = "the sidecar's debug URL is unknown: its stream state cannot be read"
-		c.Cause = "the sidecar listens for debug on every interface without a known address: set --debug-advertise (or --gossip-advertise)"
+		c.Cause = "the sidecar listens for debug on every interface without a known address: set --admin-advertise (or --gossip-advertise)"
 	case f.Err != "":
-		c.Detail, c.Cause = f.Err, "the sidecar's debug port is not reachable from here (network policy, --debug-listen on loopback, or the sidecar is down)"
+		c.Detail, c.Cause = f.Err, "the sidecar's debug port is not reachable from here (network policy, --admin-listen on loopback, or the sidecar is down)"
 	case !f.Found:
 		c.Detail = fmt.Sprintf("the sidecar at %s has no rank %d of this endpoint", f.DebugURL, f.Rank)
-		c.Cause = "its advertised debug URL reaches another sidecar (a loopback address?): set --debug-advertise to the pod's address"
+		c.Cause = "its advertised debug URL reaches another sidecar (a loopback address?): set --admin-advertise to the pod's address"
 	case f.EngineDown:
 		c.Detail = "the sidecar reports its engine down: " + f.EngineError
 		c.Cause = "the sidecar's health checks or scrapes of the engine fail: the engine is down, hung, or not reachable at the sidecar's --engine-url"

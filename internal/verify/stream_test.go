@@ -34,7 +34,7 @@ func TestJudgeStream(t *testing.T) {
 			f.EngineDown, f.EngineError = true, "GET /health: connection refused"
 			return f
 		}(), false, "the sidecar reports its engine down: GET /health: connection refused", "--engine-url"},
-		{"debug URL unknown", StreamFacts{}, false, "debug URL is unknown", "--debug-advertise"},
+		{"debug URL unknown", StreamFacts{}, false, "debug URL is unknown", "--admin-advertise"},
 		{"unreachable", StreamFacts{DebugURL: "http://d", Err: "connection refused"}, false, "connection refused", "not reachable"},
 		{"no entry of this rank", StreamFacts{DebugURL: "http://d", Rank: 1, Err: ""}, false, "the sidecar at http://d has no rank 1 of this endpoint", "another sidecar"},
 	} {

@@ -355,7 +355,7 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 	e := first.engine
 	scfg := sidecar.DefaultConfig()
 	scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
+	scfg.AdminListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", capacity
 	scfg.StartupTimeout = 10 * time.Second
 	second, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
 	if err != nil {

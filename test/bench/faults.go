@@ -158,17 +158,18 @@ func faultLoad(engines int) AgenticPressure {
 }
 
 // pickerPool spreads requests over pickers round-robin, as a Service
-// does, among those whose /readyz answered 200 to the last probe (all
-// when none did).
+// does, among those whose /readyz (on their admin port) answered 200 to
+// the last probe (all when none did).
 type pickerPool struct {
 	bases   []string
+	admins  []string // each picker's admin surface, where /readyz is
 	ready   []atomic.Bool
 	rr      atomic.Uint64
 	refused atomic.Int64
 }
 
-func newPickerPool(bases []string) *pickerPool {
-	p := &pickerPool{bases: bases, ready: make([]atomic.Bool, len(bases))}
+func newPickerPool(bases, admins []string) *pickerPool {
+	p := &pickerPool{bases: bases, admins: admins, ready: make([]atomic.Bool, len(bases))}
 	for i := range p.ready {
 		p.ready[i].Store(true)
 	}
@@ -203,8 +204,8 @@ func (p *pickerPool) probe(ctx context.Context) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
-		for i, b := range p.bases {
-			p.ready[i].Store(httpOK(ctx, b+"/readyz") == nil)
+		for i, a := range p.admins {
+			p.ready[i].Store(httpOK(ctx, a+"/readyz") == nil)
 		}
 		select {
 		case <-ctx.Done():
@@ -269,15 +270,15 @@ func RunFaults(ctx context.Context, o Options, fo FaultsOptions) (*Results, erro
 			os.RemoveAll(fo.LogDir)
 		}
 	}()
-	var bases, engines []string
+	var bases, admins, engines []string
 	for _, p := range f.pickers {
-		bases = append(bases, p.url)
+		bases, admins = append(bases, p.url), append(admins, p.admin)
 	}
 	for _, e := range f.engines {
 		engines = append(engines, e.url)
 	}
 	client := NewClient("")
-	client.pool = newPickerPool(bases)
+	client.pool = newPickerPool(bases, admins)
 	client.TimeScale, client.MaxModelLen = scale, mml
 	var done atomic.Int64
 	if o.Progress != nil {
@@ -299,7 +300,7 @@ func RunFaults(ctx context.Context, o Options, fo FaultsOptions) (*Results, erro
 	scrape := func() {
 		sum := map[string]float64{}
 		for i, p := range f.pickers {
-			vals, err := scrapeCounter(bg, p.url+"/metrics", "kvroute_picker_outcomes_total", "outcome")
+			vals, err := scrapeCounter(bg, p.admin+"/metrics", "kvroute_picker_outcomes_total", "outcome")
 			if err != nil {
 				vals = tracks[i].last // down: nothing new
 			}
@@ -327,7 +328,7 @@ func RunFaults(ctx context.Context, o Options, fo FaultsOptions) (*Results, erro
 	}()
 	var comps []resourceSource
 	for i, p := range f.pickers {
-		comps = append(comps, resourceSource{name: fmt.Sprint("picker-", i), kind: "picker", pid: p.p.pid, metrics: p.url + "/metrics"})
+		comps = append(comps, resourceSource{name: fmt.Sprint("picker-", i), kind: "picker", pid: p.p.pid, metrics: p.admin + "/metrics"})
 	}
 	for i, e := range f.engines {
 		comps = append(comps, resourceSource{name: fmt.Sprint("sidecar-", i), kind: "sidecar", pid: e.sidecar.pid, metrics: e.sidecarDebug + "/metrics"})
@@ -593,7 +594,7 @@ func inject(ctx context.Context, f *procFleet, c *Client, name string) (injected
 		if err := p.p.start(); err != nil {
 			return in, err
 		}
-		if err := await(ctx, readyBound, func() error { return httpOK(ctx, p.url+"/readyz") }); err != nil {
+		if err := await(ctx, readyBound, func() error { return httpOK(ctx, p.admin+"/readyz") }); err != nil {
 			return in, err
 		}
 	case "gossip-partition":

@@ -149,6 +149,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		return nil, err
 	}
 	pcfg := picker.DefaultServerConfig()
+	pcfg.AdminListen = "127.0.0.1:0"
 	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = cmp.Or(cfg.PickerListen, "127.0.0.1:0"), "", cfg.GPUBlocks
 	pcfg.Router.Score.Policy = cfg.Policy
 	pcfg.Router.PolicySeed = cfg.PolicySeed
@@ -176,7 +177,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		f.engines = append(f.engines, e)
 		scfg := sidecar.DefaultConfig()
 		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-		scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", cfg.GPUBlocks
+		scfg.AdminListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", cfg.GPUBlocks
 		scfg.ScrapeInterval = 100 * time.Millisecond
 		s, err := sidecar.Start(ctx, scfg, log.Named(fmt.Sprint("sidecar-", i)), nil)
 		if err != nil {
@@ -206,6 +207,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 
 // PickerURL is the picker's HTTP base URL.
 func (f *Fleet) PickerURL() string { return "http://" + f.picker.Addr() }
+
+// AdminURL is the picker's admin base URL (/metrics, /debug/*, /readyz).
+func (f *Fleet) AdminURL() string { return "http://" + f.picker.AdminAddr() }
 
 // EngineURLs lists the engines' base URLs.
 func (f *Fleet) EngineURLs() []string {

@@ -138,8 +138,9 @@ type procEngine struct {
 
 // procPicker is a picker process.
 type procPicker struct {
-	url string
-	p   *proc
+	url   string // the public API
+	admin string // the admin surface: /readyz, /metrics, /debug/*
+	p     *proc
 }
 
 // procFleet is a running process fleet.
@@ -242,7 +243,7 @@ func startProcFleet(ctx context.Context, cfg procFleetConfig) (*procFleet, error
 		}
 		if e.sidecar, err = newProc(fmt.Sprint("sidecar-", i), "sidecar", "--engine-url", e.url,
 			"--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", pp[1]), "--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", pp[2]),
-			"--debug-listen", fmt.Sprintf("127.0.0.1:%d", pp[3]), "--grpc-listen", fmt.Sprintf("127.0.0.1:%d", pp[4]),
+			"--admin-listen", fmt.Sprintf("127.0.0.1:%d", pp[3]), "--grpc-listen", fmt.Sprintf("127.0.0.1:%d", pp[4]),
 			"--gossip-bind", join[i], "--gossip-ports", "1", "--join", joinFlag, "--node-name", fmt.Sprint("faults-sidecar-", i),
 			"--capacity", capacity, "--scrape-interval", "100ms", "--fault-injection", "--log-level", "warn"); err != nil {
 			return fail(err)
@@ -254,8 +255,12 @@ func startProcFleet(ctx context.Context, cfg procFleetConfig) (*procFleet, error
 		if err != nil {
 			return fail(err)
 		}
-		pk := &procPicker{url: fmt.Sprintf("http://127.0.0.1:%d", p)}
-		if pk.p, err = newProc(fmt.Sprint("picker-", i), "picker", "--listen", fmt.Sprintf("127.0.0.1:%d", p), "--grpc-listen", "",
+		a, err := f.freePort()
+		if err != nil {
+			return fail(err)
+		}
+		pk := &procPicker{url: fmt.Sprintf("http://127.0.0.1:%d", p), admin: fmt.Sprintf("http://127.0.0.1:%d", a)}
+		if pk.p, err = newProc(fmt.Sprint("picker-", i), "picker", "--listen", fmt.Sprintf("127.0.0.1:%d", p), "--admin-listen", fmt.Sprintf("127.0.0.1:%d", a), "--grpc-listen", "",
 			"--gossip-bind", join[cfg.Engines+i], "--gossip-ports", "1", "--join", joinFlag, "--node-name", fmt.Sprint("faults-picker-", i),
 			"--capacity", capacity, "--drain-delay", cfg.DrainDelay.String(), "--shutdown-timeout", "30s", "--log-level", "warn"); err != nil {
 			return fail(err)
@@ -314,10 +319,10 @@ func await(ctx context.Context, d time.Duration, cond func() error) error {
 func (f *procFleet) awaitHealthy(ctx context.Context, d time.Duration) error {
 	return await(ctx, d, func() error {
 		for _, p := range f.pickers {
-			if err := httpOK(ctx, p.url+"/readyz"); err != nil {
+			if err := httpOK(ctx, p.admin+"/readyz"); err != nil {
 				return err
 			}
-			states, err := pickerStates(ctx, p.url)
+			states, err := pickerStates(ctx, p.admin)
 			if err != nil {
 				return err
 			}

@@ -34,7 +34,7 @@ func TestPickerDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := waitFor(5*time.Second, 20*time.Millisecond, func() error {
-		resp, err := http.Get(f.picker + "/readyz")
+		resp, err := http.Get(f.admin + "/readyz")
 		if err != nil {
 			return err
 		}

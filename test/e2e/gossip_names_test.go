@@ -96,22 +96,22 @@ func TestSameHostFleetDefaultNames(t *testing.T) {
 	var bases []string
 	for i := 0; i < 2; i++ {
 		debug := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-		args := append([]string{"sidecar", "--debug-listen", debug, "--grpc-listen", "127.0.0.1:0", "--log-level", "warn"}, startEngine(t, bin)...)
+		args := append([]string{"sidecar", "--admin-listen", debug, "--grpc-listen", "127.0.0.1:0", "--log-level", "warn"}, startEngine(t, bin)...)
 		run(t, bin, append(args, gossipFlags...)...)
 		bases = append(bases, "http://"+debug)
 	}
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, append([]string{"picker", "--listen", api, "--grpc-listen", "", "--drain-delay", "0", "--capacity", "4096", "--log-level", "warn"}, gossipFlags...)...)
-	bases = append(bases, "http://"+api)
+	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, append([]string{"picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0", "--capacity", "4096", "--log-level", "warn"}, gossipFlags...)...)
+	bases = append(bases, "http://"+admin)
 	err = waitFor(60*time.Second, 100*time.Millisecond, func() error {
-		code, body, err := get("http://" + api + "/readyz")
+		code, body, err := get("http://" + admin + "/readyz")
 		if err != nil || code != 200 {
 			return fmt.Errorf("picker /readyz: %d %q %v", code, body, err)
 		}
 		var dbg struct {
 			Endpoints []struct{} `json:"endpoints"`
 		}
-		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
+		if err := getJSON("http://"+admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
 			return fmt.Errorf("picker knows %d endpoints (%v)", len(dbg.Endpoints), err)
 		}
 		for _, b := range bases {
@@ -159,7 +159,7 @@ func TestNameClashReported(t *testing.T) {
 	bin := buildKvroute(t)
 	sg, pg := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	debug := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	sidecar := exec.Command(bin, append([]string{"sidecar", "--debug-listen", debug, "--grpc-listen", "127.0.0.1:0", "--gossip-bind", sg,
+	sidecar := exec.Command(bin, append([]string{"sidecar", "--admin-listen", debug, "--grpc-listen", "127.0.0.1:0", "--gossip-bind", sg,
 		"--node-name", "twin", "--log-level", "warn"}, startEngine(t, bin)...)...)
 	sout := startProcess(t, sidecar, syscall.SIGTERM, func(out string) { t.Logf("sidecar output:\n%s", out) })
 	// The picker joins once the sidecar is a member (else its first join
@@ -167,11 +167,11 @@ func TestNameClashReported(t *testing.T) {
 	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error { _, err := readGossip("http://" + debug); return err }); err != nil {
 		t.Fatalf("the sidecar never joined gossip: %v", err)
 	}
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	picker := exec.Command(bin, "picker", "--listen", api, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", pg, "--join", sg,
+	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	picker := exec.Command(bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", pg, "--join", sg,
 		"--node-name", "twin", "--capacity", "4096", "--log-level", "warn")
 	pout := startProcess(t, picker, syscall.SIGTERM, func(out string) { t.Logf("picker output:\n%s", out) })
-	for _, p := range []struct{ name, base, other string }{{"sidecar", "http://" + debug, pg}, {"picker", "http://" + api, sg}} {
+	for _, p := range []struct{ name, base, other string }{{"sidecar", "http://" + debug, pg}, {"picker", "http://" + admin, sg}} {
 		err := waitFor(60*time.Second, 100*time.Millisecond, func() error {
 			code, body, err := get(p.base + "/readyz")
 			if err != nil {

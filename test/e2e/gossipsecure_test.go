@@ -16,8 +16,8 @@ import (
 func TestGossipOffLoopbackWithoutKeyRefuses(t *testing.T) {
 	bin := buildKvroute(t)
 	for _, args := range [][]string{
-		{"sidecar", "--gossip-bind", "0.0.0.0:0", "--grpc-listen", "127.0.0.1:0", "--debug-listen", "127.0.0.1:0"},
-		{"picker", "--gossip-bind", "0.0.0.0:0", "--join", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--grpc-listen", ""},
+		{"sidecar", "--gossip-bind", "0.0.0.0:0", "--grpc-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"},
+		{"picker", "--gossip-bind", "0.0.0.0:0", "--join", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--grpc-listen", ""},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()

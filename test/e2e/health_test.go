@@ -24,6 +24,7 @@ import (
 // the matching modes), and a picker, found through gossip on loopback.
 type healthFleet struct {
 	picker   string // http://host:port
+	admin    string // the picker's admin surface, http://host:port
 	pickerP  *exec.Cmd
 	engines  []*exec.Cmd
 	sidecars []*exec.Cmd
@@ -63,14 +64,14 @@ func startHealthFleet(t testing.TB, bin string, n int, engineArgs, sidecarArgs [
 		}
 		f.sidecars = append(f.sidecars, start("sidecar "+url, append([]string{"sidecar", "--engine-url", url,
 			"--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
-			"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+			"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--admin-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
 			"--gossip-bind", gossipBind, "--node-name", fmt.Sprint("health-sidecar-", i), "--capacity", "4096", "--log-level", "warn"},
 			append(join, sidecarArgs...)...)...))
 	}
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	f.pickerP = start("picker", append([]string{"picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
+	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	f.pickerP = start("picker", append([]string{"picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
 		"--node-name", "health-picker", "--capacity", "4096", "--drain-delay", "0", "--log-level", "info"}, pickerArgs...)...)
-	f.picker = "http://" + api
+	f.picker, f.admin = "http://"+api, "http://"+admin
 	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error {
 		states, err := f.states()
 		if err != nil {
@@ -97,7 +98,7 @@ func (f *healthFleet) states() (map[string]string, error) {
 			Reason   string `json:"state_reason"`
 		} `json:"endpoints"`
 	}
-	if err := getJSON(f.picker+"/debug/endpoints", &dbg); err != nil {
+	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
@@ -133,7 +134,7 @@ func (f *healthFleet) awaitState(t testing.TB, url, want string, within time.Dur
 // metric sums the picker's series name whose labels contain label.
 func (f *healthFleet) metric(t testing.TB, name, label string) float64 {
 	t.Helper()
-	resp, err := http.Get(f.picker + "/metrics")
+	resp, err := http.Get(f.admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestDrainedSidecar(t *testing.T) {
 	if now := f.metric(t, "kvroute_picker_selected_total", label); now != picks {
 		t.Fatalf("%v new picks of the draining engine", now-picks)
 	}
-	r := runVerify(t, bin, "--picker", f.picker, "--json")
+	r := runVerify(t, bin, "--picker", f.picker, "--picker-admin", f.admin, "--json")
 	if r.code != 1 || !slices.Contains(r.failed(), "picker state "+leaving) || !strings.Contains(r.raw, "draining") {
 		t.Fatalf("verify while draining: exit %d, failed %v\n%s", r.code, r.failed(), r.raw)
 	}

@@ -227,8 +227,8 @@ func TestMonitoringHealthyFleet(t *testing.T) {
 	if len(l.failures) > 0 {
 		t.Fatalf("load failures: %v", l.failures)
 	}
-	p := newPromStore(t, target{f.picker + "/metrics", "kvroute-picker-0", "kvroute-picker"},
-		target{sidecarDebug(t, f.picker) + "/metrics", "vllm-0", "kvroute-sidecars"})
+	p := newPromStore(t, target{f.admin + "/metrics", "kvroute-picker-0", "kvroute-picker"},
+		target{sidecarDebug(t, f.admin) + "/metrics", "vllm-0", "kvroute-sidecars"})
 	rs := alertRules(t)
 	if firing := evaluate(t, p, rs, stepsFor(6*time.Minute)); len(firing) > 0 {
 		t.Fatalf("alerts firing on a healthy fleet: %v", firing)
@@ -264,15 +264,15 @@ func TestMonitoringHealthyFleet(t *testing.T) {
 }
 
 // sidecarDebug returns the debug URL of the first endpoint's sidecar, as
-// the picker lists it.
-func sidecarDebug(t *testing.T, picker string) string {
+// the picker (its admin surface at admin) lists it.
+func sidecarDebug(t *testing.T, admin string) string {
 	t.Helper()
 	var dbg struct {
 		Endpoints []struct {
 			SidecarDebug string `json:"sidecar_debug"`
 		} `json:"endpoints"`
 	}
-	if err := getJSON(picker+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) == 0 || dbg.Endpoints[0].SidecarDebug == "" {
+	if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) == 0 || dbg.Endpoints[0].SidecarDebug == "" {
 		t.Fatalf("the picker's endpoints: %+v %v", dbg, err)
 	}
 	return dbg.Endpoints[0].SidecarDebug
@@ -283,15 +283,15 @@ func sidecarDebug(t *testing.T, picker string) string {
 // nothing else.
 func TestAlertPickerNoEndpoints(t *testing.T) {
 	bin := buildKvroute(t)
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--log-level", "warn")
+	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--log-level", "warn")
 	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
-		_, err := http.Get("http://" + api + "/metrics")
+		_, err := http.Get("http://" + admin + "/metrics")
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p := newPromStore(t, target{"http://" + api + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	p := newPromStore(t, target{"http://" + admin + "/metrics", "kvroute-picker-0", "kvroute-picker"})
 	rs := alertRules(t)
 	firing := evaluate(t, p, rs, stepsFor(time.Minute))
 	if len(firing["KvroutePickerNoEndpoints"]) != 1 || len(firing) != 1 {
@@ -310,8 +310,8 @@ func TestAlertPickerNoEndpoints(t *testing.T) {
 func TestAlertSilentStream(t *testing.T) {
 	bin := buildKvroute(t)
 	pod := startStreamPod(t, bin, "connect", false)
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", "", "--sidecars", pod.grpc,
+	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", "", "--sidecars", pod.grpc,
 		"--capacity", "4096", "--log-level", "warn")
 	pod.request(t, 160, 5000) // new blocks, and no live batch
 	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
@@ -325,7 +325,7 @@ func TestAlertSilentStream(t *testing.T) {
 		var dbg struct {
 			Endpoints []struct{ State string } `json:"endpoints"`
 		}
-		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil {
+		if err := getJSON("http://"+admin+"/debug/endpoints", &dbg); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 1 || dbg.Endpoints[0].State != "load_only" {
@@ -335,7 +335,7 @@ func TestAlertSilentStream(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p := newPromStore(t, target{"http://" + api + "/metrics", "kvroute-picker-0", "kvroute-picker"},
+	p := newPromStore(t, target{"http://" + admin + "/metrics", "kvroute-picker-0", "kvroute-picker"},
 		target{pod.debug + "/metrics", "vllm-0", "kvroute-sidecars"})
 	rs := alertRules(t)
 	silent := map[string]*rules.AlertingRule{"KvrouteEventStreamSilent": rs["KvrouteEventStreamSilent"]}
@@ -363,14 +363,14 @@ func TestAlertReplayFailures(t *testing.T) {
 	bin := buildKvroute(t)
 	dead := fmt.Sprintf("tcp://127.0.0.1:%d", testnet.FreePort(t))
 	f := startHealthFleet(t, bin, 1, []string{"--sim-drop-events-pct", "50"}, []string{"--replay", dead, "--replay-timeout", "200ms"})
-	p := newPromStore(t, target{f.picker + "/metrics", "kvroute-picker-0", "kvroute-picker"},
-		target{sidecarDebug(t, f.picker) + "/metrics", "vllm-0", "kvroute-sidecars"})
+	p := newPromStore(t, target{f.admin + "/metrics", "kvroute-picker-0", "kvroute-picker"},
+		target{sidecarDebug(t, f.admin) + "/metrics", "vllm-0", "kvroute-sidecars"})
 	rs := alertRules(t)
 	replay := map[string]*rules.AlertingRule{"KvrouteSidecarReplayFailures": rs["KvrouteSidecarReplayFailures"]}
 	// The sidecar's idle catch-ups may have failed already (they ask the
 	// same dead port): a scrape takes the baseline, and the alert must see
 	// a failure after it (the healthy-fleet test shows it quiet).
-	sidecar := sidecarDebug(t, f.picker)
+	sidecar := sidecarDebug(t, f.admin)
 	evaluate(t, p, replay, 1)
 	base := metricAt(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`) // ≥ what the scrape saw
 	l := startLoad(t, f.picker, 2, true)
@@ -397,7 +397,7 @@ func TestAlertReplayFailures(t *testing.T) {
 func TestAlertPredictionAgreement(t *testing.T) {
 	bin := buildKvroute(t)
 	f := startHealthFleet(t, bin, 1, []string{"--sim-delay-events", "1500ms"}, nil)
-	p := newPromStore(t, target{f.picker + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	p := newPromStore(t, target{f.admin + "/metrics", "kvroute-picker-0", "kvroute-picker"})
 	rs := alertRules(t)
 	agreement := map[string]*rules.AlertingRule{"KvroutePredictionAgreementLow": rs["KvroutePredictionAgreementLow"]}
 	pair := 0
@@ -451,10 +451,10 @@ func metricAt(t *testing.T, base, name, label string) float64 {
 func TestAlertGossipFlapping(t *testing.T) {
 	bin := buildKvroute(t)
 	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--gossip-bind", seed, "--gossip-ports", "1", "--log-level", "warn")
+	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", seed, "--gossip-ports", "1", "--log-level", "warn")
 	members := func(want float64) error {
-		_, body, err := get("http://" + api + "/metrics")
+		_, body, err := get("http://" + admin + "/metrics")
 		if err != nil {
 			return err
 		}
@@ -466,7 +466,7 @@ func TestAlertGossipFlapping(t *testing.T) {
 	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error { return members(1) }); err != nil {
 		t.Fatal(err)
 	}
-	p := newPromStore(t, target{"http://" + api + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	p := newPromStore(t, target{"http://" + admin + "/metrics", "kvroute-picker-0", "kvroute-picker"})
 	rs := alertRules(t)
 	flapping := map[string]*rules.AlertingRule{"KvrouteGossipFlapping": rs["KvrouteGossipFlapping"]}
 	if firing := evaluate(t, p, flapping, 2); len(firing) > 0 {
@@ -476,7 +476,7 @@ func TestAlertGossipFlapping(t *testing.T) {
 	var second *exec.Cmd
 	for i := range 8 {
 		if i%2 == 0 { // join
-			second = exec.Command(bin, "picker", "--listen", other, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0",
+			second = exec.Command(bin, "picker", "--listen", other, "--admin-listen", "127.0.0.1:0", "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0",
 				"--join", seed, "--node-name", fmt.Sprint("flapping-picker-", i), "--drain-delay", "0", "--log-level", "warn")
 			startProcess(t, second, syscall.SIGTERM, func(out string) { t.Logf("second picker output:\n%s", out) })
 		} else { // leave

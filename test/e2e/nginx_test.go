@@ -102,6 +102,7 @@ http {
 // one upstream, and the engine reports the earlier turns cached.
 func TestNginxKeyedOnPrefixHash(t *testing.T) {
 	cfg := picker.DefaultServerConfig()
+	cfg.AdminListen = "127.0.0.1:0"
 	cfg.Listen, cfg.GRPCListen, cfg.Capacity = "127.0.0.1:0", "", 4096
 	var engines []string
 	for i := 0; i < 3; i++ {

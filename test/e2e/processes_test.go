@@ -123,7 +123,7 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 	engine := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	debug := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, "sidecar", "--engine-url", engine, "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events), "--kv-events-mode", "bind",
-		"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--topic", "kv@e2e", "--debug-listen", debug,
+		"--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--topic", "kv@e2e", "--admin-listen", debug,
 		"--grpc-listen", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0", "--node-name", "e2e-sidecar",
 		"--capacity", "4096", "--log-level", "warn")
 	prompt := make([]int, 160)
@@ -186,15 +186,27 @@ func grepLines(s, sub string) string {
 // where its first ran, with the engine reporting the first turn cached.
 func TestPickerProcess(t *testing.T) {
 	bin := buildKvroute(t)
-	api := strings.TrimPrefix(startProcessFleet(t, bin, []member{{}, {}}), "http://")
+	public, admin := startProcessFleet(t, bin, []member{{}, {}})
+	api := strings.TrimPrefix(public, "http://")
 	var dbg struct {
 		Endpoints []struct {
 			SidecarDebug         string `json:"sidecar_debug"`
 			TokenizerFingerprint string `json:"tokenizer_fingerprint"`
 		} `json:"endpoints"`
 	}
-	if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
+	if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
 		t.Fatalf("%v %+v", err, dbg)
+	}
+	// The admin surface is on the admin port only: the public one answers
+	// 404, saying where it is.
+	for _, path := range []string{"/debug/endpoints", "/metrics", "/readyz"} {
+		code, body, err := get(public + path)
+		if err != nil || code != http.StatusNotFound || !strings.Contains(body, "--admin-listen") {
+			t.Errorf("public %s: %d %v %s", path, code, err, body)
+		}
+		if code, _, err := get(admin + path); err != nil || code != http.StatusOK {
+			t.Errorf("admin %s: %d %v", path, code, err)
+		}
 	}
 	// Each sidecar's debug server is reachable at the URL shown.
 	for _, e := range dbg.Endpoints {

@@ -59,7 +59,7 @@ func startStreamPod(t *testing.T, bin, mode string, replay bool) *streamPod {
 		replayFlag = fmt.Sprintf("tcp://127.0.0.1:%d", replayPort)
 	}
 	p.sidecarOut = run(t, bin, "sidecar", "--engine-url", p.engine, "--kv-events", p.events, "--kv-events-mode", mode,
-		"--replay", replayFlag, "--debug-listen", strings.TrimPrefix(p.debug, "http://"), "--grpc-listen", p.grpc,
+		"--replay", replayFlag, "--admin-listen", strings.TrimPrefix(p.debug, "http://"), "--grpc-listen", p.grpc,
 		"--gossip-bind", "", "--capacity", "4096", "--log-level", "info")
 	// Wait for the sidecar's first scrape: the baseline the engine's first
 	// request is measured against.

@@ -22,8 +22,9 @@ type member struct {
 
 // startProcessFleet runs an engine and a sidecar per member and a picker,
 // all real processes finding one another through gossip on loopback, and
-// returns the picker's URL once it knows every endpoint.
-func startProcessFleet(t *testing.T, bin string, members []member) string {
+// returns the picker's public and admin URLs once it knows every
+// endpoint.
+func startProcessFleet(t *testing.T, bin string, members []member) (string, string) {
 	t.Helper()
 	seed := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	for i, m := range members {
@@ -40,21 +41,21 @@ func startProcessFleet(t *testing.T, bin string, members []member) string {
 			gossipBind, join = seed, ""
 		}
 		args := []string{"sidecar", "--engine-url", fmt.Sprintf("http://127.0.0.1:%d", httpPort), "--kv-events", fmt.Sprintf("tcp://127.0.0.1:%d", events),
-			"--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--debug-listen", "127.0.0.1:0",
+			"--kv-events-mode", "bind", "--replay", fmt.Sprintf("tcp://127.0.0.1:%d", replay), "--admin-listen", "127.0.0.1:0",
 			"--grpc-listen", "127.0.0.1:0", "--gossip-bind", gossipBind, "--node-name", fmt.Sprint("sidecar-", i), "--capacity", "4096", "--log-level", "warn"}
 		if join != "" {
 			args = append(args, "--join", join)
 		}
 		run(t, bin, append(args, m.sidecar...)...)
 	}
-	api := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
-	run(t, bin, "picker", "--listen", api, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", "127.0.0.1:0", "--join", seed,
+	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", "127.0.0.1:0", "--join", seed,
 		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
 	err := waitFor(30*time.Second, 100*time.Millisecond, func() error {
 		var dbg struct {
 			Endpoints []struct{} `json:"endpoints"`
 		}
-		if err := getJSON("http://"+api+"/debug/endpoints", &dbg); err != nil {
+		if err := getJSON("http://"+admin+"/debug/endpoints", &dbg); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != len(members) {
@@ -65,7 +66,7 @@ func startProcessFleet(t *testing.T, bin string, members []member) string {
 	if err != nil {
 		t.Fatalf("the picker never found the %d endpoints: %v", len(members), err)
 	}
-	return "http://" + api
+	return "http://" + api, "http://" + admin
 }
 
 // verifyResult is `kvroute verify --json`'s output and exit code.
@@ -132,8 +133,8 @@ func runVerify(t *testing.T, bin string, args ...string) verifyResult {
 // line per check, and verify that cannot run exits 2.
 func TestVerifyHealthyFleet(t *testing.T) {
 	bin := buildKvroute(t)
-	picker := startProcessFleet(t, bin, []member{{}, {}})
-	r := runVerify(t, bin, "--picker", picker, "--json")
+	picker, pickerAdmin := startProcessFleet(t, bin, []member{{}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--json")
 	if r.code == 2 || len(r.Checks) < 20 {
 		t.Fatalf("exit %d, %d checks\n%s", r.code, len(r.Checks), r.raw)
 	}
@@ -160,7 +161,7 @@ func TestVerifyHealthyFleet(t *testing.T) {
 		}
 		t.Logf("lag probe of %s: %.1f ms (%d decisions)", l.Endpoint, l.LagSecs*1000, l.Polls)
 	}
-	human := runVerify(t, bin, "--picker", picker)
+	human := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin)
 	if human.code == 2 || !strings.Contains(human.raw, "✔ probe responses prediction") || !strings.Contains(human.raw, "✔ probe lag") ||
 		!strings.Contains(human.raw, " ms\n") {
 		t.Fatalf("exit %d\n%s", human.code, human.raw)
@@ -169,13 +170,19 @@ func TestVerifyHealthyFleet(t *testing.T) {
 	if r := runVerify(t, bin, "--picker", "http://127.0.0.1:1"); r.code != 2 {
 		t.Fatalf("unreachable picker: exit %d\n%s", r.code, r.raw)
 	}
+	// The admin port mistaken for the public one: the picker's 404 and
+	// verify both say where to look.
+	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", picker); r.code != 2 || !strings.Contains(r.raw, "status 404") ||
+		!strings.Contains(r.raw, "--picker-admin") {
+		t.Fatalf("the public port as --picker-admin: exit %d\n%s", r.code, r.raw)
+	}
 	if r := runVerify(t, bin); r.code != 2 || !strings.Contains(r.raw, "--picker") {
 		t.Fatalf("no --picker: exit %d\n%s", r.code, r.raw)
 	}
-	if r := runVerify(t, bin, "--picker", picker, "--model", "no/such-model"); r.code != 2 || !strings.Contains(r.raw, "no/such-model") {
+	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--model", "no/such-model"); r.code != 2 || !strings.Contains(r.raw, "no/such-model") {
 		t.Fatalf("unknown model: exit %d\n%s", r.code, r.raw)
 	}
-	if r := runVerify(t, bin, "--picker", picker, "--max-lag", "0s"); r.code != 2 || !strings.Contains(r.raw, "--max-lag") {
+	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--max-lag", "0s"); r.code != 2 || !strings.Contains(r.raw, "--max-lag") {
 		t.Fatalf("--max-lag 0s: exit %d\n%s", r.code, r.raw)
 	}
 }
@@ -186,8 +193,8 @@ func TestVerifyHealthyFleet(t *testing.T) {
 // that report their stream state (issue 15): older ones fail it.
 func TestVerifyHealthyFleetPasses(t *testing.T) {
 	bin := buildKvroute(t)
-	picker := startProcessFleet(t, bin, []member{{}, {}})
-	r := runVerify(t, bin, "--picker", picker, "--json")
+	picker, pickerAdmin := startProcessFleet(t, bin, []member{{}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--json")
 	if r.code != 0 || !r.OK || len(r.failed()) != 0 {
 		t.Fatalf("exit %d, failed %v\n%s", r.code, r.failed(), r.raw)
 	}
@@ -200,7 +207,7 @@ func TestVerifyHealthyFleetPasses(t *testing.T) {
 	if streams != len(r.Fleet) {
 		t.Fatalf("%d live streams for %d endpoints\n%s", streams, len(r.Fleet), r.raw)
 	}
-	human := runVerify(t, bin, "--picker", picker)
+	human := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin)
 	if human.code != 0 || !strings.Contains(human.raw, "✔ sidecar stream") || !strings.Contains(human.raw, "✔ probe lag") || strings.Contains(human.raw, "✘") {
 		t.Fatalf("exit %d\n%s", human.code, human.raw)
 	}
@@ -213,8 +220,8 @@ func TestVerifyHealthyFleetPasses(t *testing.T) {
 // bind). It needs the sidecar's stream state (issue 15).
 func TestVerifyConnectMismatch(t *testing.T) {
 	bin := buildKvroute(t)
-	picker := startProcessFleet(t, bin, []member{{sidecar: []string{"--kv-events-mode", "connect"}}})
-	r := runVerify(t, bin, "--picker", picker, "--json")
+	picker, pickerAdmin := startProcessFleet(t, bin, []member{{sidecar: []string{"--kv-events-mode", "connect"}}})
+	r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--json")
 	if r.code != 1 || len(r.Fleet) != 1 {
 		t.Fatalf("exit %d\n%s", r.code, r.raw)
 	}
@@ -228,7 +235,7 @@ func TestVerifyConnectMismatch(t *testing.T) {
 	if !found {
 		t.Fatalf("no sidecar stream failure on %s with the bind hint: %v\n%s", ep, r.failed(), r.raw)
 	}
-	human := runVerify(t, bin, "--picker", picker)
+	human := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin)
 	if human.code != 1 || !strings.Contains(human.raw, "✘ sidecar stream                           "+ep) ||
 		!strings.Contains(human.raw, "--kv-events-mode bind") {
 		t.Fatalf("exit %d\n%s", human.code, human.raw)
@@ -239,8 +246,8 @@ func TestVerifyConnectMismatch(t *testing.T) {
 // size; verify fails on that endpoint's block_size, and only there.
 func TestVerifyBlockSizeMismatch(t *testing.T) {
 	bin := buildKvroute(t)
-	picker := startProcessFleet(t, bin, []member{{}, {engine: []string{"--block-size", "32"}}, {}})
-	r := runVerify(t, bin, "--picker", picker, "--json")
+	picker, pickerAdmin := startProcessFleet(t, bin, []member{{}, {engine: []string{"--block-size", "32"}}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--json")
 	var odd string
 	for _, e := range r.Fleet {
 		if e.BlockSize == 32 {
@@ -270,8 +277,8 @@ func TestVerifyBlockSizeMismatch(t *testing.T) {
 // the picker predicts nothing: verify fails on the prediction.
 func TestVerifyLostEvents(t *testing.T) {
 	bin := buildKvroute(t)
-	picker := startProcessFleet(t, bin, []member{{engine: []string{"--sim-drop-events-pct", "100"}, sidecar: []string{"--replay", ""}}})
-	r := runVerify(t, bin, "--picker", picker, "--json")
+	picker, pickerAdmin := startProcessFleet(t, bin, []member{{engine: []string{"--sim-drop-events-pct", "100"}, sidecar: []string{"--replay", ""}}})
+	r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--json")
 	if r.code != 1 {
 		t.Fatalf("exit %d\n%s", r.code, r.raw)
 	}
@@ -292,8 +299,8 @@ func TestVerifyLostEvents(t *testing.T) {
 // nothing is routed there).
 func TestVerifyTemplateMismatch(t *testing.T) {
 	bin := buildKvroute(t)
-	picker := startProcessFleet(t, bin, []member{{}, {engine: []string{"--sim-chat-template", "alt"}}, {}})
-	r := runVerify(t, bin, "--picker", picker, "--json")
+	picker, pickerAdmin := startProcessFleet(t, bin, []member{{}, {engine: []string{"--sim-chat-template", "alt"}}, {}})
+	r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--json")
 	if r.code != 1 {
 		t.Fatalf("exit %d\n%s", r.code, r.raw)
 	}
@@ -325,8 +332,8 @@ func TestVerifyTemplateMismatch(t *testing.T) {
 // --enable-prompt-tokens-details is flagged: no outcome can be measured.
 func TestVerifyNoCachedDetails(t *testing.T) {
 	bin := buildKvroute(t)
-	picker := startProcessFleet(t, bin, []member{{noDetails: true}})
-	r := runVerify(t, bin, "--picker", picker, "--json")
+	picker, pickerAdmin := startProcessFleet(t, bin, []member{{noDetails: true}})
+	r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--json")
 	found := false
 	for _, c := range r.Checks {
 		if c.Name == "engine reports cached tokens" {

@@ -52,7 +52,7 @@ func Start(t testing.TB, o Options) *Pod {
 	e := p.Engines()[0]
 	scfg := sidecar.DefaultConfig()
 	scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-	scfg.DebugListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", or(o.Capacity, 4096)
+	scfg.AdminListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", or(o.Capacity, 4096)
 	scfg.StartupTimeout = 10 * time.Second
 	if o.Scrape > 0 {
 		scfg.ScrapeInterval = o.Scrape

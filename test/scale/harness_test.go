@@ -157,6 +157,7 @@ type pickerProc struct {
 	bin     string
 	args    []string
 	base    string // http://127.0.0.1:port
+	admin   string // the admin surface, http://127.0.0.1:port
 	cmd     *exec.Cmd
 	out     *bytes.Buffer
 	mu      sync.Mutex // guards out
@@ -168,13 +169,14 @@ type pickerProc struct {
 // listener), killed when the benchmark ends.
 func startPicker(b testing.TB, addrs []string, extra ...string) *pickerProc {
 	b.Helper()
-	p := &pickerProc{b: b, bin: kvrouteBinary(b), base: fmt.Sprintf("http://127.0.0.1:%d", testnet.FreePort(b))}
+	p := &pickerProc{b: b, bin: kvrouteBinary(b), base: fmt.Sprintf("http://127.0.0.1:%d", testnet.FreePort(b)),
+		admin: fmt.Sprintf("http://127.0.0.1:%d", testnet.FreePort(b))}
 	list := filepath.Join(b.TempDir(), "picker.json")
 	cfg, _ := json.Marshal(map[string]string{"sidecars": strings.Join(addrs, ",")})
 	if err := os.WriteFile(list, cfg, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	p.args = append([]string{"picker", "--listen", strings.TrimPrefix(p.base, "http://"), "--grpc-listen", "", "--gossip-bind", "",
+	p.args = append([]string{"picker", "--listen", strings.TrimPrefix(p.base, "http://"), "--admin-listen", strings.TrimPrefix(p.admin, "http://"), "--grpc-listen", "", "--gossip-bind", "",
 		"--config", list, "--capacity", strconv.Itoa(capacity), "--drain-delay", "0", "--log-level", "warn"}, extra...)
 	p.start()
 	b.Cleanup(p.kill)
@@ -238,7 +240,7 @@ var metricsClient = &http.Client{Timeout: 5 * time.Second}
 // metric reads one sample of the picker's /metrics (the series name with
 // its labels as exposed, e.g. `x_total{kind="snapshot"}`); absent: 0.
 func (p *pickerProc) metric(series string) (float64, error) {
-	resp, err := metricsClient.Get(p.base + "/metrics")
+	resp, err := metricsClient.Get(p.admin + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -314,7 +316,7 @@ func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) tim
 			Endpoint string `json:"endpoint"`
 		} `json:"endpoints"`
 	}
-	resp, err := metricsClient.Get(p.base + "/debug/endpoints")
+	resp, err := metricsClient.Get(p.admin + "/debug/endpoints")
 	if err == nil {
 		err = json.NewDecoder(resp.Body).Decode(&dbg)
 		resp.Body.Close()

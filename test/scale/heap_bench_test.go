@@ -32,6 +32,7 @@ func BenchmarkPickerHeap(b *testing.B) {
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			cfg := picker.DefaultServerConfig()
+			cfg.AdminListen = "127.0.0.1:0"
 			cfg.Listen, cfg.GRPCListen, cfg.Gossip, cfg.Sidecars, cfg.Capacity, cfg.DrainDelay = "127.0.0.1:0", "", nil, f.addrs, capacity, 0
 			reg := prometheus.NewRegistry()
 			srv, err := picker.Start(context.Background(), cfg, nil, reg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -19,6 +20,10 @@ import (
 type Config struct {
 	// Picker is the picker's HTTP base URL, e.g. http://kvroute-picker:8080.
 	Picker string
+	// Admin is the picker's admin base URL (its --admin-listen), where
+	// /debug/endpoints and /debug/admission are; default: Picker's host
+	// at port 8081, the picker's default.
+	Admin string
 	// Model, when set, limits the facts to that model's endpoints.
 	Model string
 	// Token is the decision API's bearer token, if it needs one.
@@ -43,6 +48,12 @@ func (c Config) Validate() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("--picker %q: want http://host:port", c.Picker)
 	}
+	if c.Admin != "" {
+		u, err := url.Parse(c.Admin)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--picker-admin %q: want http://host:port", c.Admin)
+		}
+	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("--timeout %v: want > 0", c.Timeout)
 	}
@@ -52,9 +63,38 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// AdminURL is cfg's admin base URL: Admin, else Picker's scheme and host
+// at port 8081 (the picker's default --admin-listen).
+func AdminURL(cfg Config) string {
+	if cfg.Admin != "" {
+		return cfg.Admin
+	}
+	u, err := url.Parse(cfg.Picker)
+	if err != nil || u.Host == "" {
+		return cfg.Picker
+	}
+	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), "8081")
+}
+
+// self asks the picker's public port for /debug/endpoints, which it must
+// not serve.
+func (c *Collector) self(ctx context.Context) verify.PickerFacts {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.picker+"/debug/endpoints", nil)
+	if err != nil {
+		return verify.PickerFacts{PublicAdminErr: err.Error()}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return verify.PickerFacts{PublicAdminErr: err.Error()}
+	}
+	_ = resp.Body.Close()
+	return verify.PickerFacts{PublicAdminStatus: resp.StatusCode}
+}
+
 // Collector gathers a fleet's facts over HTTP.
 type Collector struct {
 	picker string // without a trailing slash
+	admin  string // the picker's admin base URL, without a trailing slash
 	model  string
 	token  string
 	settle time.Duration  // longest wait for a probe's blocks to reach its sidecar
@@ -68,7 +108,7 @@ func New(cfg Config) (*Collector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Collector{picker: strings.TrimRight(cfg.Picker, "/"), model: cfg.Model, token: cfg.Token, settle: cfg.Timeout, maxLag: cfg.MaxLag,
+	return &Collector{picker: strings.TrimRight(cfg.Picker, "/"), admin: strings.TrimRight(AdminURL(cfg), "/"), model: cfg.Model, token: cfg.Token, settle: cfg.Timeout, maxLag: cfg.MaxLag,
 		hc: &http.Client{Timeout: cfg.Timeout}, rc: render.New(cfg.Timeout, 16<<20)}, nil
 }
 
@@ -84,11 +124,15 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 	var dbg struct {
 		Endpoints []verify.Endpoint `json:"endpoints"`
 		Refused   []verify.Refusal  `json:"refused"`
+		Picker    struct {
+			GossipInsecure bool `json:"gossip_insecure"`
+		} `json:"picker"`
 	}
-	if err := c.getJSON(ctx, c.picker+"/debug/endpoints", &dbg); err != nil {
-		return verify.Facts{}, fmt.Errorf("the picker's endpoints: %w", err)
+	if err := c.getJSON(ctx, c.admin+"/debug/endpoints", &dbg); err != nil {
+		return verify.Facts{}, fmt.Errorf("the picker's endpoints, on its admin port: %w (the picker's --admin-listen; give it with --picker-admin)", err)
 	}
-	f := verify.Facts{Picker: c.picker}
+	f := verify.Facts{Picker: c.picker, Self: c.self(ctx)}
+	f.Self.GossipInsecure = dbg.Picker.GossipInsecure
 	for _, e := range dbg.Endpoints {
 		if c.model == "" || e.Model == c.model {
 			f.Fleet = append(f.Fleet, e)
@@ -117,7 +161,7 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 	var adm struct {
 		Models []verify.Admission `json:"models"`
 	}
-	if err := c.getJSON(ctx, c.picker+"/debug/admission", &adm); err != nil {
+	if err := c.getJSON(ctx, c.admin+"/debug/admission", &adm); err != nil {
 		return verify.Facts{}, fmt.Errorf("the picker's admission state: %w", err)
 	}
 	for _, a := range adm.Models {

@@ -50,6 +50,27 @@ func TestConfigValidate(t *testing.T) {
 	if err := ok.Validate(); err == nil || !strings.Contains(err.Error(), "--max-lag") {
 		t.Errorf("no lag: %v, want --max-lag named", err)
 	}
+	bad := DefaultConfig()
+	bad.Picker, bad.Admin = "http://picker:8080", "picker:8081"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "--picker-admin") {
+		t.Errorf("a bad admin URL: %v, want --picker-admin named", err)
+	}
+}
+
+// TestAdminURL: the admin surface is --picker-admin when given, else the
+// picker's host at the picker's default admin port.
+func TestAdminURL(t *testing.T) {
+	for _, tc := range []struct{ picker, admin, want string }{
+		{"http://kvroute-picker:8080", "", "http://kvroute-picker:8081"},
+		{"http://127.0.0.1:8080/", "", "http://127.0.0.1:8081"},
+		{"https://picker.example", "", "https://picker.example:8081"},
+		{"http://[::1]:8080", "", "http://[::1]:8081"},
+		{"http://picker:8080", "http://picker-admin:9999", "http://picker-admin:9999"},
+	} {
+		if got := AdminURL(Config{Picker: tc.picker, Admin: tc.admin}); got != tc.want {
+			t.Errorf("AdminURL(%q, %q) = %q, want %q", tc.picker, tc.admin, got, tc.want)
+		}
+	}
 }
 
 // fakePicker answers /debug/endpoints with endpoints and the decision API
@@ -84,14 +105,14 @@ func TestFactsCannotRun(t *testing.T) {
 		want                string
 		status              int // the StatusError found in the chain (0: none)
 	}{
-		{"endpoints fail", broken.URL, "", "the picker's endpoints: " + broken.URL + "/debug/endpoints: status 502", 502},
+		{"endpoints fail", broken.URL, "", "the picker's endpoints, on its admin port: " + broken.URL + "/debug/endpoints: status 502", 502},
 		{"no endpoint", fakePicker(t, nil, 200), "", "knows no endpoint", 0},
 		{"no endpoint of the model", fakePicker(t, one, 200), "other/model", "knows no endpoint serving other/model", 0},
 		{"decision API wants a token", fakePicker(t, one, 401), "", "the picker's decision API wants a token: --decision-token-file", 0},
 		{"decision API refuses otherwise", fakePicker(t, one, 403), "", `the picker's decision API: status 403: {"error":{"message":"no"`, 403},
 	} {
 		cfg := DefaultConfig()
-		cfg.Picker, cfg.Model, cfg.Timeout = tc.picker+"/", tc.model, 5*time.Second
+		cfg.Picker, cfg.Admin, cfg.Model, cfg.Timeout = tc.picker+"/", tc.picker, tc.model, 5*time.Second
 		c, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -112,11 +133,11 @@ func TestFactsCannotRun(t *testing.T) {
 
 // healthyFleet starts a real fleet in process: two engines with their
 // sidecars and a picker whose decision API wants token. It returns the
-// picker's URL once the picker knows both endpoints.
-func healthyFleet(t *testing.T, token string) string {
+// picker's public and admin URLs once the picker knows both endpoints.
+func healthyFleet(t *testing.T, token string) (string, string) {
 	t.Helper()
 	cfg := picker.DefaultServerConfig()
-	cfg.Listen, cfg.GRPCListen, cfg.Capacity, cfg.DecisionToken = "127.0.0.1:0", "", 4096, token
+	cfg.Listen, cfg.AdminListen, cfg.GRPCListen, cfg.Capacity, cfg.DecisionToken = "127.0.0.1:0", "127.0.0.1:0", "", 4096, token
 	for i := 0; i < 2; i++ {
 		cfg.Sidecars = append(cfg.Sidecars, testpod.Start(t, testpod.Options{GPUBlocks: 1024}).Sidecar.GRPCAddr())
 	}
@@ -143,16 +164,17 @@ func healthyFleet(t *testing.T, token string) string {
 			t.Fatal("the picker never found the endpoints, or never heard from their sidecars")
 		}
 	}
-	return "http://" + pk.Addr()
+	return "http://" + pk.Addr(), "http://" + pk.AdminAddr()
 }
 
-// gather collects the facts of the fleet behind pickerURL.
-func gather(t *testing.T, pickerURL, token string) (verify.Facts, error) {
+// gather collects the facts of the fleet behind the picker at pickerURL
+// (its admin surface at adminURL).
+func gather(t *testing.T, pickerURL, adminURL, token string) (verify.Facts, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := DefaultConfig()
-	cfg.Picker, cfg.Token, cfg.Timeout = pickerURL, token, 5*time.Second
+	cfg.Picker, cfg.Admin, cfg.Token, cfg.Timeout = pickerURL, adminURL, token, 5*time.Second
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -167,11 +189,11 @@ func gather(t *testing.T, pickerURL, token string) (verify.Facts, error) {
 // logged), and every check is judged healthy — all but the sidecar
 // stream, which TestFactsOfAFleetStreamLive covers.
 func TestFactsOfAFleet(t *testing.T) {
-	u := healthyFleet(t, "s3cret")
-	if _, err := gather(t, u, ""); err == nil || !strings.Contains(err.Error(), "wants a token") {
+	u, admin := healthyFleet(t, "s3cret")
+	if _, err := gather(t, u, admin, ""); err == nil || !strings.Contains(err.Error(), "wants a token") {
 		t.Fatalf("without the token: %v", err)
 	}
-	f, err := gather(t, u, "s3cret")
+	f, err := gather(t, u, admin, "s3cret")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +243,8 @@ func TestFactsOfAFleet(t *testing.T) {
 // stream live, and everything passes. It needs the sidecar's stream state
 // (issue 15's sidecar work): a sidecar without it fails here.
 func TestFactsOfAFleetStreamLive(t *testing.T) {
-	f, err := gather(t, healthyFleet(t, ""), "")
+	u, admin := healthyFleet(t, "")
+	f, err := gather(t, u, admin, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,7 +185,7 @@ func (c *Collector) pickerStates(ctx context.Context, lags []verify.LagResult) {
 	var dbg struct {
 		Endpoints []verify.Endpoint `json:"endpoints"`
 	}
-	if err := c.getJSON(ctx, c.picker+"/debug/endpoints", &dbg); err != nil {
+	if err := c.getJSON(ctx, c.admin+"/debug/endpoints", &dbg); err != nil {
 		return
 	}
 	for i, l := range lags {

@@ -85,7 +85,7 @@ func TestLagProbe(t *testing.T) {
 	pk := httptest.NewServer(mux)
 	t.Cleanup(pk.Close)
 	cfg := DefaultConfig()
-	cfg.Picker, cfg.Timeout = pk.URL, 5*time.Second
+	cfg.Picker, cfg.Admin, cfg.Timeout = pk.URL, pk.URL, 5*time.Second
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestLagProbeDecisionFails(t *testing.T) {
 	t.Parallel()
 	pk := fakePicker(t, []verify.Endpoint{{Endpoint: "http://e", Model: "m"}}, http.StatusBadGateway)
 	cfg := DefaultConfig()
-	cfg.Picker = pk
+	cfg.Picker, cfg.Admin = pk, pk
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ func (c *Collector) probe(ctx context.Context, kind, model string, fleet []verif
 	}
 	p.BlockSize = target.BlockSize
 	if target.SidecarDebug == "" {
-		p.KeysError = "the endpoint's sidecar debug URL is unknown (--debug-advertise)"
+		p.KeysError = "the endpoint's sidecar debug URL is unknown (--admin-advertise)"
 	}
 	for _, k := range pick.Keys {
 		if p.KeysError != "" {
