@@ -23,9 +23,11 @@
 //     compared by digest, so a rewrite with the same bytes is no reload.
 //   - Watch checks files every interval (Poll, 2 s) until its context
 //     ends; it starts no goroutine of its own.
-//   - Metrics: kvroute_<subsystem>_secret_reloads_total{secret,result}
-//     and kvroute_<subsystem>_certificate_expiry_timestamp_seconds{secret}
-//     (the first CA of a bundle to expire), on the Registerer given.
+//   - Metrics: kvroute_<subsystem>_secret_reloads_total{secret,result},
+//     kvroute_<subsystem>_certificate_expiry_timestamp_seconds{secret}
+//     (the first CA of a bundle to expire) and
+//     kvroute_<subsystem>_tls_handshake_failures_total{server}, on the
+//     Registerer given.
 //   - No secret is ever logged, exported or put in an error: not a key,
 //     not a token, not a file's bytes.
 //   - TLS: ServerTLS builds a server's tls.Config whose GetConfigForClient
@@ -39,5 +41,11 @@
 //     are off, so no connection resumes past a change of CA. A client
 //     verifies the server's chain and name (server-auth usage) with
 //     crypto/tls's standard verification, against the bundle or the
-//     system's roots, for the host dialled or a fixed server name.
+//     system's roots, for the host dialled or a fixed server name. A
+//     client asked for a certificate it has not got, or one the server's
+//     acceptable CAs did not sign, ends the handshake itself with an error
+//     saying so (with TLS 1.3 the server's refusal would otherwise race a
+//     connection reset). ServerCredentials count every failed server
+//     handshake (kvroute_<subsystem>_tls_handshake_failures_total{server})
+//     and log them, a line per HandshakeLogEvery at most.
 package secretfile
