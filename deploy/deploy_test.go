@@ -83,7 +83,7 @@ func TestEveryKustomizationBuilds(t *testing.T) {
 			checkSidecars(t, objs)
 		})
 	}
-	if components != 3 {
+	if components != 4 {
 		t.Fatalf("%d components", components)
 	}
 }

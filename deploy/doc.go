@@ -1,6 +1,7 @@
 // Package deploy holds kvroute's Kubernetes manifests (kustomize: base/,
 // components/sidecar/, components/gateway/, components/monitoring/,
-// monitoring/, examples/) and builds and reads them for tests.
+// components/mtls/, monitoring/, examples/) and builds and reads them for
+// tests.
 //
 // Contract:
 //   - Build runs kustomize in-process (sigs.k8s.io/kustomize/api) on a

@@ -30,9 +30,19 @@
 //     tenant_required). The endpoint picker cannot rewrite bodies, so the
 //     server refuses the two together.
 //   - Secrets held from files (the salt key, the decision token, the
-//     engines' API key; secrets.go) are re-read when the file changes; a
-//     broken file keeps the secret before, logged once and counted. No
-//     secret is logged, exported or put in an answer.
+//     engines' API key; secrets.go) and TLS files (tls.go: the client
+//     certificate and CA bundle the sidecars are dialled with, the
+//     certificates and client CA bundles of the gRPC decision API and the
+//     endpoint picker) are re-read when the file changes
+//     (picker/secretfile); a broken file keeps the material before,
+//     logged once and counted. New TLS connections take new material,
+//     open ones keep theirs. No secret is logged, exported or put in an
+//     answer. A bad combination of TLS settings is a Validate error
+//     naming the flags; an unusable file fails Start, naming the flag.
+//   - /debug/endpoints lists the sidecars followed whose summary stream is
+//     failing (sidecars_failing: reason tls, unavailable or stream, the
+//     error, for how long), which a sidecar never streamed from has no
+//     endpoint to show by.
 //   - The proxy forwards the body as received (the tenant salt aside) and streams the answer back
 //     byte for byte; it offers a request to another endpoint only when the
 //     chosen one could not be reached or answered 502/503/504, before any

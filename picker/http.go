@@ -347,5 +347,5 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, se
 		refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
 			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint, trustNote: trustNoteOf(r.view, rf)})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "picker": self})
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "picker": self, "sidecars_failing": sidecarsFailing(r.view)})
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/gossip"
@@ -24,6 +22,7 @@ import (
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/picker/secretfile"
 )
 
 // ServerConfig configures a picker process. Start from
@@ -87,6 +86,25 @@ type ServerConfig struct {
 	// ExtProcTLSCert and ExtProcTLSKey, when set (both or neither), are
 	// the PEM certificate and key the endpoint picker serves TLS with.
 	ExtProcTLSCert, ExtProcTLSKey string
+	// ExtProcClientCA, when set, makes the endpoint picker require client
+	// certificates verified against this PEM CA bundle (needs
+	// ExtProcTLSCert).
+	ExtProcClientCA string
+	// GRPCTLSCert and GRPCTLSKey, when set (both or neither), are the PEM
+	// certificate and key the gRPC decision API serves TLS with;
+	// GRPCClientCA, when set, makes it require client certificates
+	// verified against this PEM CA bundle (needs GRPCTLSCert).
+	GRPCTLSCert, GRPCTLSKey, GRPCClientCA string
+	// SidecarTLSCA, when set, makes the picker dial the sidecars' summary
+	// streams over TLS, verifying their certificates against this PEM CA
+	// bundle for SidecarTLSServerName (default: the host dialled);
+	// SidecarTLSCert and SidecarTLSKey (both or neither, and only with
+	// SidecarTLSCA) are the client certificate presented, for sidecars
+	// that require one. Default plaintext.
+	SidecarTLSCert, SidecarTLSKey, SidecarTLSCA, SidecarTLSServerName string
+	// Every TLS file (certificates, keys, CA bundles) is re-read when it
+	// changes, as the secret files are: new connections take the new
+	// material, connections open keep theirs.
 	// DrainDelay is how long Drain keeps serving with /readyz failing, so
 	// load balancers and gateways stop sending before the picker stops
 	// accepting. Default 5 s; 0 stops at once.
@@ -172,6 +190,7 @@ func (c *ServerConfig) Validate() error {
 	if c.ExtProcTLSCert != "" && c.ExtProcListen == "" {
 		errs = append(errs, errors.New("--ext-proc-tls-cert without --ext-proc-listen: the endpoint picker is off"))
 	}
+	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
 }
 
@@ -215,8 +234,14 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		draining: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "draining",
 			Help: "1 once the picker is draining (SIGTERM): /readyz fails, requests in flight finish, then it stops."})}
 	reg.MustRegister(s.draining)
-	var err error
+	// TLS material and secrets held from files, re-read when they change.
+	files := secretfile.NewMetrics(reg, "picker")
+	tf, err := openTLS(&cfg, files, log.Named("secrets"))
+	if err != nil {
+		return nil, err
+	}
 	vcfg := fleetview.DefaultConfig()
+	vcfg.TLS = tf.sidecars
 	vcfg.Params = summary.ForCapacity(cfg.Capacity)
 	vcfg.Health = cfg.Router.Health // one judgement for the view and the decisions
 	vcfg.Models = cfg.Models
@@ -235,23 +260,9 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	// Secrets held from files, re-read when they change.
 	s.token.Store(&cfg.DecisionToken)
-	var secrets []*secret
-	if cfg.SaltKeyFile != "" {
-		secrets = append(secrets, saltKey(cfg.SaltKeyFile, s.router))
-	}
-	if cfg.DecisionTokenFile != "" {
-		secrets = append(secrets, &secret{name: "decision_token", flag: "--decision-token-file", path: cfg.DecisionTokenFile,
-			install: func(b []byte) { t := string(b); s.token.Store(&t) }})
-	}
-	if cfg.EngineAPIKeyFile != "" {
-		secrets = append(secrets, &secret{name: "engine_api_key", flag: "--engine-api-key-file", path: cfg.EngineAPIKeyFile,
-			install: func(b []byte) { s.router.SetEngineAPIKey(string(b)) }})
-	}
-	read := make([]os.FileInfo, len(secrets))
-	for i, sec := range secrets {
-		if read[i], err = sec.read(); err != nil {
-			return fail(err)
-		}
+	secrets, err := s.openSecrets(&cfg, files, log.Named("secrets"))
+	if err != nil {
+		return fail(err)
 	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fail(fmt.Errorf("--listen %s: %w", cfg.Listen, err))
@@ -266,12 +277,8 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	if cfg.ExtProcListen != "" {
 		opts := ExtProcServerOptions(cfg.Router.MaxBodyBytes, log)
-		if cfg.ExtProcTLSCert != "" {
-			creds, err := credentials.NewServerTLSFromFile(cfg.ExtProcTLSCert, cfg.ExtProcTLSKey)
-			if err != nil {
-				return fail(fmt.Errorf("--ext-proc-tls-cert/--ext-proc-tls-key: %w", err))
-			}
-			opts = append(opts, grpc.Creds(creds))
+		if tf.extProc != nil {
+			opts = append(opts, grpc.Creds(tf.extProc))
 		}
 		s.epp = grpc.NewServer(opts...)
 		if err := s.router.RegisterExtProc(s.epp, cfg.ExtProc, s.ready); err != nil {
@@ -286,15 +293,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	if len(secrets) > 0 {
-		reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_picker_secret_reloads_total",
-			Help: "Re-reads of a secret file (salt_key, decision_token, engine_api_key) after it changed, by result (error: the secret loaded before is kept)."},
-			[]string{"secret", "result"})
-		reg.MustRegister(reloads)
-		for i, sec := range secrets {
-			go sec.watch(runCtx, read[i], log.Named("secrets"), reloads)
-		}
-	}
+	go secretfile.Watch(runCtx, secretfile.Poll, append(tf.files, secrets...)...)
 	if cfg.Gossip != nil {
 		if s.members, err = gossip.New(*cfg.Gossip, gossip.Meta{Role: gossip.RolePicker}, log.Named("gossip"), reg); err != nil {
 			return fail(err)
@@ -320,7 +319,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}
 	if s.grpcLn != nil {
 		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes)+4096),
-			grpc.ChainUnaryInterceptor(recoverUnary(log)))
+			grpc.ChainUnaryInterceptor(recoverUnary(log)), tf.grpcCreds())
 		s.router.registerGRPC(s.grpc, s.decisionToken)
 		go func() { _ = s.grpc.Serve(s.grpcLn) }()
 	}

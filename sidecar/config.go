@@ -40,6 +40,11 @@ type Config struct {
 	GRPCListen string
 	// GRPCTLSCert and GRPCTLSKey turn TLS on for the gRPC server.
 	GRPCTLSCert, GRPCTLSKey string
+	// GRPCClientCA, when set, makes the gRPC server require client
+	// certificates (pickers') verified against this PEM CA bundle; it
+	// needs GRPCTLSCert. The three files are re-read when they change: new
+	// connections take the new material, open streams keep theirs.
+	GRPCClientCA string
 	// GRPCAdvertise is the gRPC address pickers dial, gossiped in the node
 	// metadata; default: the listen address, with the gossip advertise
 	// host when listening on every interface.
@@ -138,6 +143,8 @@ func (c *Config) Validate() error {
 	check(c.Replay == "" || zmqEndpoint(c.Replay), "--replay %q: want tcp://, ipc:// or inproc://, or empty for none", c.Replay)
 	check(c.DataParallelSize >= 1 && c.DataParallelSize <= 1024, "--data-parallel-size %d: want 1..1024", c.DataParallelSize)
 	check((c.GRPCTLSCert == "") == (c.GRPCTLSKey == ""), "--grpc-tls-cert and --grpc-tls-key go together")
+	check(c.GRPCClientCA == "" || c.GRPCTLSCert != "", "--grpc-client-ca needs --grpc-tls-cert and --grpc-tls-key: client certificates are asked for in a TLS handshake")
+	check(c.GRPCTLSCert == "" || c.GRPCListen != "", "--grpc-tls-cert without --grpc-listen: the gRPC server is off")
 	check(c.Capacity >= 1 && c.Capacity <= 1<<26, "--capacity %d: want 1..%d blocks", c.Capacity, 1<<26)
 	check(c.ScrapeInterval >= 10*time.Millisecond, "--scrape-interval %v: at least 10ms", c.ScrapeInterval)
 	check(c.DeltaInterval >= time.Millisecond, "--delta-interval %v: at least 1ms", c.DeltaInterval)

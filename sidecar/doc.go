@@ -57,6 +57,16 @@
 //     (healed). Any other body is a 400 (unknown fields, a missing or
 //     non-boolean "partitioned", more than one object), over 1 KiB a 413;
 //     without fault injection the path does not exist (404/405).
+//   - TLS: with GRPCTLSCert and GRPCTLSKey the summary stream is served
+//     over TLS; with GRPCClientCA it requires client certificates chaining
+//     to that bundle (mutual TLS) and refuses the rest at the handshake,
+//     counted (kvroute_sidecar_tls_handshake_failures_total) and logged,
+//     a line per 10 s at most. The files are read before the engine is
+//     waited for (a bad one fails Start at once, naming the flag) and
+//     re-read when they change (picker/secretfile): new connections take
+//     the new material, open streams are never dropped for it; a file
+//     that does not parse keeps the material in use, logged once and
+//     counted (kvroute_sidecar_secret_reloads_total).
 //   - Config: start from DefaultConfig; Validate rejects zero and invalid
 //     values and fills nothing in.
 package sidecar

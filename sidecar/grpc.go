@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -31,12 +30,8 @@ func (s *Sidecar) newGRPCServer() (*grpc.Server, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
-	if s.cfg.GRPCTLSCert != "" {
-		creds, err := credentials.NewServerTLSFromFile(s.cfg.GRPCTLSCert, s.cfg.GRPCTLSKey)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.Creds(creds))
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(s.tls.creds))
 	}
 	g := grpc.NewServer(opts...)
 	pb.RegisterSidecarServer(g, &grpcServer{s: s})

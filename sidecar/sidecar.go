@@ -40,6 +40,7 @@ type Sidecar struct {
 	hub       *hub
 	grpc      *grpc.Server
 	grpcLn    net.Listener
+	tls       *grpcTLS // the gRPC server's TLS files (nil: plaintext)
 	members   *gossip.Members
 	partition *gossip.Partitionable  // the cuttable gossip transport, with fault injection on
 	drain     atomic.Pointer[string] // the drain announced (Drain); nil while none is
@@ -61,6 +62,13 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 		reg = prometheus.NewRegistry()
 	}
 	s := &Sidecar{cfg: cfg, log: log, reg: reg, metrics: newMetrics(reg)}
+	// TLS files first: a bad one fails the start at once, not after the
+	// engine has answered.
+	tlsFiles, err := openGRPCTLS(&cfg, reg, log.Named("secrets"))
+	if err != nil {
+		return nil, err
+	}
+	s.tls = tlsFiles
 	s.hub = newHub(func() { s.metrics.watchersCut.Inc() })
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for r := 0; r < cfg.DataParallelSize; r++ {
@@ -75,6 +83,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	s.watchTLS(runCtx)
 	for _, ep := range s.endpoints {
 		if err := s.follow(runCtx, hc, ep); err != nil {
 			s.Close()
@@ -197,7 +206,7 @@ func (s *Sidecar) serve() {
 				s.log.Error("grpc server", zap.Error(err))
 			}
 		}()
-		s.log.Info("serving summaries over gRPC", zap.String("addr", s.grpcLn.Addr().String()), zap.Bool("tls", s.cfg.GRPCTLSCert != ""))
+		s.log.Info("serving summaries over gRPC", zap.String("addr", s.grpcLn.Addr().String()), zap.Bool("tls", s.cfg.GRPCTLSCert != ""), zap.Bool("client_certificates_required", s.cfg.GRPCClientCA != ""))
 	}
 }
 

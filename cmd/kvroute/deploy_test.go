@@ -27,7 +27,7 @@ func TestManifestFlags(t *testing.T) {
 	}
 	settings := map[string]string{"picker.json": "picker", "sidecar.json": "sidecar"}
 	seen := map[string]int{}
-	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api", "examples/gateway", "examples/gateway-dp2"} {
+	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api", "examples/gateway", "examples/gateway-dp2", "examples/mtls"} {
 		objs, err := deploy.Build(filepath.Join("..", "..", "deploy", dir))
 		if err != nil {
 			t.Fatal(err)
@@ -65,7 +65,7 @@ func TestManifestFlags(t *testing.T) {
 			}
 		}
 	}
-	if seen["picker"] != 5 || seen["sidecar"] != 5 || seen["picker.json"] != 5 || seen["sidecar.json"] != 5 {
+	if seen["picker"] != 6 || seen["sidecar"] != 6 || seen["picker.json"] != 6 || seen["sidecar.json"] != 6 {
 		t.Fatalf("checked %v", seen)
 	}
 }
@@ -192,7 +192,7 @@ func TestInjectReportAndFlags(t *testing.T) {
 // engine pod, vLLM's preStop outlasting the sidecar's drain delay, so the
 // pickers hear "draining" while vLLM still serves.
 func TestShutdownTimings(t *testing.T) {
-	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api", "examples/gateway", "examples/gateway-dp2"} {
+	for _, dir := range []string{"examples/vllm", "examples/vllm-dp2", "examples/agentic-api", "examples/gateway", "examples/gateway-dp2", "examples/mtls"} {
 		objs, err := deploy.Build(filepath.Join("..", "..", "deploy", dir))
 		if err != nil {
 			t.Fatal(err)

@@ -186,6 +186,7 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.StringVar(&cfg.GRPCListen, "grpc-listen", cfg.GRPCListen, "gRPC address serving summaries to pickers (kvroute.v1.Sidecar); empty disables")
 	f.StringVar(&cfg.GRPCTLSCert, "grpc-tls-cert", "", "TLS certificate file for the gRPC server (with --grpc-tls-key)")
 	f.StringVar(&cfg.GRPCTLSKey, "grpc-tls-key", "", "TLS key file for the gRPC server")
+	f.StringVar(&cfg.GRPCClientCA, "grpc-client-ca", "", "CA bundle (PEM) the gRPC server requires pickers' client certificates to be signed by (mutual TLS; needs --grpc-tls-cert); the three TLS files are re-read when they change")
 	f.StringVar(&cfg.Model, "model", "", "canonical model name (default: the engine's first model on /v1/models)")
 	f.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "cached blocks per endpoint the summaries are sized for (fleet-wide)")
 	f.DurationVar(&cfg.ScrapeInterval, "scrape-interval", cfg.ScrapeInterval, "how often to read the engine's /metrics")

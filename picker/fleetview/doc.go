@@ -33,7 +33,17 @@
 //     detection the router feeds (proxy and render failures); an ejected
 //     engine is probed when its backoff ends and readmitted on success.
 //   - Logs, once per transition: a sidecar joining (a stream started), a
-//     sidecar leaving, a summary stream failing, and recovering.
+//     sidecar leaving, a summary stream failing (again when the reason
+//     changes), and recovering.
+//   - A failing stream is classified (tls: a TLS handshake failed or was
+//     refused; unavailable: not reached; stream: ended otherwise), listed
+//     with its last error and start by Failing until the stream is up or
+//     the sidecar forgotten, and counted by reason in
+//     kvroute_picker_sidecar_streams_failing; its log line names the
+//     sidecar and the reason, with a hint for tls and unavailable.
+//   - Config.TLS dials the sidecars (nil: plaintext); credentials that
+//     build their configuration per handshake (picker/secretfile) make a
+//     rotation apply to new streams only.
 //   - Concurrency: one RWMutex serialises every access to the core —
 //     Match, Endpoints, GroupEndpoints and Refused under the read lock, everything else
 //     under the write lock — and a stream checks its context under that

@@ -174,7 +174,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 	v.trust = newTrustState(&cfg, log)
 	v.probe = &http.Client{Timeout: probeTimeout}
 	if reg != nil {
-		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, v.batches, staleness{v}, notFollowed{v},
+		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, v.batches, staleness{v}, notFollowed{v}, failingGauge{v},
 			trustGauge{v}, v.trust.refused)
 		v.health.register(reg)
 	}
@@ -215,8 +215,12 @@ func loadOf(l *pb.LoadReport) fleet.Load {
 		Draining: l.GetDraining(), DrainReason: l.GetDrainReason()}
 }
 
-// streamRef is one follow goroutine.
-type streamRef struct{ cancel context.CancelFunc }
+// streamRef is one follow goroutine, and its stream's failure while it
+// fails (guarded by View.mu).
+type streamRef struct {
+	cancel  context.CancelFunc
+	failure *SidecarFailure
+}
 
 // Watch makes sure a stream follows the sidecar at addr.
 func (v *View) Watch(addr string) {
@@ -232,7 +236,7 @@ func (v *View) Watch(addr string) {
 	v.wg.Add(1)
 	go func() {
 		defer v.wg.Done()
-		v.follow(ctx, addr)
+		v.follow(ctx, ref, addr)
 		v.mu.Lock()
 		if v.streams[addr] == ref { // still ours: let a later Watch start anew
 			delete(v.streams, addr)
@@ -371,7 +375,7 @@ func (v *View) reconcile(m *gossip.Members) {
 }
 
 // follow keeps a stream to one sidecar until ctx ends.
-func (v *View) follow(ctx context.Context, addr string) {
+func (v *View) follow(ctx context.Context, ref *streamRef, addr string) {
 	creds := v.cfg.TLS
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -387,10 +391,11 @@ func (v *View) follow(ctx context.Context, addr string) {
 	}
 	defer conn.Close()
 	client := pb.NewSidecarClient(conn)
-	failing := false // one log line per transition, not per retry
+	failing := "" // the failure's reason: one log line per transition, not per retry
 	up := func() {
-		if failing {
-			failing = false
+		if failing != "" {
+			failing = ""
+			v.setFailure(ref, nil)
 			v.log.Info("summary stream recovered", zap.String("sidecar", addr))
 		}
 	}
@@ -418,9 +423,15 @@ func (v *View) follow(ctx context.Context, addr string) {
 			}
 			v.mu.Unlock()
 		}
-		if !failing {
-			failing = true
-			v.log.Warn("summary stream failed; retrying", zap.String("sidecar", addr), zap.Error(err), zap.Duration("retry", v.cfg.Retry))
+		reason := failureReason(err)
+		v.setFailure(ref, &SidecarFailure{Sidecar: addr, Reason: reason, Error: err.Error(), Since: time.Now()})
+		if failing != reason {
+			failing = reason
+			fields := []zap.Field{zap.String("sidecar", addr), zap.String("reason", reason), zap.Error(err), zap.Duration("retry", v.cfg.Retry)}
+			if hint := failureHint(reason); hint != "" {
+				fields = append(fields, zap.String("hint", hint))
+			}
+			v.log.Warn("summary stream failed; retrying", fields...)
 		}
 		select {
 		case <-ctx.Done():

@@ -20,6 +20,8 @@ type Options struct {
 	Scrape      time.Duration           // sidecar scrape interval; default the sidecar's
 	Gossip      *gossip.Config          // the sidecar joins gossip when set
 	Engine      func(*enginesim.Config) // adjusts the engine's configuration last
+	Sidecar     func(*sidecar.Config)   // adjusts the sidecar's configuration last
+	SidecarLog  *zap.Logger             // the sidecar's logger; default none
 }
 
 // Pod is a running engine and sidecar.
@@ -56,7 +58,14 @@ func Start(t testing.TB, o Options) *Pod {
 		scfg.ScrapeInterval = o.Scrape
 	}
 	scfg.Gossip = o.Gossip
-	s, err := sidecar.Start(context.Background(), scfg, zap.NewNop(), nil)
+	if o.Sidecar != nil {
+		o.Sidecar(&scfg)
+	}
+	log := o.SidecarLog
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s, err := sidecar.Start(context.Background(), scfg, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
