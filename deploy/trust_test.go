@@ -19,16 +19,6 @@ import (
 // podIP stands for $(POD_IP) when the manifests' addresses are judged.
 const podIP = "10.244.1.7"
 
-// flagValue is the value of --name=value in args ("" when absent).
-func flagValue(args []string, name string) string {
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 // dialledAddr is the gRPC address the pickers dial for the sidecar, as
 // the sidecar derives and gossips it: --grpc-advertise, else the listen
 // address, with the gossip advertise host when listening on every
