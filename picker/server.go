@@ -289,7 +289,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 	}
 	for _, addr := range cfg.Sidecars {
-		s.view.Watch(addr)
+		s.view.WatchStatic(addr)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

@@ -220,17 +220,28 @@ func loadOf(l *pb.LoadReport) fleet.Load {
 type streamRef struct {
 	cancel  context.CancelFunc
 	failure *SidecarFailure
+	static  bool // configured (WatchStatic): gossip's reconciliation leaves it
 }
 
 // Watch makes sure a stream follows the sidecar at addr.
-func (v *View) Watch(addr string) {
+func (v *View) Watch(addr string) { v.watch(addr, false) }
+
+// WatchStatic is Watch for a sidecar the operator listed (--sidecars):
+// following gossip (FollowGossip) never forgets it, whether or not a
+// member advertises it; only Forget does.
+func (v *View) WatchStatic(addr string) { v.watch(addr, true) }
+
+func (v *View) watch(addr string, static bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.streams[addr]; ok || v.closed {
+	if ref, ok := v.streams[addr]; ok || v.closed {
+		if ok && static {
+			ref.static = true
+		}
 		return
 	}
 	ctx, cancel := context.WithCancel(v.closeCtx)
-	ref := &streamRef{cancel: cancel}
+	ref := &streamRef{cancel: cancel, static: static}
 	v.streams[addr] = ref
 	v.log.Info("sidecar joined: following its summary stream", zap.String("sidecar", addr))
 	v.wg.Add(1)
@@ -350,7 +361,8 @@ func (v *View) FollowGossip(ctx context.Context, m *gossip.Members) {
 	}
 }
 
-// reconcile follows exactly the sidecars gossip lists as alive.
+// reconcile follows exactly the sidecars gossip lists as alive, besides
+// the static ones (WatchStatic).
 func (v *View) reconcile(m *gossip.Members) {
 	live := map[string]bool{}
 	for _, mb := range m.Members() {
@@ -360,8 +372,8 @@ func (v *View) reconcile(m *gossip.Members) {
 	}
 	v.mu.Lock()
 	var gone []string
-	for addr := range v.streams {
-		if !live[addr] {
+	for addr, ref := range v.streams {
+		if !live[addr] && !ref.static {
 			gone = append(gone, addr)
 		}
 	}
