@@ -13,7 +13,8 @@
 //     differ from the picker's, whose group is full, or that another live
 //     stream already owns is refused, counted and listed (Refused).
 //   - The shell does the rest: dialling (TLS or plaintext), one follow
-//     goroutine per sidecar with a retry wait, reconciling with gossip,
+//     goroutine per sidecar with a retry wait, reconciling with gossip
+//     (which never forgets a sidecar named with WatchStatic),
 //     decoding protobuf and summary payloads (outside the lock: snapshots
 //     are large), parsing the wire tier (an unknown or missing one is a
 //     malformed update), the clock (every time the core records is read
