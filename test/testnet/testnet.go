@@ -6,18 +6,46 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
+// handed are the ports this process's tests were given: a port drawn at
+// random is free when drawn, but a test draws several before it binds
+// any, so the same one drawn twice would collide (two engines on one
+// replay port). The kernel's own record of bound ports cannot see ports
+// not yet bound, hence this one, the process's.
+var handed = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// take records p … p+n-1 as handed out; false when one of them already
+// was (or is not free now).
+func take(p, n int) bool {
+	handed.Lock()
+	defer handed.Unlock()
+	for j := 0; j < n; j++ {
+		if handed.ports[p+j] || !free(p+j) {
+			return false
+		}
+	}
+	for j := 0; j < n; j++ {
+		handed.ports[p+j] = true
+	}
+	return true
+}
+
 // FreePort returns a port free on 127.0.0.1 (TCP and UDP) at the time of
-// the call. It is drawn at random below the kernel's ephemeral range, so
-// the port cannot be handed to another socket bound to port 0 (by this or
-// a concurrent test) before the caller binds it.
+// the call, and never returned before in this process. It is drawn at
+// random below the kernel's ephemeral range, so the port cannot be handed
+// to another socket bound to port 0 (by this or a concurrent test) before
+// the caller binds it.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	lo, hi := portRange()
 	for i := 0; i < 1000; i++ {
-		if p := lo + rand.IntN(hi-lo); free(p) {
+		if p := lo + rand.IntN(hi-lo); take(p, 1) {
 			return p
 		}
 	}
@@ -31,7 +59,7 @@ func FreePortPair(t testing.TB) int {
 	t.Helper()
 	lo, hi := portRange()
 	for i := 0; i < 1000; i++ {
-		if p := lo + rand.IntN(hi-lo-1); free(p) && free(p+1) {
+		if p := lo + rand.IntN(hi-lo-1); take(p, 2) {
 			return p
 		}
 	}
@@ -45,11 +73,7 @@ func FreePortRun(t testing.TB, n int) int {
 	t.Helper()
 	lo, hi := portRange()
 	for i := 0; i < 1000; i++ {
-		p, ok := lo+rand.IntN(hi-lo-n+1), true
-		for j := 0; j < n && ok; j++ {
-			ok = free(p + j)
-		}
-		if ok {
+		if p := lo + rand.IntN(hi-lo-n+1); take(p, n) {
 			return p
 		}
 	}
