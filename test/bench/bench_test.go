@@ -174,9 +174,12 @@ func TestSeedConcurrent(t *testing.T) {
 		}
 	}
 	// Loose bounds: a test machine under the race detector picks slowly
-	// (tens of ms), and precise, weighing queues against the cache, then
-	// moves the odd turn 2 off its warm engine.
-	if p.WarmReturns < 12 || p.ContinuationHitRate < 0.7 || p.WarmReturnRate != float64(p.WarmReturns)/16 {
+	// (tens of ms; hundreds beside the rest of make test), and precise,
+	// weighing queues against the cache, then moves the odd turn 2 off its
+	// warm engine. The hit-rate bound is what the warm-return bound
+	// implies: a warm continuation hits about 0.84 of its prompt here, so
+	// 12 warm of 16 give about 0.63 (least-loaded, at chance, about 0.24).
+	if p.WarmReturns < 12 || p.ContinuationHitRate < 0.6 || p.WarmReturnRate != float64(p.WarmReturns)/16 {
 		t.Fatalf("precise: %d warm of 16, continuation hit %.3f", p.WarmReturns, p.ContinuationHitRate)
 	}
 	if ll.WarmReturns > 11 || ll.ContinuationHitRate >= p.ContinuationHitRate {
