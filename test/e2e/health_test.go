@@ -134,7 +134,13 @@ func (f *healthFleet) awaitState(t testing.TB, url, want string, within time.Dur
 // metric sums the picker's series name whose labels contain label.
 func (f *healthFleet) metric(t testing.TB, name, label string) float64 {
 	t.Helper()
-	resp, err := http.Get(f.admin + "/metrics")
+	return scrape(t, f.admin, name, label)
+}
+
+// scrape sums the series name at base's /metrics whose line contains label.
+func scrape(t testing.TB, base, name, label string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,11 +150,10 @@ func (f *healthFleet) metric(t testing.TB, name, label string) float64 {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name) || !strings.Contains(line, label) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			sum += v
+		if strings.HasPrefix(line, name) && strings.Contains(line, label) {
+			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+				sum += v
+			}
 		}
 	}
 	return sum

@@ -372,11 +372,11 @@ func TestAlertReplayFailures(t *testing.T) {
 	// a failure after it (the healthy-fleet test shows it quiet).
 	sidecar := sidecarDebug(t, f.admin)
 	evaluate(t, p, replay, 1)
-	base := metricAt(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`) // ≥ what the scrape saw
+	base := scrape(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`) // ≥ what the scrape saw
 	l := startLoad(t, f.picker, 2, true)
 	defer l.end()
 	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error {
-		if n := metricAt(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`); n <= base {
+		if n := scrape(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`); n <= base {
 			return fmt.Errorf("%v failed replays, %v before the load", n, base)
 		}
 		return nil
@@ -419,28 +419,6 @@ func TestAlertPredictionAgreement(t *testing.T) {
 			f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`),
 			f.metric(t, "kvroute_picker_outcomes_total", `outcome="more_cached_than_predicted"`))
 	}
-}
-
-// metricAt sums the series name at a /metrics base URL whose labels
-// contain label.
-func metricAt(t *testing.T, base, name, label string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	sum := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, name+"{") && strings.Contains(line, label) {
-			var v float64
-			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum
 }
 
 // TestAlertGossipFlapping: a gossip member that keeps coming and going — a

@@ -1,15 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"math/big"
-	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,28 +19,6 @@ import (
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/testnet"
 )
-
-// scrape sums the series name at base's /metrics whose line contains label.
-func scrape(t testing.TB, base, name, label string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name) && strings.Contains(line, label) {
-			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum
-}
 
 // servedSerial asks the sidecar at addr for its endpoints over a new
 // connection (TLS trusting roots, presenting cert when asked; nil: none)
