@@ -366,7 +366,7 @@ func buildDashboard() (dashboard.Dashboard, error) {
 		dq(dashSum("reason", dashRate("kvroute_picker_unresolved_total")), "unresolved: {{reason}}"))
 	g.timeseries(dashPanel{title: "Decisions by chosen endpoint", unit: units.OpsPerSecond, w: 8, stack: true,
 		desc: "Decisions per second by the endpoint chosen, all pickers together."},
-		dq(dashSum("endpoint", dashRate("kvroute_picker_selected_total")), "{{endpoint}}"))
+		dq(dashSum("engine", dashRate("kvroute_picker_selected_total")), "{{engine}}"))
 
 	g.row("Cache prediction")
 	g.timeseries(dashPanel{title: "Cached tokens: matched vs engine-reported", unit: units.Short, w: 8, min: dashNum(0),
@@ -402,20 +402,20 @@ func buildDashboard() (dashboard.Dashboard, error) {
 		dq(dashSum("", dashRate("kvroute_picker_load_overrides_total"))+" / "+dashSum("", dashRate("kvroute_picker_decisions_total")), "overridden"))
 	g.timeseries(dashPanel{title: "Requests in flight by endpoint", unit: units.Short, w: 6, min: dashNum(0), stack: true,
 		desc: "Proxied requests sent to an engine and not yet answered in full, all pickers together."},
-		dq(dashSum("endpoint", dashSel("kvroute_picker_endpoint_requests_in_flight")), "{{endpoint}}"))
+		dq(dashSum("engine", dashSel("kvroute_picker_endpoint_requests_in_flight")), "{{engine}}"))
 
 	g.row("Endpoint health")
 	g.stateTimeline(dashPanel{title: "Endpoint health state", w: 24, h: 9,
 		desc: "Each endpoint's health state as the pickers see it (the worst any picker reports): cached (routable, its cache known); load_only (routable by load only: its cache is unknown, as when the event stream is silent, one-sided or lost events, the summary is stale or the sidecar is lost); draining (the engine is going away: no new requests); down (nothing is sent to it)."},
 		dashEndpointStates,
-		dq(dashStateValue("kvroute_picker_endpoint_state", "endpoint", dashEndpointStates), "{{endpoint}}"))
+		dq(dashStateValue("kvroute_picker_endpoint_state", "engine", dashEndpointStates), "{{engine}}"))
 	g.timeseries(dashPanel{title: "Endpoints by state", unit: units.Short, w: 8, min: dashNum(0),
 		desc: "Endpoints in each health state (the most any picker reports) and endpoints known by identity group."},
 		dq("max by (state) ("+dashSel("kvroute_picker_endpoint_states")+")", "{{state}}"),
 		dq("max by (group) ("+dashSel("kvroute_picker_endpoints")+")", "known: group {{group}}"))
 	g.timeseries(dashPanel{title: "Summary staleness by endpoint", unit: units.Seconds, w: 8, min: dashNum(0),
 		desc: "Time since the last update (delta, snapshot or load report) from each endpoint's sidecar, the most any picker reports."},
-		dq("max by (endpoint) ("+dashSel("kvroute_picker_endpoint_staleness_seconds")+")", "{{endpoint}}"))
+		dq("max by (engine) ("+dashSel("kvroute_picker_endpoint_staleness_seconds")+")", "{{engine}}"))
 	g.timeseries(dashPanel{title: "Event to routable lag", unit: units.Seconds, w: 8, min: dashNum(0),
 		desc: "From the engine stamping a KV event batch to its blocks being routable in a picker (engine and picker clocks), all pickers."},
 		dashQuantiles("kvroute_picker_event_to_routable_seconds", "", "", 0.5, 0.9, 0.99)...)
@@ -436,14 +436,14 @@ func buildDashboard() (dashboard.Dashboard, error) {
 	g.stateTimeline(dashPanel{title: "KV event stream state", w: 24, h: 9,
 		desc: "Each endpoint's live KV event stream as its sidecar judges it: live; unknown (not judged yet); replay_only (its batches come only through replay: check --kv-events-mode); partial (lost events that replay could not recover); silent (the engine's counters show new blocks and no live batch arrives). The pickers route an endpoint whose stream is not live by load only."},
 		dashStreamStates,
-		dq(dashStateValue("kvroute_sidecar_stream_state", "endpoint", dashStreamStates), "{{endpoint}}"))
+		dq(dashStateValue("kvroute_sidecar_stream_state", "engine", dashStreamStates), "{{engine}}"))
 	g.timeseries(dashPanel{title: "KV events by type", unit: units.OpsPerSecond, w: 8, stack: true,
 		desc: "KV events applied by the sidecars, by type."},
 		dq(dashSum("type", dashRate("kvroute_sidecar_events_total")), "{{type}}"))
 	g.timeseries(dashPanel{title: "Sequence gaps and engine restarts", unit: units.Short, w: 8, min: dashNum(0),
-		desc: "Gaps in the event sequence numbers and engine restarts detected, per endpoint, over the rate interval."},
-		dq(dashSum("endpoint", dashIncrease("kvroute_sidecar_seq_gaps_total")), "gaps: {{endpoint}}"),
-		dq(dashSum("endpoint", dashIncrease("kvroute_sidecar_engine_restarts_total")), "restarts: {{endpoint}}"))
+		desc: "Gaps in the event sequence numbers and engine restarts detected, per engine, over the rate interval."},
+		dq(dashSum("engine", dashIncrease("kvroute_sidecar_seq_gaps_total")), "gaps: {{engine}}"),
+		dq(dashSum("engine", dashIncrease("kvroute_sidecar_engine_restarts_total")), "restarts: {{engine}}"))
 	g.timeseries(dashPanel{title: "Replays by outcome", unit: units.Short, w: 8, min: dashNum(0),
 		desc: "Replay exchanges over the rate interval, by outcome: ok, incomplete, failed."},
 		dq(dashSum("outcome", dashIncrease("kvroute_sidecar_replays_total")), "{{outcome}}"))
@@ -459,7 +459,7 @@ func buildDashboard() (dashboard.Dashboard, error) {
 		dashQuantiles("kvroute_sidecar_event_to_summary_lag_seconds", "", "")...)
 	g.timeseries(dashPanel{title: "Engine KV cache usage", unit: units.PercentUnit, w: 8, min: dashNum(0), max: dashNum(1),
 		desc: "The share of each engine's KV cache its live requests hold, as its sidecar last scraped it."},
-		dq("max by (endpoint) ("+dashSel("kvroute_sidecar_engine_kv_cache_usage_ratio")+")", "{{endpoint}}"))
+		dq("max by (engine) ("+dashSel("kvroute_sidecar_engine_kv_cache_usage_ratio")+")", "{{engine}}"))
 
 	g.row("Render (tokenize)")
 	g.timeseries(dashPanel{title: "Render latency", unit: units.Seconds, w: 8, min: dashNum(0),

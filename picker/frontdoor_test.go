@@ -296,7 +296,7 @@ func TestAccessLogAndRequestMetrics(t *testing.T) {
 		t.Fatalf("requests_total %v", n)
 	}
 	endpoint := first["endpoint"].(string)
-	if n, ok := series(t, reg, "kvroute_picker_endpoint_requests_in_flight", map[string]string{"endpoint": endpoint}); !ok || n != 0 {
+	if n, ok := series(t, reg, "kvroute_picker_endpoint_requests_in_flight", map[string]string{"engine": endpoint}); !ok || n != 0 {
 		t.Fatalf("in flight at %s after the answers: %v (%v)", endpoint, n, ok)
 	}
 
@@ -398,7 +398,7 @@ func TestUpstreamRetries(t *testing.T) {
 		t.Fatalf("retries %v, want one per engine tried (2)", n)
 	}
 	for _, e := range v.Endpoints() {
-		if n, _ := series(t, reg, "kvroute_picker_endpoint_requests_in_flight", map[string]string{"endpoint": e.URL}); n != 0 {
+		if n, _ := series(t, reg, "kvroute_picker_endpoint_requests_in_flight", map[string]string{"engine": e.URL}); n != 0 {
 			t.Fatalf("%s still in flight: %v", e.URL, n)
 		}
 	}

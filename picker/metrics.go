@@ -30,9 +30,9 @@ type metrics struct {
 	requests       *prometheus.CounterVec   // by route, model, code
 	duration       *prometheus.HistogramVec // by route, model
 	ttfb           *prometheus.HistogramVec // by route, model
-	inFlight       *prometheus.GaugeVec     // proxied requests at an engine, by endpoint
+	inFlight       *prometheus.GaugeVec     // proxied requests at an engine, by engine (label engine)
 	retries        *prometheus.CounterVec   // by cause
-	streamAborts   *prometheus.CounterVec   // by endpoint, cause
+	streamAborts   *prometheus.CounterVec   // by engine, cause
 	eppRequests    *prometheus.CounterVec   // endpoint picker (ext_proc) requests, by result
 	eppServed      *prometheus.CounterVec   // endpoint picker answers, by the endpoint that served them
 	chosen         sync.Map                 // endpoints picked at least once: their per-endpoint series exist
@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		refused:        prometheus.NewCounterVec(opts("refused_total", "Requests refused before a decision, by reason."), []string{"reason"}),
 		unresolved:     prometheus.NewCounterVec(opts("unresolved_total", "Requests whose cache identity could not be resolved exactly, by reason."), []string{"reason"}),
 		fallbacks:      prometheus.NewCounterVec(opts("fallbacks_total", "Decisions that fell back from precise routing, by reason."), []string{"reason"}),
-		selected:       prometheus.NewCounterVec(opts("selected_total", "Decisions per chosen endpoint."), []string{"endpoint"}),
+		selected:       prometheus.NewCounterVec(opts("selected_total", "Decisions per chosen endpoint, by engine (its URL)."), []string{"engine"}),
 		tokenizeErrors: prometheus.NewCounterVec(opts("tokenize_errors_total", "Failed render or tokenize calls, by kind (timeout, refused, error)."), []string{"kind"}),
 		coalesced:      prometheus.NewCounter(opts("render_coalesced_total", "Render calls that joined an identical render of the same identity group in flight (same kind and body) instead of calling an engine.")),
 		overrides:      prometheus.NewCounter(opts("load_overrides_total", "Decisions that skipped the best-cached endpoint because it was at the load cap.")),
@@ -72,14 +72,14 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			Help:    "From a request's arrival to the first byte of its answer's body sent to the client (for a stream: the time to first token as the client sees it), by route and model.",
 			Buckets: latencyBuckets()}, []string{"route", "model"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "endpoint_requests_in_flight",
-			Help: "Proxied requests sent to an engine and not yet answered in full, by endpoint."}, []string{"endpoint"}),
+			Help: "Proxied requests sent to an engine and not yet answered in full, by engine (its URL)."}, []string{"engine"}),
 		retries: prometheus.NewCounterVec(opts("upstream_retries_total", "Requests offered to another engine because the chosen one could not be reached (connect_error) or answered 502, 503 or 504 (bad_status) before any byte reached the client."),
 			[]string{"cause"}),
 		matchedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "matched_blocks",
 			Help:    "GPU blocks the chosen endpoint held of the request's prefix.",
 			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
 		streamAborts: prometheus.NewCounterVec(opts("stream_aborts_total", "Answers aborted after their first byte went to the client (the connection closed or the stream reset, never a clean end), "+
-			"by endpoint and cause: upstream_error (reading the engine's answer failed), upstream_truncated (it ended before its final event), client_gone (the client left)."), []string{"endpoint", "cause"}),
+			"by engine (its URL) and cause: upstream_error (reading the engine's answer failed), upstream_truncated (it ended before its final event), client_gone (the client left)."), []string{"engine", "cause"}),
 		eppRequests: prometheus.NewCounterVec(opts("extproc_requests_total", "Requests the endpoint picker (ext_proc) answered, by result: picked (a destination sent), no_endpoint (503: none ready), "+
 			"subset_empty (503: none of the gateway's subset hint is an endpoint here), shed (429: every candidate saturated), refused (another refusal: unknown model 404, bad request 400, body too large 413, …), "+
 			"error (the stream ended in a gRPC error: a protocol violation, the body timeout)."), []string{"result"}),

@@ -659,7 +659,7 @@ func (v *View) Match(groupID string, t tier.Tier, chain []blockkey.Key) map[stri
 
 // staleDesc describes kvroute_picker_endpoint_staleness_seconds.
 var staleDesc = prometheus.NewDesc("kvroute_picker_endpoint_staleness_seconds",
-	"Time since the last update (delta, snapshot or load report) from an endpoint's sidecar.", []string{"endpoint"}, nil)
+	"Time since the last update (delta, snapshot or load report) from an endpoint's sidecar, by engine (its URL).", []string{"engine"}, nil)
 
 // staleness computes each endpoint's staleness when scraped.
 type staleness struct{ v *View }

@@ -29,7 +29,7 @@ type healthMetrics struct {
 var (
 	statesDesc = prometheus.NewDesc("kvroute_picker_endpoint_states", "Endpoints by health state (cached, load_only, draining, down).", []string{"state"}, nil)
 	stateDesc  = prometheus.NewDesc("kvroute_picker_endpoint_state",
-		"Each endpoint's health state: 1 for the current one (cached, load_only, draining, down), 0 for the others.", []string{"endpoint", "state"}, nil)
+		"Each endpoint's health state, by engine (its URL): 1 for the current one (cached, load_only, draining, down), 0 for the others.", []string{"engine", "state"}, nil)
 )
 
 func newHealthMetrics(v *View) healthMetrics {

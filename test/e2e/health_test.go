@@ -236,7 +236,7 @@ func TestKilledEngineUnderLoad(t *testing.T) {
 	f := startHealthFleet(t, bin, 3, nil, nil)
 	l := startLoad(t, f.picker, 4, false)
 	dead := f.urls[1]
-	label := `endpoint="` + dead + `"`
+	label := `engine="` + dead + `"`
 	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
 		if f.metric(t, "kvroute_picker_selected_total", label) == 0 {
 			return fmt.Errorf("no pick of %s yet", dead)
@@ -329,7 +329,7 @@ func TestKilledSidecarGrace(t *testing.T) {
 	t.Logf("load-only %v after the sidecar's SIGKILL", took.Round(time.Millisecond))
 	// Requests still reach it (by load), none fails.
 	l := startLoad(t, f.picker, 2, false)
-	label := `endpoint="` + orphan + `"`
+	label := `engine="` + orphan + `"`
 	picks := f.metric(t, "kvroute_picker_selected_total", label)
 	if err := waitFor(grace, 20*time.Millisecond, func() error {
 		if f.metric(t, "kvroute_picker_selected_total", label) == picks {
@@ -374,7 +374,7 @@ func TestDrainedSidecar(t *testing.T) {
 	f := startHealthFleet(t, bin, 2, nil, []string{"--drain-delay", "1m"})
 	l := startLoad(t, f.picker, 4, true)
 	leaving := f.urls[1]
-	label := `endpoint="` + leaving + `"`
+	label := `engine="` + leaving + `"`
 	if err := waitFor(10*time.Second, 10*time.Millisecond, func() error {
 		if f.metric(t, "kvroute_picker_selected_total", label) == 0 {
 			return fmt.Errorf("no pick of %s yet", leaving)
@@ -502,7 +502,7 @@ func BenchmarkKillToLastPick(b *testing.B) {
 	f := startHealthFleet(b, bin, 3, nil, nil, "--eject-max", "2s")
 	l := startLoad(b, f.picker, 4, true)
 	victim := f.urls[0]
-	label := `endpoint="` + victim + `"`
+	label := `engine="` + victim + `"`
 	var took []time.Duration
 	for i := 0; i < b.N; i++ {
 		before := f.metric(b, "kvroute_picker_selected_total", label)

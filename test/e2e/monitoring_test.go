@@ -340,7 +340,7 @@ func TestAlertSilentStream(t *testing.T) {
 	rs := alertRules(t)
 	silent := map[string]*rules.AlertingRule{"KvrouteEventStreamSilent": rs["KvrouteEventStreamSilent"]}
 	if firing := evaluate(t, p, silent, stepsFor(2*time.Minute)); len(firing["KvrouteEventStreamSilent"]) != 1 ||
-		!strings.Contains(firing["KvrouteEventStreamSilent"][0], `endpoint="`+pod.engine+`"`) {
+		!strings.Contains(firing["KvrouteEventStreamSilent"][0], `engine="`+pod.engine+`"`) {
 		t.Fatalf("after two minutes silent: firing %v", firing)
 	}
 	firing := evaluate(t, p, rs, stepsFor(5*time.Minute))
@@ -384,7 +384,7 @@ func TestAlertReplayFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	firing := evaluate(t, p, replay, 1)
-	if len(firing["KvrouteSidecarReplayFailures"]) != 1 || !strings.Contains(firing["KvrouteSidecarReplayFailures"][0], `endpoint="`+f.urls[0]+`"`) {
+	if len(firing["KvrouteSidecarReplayFailures"]) != 1 || !strings.Contains(firing["KvrouteSidecarReplayFailures"][0], `engine="`+f.urls[0]+`"`) {
 		t.Fatalf("after a failed replay: firing %v", firing)
 	}
 }

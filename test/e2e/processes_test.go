@@ -165,7 +165,7 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 	}
 	m, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(m), `kvroute_sidecar_blocks{endpoint="`+engine+`",tier="GPU"} 10`) {
+	if !strings.Contains(string(m), `kvroute_sidecar_blocks{engine="`+engine+`",tier="GPU"} 10`) {
 		t.Fatalf("metrics lack the block gauge:\n%s", grepLines(string(m), "kvroute_sidecar_blocks"))
 	}
 }

@@ -62,7 +62,7 @@ func TestStreamCutBySIGKILL(t *testing.T) {
 		t.Fatalf("the stream only ended with the test's deadline: %v", err)
 	}
 	t.Logf("the SDK's stream ended %v after SIGKILL: %v", time.Since(killed).Round(time.Millisecond), err)
-	label := fmt.Sprintf(`cause="upstream_error",endpoint="%s"`, engine)
+	label := fmt.Sprintf(`cause="upstream_error",engine="%s"`, engine)
 	if err := waitFor(5*time.Second, 20*time.Millisecond, func() error {
 		if got := f.metric(t, "kvroute_picker_stream_aborts_total", label); got != 1 {
 			return fmt.Errorf("kvroute_picker_stream_aborts_total{%s} is %v", label, got)
