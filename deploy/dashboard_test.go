@@ -535,7 +535,7 @@ func buildDashboard() (dashboard.Dashboard, error) {
 	return g.b.Build()
 }
 
-var update = flag.Bool("update", false, "rewrite deploy/monitoring/grafana-dashboard.json from its generator (TestDashboardGolden)")
+var update = flag.Bool("update", false, "rewrite the generated files: deploy/monitoring/grafana-dashboard.json (TestDashboardGolden) and deploy/monitoring/kvroute-rules.yaml (TestRuleFileGolden)")
 
 // dashboardJSON is the generated dashboard as committed: indented by two
 // spaces, with a trailing newline.

@@ -43,7 +43,7 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("%s: the expression is a %s, want an instant vector", a.Name, expr.Type())
 		}
 		for _, m := range MetricNames(expr) {
-			if !strings.HasPrefix(m, "kvroute_") {
+			if !strings.HasPrefix(m, "kvroute_") && m != "up" { // up: Prometheus's own, per target
 				t.Errorf("%s: names %s, not a kvroute metric", a.Name, m)
 			}
 		}
@@ -62,7 +62,8 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"KvrouteEndpointLoadOnly", "KvrouteEventStreamSilent", "KvroutePredictionAgreementLow",
-		"KvroutePickerNoEndpoints", "KvrouteRenderErrors", "KvrouteSidecarReplayFailures", "KvrouteGossipFlapping"} {
+		"KvroutePickerNoEndpoints", "KvrouteRenderErrors", "KvrouteSidecarReplayFailures", "KvrouteGossipFlapping",
+		"KvroutePickersAbsent", "KvroutePickerTargetDown", "KvrouteSidecarTargetDown"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s (have %v)", want, names)
 		}

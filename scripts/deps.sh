@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kvroute's build and tests need on a Debian machine that has
-# only Go: libzmq (cgo, through pkg-config), protoc, nginx and Chromium from
-# apt, and the Go tools pinned in go.mod. Idempotent: installs only what is missing.
+# only Go: libzmq (cgo, through pkg-config), protoc, nginx, Prometheus
+# (with promtool) and Chromium from apt, and the Go tools pinned in go.mod. Idempotent: installs only what is missing.
 set -euo pipefail
 
 need_apt=()
@@ -15,6 +15,11 @@ command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 # nginx: the end-to-end test of a gateway hashing on x-kvroute-prefix-hash.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+# Prometheus and promtool: the test that scrapes real pickers and sidecars
+# as the Prometheus Operator would, and promtool's checks and unit tests of
+# the alerts. Installing it does not start a server here (nothing starts
+# services in a container; tests run their own on loopback).
+{ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || need_apt+=(prometheus)
 # Chromium (headless, driven over its DevTools protocol): the test that opens
 # report.html; a font so chart labels render.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
@@ -42,4 +47,4 @@ if ! { go mod download && go build tool; } >/tmp/kvroute-go.log 2>&1; then
   exit 1
 fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-echo "make deps: ok (libzmq $(pkg-config --modversion libzmq), $(protoc --version), $("$nginx_bin" -v 2>&1 | sed 's/.*: //'), $(chromium --version 2>/dev/null | head -1))"
+echo "make deps: ok (libzmq $(pkg-config --modversion libzmq), $(protoc --version), $("$nginx_bin" -v 2>&1 | sed 's/.*: //'), prometheus $(prometheus --version 2>&1 | head -1 | awk '{print $3}'), $(chromium --version 2>/dev/null | head -1))"
