@@ -5,6 +5,8 @@ import (
 	"maps"
 	"strconv"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	klabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -116,4 +118,91 @@ func protocol(p corev1.Protocol) string {
 		return string(corev1.ProtocolTCP)
 	}
 	return string(p)
+}
+
+// PodAt is one pod of a Deployment of a kustomization, placed for a test:
+// its name, its IP, and where each Service port it backs is served (the
+// Service port's name → host:port of a real process).
+type PodAt struct {
+	Deployment, Name, IP string
+	Addresses            map[string]string
+}
+
+// Scrape is one scrape job the Operator would write for a ServiceMonitor
+// of a kustomization, with the targets Kubernetes service discovery would
+// give it (before the job's relabelings keep or drop them).
+type Scrape struct {
+	Job     ScrapeJob
+	Targets []map[string]string
+}
+
+// OperatorScrapes builds the kustomization dir and returns, for each of
+// its ServiceMonitors, the Operator's scrape jobs, each with the targets
+// of the given pods that a Service it selects (by matchLabels, in its
+// namespace) puts behind it. A ServiceMonitor that selects no Service, or
+// a pod whose Deployment is not in dir, is an error.
+func OperatorScrapes(dir string, pods []PodAt) ([]Scrape, error) {
+	objs, err := Build(dir)
+	if err != nil {
+		return nil, err
+	}
+	var monitors []*monitoringv1.ServiceMonitor
+	var services []*corev1.Service
+	deployments := map[string]*appsv1.Deployment{}
+	for _, o := range objs {
+		switch o.Kind {
+		case "ServiceMonitor", "Service", "Deployment":
+		default:
+			continue
+		}
+		v, err := Decode(o)
+		if err != nil {
+			return nil, err
+		}
+		switch v := v.(type) {
+		case *monitoringv1.ServiceMonitor:
+			monitors = append(monitors, v)
+		case *corev1.Service:
+			services = append(services, v)
+		case *appsv1.Deployment:
+			deployments[v.Name] = v
+		}
+	}
+	var out []Scrape
+	for _, sm := range monitors {
+		jobs, err := OperatorScrapeJobs(sm, false)
+		if err != nil {
+			return nil, err
+		}
+		var targets []map[string]string
+		selected := 0
+		for _, svc := range services {
+			if svc.Namespace != sm.Namespace || !klabels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(klabels.Set(svc.Labels)) {
+				continue
+			}
+			selected++
+			for _, p := range pods {
+				d, ok := deployments[p.Deployment]
+				if !ok {
+					return nil, fmt.Errorf("%s: no Deployment %s", dir, p.Deployment)
+				}
+				if !klabels.SelectorFromSet(svc.Spec.Selector).Matches(klabels.Set(d.Spec.Template.Labels)) {
+					continue
+				}
+				ts, err := EndpointsTargets(svc, Pod{Name: p.Name, Namespace: d.Namespace, IP: p.IP, Node: "node-0", Template: d.Spec.Template,
+					ControllerKind: "ReplicaSet", ControllerName: d.Name + "-5d8f7c9b6"}, p.Addresses)
+				if err != nil {
+					return nil, err
+				}
+				targets = append(targets, ts...)
+			}
+		}
+		if selected == 0 {
+			return nil, fmt.Errorf("%s: ServiceMonitor %s selects no Service", dir, sm.Name)
+		}
+		for _, j := range jobs {
+			out = append(out, Scrape{Job: j, Targets: targets})
+		}
+	}
+	return out, nil
 }
