@@ -2,12 +2,14 @@ package deploy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,6 +31,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/promql/promqltest"
 )
 
 // The Grafana dashboard's generator and its tests. The generator builds the
@@ -328,7 +331,14 @@ func buildDashboard() (dashboard.Dashboard, error) {
 			Current(dashboard.VariableOption{Selected: cog.ToPtr(true), Text: dashboard.StringOrArrayOfString{String: cog.ToPtr("All")}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr("$__all")}}))}
 
 	g.row("Overview")
-	errorRatio := dashSum("", dashRate("kvroute_picker_requests_total", `code!~"2.."`)) + " / " + dashSum("", dashRate("kvroute_picker_requests_total"))
+	// The non-2xx series exist only after the first error: each error
+	// query falls back to 0 (the request rate times 0) so a healthy fleet
+	// reads 0, not "No data".
+	allRequests := func(by string) string { return dashSum(by, dashRate("kvroute_picker_requests_total")) }
+	errorRequests := func(by string) string {
+		return dashSum(by, dashRate("kvroute_picker_requests_total", `code!~"2.."`))
+	}
+	errorRatio := errorRequests("") + " / " + allRequests("") + " or " + allRequests("") + " * 0"
 	cachedShare := dashSum("", dashRate("kvroute_picker_reported_cached_tokens_total")) + " / " + dashSum("", dashRate("kvroute_picker_prompt_tokens_total"))
 	g.stat(dashPanel{title: "Requests", unit: units.RequestsPerSecond, w: 4, h: 4,
 		desc: "Requests answered per second, every route and picker."},
@@ -483,11 +493,11 @@ func buildDashboard() (dashboard.Dashboard, error) {
 		desc: "From a request's arrival to the first byte of its answer's body (for a stream, the time to first token as the client sees it), by route."},
 		dashQuantiles("kvroute_picker_time_to_first_byte_seconds", "route", "{{route}}")...)
 	g.timeseries(dashPanel{title: "Errors by route and code", unit: units.RequestsPerSecond, w: 8, min: dashNum(0),
-		desc: "Requests answered with a status other than 2xx, by route and code."},
-		dq(dashSum("route, code", dashRate("kvroute_picker_requests_total", `code!~"2.."`)), "{{route}} {{code}}"))
+		desc: "Requests answered with a status other than 2xx, by route and code (0 for a route without any)."},
+		dq(errorRequests("route, code")+" or on (route) "+allRequests("route")+" * 0", "{{route}} {{code}}"))
 	g.timeseries(dashPanel{title: "Error ratio by route", unit: units.PercentUnit, w: 8, min: dashNum(0),
 		desc: "Share of requests answered with a status other than 2xx, by route."},
-		dq(dashSum("route", dashRate("kvroute_picker_requests_total", `code!~"2.."`))+" / "+dashSum("route", dashRate("kvroute_picker_requests_total")), "{{route}}"))
+		dq(errorRequests("route")+" / "+allRequests("route")+" or on (route) "+allRequests("route")+" * 0", "{{route}}"))
 	g.timeseries(dashPanel{title: "Upstream retries and stream aborts", unit: units.OpsPerSecond, w: 8, min: dashNum(0),
 		desc: "Requests offered to another engine (connect_error, bad_status) and answers aborted after their first byte, by cause (upstream_error, upstream_truncated, client_gone)."},
 		dq(dashSum("cause", dashRate("kvroute_picker_upstream_retries_total")), "retry: {{cause}}"),
@@ -1112,6 +1122,71 @@ func TestDashboardQueries(t *testing.T) {
 		}
 		if _, err := ps.ParseExpr(q.Expr); err != nil {
 			t.Errorf("panel %q: %s: %v", q.Panel, q.Expr, err)
+		}
+	}
+}
+
+// TestDashboardErrorPanelsReadZero evaluates the error panels' queries with
+// Prometheus's engine: on requests that all succeeded they read 0 (the
+// non-2xx series do not exist yet), and with errors on one route they read
+// those errors, and 0 for the other route.
+func TestDashboardErrorPanelsReadZero(t *testing.T) {
+	qs, err := DashboardQueries(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPanel := map[string]string{}
+	for _, q := range qs {
+		byPanel[q.Panel] = q.Expr
+	}
+	const ok = `load 15s
+  kvroute_picker_requests_total{namespace="llm", route="/v1/completions", model="m", code="200"} 0+10x40
+  kvroute_picker_requests_total{namespace="llm", route="/v1/chat/completions", model="m", code="200"} 0+10x40
+`
+	const failing = ok + `  kvroute_picker_requests_total{namespace="llm", route="/v1/chat/completions", model="m", code="503"} 0+5x40
+`
+	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000)
+	at := time.Unix(0, 0).Add(10 * time.Minute)
+	eval := func(input, expr string) map[string]float64 {
+		st := promqltest.LoadedStorage(t, input)
+		q, err := engine.NewInstantQuery(context.Background(), st, nil, expr, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := q.Exec(context.Background()).Vector()
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		out := map[string]float64{}
+		for _, s := range v {
+			out[s.Metric.Get("route")+" "+s.Metric.Get("code")] = s.F
+		}
+		return out
+	}
+	for _, c := range []struct {
+		panel, input string
+		want         map[string]float64
+	}{
+		{"Non-2xx share", ok, map[string]float64{" ": 0}},
+		{"Non-2xx share", failing, map[string]float64{" ": 0.2}},
+		{"Errors by route and code", ok, map[string]float64{"/v1/completions ": 0, "/v1/chat/completions ": 0}},
+		{"Errors by route and code", failing, map[string]float64{"/v1/completions ": 0, "/v1/chat/completions 503": 1.0 / 3}},
+		{"Error ratio by route", ok, map[string]float64{"/v1/completions ": 0, "/v1/chat/completions ": 0}},
+		{"Error ratio by route", failing, map[string]float64{"/v1/completions ": 0, "/v1/chat/completions ": 1.0 / 3}},
+	} {
+		expr, found := byPanel[c.panel]
+		if !found {
+			t.Fatalf("no panel %q", c.panel)
+		}
+		got := eval(c.input, expr)
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %v, want %v", c.panel, got, c.want)
+			continue
+		}
+		for k, w := range c.want {
+			if g, ok := got[k]; !ok || math.Abs(g-w) > 1e-9 {
+				t.Errorf("%s: %v, want %v", c.panel, got, c.want)
+			}
 		}
 	}
 }
