@@ -37,6 +37,19 @@
 //   - Engine health: every scrape, failed ones included, sends a load
 //     report; a failed one carries engine_down and engine_error (and the
 //     last good load), the next good one engine_down=false.
+//   - Startup: the admin listener opens first (after the config and the
+//     TLS files), before any engine is identified, and serves while Start
+//     waits for the engines (a vLLM loading its model, up to
+//     StartupTimeout): /healthz answers 200 (the process is alive),
+//     /metrics the registry, with every engine's series and
+//     kvroute_sidecar_engine_down{engine} 1 until that rank's engine
+//     answers; /readyz fails (503) with a problem per rank naming its
+//     engine URL and the last error; /debug/state and the other admin
+//     paths answer 503 with JSON saying the sidecar is starting and what
+//     it waits for. The gRPC listener, the event intake and gossip start
+//     only once every engine answered; then the full surface takes over
+//     on the same listener, atomically. A failed start closes the admin
+//     listener before Start returns.
 //   - /readyz says the sidecar can serve: every rank's engine answered its
 //     last scrape and its event intake is open. It does not wait for
 //     events, and a silent or replay-only stream is not "not ready": the

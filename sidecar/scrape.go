@@ -325,7 +325,8 @@ func (ep *endpoint) setStreamGauge(s streamhealth.State) {
 }
 
 // identify learns the model and the tokenizer fingerprint, retrying until
-// the engine answers or the startup timeout passes.
+// the engine answers or the startup timeout passes; each attempt's outcome
+// goes to the starting admin surface (boot).
 func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override string) (Identity, error) {
 	ctx, cancel := context.WithTimeout(ctx, ep.s.cfg.StartupTimeout)
 	defer cancel()
@@ -343,6 +344,7 @@ func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override stri
 			var r scrapeResult
 			if r, err = scrape(ctx, hc, ep.engineURL); err == nil {
 				id.BlockSize, id.NumGPUBlocks, id.HashAlgo = r.blockSize, r.numGPUBlocks, r.hashAlgo
+				ep.s.boot.answered(ep.rank)
 				return id, nil
 			}
 		}
@@ -350,6 +352,7 @@ func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override stri
 			ep.log.Info("waiting for the engine", zap.String("url", ep.engineURL), zap.Error(err))
 		}
 		last = err
+		ep.s.boot.waiting(ep.rank, err) // shown on /readyz while starting
 		select {
 		case <-ctx.Done():
 			return id, fmt.Errorf("engine %s did not answer: %w", ep.engineURL, last)

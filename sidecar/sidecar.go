@@ -37,6 +37,8 @@ type Sidecar struct {
 	endpoints []*endpoint
 	srv       *http.Server
 	ln        net.Listener
+	boot      *boot                        // what the starting admin surface shows
+	admin     atomic.Pointer[http.Handler] // the admin surface served: starting, then full
 	hub       *hub
 	grpc      *grpc.Server
 	grpcLn    net.Listener
@@ -48,9 +50,13 @@ type Sidecar struct {
 	wg        sync.WaitGroup
 }
 
-// Start identifies every rank's engine, opens the event sockets and the
-// debug server, and starts following the events. reg receives the
-// sidecar's metrics (and is served on /metrics).
+// Start opens the admin listener, identifies every rank's engine, opens
+// the event sockets and starts following the events. reg receives the
+// sidecar's metrics (and is served on /metrics). While the engines are
+// waited for, the admin listener already serves: /healthz and /metrics
+// answer, /readyz fails naming what is awaited, the rest answers 503; the
+// full surface takes over once everything started. When Start fails, the
+// admin listener is closed before it returns.
 func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Registry) (*Sidecar, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -70,34 +76,84 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	}
 	s.tls = tlsFiles
 	s.hub = newHub(func() { s.metrics.watchersCut.Inc() })
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if err := s.openAdmin(); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := s.start(ctx, runCtx); err != nil {
+		s.Close() // the admin listener among the rest
+		return nil, err
+	}
+	return s, nil
+}
+
+// openAdmin opens the admin listener and serves the starting surface on
+// it; the per-engine series exist from here on, engine_down 1 until the
+// rank's engine answers.
+func (s *Sidecar) openAdmin() error {
+	cfg := &s.cfg
+	b, err := newBoot(cfg)
+	if err != nil {
+		return err
+	}
+	s.boot = b
+	for _, rk := range b.ranks { // the label is the engine URL, as after identification
+		s.metrics.initEndpoint(rk.Engine)
+		s.metrics.engineDown.WithLabelValues(rk.Engine).Set(1)
+	}
+	ln, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return fmt.Errorf("--admin-listen %s: %w", cfg.AdminListen, err)
+	}
+	s.ln = ln
+	s.debugURL = debugURL(*cfg, ln.Addr().String())
+	starting := s.startingHandler()
+	s.admin.Store(&starting)
+	serve := func(w http.ResponseWriter, r *http.Request) { (*s.admin.Load()).ServeHTTP(w, r) }
+	s.srv = &http.Server{Handler: http.HandlerFunc(serve), ReadHeaderTimeout: 10 * time.Second}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// start identifies every rank's engine, then opens the gRPC listener,
+// follows the event streams, joins gossip and serves: pickers never see
+// a sidecar whose engines have not answered. runCtx bounds the loops.
+func (s *Sidecar) start(ctx, runCtx context.Context) error {
+	began := time.Now()
 	hc := &http.Client{Timeout: 5 * time.Second}
-	for r := 0; r < cfg.DataParallelSize; r++ {
+	for r := 0; r < s.cfg.DataParallelSize; r++ {
 		ep, err := s.newEndpoint(ctx, hc, r)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.endpoints = append(s.endpoints, ep)
 	}
-	if err := s.listen(); err != nil {
-		return nil, err
+	if err := s.listenGRPC(); err != nil {
+		return err
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	s.watchTLS(runCtx)
 	for _, ep := range s.endpoints {
 		if err := s.follow(runCtx, hc, ep); err != nil {
-			s.Close()
-			return nil, err
+			return err
 		}
 	}
-	if cfg.Gossip != nil { // before serving: handleReady reads s.members
+	if s.cfg.Gossip != nil { // before serving: handleReady reads s.members
 		if err := s.startGossip(runCtx); err != nil {
-			s.Close()
-			return nil, err
+			return err
 		}
 	}
 	s.serve()
-	return s, nil
+	s.log.Info("engines answered; serving", zap.Int("ranks", len(s.endpoints)),
+		zap.String("admin", s.ln.Addr().String()), zap.Duration("waited", time.Since(began).Round(time.Millisecond)))
+	return nil
 }
 
 // newEndpoint identifies rank r's engine and prepares its endpoint: its
@@ -126,7 +182,9 @@ func (s *Sidecar) newEndpoint(ctx context.Context, hc *http.Client, r int) (*end
 	}
 	ep.identity.KeyFormat = blockkey.FormatV1
 	ep.identity.SummaryParams = cfg.Params().String()
-	s.metrics.initEndpoint(ep.label())
+	// The series exist since openAdmin (the label, ep.label(), is the
+	// engine URL); the engine answered: the scrape loop keeps it from here.
+	s.metrics.engineDown.WithLabelValues(ep.label()).Set(0)
 	icfg := index.DefaultConfig()
 	icfg.Model, icfg.Params = ep.identity.Model, cfg.Params()
 	if bs := ep.identity.BlockSize; bs > 0 { // else learned from the first run
@@ -150,28 +208,19 @@ func (s *Sidecar) newEndpoint(ctx context.Context, hc *http.Client, r int) (*end
 	return ep, nil
 }
 
-// listen opens the debug listener and, when configured, the gRPC one.
-func (s *Sidecar) listen() error {
+// listenGRPC opens the gRPC listener and server, when configured.
+func (s *Sidecar) listenGRPC() error {
 	cfg := &s.cfg
-	ln, err := net.Listen("tcp", cfg.AdminListen)
+	if cfg.GRPCListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.GRPCListen)
 	if err != nil {
-		return fmt.Errorf("--admin-listen %s: %w", cfg.AdminListen, err)
+		return fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err)
 	}
-	s.ln = ln
-	s.debugURL = debugURL(*cfg, ln.Addr().String())
-	s.srv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
-	if cfg.GRPCListen != "" {
-		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
-			ln.Close()
-			return fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err)
-		}
-		if s.grpc, err = s.newGRPCServer(); err != nil {
-			ln.Close()
-			s.grpcLn.Close()
-			return err
-		}
-	}
-	return nil
+	s.grpcLn = ln // closed by Close, as the server
+	s.grpc, err = s.newGRPCServer()
+	return err
 }
 
 // follow starts ep's intake and scraper, and waits for its intake socket
@@ -189,15 +238,11 @@ func (s *Sidecar) follow(ctx context.Context, hc *http.Client, ep *endpoint) err
 	return nil
 }
 
-// serve starts the debug server and, when configured, the gRPC server.
+// serve hands the admin listener to the full surface and starts the gRPC
+// server, when configured.
 func (s *Sidecar) serve() {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("debug server", zap.Error(err))
-		}
-	}()
+	full := s.handler()
+	s.admin.Store(&full)
 	if s.grpc != nil {
 		s.wg.Add(1)
 		go func() {
@@ -455,18 +500,32 @@ func (s *Sidecar) State() []EndpointState {
 	return out
 }
 
+// handler is the full admin surface, once the sidecar started.
 func (s *Sidecar) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /debug/state", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.State()) })
-	mux.HandleFunc("GET /debug/keys", s.handleKeys)
-	mux.HandleFunc("GET /debug/events", s.handleEvents)
-	if s.cfg.FaultInjection { // fault injection only (Validate: with gossip)
-		mux.HandleFunc("POST /debug/fault/gossip", s.handleGossipFault)
+	for _, rt := range s.routes() {
+		mux.Handle(rt.pattern, rt.serve)
 	}
 	return mux
+}
+
+// routes are the admin surface's paths, started and starting (see
+// startingHandler).
+func (s *Sidecar) routes() []adminRoute {
+	healthz := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+	rts := []adminRoute{
+		{pattern: "GET /healthz", serve: healthz, starting: healthz},
+		{pattern: "GET /readyz", serve: http.HandlerFunc(s.handleReady), starting: http.HandlerFunc(s.boot.handleReady)},
+		{pattern: "GET /metrics", serve: metrics, starting: metrics},
+		{pattern: "GET /debug/state", serve: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.State()) })},
+		{pattern: "GET /debug/keys", serve: http.HandlerFunc(s.handleKeys)},
+		{pattern: "GET /debug/events", serve: http.HandlerFunc(s.handleEvents)},
+	}
+	if s.cfg.FaultInjection { // fault injection only (Validate: with gossip)
+		rts = append(rts, adminRoute{pattern: "POST /debug/fault/gossip", serve: http.HandlerFunc(s.handleGossipFault)})
+	}
+	return rts
 }
 
 // handleReady says whether the sidecar can serve: every rank's engine
