@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/rules"
@@ -42,24 +43,68 @@ import (
 // Prometheus would have seen with its default 15 s interval).
 const scrapeStep = 15 * time.Second
 
-// target is one process's /metrics, with the labels Kubernetes service
-// discovery would give its samples.
+// target is one process's /metrics, with the scrape job the Prometheus
+// Operator writes for it and the target labels that job gives it.
 type target struct {
-	url      string
-	pod, job string
+	url    string // the /metrics URL
+	job    deploy.ScrapeJob
+	labels map[string]string
 }
 
-// promStore is a Prometheus TSDB (the test storage) fed from targets.
+// operatorTargets places a picker (its admin base URL) and vLLM pods (their
+// sidecars' admin base URLs, in order) in the monitoring example, and
+// returns their targets as the Operator's scrape jobs label them: the
+// picker's pod is kvroute-picker-0, the vLLM pods vllm-0, vllm-1, ….
+func operatorTargets(t *testing.T, pickerAdmin string, sidecarAdmins ...string) []target {
+	t.Helper()
+	pods := []deploy.PodAt{}
+	if pickerAdmin != "" {
+		pods = append(pods, deploy.PodAt{Deployment: "kvroute-picker", Name: "kvroute-picker-0", IP: "10.0.0.7",
+			Addresses: map[string]string{"admin": strings.TrimPrefix(pickerAdmin, "http://")}})
+	}
+	for i, a := range sidecarAdmins {
+		pods = append(pods, deploy.PodAt{Deployment: "vllm-qwen3", Name: fmt.Sprint("vllm-", i), IP: fmt.Sprint("10.0.1.", 5+i),
+			Addresses: map[string]string{"admin": strings.TrimPrefix(a, "http://")}})
+	}
+	scrapes, err := deploy.OperatorScrapes(filepath.Join("..", "..", "deploy", "examples", "monitoring"), pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []target
+	for _, s := range scrapes {
+		for _, meta := range s.Targets {
+			ls, keep, err := deploy.TargetLabels(s.Job, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keep {
+				out = append(out, target{url: "http://" + meta["__address__"] + s.Job.MetricsPath, job: s.Job, labels: ls})
+			}
+		}
+	}
+	if len(out) != len(pods) {
+		t.Fatalf("%d targets for %d pods", len(out), len(pods))
+	}
+	return out
+}
+
+// promStore is a Prometheus TSDB (the test storage) fed from targets as
+// Prometheus's scrape loop feeds it: each series with its target's labels
+// (a clash renames the scraped label exported_<name>, which fails the
+// test), an up sample per target, and stale markers for a target's series
+// when its scrape fails.
 type promStore struct {
 	t       *testing.T
 	st      *teststorage.TestStorage
 	targets []target
 	now     time.Time // the synthetic time of the last scrape
 	names   map[string]bool
+	last    map[string][]labels.Labels // by target URL: the series of its last good scrape
 }
 
 func newPromStore(t *testing.T, targets ...target) *promStore {
-	return &promStore{t: t, st: teststorage.New(t), targets: targets, now: time.Unix(1_800_000_000, 0), names: map[string]bool{}}
+	return &promStore{t: t, st: teststorage.New(t), targets: targets, now: time.Unix(1_800_000_000, 0), names: map[string]bool{},
+		last: map[string][]labels.Labels{}}
 }
 
 // scrape reads every target once and stores the samples at the next step.
@@ -68,35 +113,73 @@ func (p *promStore) scrape() time.Time {
 	p.now = p.now.Add(scrapeStep)
 	app := p.st.Appender(context.Background())
 	for _, tg := range p.targets {
-		resp, err := http.Get(tg.url)
-		if err != nil {
-			p.t.Fatalf("scraping %s: %v", tg.url, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 {
-			p.t.Fatalf("scraping %s: %d %v", tg.url, resp.StatusCode, err)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
-		if err != nil {
-			p.t.Fatalf("%s: %v", tg.url, err)
-		}
-		base := map[string]string{"namespace": "llm", "pod": tg.pod, "job": tg.job}
-		for _, s := range flatten(families) {
-			p.names[s.name] = true
-			ls := maps.Clone(base)
-			maps.Copy(ls, s.labels)
-			ls["__name__"] = s.name
-			if _, err := app.Append(0, labels.FromMap(ls), p.now.UnixMilli(), s.value); err != nil {
+		up := map[string]string{"__name__": "up"}
+		maps.Copy(up, tg.labels)
+		p.names["up"] = true
+		series, err := p.read(tg)
+		if err != nil { // as Prometheus: up 0, and the target's series go stale
+			for _, ls := range p.last[tg.url] {
+				if _, err := app.Append(0, ls, p.now.UnixMilli(), math.Float64frombits(value.StaleNaN)); err != nil {
+					p.t.Fatal(err)
+				}
+			}
+			p.last[tg.url] = nil
+			if _, err := app.Append(0, labels.FromMap(up), p.now.UnixMilli(), 0); err != nil {
 				p.t.Fatal(err)
 			}
+			continue
+		}
+		var stored []labels.Labels
+		for _, s := range series {
+			p.names[s.name] = true
+			scraped := maps.Clone(s.labels)
+			scraped["__name__"] = s.name
+			ls, keep, err := deploy.SeriesLabels(tg.job, tg.labels, scraped)
+			if err != nil {
+				p.t.Fatal(err)
+			}
+			if !keep {
+				continue
+			}
+			for name := range ls {
+				if strings.HasPrefix(name, model.ExportedLabelPrefix) {
+					p.t.Errorf("%s: %s: a label of kvroute's clashed with a target label the Operator sets (%v)", tg.url, s.name, ls)
+				}
+			}
+			l := labels.FromMap(ls)
+			stored = append(stored, l)
+			if _, err := app.Append(0, l, p.now.UnixMilli(), s.value); err != nil {
+				p.t.Fatal(err)
+			}
+		}
+		p.last[tg.url] = stored
+		if _, err := app.Append(0, labels.FromMap(up), p.now.UnixMilli(), 1); err != nil {
+			p.t.Fatal(err)
 		}
 	}
 	if err := app.Commit(); err != nil {
 		p.t.Fatal(err)
 	}
 	return p.now
+}
+
+// read scrapes one target; an error is a failed scrape.
+func (p *promStore) read(tg target) ([]scraped, error) {
+	resp, err := http.Get(tg.url)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		return nil, fmt.Errorf("%s: %d %v", tg.url, resp.StatusCode, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		p.t.Fatalf("%s: %v", tg.url, err)
+	}
+	return flatten(families), nil
 }
 
 type scraped struct {
@@ -227,8 +310,7 @@ func TestMonitoringHealthyFleet(t *testing.T) {
 	if len(l.failures) > 0 {
 		t.Fatalf("load failures: %v", l.failures)
 	}
-	p := newPromStore(t, target{f.admin + "/metrics", "kvroute-picker-0", "kvroute-picker"},
-		target{sidecarDebug(t, f.admin) + "/metrics", "vllm-0", "kvroute-sidecars"})
+	p := newPromStore(t, operatorTargets(t, f.admin, sidecarDebug(t, f.admin))...)
 	rs := alertRules(t)
 	if firing := evaluate(t, p, rs, stepsFor(6*time.Minute)); len(firing) > 0 {
 		t.Fatalf("alerts firing on a healthy fleet: %v", firing)
@@ -291,7 +373,7 @@ func TestAlertPickerNoEndpoints(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p := newPromStore(t, target{"http://" + admin + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	p := newPromStore(t, operatorTargets(t, "http://"+admin)...)
 	rs := alertRules(t)
 	firing := evaluate(t, p, rs, stepsFor(time.Minute))
 	if len(firing["KvroutePickerNoEndpoints"]) != 1 || len(firing) != 1 {
@@ -335,8 +417,7 @@ func TestAlertSilentStream(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p := newPromStore(t, target{"http://" + admin + "/metrics", "kvroute-picker-0", "kvroute-picker"},
-		target{pod.debug + "/metrics", "vllm-0", "kvroute-sidecars"})
+	p := newPromStore(t, operatorTargets(t, "http://"+admin, pod.debug)...)
 	rs := alertRules(t)
 	silent := map[string]*rules.AlertingRule{"KvrouteEventStreamSilent": rs["KvrouteEventStreamSilent"]}
 	if firing := evaluate(t, p, silent, stepsFor(2*time.Minute)); len(firing["KvrouteEventStreamSilent"]) != 1 ||
@@ -363,8 +444,7 @@ func TestAlertReplayFailures(t *testing.T) {
 	bin := buildKvroute(t)
 	dead := fmt.Sprintf("tcp://127.0.0.1:%d", testnet.FreePort(t))
 	f := startHealthFleet(t, bin, 1, []string{"--sim-drop-events-pct", "50"}, []string{"--replay", dead, "--replay-timeout", "200ms"})
-	p := newPromStore(t, target{f.admin + "/metrics", "kvroute-picker-0", "kvroute-picker"},
-		target{sidecarDebug(t, f.admin) + "/metrics", "vllm-0", "kvroute-sidecars"})
+	p := newPromStore(t, operatorTargets(t, f.admin, sidecarDebug(t, f.admin))...)
 	rs := alertRules(t)
 	replay := map[string]*rules.AlertingRule{"KvrouteSidecarReplayFailures": rs["KvrouteSidecarReplayFailures"]}
 	// The sidecar's idle catch-ups may have failed already (they ask the
@@ -397,7 +477,7 @@ func TestAlertReplayFailures(t *testing.T) {
 func TestAlertPredictionAgreement(t *testing.T) {
 	bin := buildKvroute(t)
 	f := startHealthFleet(t, bin, 1, []string{"--sim-delay-events", "1500ms"}, nil)
-	p := newPromStore(t, target{f.admin + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	p := newPromStore(t, operatorTargets(t, f.admin)...)
 	rs := alertRules(t)
 	agreement := map[string]*rules.AlertingRule{"KvroutePredictionAgreementLow": rs["KvroutePredictionAgreementLow"]}
 	pair := 0
@@ -444,7 +524,7 @@ func TestAlertGossipFlapping(t *testing.T) {
 	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error { return members(1) }); err != nil {
 		t.Fatal(err)
 	}
-	p := newPromStore(t, target{"http://" + admin + "/metrics", "kvroute-picker-0", "kvroute-picker"})
+	p := newPromStore(t, operatorTargets(t, "http://"+admin)...)
 	rs := alertRules(t)
 	flapping := map[string]*rules.AlertingRule{"KvrouteGossipFlapping": rs["KvrouteGossipFlapping"]}
 	if firing := evaluate(t, p, flapping, 2); len(firing) > 0 {
@@ -472,5 +552,64 @@ func TestAlertGossipFlapping(t *testing.T) {
 	firing := evaluate(t, p, flapping, stepsFor(5*time.Minute))
 	if len(firing["KvrouteGossipFlapping"]) != 1 || !strings.Contains(firing["KvrouteGossipFlapping"][0], `pod="kvroute-picker-0"`) {
 		t.Fatalf("after eight membership changes: firing %v", firing)
+	}
+}
+
+// TestAlertsForSilence: a fleet that stops answering Prometheus. The
+// sidecar SIGKILLed: its target is down, and KvrouteSidecarTargetDown fires
+// for its pod once five minutes have passed, not before. Then the picker
+// SIGKILLed: its target is down and its series go stale, so
+// KvroutePickerTargetDown fires for its pod and KvroutePickersAbsent fires
+// twice (no picker anywhere; none in namespace llm, whose other sidecar
+// still reports) after their two minutes, not before.
+func TestAlertsForSilence(t *testing.T) {
+	bin := buildKvroute(t)
+	f := startHealthFleet(t, bin, 2, nil, nil)
+	var dbg struct {
+		Endpoints []struct {
+			Endpoint     string `json:"endpoint"`
+			SidecarDebug string `json:"sidecar_debug"`
+		} `json:"endpoints"`
+	}
+	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
+		t.Fatalf("the picker's endpoints: %+v %v", dbg, err)
+	}
+	admins := map[string]string{}
+	for _, e := range dbg.Endpoints {
+		admins[e.Endpoint] = e.SidecarDebug
+	}
+	p := newPromStore(t, operatorTargets(t, f.admin, admins[f.urls[0]], admins[f.urls[1]])...)
+	rs := alertRules(t)
+	silence := map[string]*rules.AlertingRule{}
+	for _, name := range []string{"KvrouteSidecarTargetDown", "KvroutePickerTargetDown", "KvroutePickersAbsent"} {
+		silence[name] = rs[name]
+	}
+	if firing := evaluate(t, p, silence, 3); len(firing) > 0 {
+		t.Fatalf("firing on a fleet that answers: %v", firing)
+	}
+	if err := f.sidecars[1].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if firing := evaluate(t, p, silence, int(5*time.Minute/scrapeStep)-1); len(firing) > 0 {
+		t.Fatalf("firing within the sidecar-target alert's hold: %v", firing)
+	}
+	firing := evaluate(t, p, silence, 2)
+	if len(firing) != 1 || len(firing["KvrouteSidecarTargetDown"]) != 1 || !strings.Contains(firing["KvrouteSidecarTargetDown"][0], `pod="vllm-1"`) {
+		t.Fatalf("five minutes after the sidecar died: firing %v, want KvrouteSidecarTargetDown for vllm-1", firing)
+	}
+	if err := f.pickerP.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if firing := evaluate(t, p, silence, int(2*time.Minute/scrapeStep)-1); len(firing) != 1 {
+		t.Fatalf("within the picker alerts' hold: firing %v, want the sidecar's alone", firing)
+	}
+	firing = evaluate(t, p, silence, 2)
+	if len(firing["KvroutePickerTargetDown"]) != 1 || !strings.Contains(firing["KvroutePickerTargetDown"][0], `pod="kvroute-picker-0"`) {
+		t.Errorf("two minutes after the picker died: KvroutePickerTargetDown %v", firing["KvroutePickerTargetDown"])
+	}
+	// Fleet-wide (no picker series at all) and for namespace llm, where
+	// sidecar vllm-0 still reports.
+	if a := firing["KvroutePickersAbsent"]; len(a) != 2 || !slices.ContainsFunc(a, func(s string) bool { return strings.Contains(s, `namespace="llm"`) }) {
+		t.Errorf("two minutes after the picker died: KvroutePickersAbsent %v", a)
 	}
 }
