@@ -18,5 +18,19 @@
 //     selects; DashboardQueries returns every PromQL expression of a
 //     Grafana dashboard JSON file, Grafana's variables substituted so each
 //     parses.
+//   - RuleFile writes a PrometheusRule's groups as a plain Prometheus rule
+//     file (monitoring/kvroute-rules.yaml is its output, for Prometheus
+//     without the Operator and for promtool).
+//   - OperatorScrapeJobs writes a ServiceMonitor's scrape jobs as the
+//     Prometheus Operator's config generator does (its relabelings, so its
+//     target labels: namespace, service, pod, container, endpoint = the
+//     port's name, job), for one shard and no scrape class; a field it
+//     does not cover is an error, never left out. EndpointsTargets gives
+//     the targets Kubernetes service discovery (role endpoints) finds for
+//     a pod behind a Service, with their meta labels; OperatorScrapes does
+//     both for a kustomization and pods placed at real addresses, so tests
+//     can run a real Prometheus, or TargetLabels and SeriesLabels
+//     (Prometheus's relabeling and its exported_ rule for clashing labels)
+//     in-process, with the labels a cluster would give kvroute's series.
 //   - Nothing here talks to a cluster.
 package deploy
