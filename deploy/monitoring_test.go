@@ -63,7 +63,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{"KvrouteEndpointLoadOnly", "KvrouteEventStreamSilent", "KvroutePredictionAgreementLow",
 		"KvroutePickerNoEndpoints", "KvrouteRenderErrors", "KvrouteSidecarReplayFailures", "KvrouteGossipFlapping",
-		"KvroutePickersAbsent", "KvroutePickerTargetDown", "KvrouteSidecarTargetDown"} {
+		"KvroutePickersAbsent", "KvroutePickerTargetDown", "KvrouteSidecarTargetDown", "KvrouteScrapeJobUnexpected"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s (have %v)", want, names)
 		}

@@ -582,6 +582,9 @@ func TestAlertsForSilence(t *testing.T) {
 	rs := alertRules(t)
 	silence := map[string]*rules.AlertingRule{}
 	for _, name := range []string{"KvrouteSidecarTargetDown", "KvroutePickerTargetDown", "KvroutePickersAbsent"} {
+		if rs[name] == nil {
+			t.Fatalf("the PrometheusRule has no alert %s", name)
+		}
 		silence[name] = rs[name]
 	}
 	if firing := evaluate(t, p, silence, 3); len(firing) > 0 {

@@ -286,7 +286,8 @@ func startPromFleet(t *testing.T, bin string) (*promFleet, []deploy.Scrape) {
 // TestPrometheusScrapesFleet: a real Prometheus scrapes a picker and two
 // sidecars as the Operator would. Every target is up with exactly the
 // Operator's target labels; no kvroute label clashes with one (no
-// exported_ label); the rules load and evaluate; every dashboard query
+// exported_ label); the rules load and evaluate, and none is pending or
+// firing; every dashboard query
 // runs, every panel has data on this healthy fleet, and each per-engine
 // query gives one series per engine; the README's list of per-engine
 // metrics is true. Then a sidecar is killed: the load-only alert's
@@ -317,6 +318,7 @@ func TestPrometheusScrapesFleet(t *testing.T) {
 	})
 	checkNoClash(t, p)
 	checkRulesLoaded(t, p)
+	checkQuiet(t, p)
 	checkDashboard(t, p, f)
 	checkEngineLabelDoc(t, p)
 	l.end()
@@ -578,6 +580,23 @@ func checkEngineLabelDoc(t *testing.T, p *promServer) {
 		if documented[family(s["__name__"])] {
 			t.Errorf("%s is listed as per-engine, but has a series without engine", s["__name__"])
 		}
+	}
+}
+
+// checkQuiet: on the healthy fleet no alert is pending or firing.
+func checkQuiet(t *testing.T, p *promServer) {
+	t.Helper()
+	var data struct {
+		Alerts []struct {
+			Labels map[string]string `json:"labels"`
+			State  string            `json:"state"`
+		} `json:"alerts"`
+	}
+	if err := p.api("/api/v1/alerts", url.Values{}, &data); err != nil {
+		t.Fatal(err)
+	}
+	if len(data.Alerts) > 0 {
+		t.Errorf("alerts on a healthy fleet: %+v", data.Alerts)
 	}
 }
 
