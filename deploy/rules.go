@@ -22,6 +22,23 @@ type Alert struct {
 	Annotations       map[string]string
 }
 
+// readPrometheusRule strictly decodes the monitoring.coreos.com/v1
+// PrometheusRule at path.
+func readPrometheusRule(path string) (*monitoringv1.PrometheusRule, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var pr monitoringv1.PrometheusRule
+	if err := DecodeInto(raw, &pr); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" {
+		return nil, fmt.Errorf("%s: %s %s, want a monitoring.coreos.com/v1 PrometheusRule", path, pr.APIVersion, pr.Kind)
+	}
+	return &pr, nil
+}
+
 // RuleFile returns the PrometheusRule at path as a Prometheus rule file:
 // its spec.groups, which Prometheus (rule_files) and promtool read without
 // the Operator. Keys keep the rule file's order (name, interval, rules;
@@ -30,13 +47,9 @@ type Alert struct {
 // rule field a plain Prometheus 2 rule file does not take (group labels,
 // query_offset, partial_response_strategy) is an error.
 func RuleFile(path string) ([]byte, error) {
-	raw, err := os.ReadFile(path)
+	pr, err := readPrometheusRule(path)
 	if err != nil {
 		return nil, err
-	}
-	var pr monitoringv1.PrometheusRule
-	if err := DecodeInto(raw, &pr); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	type rule struct {
 		Alert         string            `yaml:"alert,omitempty"`
@@ -92,16 +105,9 @@ func RuleFile(path string) ([]byte, error) {
 // alerting rules in order. A recording rule, a rule with both or neither
 // of alert and record, or a duration that does not parse is an error.
 func Alerts(path string) ([]Alert, error) {
-	raw, err := os.ReadFile(path)
+	pr, err := readPrometheusRule(path)
 	if err != nil {
 		return nil, err
-	}
-	var pr monitoringv1.PrometheusRule
-	if err := DecodeInto(raw, &pr); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" {
-		return nil, fmt.Errorf("%s: %s %s, want a monitoring.coreos.com/v1 PrometheusRule", path, pr.APIVersion, pr.Kind)
 	}
 	var out []Alert
 	for _, g := range pr.Spec.Groups {

@@ -270,19 +270,10 @@ func TargetLabels(job ScrapeJob, meta map[string]string) (map[string]string, boo
 	if job.MetricsPath != "" {
 		in["__metrics_path__"] = job.MetricsPath
 	}
-	cfgs := make([]*relabel.Config, 0, len(job.Relabel))
-	for i, r := range job.Relabel {
-		c, err := r.Config()
-		if err != nil {
-			return nil, false, fmt.Errorf("%s relabel_configs[%d]: %w", job.JobName, i, err)
-		}
-		cfgs = append(cfgs, c)
+	ls, keep, err := relabelAll(job.JobName+" relabel_configs", job.Relabel, in)
+	if err != nil || !keep {
+		return nil, false, err
 	}
-	lb := labels.NewBuilder(labels.FromMap(in))
-	if !relabel.ProcessBuilder(lb, cfgs...) {
-		return nil, false, nil
-	}
-	ls := lb.Labels()
 	out := map[string]string{}
 	ls.Range(func(l labels.Label) {
 		if !strings.HasPrefix(l.Name, "__") {
@@ -329,17 +320,27 @@ func SeriesLabels(job ScrapeJob, target, scraped map[string]string) (map[string]
 	if len(job.MetricRelabel) == 0 {
 		return out, true, nil
 	}
-	cfgs := make([]*relabel.Config, 0, len(job.MetricRelabel))
-	for i, r := range job.MetricRelabel {
+	ls, keep, err := relabelAll(job.JobName+" metric_relabel_configs", job.MetricRelabel, out)
+	if err != nil || !keep {
+		return nil, false, err
+	}
+	return ls.Map(), true, nil
+}
+
+// relabelAll applies rs to in with Prometheus's relabeling; false means
+// they dropped it. where names the list in errors.
+func relabelAll(where string, rs []Relabel, in map[string]string) (labels.Labels, bool, error) {
+	cfgs := make([]*relabel.Config, 0, len(rs))
+	for i, r := range rs {
 		c, err := r.Config()
 		if err != nil {
-			return nil, false, fmt.Errorf("%s metric_relabel_configs[%d]: %w", job.JobName, i, err)
+			return labels.EmptyLabels(), false, fmt.Errorf("%s[%d]: %w", where, i, err)
 		}
 		cfgs = append(cfgs, c)
 	}
-	lb := labels.NewBuilder(labels.FromMap(out))
+	lb := labels.NewBuilder(labels.FromMap(in))
 	if !relabel.ProcessBuilder(lb, cfgs...) {
-		return nil, false, nil
+		return labels.EmptyLabels(), false, nil
 	}
-	return lb.Labels().Map(), true, nil
+	return lb.Labels(), true, nil
 }

@@ -583,20 +583,30 @@ func checkEngineLabelDoc(t *testing.T, p *promServer) {
 	}
 }
 
+// promAlert is an alert as Prometheus's alerts API lists it.
+type promAlert struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"`
+}
+
+// alerts lists the alerts the rule manager holds (pending or firing).
+func (p *promServer) alerts() ([]promAlert, error) {
+	var data struct {
+		Alerts []promAlert `json:"alerts"`
+	}
+	err := p.api("/api/v1/alerts", url.Values{}, &data)
+	return data.Alerts, err
+}
+
 // checkQuiet: on the healthy fleet no alert is pending or firing.
 func checkQuiet(t *testing.T, p *promServer) {
 	t.Helper()
-	var data struct {
-		Alerts []struct {
-			Labels map[string]string `json:"labels"`
-			State  string            `json:"state"`
-		} `json:"alerts"`
-	}
-	if err := p.api("/api/v1/alerts", url.Values{}, &data); err != nil {
+	alerts, err := p.alerts()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data.Alerts) > 0 {
-		t.Errorf("alerts on a healthy fleet: %+v", data.Alerts)
+	if len(alerts) > 0 {
+		t.Errorf("alerts on a healthy fleet: %+v", alerts)
 	}
 }
 
@@ -606,17 +616,12 @@ func awaitAlert(t *testing.T, p *promServer, name, label, value string) {
 	t.Helper()
 	var last any
 	if err := waitFor(30*time.Second, 250*time.Millisecond, func() error {
-		var data struct {
-			Alerts []struct {
-				Labels map[string]string `json:"labels"`
-				State  string            `json:"state"`
-			} `json:"alerts"`
-		}
-		if err := p.api("/api/v1/alerts", url.Values{}, &data); err != nil {
+		alerts, err := p.alerts()
+		if err != nil {
 			return err
 		}
-		last = data.Alerts
-		for _, a := range data.Alerts {
+		last = alerts
+		for _, a := range alerts {
 			if a.Labels["alertname"] == name && a.Labels[label] == value && (a.State == "pending" || a.State == "firing") {
 				return nil
 			}
