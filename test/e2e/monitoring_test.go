@@ -563,6 +563,7 @@ func TestAlertGossipFlapping(t *testing.T) {
 // twice (no picker anywhere; none in namespace llm, whose other sidecar
 // still reports) after their two minutes, not before.
 func TestAlertsForSilence(t *testing.T) {
+	t.Parallel() // its own processes and ports; synthetic time
 	bin := buildKvroute(t)
 	f := startHealthFleet(t, bin, 2, nil, nil)
 	var dbg struct {
