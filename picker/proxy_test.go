@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,29 +189,35 @@ func TestProxyFailover(t *testing.T) {
 }
 
 // TestOverloadedWarmEndpointIsSkipped: requests sharing a warm prefix pile
-// onto its endpoint until it reaches the bounded-load cap; the next ones
-// go to the other endpoint, counted as load overrides.
+// onto its endpoint until its load outweighs the prefix (the cost, or the
+// bounded-load cap); the next ones go to the other endpoint. Each session
+// starts once the engines' load reports show the sessions before it in
+// flight, so every decision weighs their load however slow the machine
+// (under make test's load, reports could lag a fixed 30 ms stagger and
+// every session land on the warm endpoint).
 func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
 	f := startFleetWith(t, 2, picker.DefaultConfig(), "", func(c *enginesim.Config) {
 		c.Sim.TimeScale = 1 // requests take real time: they stay in flight
 	})
 	system := strings.Repeat("A long shared system prompt for every agent session. ", 40)
 	body := func(i int) string {
-		b, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 60, "ignore_eos": true, "cache_salt": "shared",
+		b, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "max_tokens": 120, "ignore_eos": true, "cache_salt": "shared",
 			"messages": []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": fmt.Sprint("Session ", i, ": start.")}}})
 		return string(b)
 	}
 	warm := post2(t, f.api.URL+"/v1/chat/completions", body(0))
 	f.awaitHeld(t, warm, body(0)) // its blocks reach the picker
 	var wg sync.WaitGroup
+	var done atomic.Int64
 	got := make([]string, 10)
 	for i := range got {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			got[i] = post2(t, f.api.URL+"/v1/chat/completions", body(i+1))
+			done.Add(1)
 		}()
-		time.Sleep(30 * time.Millisecond)
+		f.awaitRunning(t, func() float64 { return float64(int64(i+1) - done.Load()) })
 	}
 	wg.Wait()
 	onWarm := 0
@@ -226,6 +233,26 @@ func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
 		t.Fatalf("%d of %d concurrent sessions on the warm endpoint, %v load overrides", onWarm, len(got), overrides)
 	}
 	t.Logf("%d of %d on the warm endpoint, %v load overrides", onWarm, len(got), overrides)
+}
+
+// awaitRunning waits (bounded) until the engines' load reports, as the
+// view holds them, count at least want() requests running.
+func (f *fleet) awaitRunning(t *testing.T, want func() float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		running := 0.0
+		for _, e := range f.view.Endpoints() {
+			running += e.Load.Running
+		}
+		if running >= want() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the load reports show %v requests running after 10 s, want %v", running, want())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // post2 sends a request and returns the endpoint that served it.
