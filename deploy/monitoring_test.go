@@ -43,7 +43,7 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("%s: the expression is a %s, want an instant vector", a.Name, expr.Type())
 		}
 		for _, m := range MetricNames(expr) {
-			if !strings.HasPrefix(m, "kvroute_") && m != "up" { // up: Prometheus's own, per target
+			if !strings.HasPrefix(m, "kvroute_") && !slices.Contains(ExternalMetrics, m) {
 				t.Errorf("%s: names %s, not a kvroute metric", a.Name, m)
 			}
 		}
@@ -259,5 +259,97 @@ func TestImageInOnePlace(t *testing.T) {
 	slices.Sort(seen)
 	if !slices.Equal(seen, []string{"kvroute-sidecar", "picker"}) {
 		t.Fatalf("kvroute containers %v", seen)
+	}
+}
+
+// plumbingLabels are target labels the Operator sets that describe how a
+// series was scraped, not what it is about: no alert or panel may group,
+// match or name its legend by them (grouping by endpoint once gave every
+// per-engine panel one series, named after the scraped port).
+var plumbingLabels = []string{"endpoint", "service", "container"}
+
+// plumbingUses lists where expr groups, matches on, or selects by a
+// plumbing label.
+func plumbingUses(expr parser.Expr) []string {
+	var out []string
+	check := func(where string, ls []string) {
+		for _, l := range ls {
+			if slices.Contains(plumbingLabels, l) {
+				out = append(out, where+" "+l)
+			}
+		}
+	}
+	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.AggregateExpr:
+			check("groups by", n.Grouping)
+		case *parser.BinaryExpr:
+			if n.VectorMatching != nil {
+				check("matches on", n.VectorMatching.MatchingLabels)
+				check("includes", n.VectorMatching.Include)
+			}
+		case *parser.VectorSelector:
+			if n.Name == "kube_pod_container_status_waiting_reason" {
+				break // kube-state-metrics' own container label, about the container it reports on
+			}
+			for _, m := range n.LabelMatchers {
+				check("selects by", []string{m.Name})
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// TestNoPlumbingLabels: no alert and no dashboard query groups, matches or
+// selects by endpoint, service or container, and no legend names them.
+func TestNoPlumbingLabels(t *testing.T) {
+	alerts, err := Alerts(rulePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := parser.NewParser(parser.Options{})
+	for _, a := range alerts {
+		expr, err := p.ParseExpr(a.Expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u := plumbingUses(expr); len(u) > 0 {
+			t.Errorf("alert %s %v", a.Name, u)
+		}
+		for k, v := range a.Annotations {
+			for _, l := range plumbingLabels {
+				if strings.Contains(v, "$labels."+l) {
+					t.Errorf("alert %s: annotation %s names $labels.%s", a.Name, k, l)
+				}
+			}
+		}
+	}
+	queries, err := DashboardQueries(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queries {
+		expr, err := p.ParseExpr(q.Expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u := plumbingUses(expr); len(u) > 0 {
+			t.Errorf("panel %q %v", q.Panel, u)
+		}
+	}
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range plumbingLabels {
+		if strings.Contains(string(raw), "{{"+l+"}}") {
+			t.Errorf("a legend names {{%s}}", l)
+		}
+	}
+	// The rule bites: the old per-engine grouping is caught.
+	old, _ := p.ParseExpr(`max by (namespace, endpoint) (kvroute_picker_endpoint_state{state="load_only"}) == 1`)
+	if u := plumbingUses(old); len(u) != 1 {
+		t.Errorf("grouping by endpoint not caught: %v", u)
 	}
 }

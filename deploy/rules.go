@@ -14,6 +14,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// ExternalMetrics are the metrics the alerts read that are not kvroute's:
+// up (Prometheus's own, one per target) and
+// kube_pod_container_status_waiting_reason (kube-state-metrics, optional:
+// an expression reading it must still work where it is absent).
+var ExternalMetrics = []string{"up", "kube_pod_container_status_waiting_reason"}
+
 // Alert is one alerting rule of a PrometheusRule.
 type Alert struct {
 	Group, Name, Expr string

@@ -100,9 +100,12 @@ type ScrapeJob struct {
 const shardKeep = "0;|.+;.+"
 
 // OperatorScrapeJobs returns the scrape jobs the Operator writes for sm,
-// one per endpoint, for a Prometheus with one shard, no scrape class and
-// overrideHonorLabels as given. A field of sm the rendition does not cover
-// is an error.
+// one per endpoint, for a Prometheus with one shard, no scrape class, no
+// Prometheus-level podTargetLabels or enforced namespace label, the
+// endpoints discovery role, and overrideHonorLabels as given. A field of
+// sm the rendition does not cover is an error; namespaceSelector is not
+// one of them: it only chooses where discovery looks, and the caller
+// gives the targets.
 func OperatorScrapeJobs(sm *monitoringv1.ServiceMonitor, overrideHonorLabels bool) ([]ScrapeJob, error) {
 	if err := coveredSpec(sm.Spec); err != nil {
 		return nil, fmt.Errorf("ServiceMonitor %s: %w", sm.Name, err)

@@ -58,7 +58,7 @@
 //     panic(http.ErrAbortHandler) after flushing what was written: the
 //     HTTP/1.1 connection closes without the last chunk (or short of the
 //     Content-Length), the HTTP/2 stream is reset, so the client sees an
-//     error. Counted in kvroute_picker_stream_aborts_total{endpoint,cause};
+//     error. Counted in kvroute_picker_stream_aborts_total{engine,cause};
 //     an engine's read error is also reported to passive ejection. A
 //     handler wrapping the proxy must let that panic through.
 //   - A client's leaving cancels its request to the engine, which aborts it.

@@ -17,8 +17,9 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 # Prometheus and promtool: the test that scrapes real pickers and sidecars
 # as the Prometheus Operator would, and promtool's checks and unit tests of
-# the alerts. Installing it does not start a server here (nothing starts
-# services in a container; tests run their own on loopback).
+# the alerts. The tests run their own servers on loopback; on a host with
+# systemd the package also enables Debian's own prometheus service (:9090),
+# which they do not use.
 { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || need_apt+=(prometheus)
 # Chromium (headless, driven over its DevTools protocol): the test that opens
 # report.html; a font so chart labels render.

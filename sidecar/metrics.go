@@ -57,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fill:         gv("summary_fill", "Fraction of summary bits set.", "engine", "tier"),
 		streamState: gv("stream_state", "The live KV event stream's state: 1 for the current one (unknown, live, replay_only, silent, partial), 0 for the others.",
 			"engine", "state"),
-		engineDown: gv("engine_down", "1 when the last scrape of the engine failed (reported to pickers as engine_down).", "engine"),
+		engineDown: gv("engine_down", "1 when the last scrape of the engine failed (reported to pickers as engine_down), or while the sidecar starts and the engine has not answered yet (a model loading).", "engine"),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "sidecar", Name: "event_to_summary_lag_seconds",
 			Help:    "Time from the engine stamping a batch to its blocks being in the summary.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5}}, []string{"engine"}),

@@ -602,11 +602,13 @@ func (p *promServer) alerts() ([]promAlert, error) {
 // checkQuiet: on the healthy fleet no alert is pending or firing, once
 // the rules have been evaluated over the first scrapes (an evaluation
 // before Prometheus first scraped the picker sees no picker, and holds
-// KvroutePickersAbsent pending until the next one).
+// KvroutePickersAbsent pending until the next one), and it stays so over
+// the next five evaluations (1 s apart): an alert that comes and goes on a
+// healthy fleet is caught too.
 func checkQuiet(t *testing.T, p *promServer) {
 	t.Helper()
 	var held []promAlert
-	if err := waitFor(10*time.Second, 250*time.Millisecond, func() error {
+	quiet := func() error {
 		var err error
 		if held, err = p.alerts(); err != nil {
 			return err
@@ -615,8 +617,14 @@ func checkQuiet(t *testing.T, p *promServer) {
 			return fmt.Errorf("%d alerts held", len(held))
 		}
 		return nil
-	}); err != nil {
-		t.Errorf("alerts on a healthy fleet: %v: %+v", err, held)
+	}
+	if err := waitFor(10*time.Second, 250*time.Millisecond, quiet); err != nil {
+		t.Fatalf("alerts on a healthy fleet: %v: %+v", err, held)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if err := quiet(); err != nil {
+			t.Fatalf("alerts on a healthy fleet, after a quiet evaluation: %v: %+v", err, held)
+		}
 	}
 }
 
