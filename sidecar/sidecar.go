@@ -120,6 +120,7 @@ func (s *Sidecar) openAdmin() error {
 			s.log.Error("admin server", zap.Error(err))
 		}
 	}()
+	s.log.Info("admin listener open; waiting for the engines", zap.String("admin", ln.Addr().String()), zap.Int("ranks", len(b.ranks)))
 	return nil
 }
 
