@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 func sdk(url string, hdr *http.Header) openai.Client {
@@ -239,20 +240,16 @@ func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
 // view holds them, count at least want() requests running.
 func (f *fleet) awaitRunning(t *testing.T, want func() float64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
 		running := 0.0
 		for _, e := range f.view.Endpoints() {
 			running += e.Load.Running
 		}
-		if running >= want() {
-			return
+		if w := want(); running < w {
+			return fmt.Errorf("the load reports show %v requests running, want %v", running, w)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the load reports show %v requests running after 10 s, want %v", running, want())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // post2 sends a request and returns the endpoint that served it.

@@ -431,29 +431,17 @@ func checkRulesLoaded(t *testing.T, p *promServer) {
 	}
 	var last string
 	if err := waitFor(20*time.Second, 250*time.Millisecond, func() error {
-		var data struct {
-			Groups []struct {
-				Rules []struct {
-					Name           string    `json:"name"`
-					Type           string    `json:"type"`
-					Health         string    `json:"health"`
-					LastError      string    `json:"lastError"`
-					LastEvaluation time.Time `json:"lastEvaluation"`
-				} `json:"rules"`
-			} `json:"groups"`
-		}
-		if err := p.api("/api/v1/rules", url.Values{}, &data); err != nil {
+		rules, err := p.rules()
+		if err != nil {
 			return err
 		}
 		var loaded []string
-		for _, g := range data.Groups {
-			for _, r := range g.Rules {
-				if r.Health != "ok" || r.LastEvaluation.IsZero() {
-					last = fmt.Sprintf("%s: health %q %s, evaluated %v", r.Name, r.Health, r.LastError, r.LastEvaluation)
-					return fmt.Errorf("%s", last)
-				}
-				loaded = append(loaded, r.Name)
+		for _, r := range rules {
+			if r.Health != "ok" || r.LastEvaluation.IsZero() {
+				last = fmt.Sprintf("%s: health %q %s, evaluated %v", r.Name, r.Health, r.LastError, r.LastEvaluation)
+				return fmt.Errorf("%s", last)
 			}
+			loaded = append(loaded, r.Name)
 		}
 		for _, a := range alerts {
 			if !slices.Contains(loaded, a.Name) {
@@ -464,6 +452,31 @@ func checkRulesLoaded(t *testing.T, p *promServer) {
 	}); err != nil {
 		t.Fatalf("rules: %v", err)
 	}
+}
+
+// promRule is a rule as Prometheus's rules API lists it.
+type promRule struct {
+	Name           string    `json:"name"`
+	Health         string    `json:"health"`
+	LastError      string    `json:"lastError"`
+	LastEvaluation time.Time `json:"lastEvaluation"`
+}
+
+// rules lists every loaded rule, all groups together.
+func (p *promServer) rules() ([]promRule, error) {
+	var data struct {
+		Groups []struct {
+			Rules []promRule `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := p.api("/api/v1/rules", url.Values{}, &data); err != nil {
+		return nil, err
+	}
+	var out []promRule
+	for _, g := range data.Groups {
+		out = append(out, g.Rules...)
+	}
+	return out, nil
 }
 
 // checkDashboard: every dashboard query runs, every panel has data on a
@@ -602,9 +615,9 @@ func (p *promServer) alerts() ([]promAlert, error) {
 // checkQuiet: on the healthy fleet no alert is pending or firing, once
 // the rules have been evaluated over the first scrapes (an evaluation
 // before Prometheus first scraped the picker sees no picker, and holds
-// KvroutePickersAbsent pending until the next one), and it stays so over
-// the next five evaluations (1 s apart): an alert that comes and goes on a
-// healthy fleet is caught too.
+// KvroutePickersAbsent pending until the next one), and none is at any
+// poll until every rule has been evaluated five more times (1 s apart):
+// an alert that comes and goes on a healthy fleet is caught too.
 func checkQuiet(t *testing.T, p *promServer) {
 	t.Helper()
 	var held []promAlert
@@ -621,10 +634,27 @@ func checkQuiet(t *testing.T, p *promServer) {
 	if err := waitFor(10*time.Second, 250*time.Millisecond, quiet); err != nil {
 		t.Fatalf("alerts on a healthy fleet: %v: %+v", err, held)
 	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		if err := quiet(); err != nil {
-			t.Fatalf("alerts on a healthy fleet, after a quiet evaluation: %v: %+v", err, held)
+	since := time.Now().Add(5 * time.Second) // five evaluation intervals from here
+	var loud error
+	if err := waitFor(20*time.Second, 250*time.Millisecond, func() error {
+		if loud = quiet(); loud != nil {
+			return nil // stop polling: the failure is reported below
 		}
+		rules, err := p.rules()
+		if err != nil {
+			return err
+		}
+		for _, r := range rules {
+			if r.LastEvaluation.Before(since) {
+				return fmt.Errorf("%s last evaluated %v, before %v", r.Name, r.LastEvaluation, since)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the rules were not evaluated five more times: %v", err)
+	}
+	if loud != nil {
+		t.Fatalf("alerts on a healthy fleet, after a quiet evaluation: %v: %+v", loud, held)
 	}
 }
 
