@@ -565,14 +565,20 @@ func dashboardJSON(t *testing.T) []byte {
 // TestDashboardGolden checks the committed dashboard is its generator's
 // output; -update rewrites it.
 func TestDashboardGolden(t *testing.T) {
-	want := dashboardJSON(t)
+	checkGolden(t, dashboardFile, dashboardJSON(t), "TestDashboardGolden")
+}
+
+// checkGolden checks the committed file is want, the output of its
+// generator (the test named test); -update rewrites it instead.
+func checkGolden(t *testing.T, file string, want []byte, test string) {
+	t.Helper()
 	if *update {
-		if err := os.WriteFile(dashboardFile, want, 0o644); err != nil {
+		if err := os.WriteFile(file, want, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	got, err := os.ReadFile(dashboardFile)
+	got, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,8 +594,8 @@ func TestDashboardGolden(t *testing.T) {
 			}
 			return "(end of file)"
 		}
-		t.Fatalf("%s is not the generator's output (first difference at line %d: have %q, want %q); run go test ./deploy -run TestDashboardGolden -update",
-			dashboardFile, i+1, line(gl), line(wl))
+		t.Fatalf("%s is not its generator's output (first difference at line %d: have %q, want %q); run go test ./deploy -run %s -update",
+			file, i+1, line(gl), line(wl), test)
 	}
 }
 

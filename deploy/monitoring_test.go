@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -308,15 +309,13 @@ func TestNoPlumbingLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := parser.NewParser(parser.Options{})
+	queries, err := DashboardQueries(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := map[string]string{} // where → expression
 	for _, a := range alerts {
-		expr, err := p.ParseExpr(a.Expr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if u := plumbingUses(expr); len(u) > 0 {
-			t.Errorf("alert %s %v", a.Name, u)
-		}
+		exprs["alert "+a.Name] = a.Expr
 		for k, v := range a.Annotations {
 			for _, l := range plumbingLabels {
 				if strings.Contains(v, "$labels."+l) {
@@ -325,17 +324,17 @@ func TestNoPlumbingLabels(t *testing.T) {
 			}
 		}
 	}
-	queries, err := DashboardQueries(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
+	for i, q := range queries {
+		exprs[fmt.Sprintf("panel %q (query %d)", q.Panel, i)] = q.Expr
 	}
-	for _, q := range queries {
-		expr, err := p.ParseExpr(q.Expr)
+	p := parser.NewParser(parser.Options{})
+	for where, e := range exprs {
+		expr, err := p.ParseExpr(e)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", where, err)
 		}
 		if u := plumbingUses(expr); len(u) > 0 {
-			t.Errorf("panel %q %v", q.Panel, u)
+			t.Errorf("%s %v", where, u)
 		}
 	}
 	raw, err := os.ReadFile(dashboardFile)

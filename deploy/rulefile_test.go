@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,19 +30,7 @@ func TestRuleFileGolden(t *testing.T) {
 	want = append([]byte("# Generated from deploy/components/monitoring/prometheusrule.yaml (its spec.groups)\n"+
 		"# by go test ./deploy -run TestRuleFileGolden -update: edit the PrometheusRule, not this file.\n"+
 		"# For a Prometheus without the Operator: list it under rule_files.\n"), want...)
-	if *update {
-		if err := os.WriteFile(ruleFile, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got, err := os.ReadFile(ruleFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is not the PrometheusRule's groups; run go test ./deploy -run TestRuleFileGolden -update", ruleFile)
-	}
+	checkGolden(t, ruleFile, want, "TestRuleFileGolden")
 }
 
 // TestRuleFileRefuses: a rule field a Prometheus 2 rule file cannot hold is
