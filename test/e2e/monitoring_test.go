@@ -360,6 +360,33 @@ func sidecarDebug(t *testing.T, admin string) string {
 	return dbg.Endpoints[0].SidecarDebug
 }
 
+// sidecarAdmins returns each engine's sidecar admin base URL, in the order
+// of f.urls, as the picker lists them on /debug/endpoints.
+func (f *healthFleet) sidecarAdmins(t *testing.T) []string {
+	t.Helper()
+	var dbg struct {
+		Endpoints []struct {
+			Endpoint     string `json:"endpoint"`
+			SidecarDebug string `json:"sidecar_debug"`
+		} `json:"endpoints"`
+	}
+	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil {
+		t.Fatal(err)
+	}
+	byEngine := map[string]string{}
+	for _, e := range dbg.Endpoints {
+		byEngine[e.Endpoint] = e.SidecarDebug
+	}
+	var out []string
+	for _, u := range f.urls {
+		if byEngine[u] == "" {
+			t.Fatalf("no sidecar admin URL for %s: %+v", u, dbg)
+		}
+		out = append(out, byEngine[u])
+	}
+	return out
+}
+
 // TestAlertPickerNoEndpoints: a picker started with default flags and no
 // sidecar to find fires KvroutePickerNoEndpoints after its minute, and
 // nothing else.
@@ -566,20 +593,7 @@ func TestAlertsForSilence(t *testing.T) {
 	t.Parallel() // its own processes and ports; synthetic time
 	bin := buildKvroute(t)
 	f := startHealthFleet(t, bin, 2, nil, nil)
-	var dbg struct {
-		Endpoints []struct {
-			Endpoint     string `json:"endpoint"`
-			SidecarDebug string `json:"sidecar_debug"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
-		t.Fatalf("the picker's endpoints: %+v %v", dbg, err)
-	}
-	admins := map[string]string{}
-	for _, e := range dbg.Endpoints {
-		admins[e.Endpoint] = e.SidecarDebug
-	}
-	p := newPromStore(t, operatorTargets(t, f.admin, admins[f.urls[0]], admins[f.urls[1]])...)
+	p := newPromStore(t, operatorTargets(t, f.admin, f.sidecarAdmins(t)...)...)
 	rs := alertRules(t)
 	silence := map[string]*rules.AlertingRule{}
 	for _, name := range []string{"KvrouteSidecarTargetDown", "KvroutePickerTargetDown", "KvroutePickersAbsent"} {

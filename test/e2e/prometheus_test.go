@@ -253,24 +253,11 @@ type promFleet struct {
 func startPromFleet(t *testing.T, bin string) (*promFleet, []deploy.Scrape) {
 	t.Helper()
 	f := &promFleet{healthFleet: startHealthFleet(t, bin, 2, nil, nil), pickerPod: "kvroute-picker-6c9d8f7b5-x2k4q", sidecars: map[string]string{}}
-	var dbg struct {
-		Endpoints []struct {
-			Endpoint     string `json:"endpoint"`
-			SidecarDebug string `json:"sidecar_debug"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range dbg.Endpoints {
-		f.sidecars[e.Endpoint] = e.SidecarDebug
-	}
+	admins := f.sidecarAdmins(t)
 	pods := []deploy.PodAt{{Deployment: "kvroute-picker", Name: f.pickerPod, IP: "10.0.0.7",
 		Addresses: map[string]string{"admin": strings.TrimPrefix(f.admin, "http://")}}}
 	for i, u := range f.urls {
-		if f.sidecars[u] == "" {
-			t.Fatalf("no sidecar admin URL for %s: %+v", u, dbg)
-		}
+		f.sidecars[u] = admins[i]
 		pod := fmt.Sprintf("vllm-qwen3-5b7c9d6f4-%d", i)
 		f.vllmPods = append(f.vllmPods, pod)
 		pods = append(pods, deploy.PodAt{Deployment: "vllm-qwen3", Name: pod, IP: fmt.Sprintf("10.0.1.%d", 5+i),
