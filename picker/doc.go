@@ -34,7 +34,7 @@
 //     certificate and CA bundle the sidecars are dialled with, the
 //     certificates and client CA bundles of the gRPC decision API and the
 //     endpoint picker) are re-read when the file changes
-//     (picker/secretfile); a broken file keeps the material before,
+//     (gossip/secretfile); a broken file keeps the material before,
 //     logged once and counted. New TLS connections take new material,
 //     open ones keep theirs. No secret is logged, exported or put in an
 //     answer. A bad combination of TLS settings is a Validate error

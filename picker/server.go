@@ -22,7 +22,7 @@ import (
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
-	"github.com/kvroute/kvroute/picker/secretfile"
+	"github.com/kvroute/kvroute/gossip/secretfile"
 )
 
 // ServerConfig configures a picker process. Start from

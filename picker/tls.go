@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/kvroute/kvroute/picker/secretfile"
+	"github.com/kvroute/kvroute/gossip/secretfile"
 )
 
 // validateTLS checks the TLS settings go together.

@@ -76,7 +76,7 @@
 //     counted (kvroute_sidecar_tls_handshake_failures_total) and logged,
 //     a line per 10 s at most. The files are read before the engine is
 //     waited for (a bad one fails Start at once, naming the flag) and
-//     re-read when they change (picker/secretfile): new connections take
+//     re-read when they change (gossip/secretfile): new connections take
 //     the new material, open streams are never dropped for it; a file
 //     that does not parse keeps the material in use, logged once and
 //     counted (kvroute_sidecar_secret_reloads_total).

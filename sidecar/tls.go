@@ -7,7 +7,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/kvroute/kvroute/picker/secretfile"
+	"github.com/kvroute/kvroute/gossip/secretfile"
 )
 
 // grpcTLS is the gRPC server's TLS material held from files: its

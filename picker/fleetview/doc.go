@@ -43,7 +43,7 @@
 //     kvroute_picker_sidecar_streams_failing; its log line names the
 //     sidecar and the reason, with a hint for tls and unavailable.
 //   - Config.TLS dials the sidecars (nil: plaintext); credentials that
-//     build their configuration per handshake (picker/secretfile) make a
+//     build their configuration per handshake (gossip/secretfile) make a
 //     rotation apply to new streams only.
 //   - Concurrency: one RWMutex serialises every access to the core —
 //     Match, Endpoints, GroupEndpoints and Refused under the read lock, everything else

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/kvroute/kvroute/picker/secretfile"
+	"github.com/kvroute/kvroute/gossip/secretfile"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 

@@ -3,8 +3,10 @@
 // CA bundles — and re-reads it when the files change, without a restart
 // and without dropping connections. The picker uses it for its secrets,
 // its TLS servers and its TLS client to the sidecars; the sidecar, for its
-// gRPC server. It lives under picker/ because the top level is fixed and
-// internal/ holds pure cores only; it imports nothing of kvroute's.
+// gRPC server. It is a shell both components import, so it belongs to
+// neither: it lives under gossip/, the tree of the shells the fleet's
+// processes share (DESIGN.md §3 fixes the top level, and internal/ holds
+// pure cores only). It imports nothing of kvroute's.
 //
 // Contract:
 //   - Open reads and parses a File's files once; an error names the flags

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/picker/secretfile"
+	"github.com/kvroute/kvroute/gossip/secretfile"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
