@@ -18,11 +18,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/gossip"
+	"github.com/kvroute/kvroute/gossip/secretfile"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
-	"github.com/kvroute/kvroute/gossip/secretfile"
 )
 
 // ServerConfig configures a picker process. Start from
