@@ -45,7 +45,7 @@ var cores = []string{
 // helpers are the test/ packages that exist only for tests; the other
 // test/ packages (test/enginesim and its parts: `kvroute engine`;
 // test/bench: `kvroute bench` and `kvroute demo`) ship in the binary.
-var helpers = []string{"test/e2e", "test/pod", "test/repo", "test/simsidecar", "test/testnet", "test/vectors"}
+var helpers = []string{"test/e2e", "test/metrictest", "test/pod", "test/repo", "test/simsidecar", "test/testnet", "test/vectors"}
 
 // forbidden are imports no core may have: the network, the file system
 // and process, system calls, loggers, locks (a core is not safe for
