@@ -589,7 +589,7 @@ func (r *Router) subsetEndpoints(hint []string) map[string]bool {
 		}
 	}
 	only := map[string]bool{}
-	for _, e := range r.view.Endpoints() {
+	for _, e := range r.fleet.Endpoints() {
 		a := gatewayAddr(e.URL)
 		host, _, _ := net.SplitHostPort(a)
 		if addrs[a] || hosts[host] {
@@ -603,7 +603,7 @@ func (r *Router) subsetEndpoints(hint []string) map[string]bool {
 // endpoint of any group (only those in only, when set), with fallbacks
 // after it in the same order; booked in flight, nothing to predict.
 func (r *Router) pickAny(only map[string]bool, fallbacks int) *Pick {
-	eps := r.view.Endpoints()
+	eps := r.fleet.Endpoints()
 	if only != nil {
 		var kept []fleet.Endpoint
 		for _, e := range eps {

@@ -2,8 +2,6 @@ package picker
 
 import (
 	"time"
-
-	"github.com/kvroute/kvroute/picker/fleetview"
 )
 
 // debugFailing is a sidecar on /debug/endpoints whose summary stream is
@@ -18,7 +16,7 @@ type debugFailing struct {
 
 // sidecarsFailing lists the sidecars followed whose stream is failing:
 // one that never streamed has no endpoint to show it by.
-func sidecarsFailing(v *fleetview.View) []debugFailing {
+func sidecarsFailing(v fleetDiagnostics) []debugFailing {
 	out := []debugFailing{}
 	for _, f := range v.Failing() {
 		out = append(out, debugFailing{Sidecar: f.Sidecar, Reason: f.Reason, Error: f.Error, SinceSeconds: time.Since(f.Since).Seconds()})

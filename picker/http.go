@@ -247,12 +247,12 @@ func (r *Router) readiness(ready func() error) error {
 			return err
 		}
 	}
-	eps := r.view.Endpoints()
+	eps := r.fleet.Endpoints()
 	if len(eps) == 0 {
 		return errors.New("no endpoints known yet")
 	}
 	for i := range eps {
-		if r.view.Health(&eps[i]).Routable() {
+		if r.health(&eps[i]).Routable() {
 			return nil
 		}
 	}
@@ -323,13 +323,13 @@ type debugRefused struct {
 
 func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, self debugSelf) {
 	out := []debugEndpoint{}
-	for _, e := range r.view.Endpoints() {
+	for _, e := range r.fleet.Endpoints() {
 		d := debugEndpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
 		d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
 		d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGPUBlocks, e.Info.HashAlgo, e.Info.KeyFormat
 		d.SummaryParams, d.TokenizerFingerprint, d.SidecarDebug = e.Info.SummaryParams, e.Info.TokenizerFingerprint, e.Info.DebugURL
 		d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KVCacheUsage
-		h := r.view.Health(&e)
+		h := r.health(&e)
 		d.State, d.StateReason = h.State.String(), h.Reason
 		d.StreamState, d.StreamReason = e.StreamState, e.StreamReason
 		d.EngineDown, d.EngineError = e.Load.EngineDown, e.Load.EngineError
@@ -342,10 +342,13 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, se
 		out = append(out, d)
 	}
 	// Endpoints offered but not taken: never routed to, so shown apart.
-	refused := []debugRefused{}
-	for _, rf := range r.view.Refused() {
-		refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
-			BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint, trustNote: trustNoteOf(r.view, rf)})
+	refused, failing := []debugRefused{}, []debugFailing{}
+	if diag, ok := r.fleet.(fleetDiagnostics); ok {
+		for _, rf := range diag.Refused() {
+			refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
+				BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint, trustNote: trustNoteOf(diag, rf)})
+		}
+		failing = sidecarsFailing(diag)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "picker": self, "sidecars_failing": sidecarsFailing(r.view)})
+	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "picker": self, "sidecars_failing": failing})
 }

@@ -177,11 +177,11 @@ var endpointsDesc = prometheus.NewDesc("kvroute_picker_endpoints", "Endpoints kn
 func (e endpointsByGroup) Describe(ch chan<- *prometheus.Desc) { ch <- endpointsDesc }
 
 func (e endpointsByGroup) Collect(ch chan<- prometheus.Metric) {
-	if e.r.view == nil {
+	if e.r.fleet == nil {
 		return
 	}
 	n := map[string]int{}
-	for _, ep := range e.r.view.Endpoints() {
+	for _, ep := range e.r.fleet.Endpoints() {
 		n[ep.Group]++
 	}
 	for g, c := range n {

@@ -129,7 +129,7 @@ func relayPick(endpoint string) *Pick {
 // handleVersion answers GET /version as a routable engine does: vLLM's
 // {"version": …}.
 func (r *Router) handleVersion(w http.ResponseWriter, req *http.Request) {
-	engines := decide.RenderOrder(&r.dcfg, r.view.Endpoints(), time.Now())
+	engines := decide.RenderOrder(&r.dcfg, r.fleet.Endpoints(), time.Now())
 	r.relay(w, req, intake.Any, "/version", nil, func(tried map[string]bool) (*Pick, error) { return orNone(firstUntried(engines, tried), noEngine()) })
 }
 
@@ -207,7 +207,7 @@ type listed struct {
 func (r *Router) modelLists(req *http.Request) []listed {
 	now := time.Now()
 	var urls []string
-	for _, g := range groupsOf(r.view.Endpoints()) {
+	for _, g := range groupsOf(r.fleet.Endpoints()) {
 		for i := range g.endpoints {
 			if r.routable(&g.endpoints[i], now) {
 				urls = append(urls, g.endpoints[i].URL)

@@ -143,7 +143,7 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 // the group alone, so a request's cost does not grow with the fleet
 // (issue 21).
 func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
-	return r.view.GroupEndpoints(group)
+	return r.fleet.GroupEndpoints(group)
 }
 
 // reportFailure tells the fleet view's passive outlier detection that an
@@ -153,8 +153,8 @@ func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
 func (r *Router) reportFailure(url, reason string) {
 	r.proxy.CloseIdleConnections()
 	r.render.Close() // closes idle connections only
-	if r.view != nil {
-		r.view.ReportFailure(url, reason)
+	if r.fleet != nil {
+		r.fleet.ReportFailure(url, reason)
 	}
 }
 

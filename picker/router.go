@@ -19,7 +19,6 @@ import (
 	"github.com/kvroute/kvroute/picker/admit"
 	"github.com/kvroute/kvroute/picker/decide"
 	"github.com/kvroute/kvroute/picker/fleet"
-	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/inflight"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
@@ -176,7 +175,7 @@ type Router struct {
 	engKey atomic.Pointer[string]        // the engines' API key ("" none; SetEngineAPIKey)
 	dcfg   decide.Config
 	log    *zap.Logger
-	view   *fleetview.View
+	fleet  Fleet
 	render *render.Client
 	coal   *render.Coalescer // identical renders in flight, shared
 	parser intake.Parser
@@ -198,8 +197,9 @@ type Router struct {
 	peer    *peerPolicy        // a peer's policy, when one is configured (comparison runs)
 }
 
-// NewRouter returns a router over view.
-func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus.Registerer) (*Router, error) {
+// NewRouter returns a router over a fleet (a fleetview.View, or an
+// in-process picker/localfleet).
+func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -212,13 +212,13 @@ func NewRouter(cfg Config, view *fleetview.View, log *zap.Logger, reg prometheus
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, view: view,
+	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, fleet: fl,
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
 		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
 	r.access.rate = cfg.AccessLog
 	r.engKey.Store(&cfg.EngineAPIKey)
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
-	r.models = &modelDirectory{endpoints: view.Endpoints, log: log, shard: view.Models(), list: func(ctx context.Context, base string) ([]modelEntry, error) {
+	r.models = &modelDirectory{endpoints: fl.Endpoints, log: log, shard: fl.Models(), list: func(ctx context.Context, base string) ([]modelEntry, error) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.TokenizeTimeout)
 		defer cancel()
 		return listModels(ctx, hc, base, *r.engKey.Load())
@@ -485,7 +485,7 @@ func (r *Router) snapshot(p *prepared, now time.Time) decide.Snapshot {
 	s := decide.Snapshot{Endpoints: p.eps, InFlight: map[string]inflight.Pending{}}
 	if len(p.chain) > 0 {
 		for _, t := range tier.All() {
-			s.Matched[t] = r.view.Match(p.group, t, p.chain)
+			s.Matched[t] = r.fleet.Match(p.group, t, p.chain)
 		}
 	}
 	r.mu.Lock()

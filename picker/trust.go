@@ -30,7 +30,7 @@ type trustNote struct {
 }
 
 // trustNoteOf is rf's note; empty for another refusal.
-func trustNoteOf(v *fleetview.View, rf fleetview.Refused) trustNote {
+func trustNoteOf(v fleetDiagnostics, rf fleetview.Refused) trustNote {
 	since, detail, ok := v.Untrusted(rf)
 	if !ok {
 		return trustNote{}
