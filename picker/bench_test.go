@@ -299,7 +299,7 @@ func TestUnknownBlockSizeRoutesByLoad(t *testing.T) {
 	v, _ := simView(t, 2, simsidecar.Config{Params: summary.ForCapacity(1024), NoBlockSize: true})
 	reg := prometheus.NewRegistry()
 	r := simRouter(t, v, reg)
-	p, err := r.Pick(context.Background(), intake.Any, tokenBody(make([]uint32, 64), "s"), picker.PickOptions{})
+	p, err := r.Route(context.Background(), intake.Any, tokenBody(make([]uint32, 64), "s"), picker.PickOptions{})
 	if err != nil || p.Reason != "load_only" || p.PrefixHash != "" {
 		t.Fatalf("%+v %v", p, err)
 	}
@@ -319,7 +319,7 @@ func TestConcurrentFirstRequests(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = r.Pick(context.Background(), intake.Any, tokenBody(make([]uint32, 64), "s"), picker.PickOptions{})
+			_, errs[i] = r.Route(context.Background(), intake.Any, tokenBody(make([]uint32, 64), "s"), picker.PickOptions{})
 		}()
 	}
 	wg.Wait()

@@ -9,11 +9,19 @@
 //     endpoint); anything else is rejected or routed load-only, by
 //     configuration (Config.Unresolved), and counted by reason — never
 //     silently scored as zero. previous_response_id is always refused.
-//   - Router.Pick is the decision: the fleet view's per-tier matches and
-//     loads, the picker's own picks not yet covered by an engine load
-//     report (aged at the engine's prefill rate), and the pure scoring core
-//     (picker/score). It never sends anything to an engine except render
-//     and model-list calls.
+//   - Router.Route places a request in five steps, each callable on its
+//     own (route.go): Prepare (parse, resolve, render and key the tokens:
+//     I/O, bounded by the render timeout), Admit (wait while the model
+//     group is saturated), Snapshot (the fleet's per-tier matches and
+//     loads, and the picker's own picks not yet covered by an engine load
+//     report, aged at the engine's prefill rate), Decide (the pure
+//     decision, picker/decide over picker/score) and Book. Prepare and
+//     Admit block; Snapshot, Decide and Book never wait on I/O. It never
+//     sends anything to an engine except render and model-list calls.
+//   - The router reads the fleet through the Fleet interface: a
+//     fleetview.View in kvroute picker, an in-process picker/localfleet in
+//     tests and the lab. Its picks in flight are picker/inflight.Bookings,
+//     under the router's one lock, taken only in bookings.go.
 //   - With a peer's policy (Config.Score.Policy llm-d, llm-d-precise,
 //     dynamo or sglang: comparison baselines, picker/peers), the same
 //     candidates go to that policy instead of picker/score; it books each
@@ -107,7 +115,7 @@
 //   - With ServerConfig.ExtProcListen the picker is also a Gateway API
 //     Inference Extension endpoint picker (extproc.go, the message flow in
 //     picker/extproc, docs/gateway-epp.md): Envoy's ext_proc service, each
-//     request decided by Router.Pick on its body (the subset hint as
+//     request routed by Router.Route on its body (the subset hint as
 //     PickOptions.Only, fallbacks ranked by the same decision, shedding by
 //     PickOptions.ShedWaiting, off by default), refusals as immediate
 //     responses in OpenAI's error format, the served endpoint and the

@@ -362,7 +362,7 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 			r.m.refused.WithLabelValues("bad_request").Inc()
 			return refuse(eppRefused, err)
 		}
-		p, err = r.Pick(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff,
+		p, err = r.Route(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff,
 			Admit: true, Fairness: fair, Carried: true})
 		var ie *intake.Error
 		switch {
@@ -622,9 +622,7 @@ func (r *Router) pickAny(only map[string]bool, fallbacks int) *Pick {
 	for _, u := range urls[1:min(len(urls), fallbacks+1)] {
 		p.fallbacks = append(p.fallbacks, fallback{endpoint: u, loadOnly: true})
 	}
-	r.mu.Lock()
-	p.send = r.ledger.Record(p.Endpoint, 0, now)
-	r.mu.Unlock()
+	r.bookings.book(p, 0, false, now)
 	return p
 }
 

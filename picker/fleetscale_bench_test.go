@@ -46,7 +46,7 @@ func BenchmarkPickDecisionFleet(b *testing.B) {
 					bodies[i] = tokenBodyFor(model, p, "t")
 				}
 				b.Run(fmt.Sprintf("tokens=%d", tokens), func(b *testing.B) {
-					if _, err := r.Pick(context.Background(), intake.Tokens, bodies[0], picker.PickOptions{}); err != nil { // the model list
+					if _, err := r.Route(context.Background(), intake.Tokens, bodies[0], picker.PickOptions{}); err != nil { // the model list
 						b.Fatal(err)
 					}
 					benchPicks(b, r, bodies)
@@ -138,7 +138,7 @@ func benchPicks(b *testing.B, r *picker.Router, bodies [][]byte) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		p, err := r.Pick(ctx, intake.Tokens, bodies[i%len(bodies)], picker.PickOptions{})
+		p, err := r.Route(ctx, intake.Tokens, bodies[i%len(bodies)], picker.PickOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

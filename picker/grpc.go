@@ -63,7 +63,7 @@ func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickRes
 			return nil, grpcError(err)
 		}
 	}
-	p, err := g.r.Pick(ctx, intake.Any, body, PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
+	p, err := g.r.Route(ctx, intake.Any, body, PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
 	if err != nil {
 		return nil, grpcError(err)
 	}

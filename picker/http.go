@@ -222,7 +222,7 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		return
 	}
 	explain := req.URL.Query().Get("explain") == "true"
-	p, err := r.Pick(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain})
+	p, err := r.Route(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -36,7 +36,7 @@ func BenchmarkPickPartitioned(b *testing.B) {
 			}
 			ctx := context.Background()
 			pick := func(i int) {
-				p, err := r.Pick(ctx, intake.Tokens, bodies[i%len(bodies)], picker.PickOptions{})
+				p, err := r.Route(ctx, intake.Tokens, bodies[i%len(bodies)], picker.PickOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -88,14 +88,12 @@ func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
 	}
 	now := time.Now()
 	dreq := decide.Request{Request: score.Request{LoadOnly: true, Counter: r.counter.Add(1) - 1}, Exclude: tried}
-	d := decide.Decide(&r.dcfg, dreq, r.snapshot(&prepared{eps: eps}, now), now)
+	d := decide.Decide(&r.dcfg, dreq, r.snapshot(&Prepared{eps: eps}, now), now)
 	if !d.OK() {
 		return nil
 	}
 	p := relayPick(d.Endpoint)
-	r.mu.Lock()
-	p.send = r.ledger.Record(d.Endpoint, 0, now) // no prompt known: counted, no prefill work
-	r.mu.Unlock()
+	r.bookings.book(p, 0, false, now) // no prompt known: counted, no prefill work
 	return p
 }
 

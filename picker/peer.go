@@ -40,7 +40,7 @@ func newPeerPolicy(name string, seed uint64) (*peerPolicy, error) {
 // peer's choice, and the booking it makes of it. The decision's figures
 // (matched tokens, the prediction the outcome metrics judge) are the
 // fleet index's for the chosen endpoint, whatever the policy.
-func (r *Router) peerDecide(p *prepared, kind intake.Kind, body []byte, snap decide.Snapshot, now time.Time) (decide.Decision, peerTicket) {
+func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (decide.Decision, peerTicket) {
 	bs := p.dreq.BlockSize
 	cands := decide.Candidates(&r.dcfg, p.dreq, snap, now)
 	pc := make([]peers.Candidate, len(cands))
@@ -55,16 +55,17 @@ func (r *Router) peerDecide(p *prepared, kind intake.Kind, body []byte, snap dec
 	}
 	req := &peers.Request{Model: modelOf(p.eps), CacheSalt: p.req.CacheSalt, Tokens: p.tokens, BlockSize: bs, Keys: p.chain, Stream: p.req.Stream}
 	if r.cfg.Score.Policy == score.SGLang {
-		req.Text = intake.Text(kind, body)
+		req.Text = intake.Text(p.kind, p.body)
 	}
-	r.mu.Lock()
-	r.peer.forgetGone(p.group, snap.Endpoints)
-	ch := r.peer.policy.Pick(req, pc, r.peer.rng.Uint64(), now)
+	var ch peers.Choice
 	var ticket peerTicket
-	if ch.Index >= 0 {
-		ticket = peerTicket{t: r.peer.policy.Dispatched(req, pc[ch.Index].ID, now), ok: true}
-	}
-	r.mu.Unlock()
+	r.bookings.withPeer(func(pp *peerPolicy) {
+		pp.forgetGone(p.group, snap.Endpoints)
+		ch = pp.policy.Pick(req, pc, pp.rng.Uint64(), now)
+		if ch.Index >= 0 {
+			ticket = peerTicket{t: pp.policy.Dispatched(req, pc[ch.Index].ID, now), ok: true}
+		}
+	})
 	d := decide.Decision{Policy: r.cfg.Score.Policy, Reason: score.Reason(ch.Reason)}
 	d.Explain = make([]score.Explain, len(cands))
 	for i, c := range cands {
@@ -115,14 +116,7 @@ func (pp *peerPolicy) forgetGone(group string, eps []fleet.Endpoint) {
 
 // peerFirstToken marks a pick's first streamed chunk for its peer
 // policy's booking.
-func (r *Router) peerFirstToken(p *Pick) {
-	if r.peer == nil || !p.peer.ok {
-		return
-	}
-	r.mu.Lock()
-	r.peer.policy.FirstToken(p.peer.t, time.Now())
-	r.mu.Unlock()
-}
+func (r *Router) peerFirstToken(p *Pick) { r.bookings.peerFirstToken(p, time.Now()) }
 
 func modelOf(eps []fleet.Endpoint) string {
 	if len(eps) == 0 {
@@ -133,18 +127,4 @@ func modelOf(eps []fleet.Endpoint) string {
 
 // peerDone ends a pick's peer booking: the decision API's, whose request
 // the picker never sees (a peer policy books it and lets it go at once).
-func (r *Router) peerDone(p *Pick) {
-	if r.peer == nil || !p.peer.ok {
-		return // kvroute's own policies: no lock on the decision API's path
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.peerDoneLocked(p)
-}
-
-func (r *Router) peerDoneLocked(p *Pick) {
-	if r.peer != nil && p.peer.ok {
-		r.peer.policy.Done(p.peer.t, time.Now())
-		p.peer.ok = false
-	}
-}
+func (r *Router) peerDone(p *Pick) { r.bookings.peerDone(p, time.Now()) }

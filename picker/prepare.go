@@ -18,9 +18,14 @@ import (
 	"github.com/kvroute/kvroute/picker/score"
 )
 
-// prepared is a request after the I/O step: parsed, its model resolved to
-// an identity group, its tokens rendered and keyed.
-type prepared struct {
+// Prepared is a request after a route's first step (Router.Prepare):
+// parsed, its model resolved to an identity group, its tokens rendered and
+// keyed, and what the metrics will count of it.
+type Prepared struct {
+	body       []byte
+	kind       intake.Kind // as the route was asked (intake.Any: told by its fields)
+	notes      notes
+	waited     time.Duration // in the admission queue (Admit)
 	req        *intake.Request
 	group      string
 	eps        []fleet.Endpoint // the group's, sorted by URL
@@ -52,20 +57,21 @@ func unresolvedError(reason string) *intake.Error {
 		"This request's cache identity cannot be resolved exactly (%s); the picker is configured to refuse such requests.", reason)
 }
 
-// prepare is the I/O step of a pick: parse the body, resolve the model to
-// its identity group, and (unless the request goes by load only) get its
-// exact tokens from an engine of the group and compute its block keys and
-// anchor. Errors are refusals for the client.
-func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *notes) (*prepared, error) {
-	req, err := r.parser.Parse(kind, body)
+// prepare is Prepare's work on p (its body and kind set): parse the
+// body, resolve the model to its identity group, and (unless the request
+// goes by load only) get its exact tokens from an engine of the group and
+// compute its block keys and anchor. Errors are refusals for the client.
+func (r *Router) prepare(ctx context.Context, p *Prepared) error {
+	n, body := &p.notes, p.body
+	req, err := r.parser.Parse(p.kind, body)
 	if err != nil {
 		n.refused = "bad_request"
-		return nil, err
+		return err
 	}
 	ref, err := r.models.resolve(req.Model)
 	if err != nil {
 		n.refused = "unknown_model"
-		return nil, err
+		return err
 	}
 	recordOf(ctx).model = req.Model
 	lora := ref.lora
@@ -75,14 +81,14 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 		// unknown adapter: 404.
 		if a, err := r.models.resolve(req.LoRA); err != nil || a.lora != req.LoRA || a.group != ref.group {
 			n.refused = "unknown_lora"
-			return nil, &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Param: "lora", Code: "model_not_found",
+			return &intake.Error{Status: http.StatusNotFound, Type: "NotFoundError", Param: "lora", Code: "model_not_found",
 				Message: fmt.Sprintf("The LoRA adapter `%s` does not exist for the model `%s`.", req.LoRA, req.Model)}
 		}
 		lora = req.LoRA
 	}
-	p := &prepared{req: req, group: ref.group, eps: r.groupEndpoints(ref.group)}
+	p.req, p.group, p.eps = req, ref.group, r.groupEndpoints(ref.group)
 	if len(p.eps) == 0 {
-		return p, noEndpoints(req.Model)
+		return noEndpoints(req.Model)
 	}
 	model, blockSize := p.eps[0].Info.Model, p.eps[0].Info.BlockSize
 	loadOnly := false
@@ -95,14 +101,14 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 		n.unresolved = req.Unresolved
 		switch r.cfg.Unresolved {
 		case UnresolvedReject:
-			return p, unresolvedError(req.Unresolved)
+			return unresolvedError(req.Unresolved)
 		case UnresolvedLoadOnly, UnresolvedPreciseOnly:
 			loadOnly = true // nothing known can be scored
 		}
 	}
 	p.dreq = decide.Request{Request: score.Request{Counter: r.counter.Add(1) - 1, LoadOnly: loadOnly}, BlockSize: blockSize}
 	if loadOnly {
-		return p, nil
+		return nil
 	}
 	toks, err := r.tokens(ctx, req, req.Kind, body, p.eps, n)
 	switch {
@@ -119,13 +125,13 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 			p.prefixHash = fmt.Sprintf("%016x", p.dreq.Anchor)
 		}
 	case isRefusal(err):
-		return p, err
+		return err
 	case errors.Is(err, render.ErrMultimodalTokenize):
 		// Media, and no engine of the group renders with multimodal
 		// features: the keys would miss the media's identity.
 		n.unresolved = "multimodal_without_render"
 		if r.cfg.Unresolved == UnresolvedReject {
-			return p, unresolvedError(n.unresolved)
+			return unresolvedError(n.unresolved)
 		}
 		p.dreq.LoadOnly = true
 	default:
@@ -136,7 +142,7 @@ func (r *Router) prepare(ctx context.Context, kind intake.Kind, body []byte, n *
 		p.dreq.Anchor, p.dreq.HasAnchor = rawAnchor(req, body, r.cfg.AnchorTokens), true
 		p.dreq.Policy = score.PrefixHash
 	}
-	return p, nil
+	return nil
 }
 
 // groupEndpoints lists the group's endpoints, sorted by URL: read from

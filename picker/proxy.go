@@ -62,7 +62,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 		var waited time.Duration
 		r.relay(w, req, kind, path, body, func(tried map[string]bool) (*Pick, error) {
 			opt.Exclude, opt.Admit = tried, len(tried) == 0 // admitted once
-			p, err := r.Pick(req.Context(), kind, body, opt)
+			p, err := r.Route(req.Context(), kind, body, opt)
 			if err == nil {
 				// The overhead is the picker's own work: not the wait for room.
 				waited += p.waited

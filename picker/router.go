@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/zeebo/xxh3"
 	"go.uber.org/zap"
 
-	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/admit"
 	"github.com/kvroute/kvroute/picker/decide"
 	"github.com/kvroute/kvroute/picker/fleet"
@@ -164,11 +161,15 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-// Router decides where requests go. A pick is two steps: prepare (the
-// I/O: parse, resolve the model, render and key the tokens, within the
-// request's context and the render timeout), then a pure decision
-// (picker/decide) over a snapshot of the fleet state, the in-flight ledger
-// and now. Metrics are recorded once, from what both steps return.
+// Router decides where requests go. A route is five steps, each callable
+// on its own (route.go): Prepare (the I/O: parse, resolve the model,
+// render and key the tokens, within the request's context and the render
+// timeout), Admit (with PickOptions.Admit, wait in the admission queue
+// while the model group is saturated), Snapshot (what the decision sees
+// of the fleet and of this picker's bookings, at now), Decide (the pure
+// decision, picker/decide, or a peer's policy) and Book (record the pick
+// in flight). Prepare and Admit block; Snapshot, Decide and Book never
+// wait on I/O. Route runs them in order and records the metrics once.
 type Router struct {
 	cfg    Config
 	salter atomic.Pointer[tenant.Salter] // with Config.TenantHeader: the key's Salter (SetSalter)
@@ -191,10 +192,7 @@ type Router struct {
 
 	admit *admission // the queue for saturated groups
 
-	mu      sync.Mutex
-	ledger  *inflight.Ledger   // picks not yet covered by a load report
-	prefill map[string]float64 // endpoint → uncached prompt tokens of picks before their first byte
-	peer    *peerPolicy        // a peer's policy, when one is configured (comparison runs)
+	bookings bookings // picks in flight and a peer policy's state, under the router's one lock
 }
 
 // NewRouter returns a router over a fleet (a fleetview.View, or an
@@ -208,13 +206,14 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 	}
 	lcfg := inflight.DefaultConfig()
 	lcfg.PrefillTokensPerSecond = cfg.PrefillTokensPerSecond
-	ledger, err := inflight.New(lcfg)
+	books, err := inflight.NewBookings(lcfg)
 	if err != nil {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, fleet: fl,
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
-		proxy:  &http.Client{Transport: newProxyTransport()}, ledger: ledger, prefill: map[string]float64{}, accessLog: log.Named("access")}
+		proxy:  &http.Client{Transport: newProxyTransport()}, accessLog: log.Named("access")}
+	r.bookings.b = books
 	r.access.rate = cfg.AccessLog
 	r.engKey.Store(&cfg.EngineAPIKey)
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
@@ -224,7 +223,7 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 		return listModels(ctx, hc, base, *r.engKey.Load())
 	}}
 	if cfg.Score.Policy.IsPeer() {
-		if r.peer, err = newPeerPolicy(string(cfg.Score.Policy), cfg.PolicySeed); err != nil {
+		if r.bookings.peer, err = newPeerPolicy(string(cfg.Score.Policy), cfg.PolicySeed); err != nil {
 			return nil, err
 		}
 	}
@@ -254,8 +253,8 @@ func (r *Router) Close() {
 type Pick struct {
 	pickapi.Answer
 
-	send            uint64     // the in-flight record, for Done
-	peer            peerTicket // the peer policy's booking, for FirstToken and Done
+	booking         inflight.Booking // the in-flight record and prefill, for FirstByte and Done
+	peer            peerTicket       // the peer policy's booking, for FirstToken and Done
 	blockSize       int
 	anotherHeldMore bool // a healthy endpoint held a longer GPU prefix
 	loadOnly        bool // the endpoint's cache was unknown: nothing predicted
@@ -263,7 +262,6 @@ type Pick struct {
 	kind            intake.Kind
 	uncached        float64       // the prompt tokens left to prefill, as booked
 	fallbacks       []fallback    // the next best endpoints (PickOptions.Fallbacks), best first
-	prefill         float64       // uncached tokens counted in Router.prefill until the first byte
 	waited          time.Duration // in the admission queue
 }
 
@@ -318,103 +316,13 @@ type PickOptions struct {
 	Carried bool
 }
 
-// Pick decides where a request of kind (intake.Any: told by its fields)
-// goes.
-func (r *Router) Pick(ctx context.Context, kind intake.Kind, body []byte, opt PickOptions) (*Pick, error) {
-	var n notes
-	p, err := r.prepare(ctx, kind, body, &n)
-	var waited time.Duration
-	if err == nil && opt.Admit {
-		var leave func()
-		leave, waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.eps, opt.Fairness, p.req.CacheSalt, admissionCost(p, body))
-		switch {
-		case err == nil:
-			defer leave() // once the pick is recorded, the next waiter may go
-			if waited > 0 {
-				p.eps = r.groupEndpoints(p.group) // the fleet moved on while it waited
-			}
-		case ctx.Err() != nil:
-			err = clientGone()
-		}
-	}
-	var d decide.Decision
-	var now time.Time
-	var ticket peerTicket
-	var snap decide.Snapshot
-	if err == nil {
-		now = time.Now()
-		p.dreq.Exclude = opt.Exclude
-		if opt.Only != nil {
-			p.eps = slices.DeleteFunc(p.eps, func(e fleet.Endpoint) bool { return !opt.Only[e.URL] })
-		}
-		snap = r.snapshot(p, now)
-		switch {
-		case decide.Saturated(&r.dcfg, p.dreq, snap, now, opt.ShedWaiting):
-			n.refused, err = "shed", overloaded(p.req.Model, opt.ShedWaiting)
-		case r.peer != nil && p.dreq.Policy == "":
-			d, ticket = r.peerDecide(p, kind, body, snap, now)
-		default:
-			d = decide.Decide(&r.dcfg, p.dreq, snap, now)
-		}
-	}
-	r.m.observe(&n, &d)
-	if err != nil {
-		return nil, err
-	}
-	if !d.OK() {
-		return nil, noEndpoints(p.req.Model)
-	}
-	pick := &Pick{Answer: pickapi.Answer{Model: p.req.Model, Policy: string(d.Policy), Reason: string(d.Reason), PromptTokens: p.dreq.PromptTokens,
-		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
-		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached, waited: waited}
-	if opt.Fallbacks > 0 {
-		// The same decision over the same snapshot, without the endpoints
-		// ranked so far: the order the proxy's retries would take.
-		dreq := p.dreq
-		dreq.Exclude = maps.Clone(opt.Exclude)
-		if dreq.Exclude == nil {
-			dreq.Exclude = map[string]bool{}
-		}
-		for next := d; len(pick.fallbacks) < opt.Fallbacks; {
-			dreq.Exclude[next.Endpoint] = true
-			if next = decide.Decide(&r.dcfg, dreq, snap, now); !next.OK() {
-				break
-			}
-			pick.fallbacks = append(pick.fallbacks, fallback{endpoint: next.Endpoint, matched: next.MatchedTokens, uncached: next.Uncached,
-				anotherHeldMore: next.AnotherHeldMore, loadOnly: next.LoadOnly})
-		}
-	}
-	if !opt.CacheOff {
-		pick.PrefixHash = p.prefixHash
-	}
-	if opt.Explain {
-		for _, k := range p.chain {
-			pick.Keys = append(pick.Keys, k.String())
-		}
-		for _, e := range d.Explain {
-			pick.Candidates = append(pick.Candidates, Candidate{Endpoint: e.ID, MatchedTokens: e.Matched[tier.GPU],
-				CPUTokens: e.Matched[tier.CPU], StorageTokens: e.Matched[tier.Storage], InFlight: e.InFlight,
-				Cost: e.Cost, UnderCap: e.UnderCap, Why: e.Why})
-		}
-	}
-	r.mu.Lock()
-	pick.send = r.ledger.Record(d.Endpoint, d.Uncached, now)
-	if opt.Carried && d.Uncached > 0 && r.prefill != nil {
-		pick.prefill = d.Uncached
-		r.prefill[d.Endpoint] += d.Uncached
-	}
-	r.mu.Unlock()
-	pick.peer = ticket
-	return pick, nil
-}
-
 // admissionCost is a request's cost in the fair queue: its prompt
 // tokens, or, without tokens, its body's length in bytes ÷ 4.
-func admissionCost(p *prepared, body []byte) float64 {
+func admissionCost(p *Prepared) float64 {
 	if p.dreq.PromptTokens > 0 {
 		return float64(p.dreq.PromptTokens)
 	}
-	return float64(len(body)) / 4
+	return float64(len(p.body)) / 4
 }
 
 // clientGone is the answer to a client that left while its request
@@ -423,91 +331,25 @@ func clientGone() *intake.Error {
 	return &intake.Error{Status: 499, Type: "client_closed_request", Message: "The client closed the connection while the request waited."}
 }
 
-// admitLoads are group's routable endpoints (of eps; nil: the fleet
-// view's) loads at now, as admission
-// judges saturation: requests queued at the engine (its last reported
-// waiting, plus this picker's picks that report does not cover when the
-// engine was queuing or has not reported: picks an idle engine took run
-// at once), its reported KV cache usage, and this picker's prefill tokens
-// to it before their first byte.
+// admitLoads are group's routable endpoints' loads (of eps; nil: the
+// fleet's) at now, as admission judges saturation (bookings.admitLoads).
 func (r *Router) admitLoads(group string, eps []fleet.Endpoint, now time.Time) []admit.Load {
 	if eps == nil {
 		eps = r.groupEndpoints(group)
 	}
-	out := make([]admit.Load, 0, len(eps))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := range eps {
-		e := &eps[i]
-		if !e.HealthAt(now, r.cfg.Health).Routable() {
-			continue
-		}
-		l := admit.Load{PrefillTokens: r.prefill[e.URL]}
-		unreported := float64(r.ledger.Pending(e.URL, e.LoadAt, now).Count)
-		switch {
-		case !e.HasLoad():
-			l.Queued = unreported
-		case e.Load.Waiting >= 1:
-			l.Queued = e.Load.Waiting + unreported
-		}
-		if e.HasLoad() {
-			l.KVUsage = e.Load.KVCacheUsage
-		}
-		out = append(out, l)
-	}
-	return out
+	return r.bookings.admitLoads(eps, now, r.cfg.Health)
 }
 
-// prefillDone ends p's prefill tokens in Router.prefill (its first byte
-// came, or it ended).
+// prefillDone ends p's prefill in flight (its first byte came, or it
+// ended).
 func (r *Router) prefillDone(p *Pick) {
-	r.mu.Lock()
-	r.prefillDoneLocked(p)
-	r.mu.Unlock()
+	r.bookings.firstByte(p)
 	r.admit.poke()
-}
-
-func (r *Router) prefillDoneLocked(p *Pick) {
-	if p.prefill <= 0 {
-		return
-	}
-	if left := r.prefill[p.Endpoint] - p.prefill; left > 0.5 {
-		r.prefill[p.Endpoint] = left
-	} else {
-		delete(r.prefill, p.Endpoint)
-	}
-	p.prefill = 0
-}
-
-// snapshot is what the decision sees of p's identity group at now: what
-// each endpoint holds of the chain per tier, and the picks in flight.
-func (r *Router) snapshot(p *prepared, now time.Time) decide.Snapshot {
-	s := decide.Snapshot{Endpoints: p.eps, InFlight: map[string]inflight.Pending{}}
-	if len(p.chain) > 0 {
-		for _, t := range tier.All() {
-			s.Matched[t] = r.fleet.Match(p.group, t, p.chain)
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range p.eps {
-		// Judged by when the report arrived here, not by the sidecar's
-		// clock: clocks of different machines disagree. Sparse: absent is
-		// none.
-		if pend := r.ledger.Pending(e.URL, e.LoadAt, now); pend != (inflight.Pending{}) {
-			s.InFlight[e.URL] = pend
-		}
-	}
-	return s
 }
 
 // Done ends a pick's in-flight record (its request finished).
 func (r *Router) Done(p *Pick) {
-	r.mu.Lock()
-	r.ledger.Done(p.Endpoint, p.send)
-	r.prefillDoneLocked(p)
-	r.peerDoneLocked(p)
-	r.mu.Unlock()
+	r.bookings.done(p, time.Now())
 	r.admit.poke()
 }
 
@@ -517,16 +359,7 @@ func (r *Router) Done(p *Pick) {
 // fallback's (a peer policy's booking stays where it was made).
 func (r *Router) servedBy(p *Pick, k int) {
 	f := p.fallbacks[k]
-	r.mu.Lock()
-	r.ledger.Done(p.Endpoint, p.send)
-	carried := p.prefill > 0 // before its first byte, as the gateway reports the fallback
-	r.prefillDoneLocked(p)
-	p.send = r.ledger.Record(f.endpoint, f.uncached, time.Now())
-	if carried && f.uncached > 0 && r.prefill != nil {
-		p.prefill = f.uncached
-		r.prefill[f.endpoint] += f.uncached
-	}
-	r.mu.Unlock()
+	r.bookings.move(p, f.endpoint, f.uncached, time.Now())
 	p.Endpoint, p.EndpointID, p.MatchedTokens, p.uncached = f.endpoint, endpointID(f.endpoint), f.matched, f.uncached
 	p.MatchedBlocks, p.anotherHeldMore, p.loadOnly = 0, f.anotherHeldMore, f.loadOnly
 	if p.blockSize > 0 {

@@ -240,18 +240,7 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	if err != nil {
 		return nil, err
 	}
-	vcfg := fleetview.DefaultConfig()
-	vcfg.TLS = tf.sidecars
-	vcfg.Params = summary.ForCapacity(cfg.Capacity)
-	vcfg.Health = cfg.Router.Health // one judgement for the view and the decisions
-	vcfg.Models = cfg.Models
-	vcfg.Slots = cfg.MaxGroupEndpoints
-	vcfg.AllowRemote, _ = cfg.allowRemote() // valid: checked above
-	if s.view, err = fleetview.New(vcfg, log.Named("view"), reg); err != nil {
-		return nil, err
-	}
-	if s.router, err = NewRouter(cfg.Router, s.view, log.Named("router"), reg); err != nil {
-		s.view.Close()
+	if err := s.newRouter(&cfg, tf); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Server, error) {
@@ -264,29 +253,8 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	if err != nil {
 		return fail(err)
 	}
-	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return fail(fmt.Errorf("--listen %s: %w", cfg.Listen, err))
-	}
-	if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
-		return fail(fmt.Errorf("--admin-listen %s: %w", cfg.AdminListen, err))
-	}
-	if cfg.GRPCListen != "" {
-		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
-			return fail(fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err))
-		}
-	}
-	if cfg.ExtProcListen != "" {
-		opts := ExtProcServerOptions(cfg.Router.MaxBodyBytes, log)
-		if tf.extProc != nil {
-			opts = append(opts, grpc.Creds(tf.extProc))
-		}
-		s.epp = grpc.NewServer(opts...)
-		if err := s.router.RegisterExtProc(s.epp, cfg.ExtProc, s.ready); err != nil {
-			return fail(err)
-		}
-		if s.eppLn, err = net.Listen("tcp", cfg.ExtProcListen); err != nil {
-			return fail(fmt.Errorf("--ext-proc-listen %s: %w", cfg.ExtProcListen, err))
-		}
+	if err := s.listen(&cfg, tf); err != nil {
+		return fail(err)
 	}
 	for _, addr := range cfg.Sidecars {
 		s.view.WatchStatic(addr)
@@ -300,8 +268,75 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 		}
 		go s.view.FollowGossip(runCtx, s.members)
 	}
+	s.serve(&cfg, tf)
+	go func() {
+		defer close(s.done)
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-runCtx.Done():
+		}
+	}()
+	return s, nil
+}
+
+// newRouter makes the fleet view, following the sidecars as cfg says,
+// and the router over it.
+func (s *Server) newRouter(cfg *ServerConfig, tf *tlsFiles) error {
+	vcfg := fleetview.DefaultConfig()
+	vcfg.TLS = tf.sidecars
+	vcfg.Params = summary.ForCapacity(cfg.Capacity)
+	vcfg.Health = cfg.Router.Health // one judgement for the view and the decisions
+	vcfg.Models = cfg.Models
+	vcfg.Slots = cfg.MaxGroupEndpoints
+	vcfg.AllowRemote, _ = cfg.allowRemote() // valid: checked by Validate
+	var err error
+	if s.view, err = fleetview.New(vcfg, s.log.Named("view"), s.reg); err != nil {
+		return err
+	}
+	if s.router, err = NewRouter(cfg.Router, s.view, s.log.Named("router"), s.reg); err != nil {
+		s.view.Close()
+		return err
+	}
+	return nil
+}
+
+// listen opens the picker's listeners: public HTTP, admin, and the
+// optional gRPC decision service and endpoint picker (whose service is
+// registered here).
+func (s *Server) listen(cfg *ServerConfig, tf *tlsFiles) error {
+	var err error
+	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+	}
+	if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		return fmt.Errorf("--admin-listen %s: %w", cfg.AdminListen, err)
+	}
+	if cfg.GRPCListen != "" {
+		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+			return fmt.Errorf("--grpc-listen %s: %w", cfg.GRPCListen, err)
+		}
+	}
+	if cfg.ExtProcListen != "" {
+		opts := ExtProcServerOptions(cfg.Router.MaxBodyBytes, s.log)
+		if tf.extProc != nil {
+			opts = append(opts, grpc.Creds(tf.extProc))
+		}
+		s.epp = grpc.NewServer(opts...)
+		if err := s.router.RegisterExtProc(s.epp, cfg.ExtProc, s.ready); err != nil {
+			return err
+		}
+		if s.eppLn, err = net.Listen("tcp", cfg.ExtProcListen); err != nil {
+			return fmt.Errorf("--ext-proc-listen %s: %w", cfg.ExtProcListen, err)
+		}
+	}
+	return nil
+}
+
+// serve starts serving on every listener opened.
+func (s *Server) serve(cfg *ServerConfig, tf *tlsFiles) {
 	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready, GossipInsecure: s.members.Insecure,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
+		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})}
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.
 	s.http = &http.Server{Handler: s.router.Handler(opts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
@@ -313,28 +348,19 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	}{{"http server", s.http, s.httpLn}, {"admin server", s.admin, s.adminLn}} {
 		go func() {
 			if err := srv.http.Serve(srv.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(srv.name, zap.Error(err))
+				s.log.Error(srv.name, zap.Error(err))
 			}
 		}()
 	}
 	if s.grpcLn != nil {
 		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes)+4096),
-			grpc.ChainUnaryInterceptor(recoverUnary(log)), tf.grpcCreds())
+			grpc.ChainUnaryInterceptor(recoverUnary(s.log)), tf.grpcCreds())
 		s.router.registerGRPC(s.grpc, s.decisionToken)
 		go func() { _ = s.grpc.Serve(s.grpcLn) }()
 	}
 	if s.eppLn != nil {
 		go func() { _ = s.epp.Serve(s.eppLn) }()
 	}
-	go func() {
-		defer close(s.done)
-		select {
-		case <-ctx.Done():
-			s.Close()
-		case <-runCtx.Done():
-		}
-	}()
-	return s, nil
 }
 
 // decisionToken is the decision API's token now ("" none).

@@ -52,7 +52,7 @@ func TestShardByModel(t *testing.T) {
 		out, _ := json.Marshal(map[string]any{"model": model, "token_ids": []uint32{1, 2, 3, 4, 5, 6, 7, 8}})
 		return out
 	}
-	p, err := r.Pick(ctx, intake.Tokens, body("a"), picker.PickOptions{})
+	p, err := r.Route(ctx, intake.Tokens, body("a"), picker.PickOptions{})
 	if err != nil {
 		t.Fatalf("model a: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestShardByModel(t *testing.T) {
 		t.Errorf("model a routed to %s, want %s", p.Endpoint, a.Endpoint())
 	}
 	r.Done(p)
-	_, err = r.Pick(ctx, intake.Tokens, body("b"), picker.PickOptions{})
+	_, err = r.Route(ctx, intake.Tokens, body("b"), picker.PickOptions{})
 	var ie *intake.Error
 	if !errors.As(err, &ie) || ie.Status != http.StatusNotFound || ie.Code != "model_not_found" ||
 		!strings.Contains(ie.Message, "not served by this picker shard") || !strings.Contains(ie.Message, "`b`") {

@@ -1,7 +1,10 @@
-// Package inflight is the picker's ledger of its own picks that no engine
-// load report covers yet: what the picker sent each endpoint since the
-// endpoint's last report, so that a burst of picks between two reports is
-// not all sent to the same idle-looking engine.
+// Package inflight is the picker's bookings of its own picks: the ledger
+// of the picks no engine load report covers yet (what the picker sent each
+// endpoint since the endpoint's last report, so that a burst of picks
+// between two reports is not all sent to the same idle-looking engine),
+// and the prefill work of the picks it carries to an engine until their
+// first byte (admission's prefill in flight). Bookings holds both; the
+// router's shell holds it under its one lock (picker/bookings.go).
 //
 // Contract:
 //   - Pure: it takes `now` as an argument, reads no clock, does no I/O
@@ -13,4 +16,8 @@
 //     from the moment it was made, never below zero.
 //   - At most Config.PerEndpoint picks are kept per endpoint; past that
 //     the oldest is dropped.
+//   - A carried booking's prefill counts from Book until FirstByte or
+//     Done, once; a decision-API pick (not carried) counts none. Move
+//     (a fallback served the request) takes the prefill along only before
+//     the first byte.
 package inflight

@@ -1,0 +1,133 @@
+package picker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kvroute/kvroute/picker/admit"
+	"github.com/kvroute/kvroute/picker/fleet"
+	"github.com/kvroute/kvroute/picker/inflight"
+)
+
+// bookings is the router's one lock and what it guards: the bookings of
+// its picks in flight (picker/inflight.Bookings) and, when a peer's
+// policy routes (comparison runs), that policy's state. No other file
+// takes the lock: they book, end and read through these methods, each
+// short and free of I/O, so the decide and book steps never wait on
+// anything but each other.
+type bookings struct {
+	mu   sync.Mutex
+	b    *inflight.Bookings
+	peer *peerPolicy // nil: kvroute's own policies
+}
+
+// book records p's pick of its endpoint at now: uncached prompt tokens,
+// counted as prefill in flight until its first byte when carried.
+func (k *bookings) book(p *Pick, uncached float64, carried bool, now time.Time) {
+	k.mu.Lock()
+	p.booking = k.b.Book(p.Endpoint, uncached, carried, now)
+	k.mu.Unlock()
+}
+
+// pending is what each of eps has in flight from this picker at now,
+// judged by when its last load report arrived here (not by the sidecar's
+// clock: clocks of different machines disagree). Sparse: absent is none.
+func (k *bookings) pending(eps []fleet.Endpoint, now time.Time) map[string]inflight.Pending {
+	out := map[string]inflight.Pending{}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range eps {
+		if pend := k.b.Pending(e.URL, e.LoadAt, now); pend != (inflight.Pending{}) {
+			out[e.URL] = pend
+		}
+	}
+	return out
+}
+
+// admitLoads are the routable endpoints' loads at now as admission judges
+// saturation: requests queued at the engine (its last reported waiting,
+// plus this picker's picks that report does not cover when the engine
+// was queuing or has not reported: picks an idle engine took run at
+// once), its reported KV cache usage, and this picker's prefill tokens
+// to it before their first byte.
+func (k *bookings) admitLoads(eps []fleet.Endpoint, now time.Time, health fleet.HealthConfig) []admit.Load {
+	out := make([]admit.Load, 0, len(eps))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range eps {
+		e := &eps[i]
+		if !e.HealthAt(now, health).Routable() {
+			continue
+		}
+		l := admit.Load{PrefillTokens: k.b.Prefill(e.URL)}
+		unreported := float64(k.b.Pending(e.URL, e.LoadAt, now).Count)
+		switch {
+		case !e.HasLoad():
+			l.Queued = unreported
+		case e.Load.Waiting >= 1:
+			l.Queued = e.Load.Waiting + unreported
+		}
+		if e.HasLoad() {
+			l.KVUsage = e.Load.KVCacheUsage
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// firstByte ends p's prefill in flight.
+func (k *bookings) firstByte(p *Pick) {
+	k.mu.Lock()
+	k.b.FirstByte(&p.booking)
+	k.mu.Unlock()
+}
+
+// done ends p's booking, and its peer policy's.
+func (k *bookings) done(p *Pick, now time.Time) {
+	k.mu.Lock()
+	k.b.Done(&p.booking)
+	k.peerDoneLocked(p, now)
+	k.mu.Unlock()
+}
+
+// move moves p's booking to endpoint (a fallback served it).
+func (k *bookings) move(p *Pick, endpoint string, uncached float64, now time.Time) {
+	k.mu.Lock()
+	k.b.Move(&p.booking, endpoint, uncached, now)
+	k.mu.Unlock()
+}
+
+// withPeer runs f on the peer policy's state, alone.
+func (k *bookings) withPeer(f func(pp *peerPolicy)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	f(k.peer)
+}
+
+// peerFirstToken marks p's first streamed chunk for its peer booking.
+func (k *bookings) peerFirstToken(p *Pick, now time.Time) {
+	if k.peer == nil || !p.peer.ok {
+		return
+	}
+	k.mu.Lock()
+	k.peer.policy.FirstToken(p.peer.t, now)
+	k.mu.Unlock()
+}
+
+// peerDone ends p's peer booking alone: the decision API's, whose request
+// the picker never sees (a peer policy books it and lets it go at once).
+func (k *bookings) peerDone(p *Pick, now time.Time) {
+	if k.peer == nil || !p.peer.ok {
+		return // kvroute's own policies: no lock on the decision API's path
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.peerDoneLocked(p, now)
+}
+
+func (k *bookings) peerDoneLocked(p *Pick, now time.Time) {
+	if k.peer != nil && p.peer.ok {
+		k.peer.policy.Done(p.peer.t, now)
+		p.peer.ok = false
+	}
+}

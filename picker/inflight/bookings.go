@@ -1,0 +1,81 @@
+package inflight
+
+import "time"
+
+// Bookings are a picker's picks in flight, everything its decisions and
+// its admission count of them: the Ledger (picks no load report covers
+// yet) and, per endpoint, the prefill work of the picks the picker
+// carries to the engine (a proxied request, the endpoint picker's) until
+// their first byte. It is not safe for concurrent use.
+type Bookings struct {
+	ledger  *Ledger
+	prefill map[string]float64 // endpoint → uncached prompt tokens of carried picks before their first byte
+}
+
+// Booking is one pick as booked: where, its Ledger record, and the
+// prefill it counts until its first byte (zero: none, or ended).
+type Booking struct {
+	Endpoint string
+	send     uint64
+	Prefill  float64
+}
+
+// NewBookings returns empty bookings; cfg is the Ledger's.
+func NewBookings(cfg Config) (*Bookings, error) {
+	l, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Bookings{ledger: l, prefill: map[string]float64{}}, nil
+}
+
+// Book records a pick of endpoint at now with uncached prompt tokens; a
+// carried pick's tokens also count as prefill in flight until FirstByte
+// or Done.
+func (b *Bookings) Book(endpoint string, uncached float64, carried bool, now time.Time) Booking {
+	bk := Booking{Endpoint: endpoint, send: b.ledger.Record(endpoint, uncached, now)}
+	if carried && uncached > 0 {
+		bk.Prefill = uncached
+		b.prefill[endpoint] += uncached
+	}
+	return bk
+}
+
+// FirstByte ends bk's prefill in flight: its first byte came (or it
+// ended). Once per booking: a second call does nothing.
+func (b *Bookings) FirstByte(bk *Booking) {
+	if bk.Prefill <= 0 {
+		return
+	}
+	if left := b.prefill[bk.Endpoint] - bk.Prefill; left > 0.5 {
+		b.prefill[bk.Endpoint] = left
+	} else {
+		delete(b.prefill, bk.Endpoint)
+	}
+	bk.Prefill = 0
+}
+
+// Done ends bk: its request finished.
+func (b *Bookings) Done(bk *Booking) {
+	b.ledger.Done(bk.Endpoint, bk.send)
+	b.FirstByte(bk)
+}
+
+// Move moves bk to endpoint, with that endpoint's uncached tokens, at
+// now: a gateway reports that a fallback served the request. Its prefill
+// in flight moves with it only while it had one (before its first byte).
+func (b *Bookings) Move(bk *Booking, endpoint string, uncached float64, now time.Time) {
+	carried := bk.Prefill > 0
+	b.Done(bk)
+	*bk = b.Book(endpoint, uncached, carried, now)
+}
+
+// Pending is what endpoint has in flight at now from this picker, given
+// its last load report arrived at reported (Ledger.Pending).
+func (b *Bookings) Pending(endpoint string, reported, now time.Time) Pending {
+	return b.ledger.Pending(endpoint, reported, now)
+}
+
+// Prefill is the prefill work of the carried picks to endpoint before
+// their first byte.
+func (b *Bookings) Prefill(endpoint string) float64 { return b.prefill[endpoint] }

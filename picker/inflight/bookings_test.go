@@ -1,0 +1,56 @@
+package inflight
+
+import (
+	"testing"
+	"time"
+)
+
+func TestBookings(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b, err := NewBookings(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := b.Book("a", 300, true, t0)
+	decision := b.Book("a", 200, false, t0)
+	if got := b.Prefill("a"); got != 300 {
+		t.Fatalf("prefill after a carried and a decision-API booking = %v, want 300 (only the carried one)", got)
+	}
+	if p := b.Pending("a", time.Time{}, t0); p.Count != 2 || p.Tokens != 500 {
+		t.Fatalf("pending = %+v, want 2 picks, 500 tokens", p)
+	}
+	b.FirstByte(&carried)
+	b.FirstByte(&carried) // once only
+	if got := b.Prefill("a"); got != 0 {
+		t.Fatalf("prefill after the first byte = %v, want 0", got)
+	}
+	if p := b.Pending("a", time.Time{}, t0); p.Count != 2 {
+		t.Fatalf("the first byte ended the ledger record: %+v", p)
+	}
+	b.Done(&carried)
+	b.Done(&decision)
+	if p := b.Pending("a", time.Time{}, t0); p.Count != 0 {
+		t.Fatalf("pending after both done = %+v", p)
+	}
+
+	// A move before the first byte carries the prefill to the fallback.
+	m := b.Book("a", 100, true, t0)
+	b.Move(&m, "b", 40, t0)
+	if b.Prefill("a") != 0 || b.Prefill("b") != 40 || m.Endpoint != "b" {
+		t.Fatalf("after a move: a %v, b %v, booking %+v", b.Prefill("a"), b.Prefill("b"), m)
+	}
+	if p := b.Pending("a", time.Time{}, t0); p.Count != 0 {
+		t.Fatalf("the old endpoint still counts the moved pick: %+v", p)
+	}
+	// After its first byte, a move carries no prefill.
+	b.FirstByte(&m)
+	b.Move(&m, "c", 40, t0)
+	if b.Prefill("c") != 0 || b.Pending("c", time.Time{}, t0).Count != 1 {
+		t.Fatalf("a move after the first byte: prefill %v, pending %+v", b.Prefill("c"), b.Pending("c", time.Time{}, t0))
+	}
+	// A booking with nothing uncached carries no prefill.
+	z := b.Book("d", 0, true, t0)
+	if z.Prefill != 0 || b.Prefill("d") != 0 {
+		t.Fatalf("a fully cached pick counted prefill: %+v", z)
+	}
+}
