@@ -326,7 +326,7 @@ func (ep *endpoint) setStreamGauge(s streamhealth.State) {
 
 // identify learns the model and the tokenizer fingerprint, retrying until
 // the engine answers or the startup timeout passes; each attempt's outcome
-// goes to the starting admin surface (boot).
+// goes to the starting admin surface (the answered and waiting callbacks).
 func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override string) (Identity, error) {
 	ctx, cancel := context.WithTimeout(ctx, ep.cfg.StartupTimeout)
 	defer cancel()
