@@ -51,16 +51,15 @@ func lagBench(b *testing.B, pace time.Duration) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	t := &testing.T{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		complete(t, e, prompt(64, 1000*(i%100000+1)), "")
+		complete(b, e, prompt(64, 1000*(i%100000+1)), "")
 		if pace > 0 {
 			time.Sleep(pace)
 		}
 	}
 	b.StopTimer()
-	converged(t, s, e, 0)
+	converged(b, s, e, 0)
 	families, err := reg.Gather()
 	if err != nil {
 		b.Fatal(err)
@@ -139,13 +138,12 @@ func streamReport(b *testing.B, replay bool, want string, i int) time.Duration {
 	}
 	defer s.Close()
 	poll := func(what string, d time.Duration, cond func(sidecar.EndpointState) bool) {
-		deadline := time.Now().Add(d)
-		for !cond(s.State()[0]) {
-			if time.Now().After(deadline) {
-				b.Fatalf("no %s within %v: %+v", what, d, s.State()[0])
+		testnet.Await(b, d, 5*time.Millisecond, func() error {
+			if st := s.State()[0]; !cond(st) {
+				return fmt.Errorf("no %s: %+v", what, st)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	poll("first scrape", 10*time.Second, func(st sidecar.EndpointState) bool {
 		return strings.Contains(st.StreamReason, "stored no new block")

@@ -16,6 +16,12 @@
 //     tells the sequencer what it receives and executes its actions
 //     (apply, replay, restart, mark partial), with the counters, metrics
 //     and logs.
+//   - Each rank's endpoint (its intake loop and scraper) is given what it
+//     needs by the sidecar that owns it, at construction: the config
+//     values it reads, the logger, the metrics, the hub its snapshots,
+//     deltas and load reports go to, and callbacks (the drain announced,
+//     the starting surface's progress). Nothing in it leads back to the
+//     Sidecar.
 //   - Restarts and AllBlocksCleared clear the endpoint and bump its epoch;
 //     epochs start from the clock per sidecar process, so positions never
 //     carry across sidecar restarts.

@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar"
+	"github.com/kvroute/kvroute/test/metrictest"
 )
 
 // TestDrain: Drain reaches a watching picker at once as a load report
@@ -86,7 +87,7 @@ func TestDrain(t *testing.T) {
 	if len(st) != 1 || !st[0].Draining || st[0].DrainReason != "test says so" {
 		t.Fatalf("/debug/state: %+v", st)
 	}
-	if v := gauge(t, s, "kvroute_sidecar_draining"); v != 1 {
+	if v := metrictest.Gathered(t, s.Registry(), "kvroute_sidecar_draining", nil); v != 1 {
 		t.Fatalf("kvroute_sidecar_draining %v", v)
 	}
 	select {
@@ -120,19 +121,4 @@ func TestDrainWithoutWatchers(t *testing.T) {
 	if len(st) != 1 || !st[0].Draining || st[0].DrainReason == "" {
 		t.Fatalf("/debug/state: %+v", st)
 	}
-}
-
-func gauge(t *testing.T, s *sidecar.Sidecar, name string) float64 {
-	t.Helper()
-	families, err := s.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no single series %s", name)
-	return 0
 }

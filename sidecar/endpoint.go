@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 	"go.uber.org/zap"
 
+	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/internal/tier"
@@ -36,12 +38,54 @@ type recentEvent struct {
 
 const recentCap = 128
 
+// endpointConfig is the sidecar's configuration as a running endpoint
+// reads it (the fields are Config's, of the same names).
+type endpointConfig struct {
+	Topic          string
+	Bind           bool
+	DeltaInterval  time.Duration
+	IdleCheck      time.Duration
+	ScrapeInterval time.Duration
+	ScrapeTimeout  time.Duration
+	ReplayTimeout  time.Duration
+	StartupTimeout time.Duration
+}
+
+func newEndpointConfig(cfg *Config) endpointConfig {
+	return endpointConfig{Topic: cfg.Topic, Bind: cfg.Bind, DeltaInterval: cfg.DeltaInterval, IdleCheck: cfg.IdleCheck,
+		ScrapeInterval: cfg.ScrapeInterval, ScrapeTimeout: cfg.ScrapeTimeout, ReplayTimeout: cfg.ReplayTimeout,
+		StartupTimeout: cfg.StartupTimeout}
+}
+
+// endpointDeps is what the sidecar that owns an endpoint gives it, and
+// all the endpoint reaches of its owner: no path leads from an endpoint
+// back to the Sidecar.
+type endpointDeps struct {
+	cfg     endpointConfig
+	log     *zap.Logger // the owner's; the endpoint names its rank and engine
+	metrics *metrics    // the owner's series, which the endpoint's label selects
+	hub     *hub        // takes the endpoint's snapshots, deltas and load reports
+	// drainReason is the drain the owner announced, "" while none is.
+	drainReason func() string
+	// answered and waiting tell the starting admin surface how the
+	// identification of the endpoint's engine goes.
+	answered func(rank int)
+	waiting  func(rank int, err error)
+}
+
 // endpoint is one rank. Its intake goroutine owns the sockets and the
 // sequencer, and carries out the sequencer's actions; the state below mu
 // shows what it has carried out, to the debug server, the stream and the
 // scraper.
 type endpoint struct {
-	s         *Sidecar
+	// Given by the owner (endpointDeps), and fixed.
+	cfg         endpointConfig
+	metrics     *metrics
+	hub         *hub
+	drainReason func() string
+	answered    func(rank int)
+	waiting     func(rank int, err error)
+
 	rank      int
 	engineURL string
 	events    string
@@ -80,6 +124,58 @@ type endpointCounters struct {
 	WrongTopic     uint64 `json:"wrong_topic"`
 }
 
+// newEndpoint identifies rank r's engine and prepares its endpoint: its
+// addresses, index and sequencer, and what its owner gives it (d).
+func newEndpoint(ctx context.Context, hc *http.Client, cfg *Config, r int, d endpointDeps) (*endpoint, error) {
+	// Epochs start from the clock, so positions a picker holds from an
+	// earlier sidecar process never match this one's.
+	epoch := uint64(time.Now().UnixNano())
+	ep := &endpoint{cfg: d.cfg, metrics: d.metrics, hub: d.hub, drainReason: d.drainReason, answered: d.answered, waiting: d.waiting,
+		rank: r, restartCh: make(chan float64, 1), epoch: epoch}
+	var err error
+	if ep.engineURL, err = offsetURL(cfg.EngineURL, r); err != nil {
+		return nil, err
+	}
+	if ep.events, err = offsetPort(cfg.KVEvents, r); err != nil {
+		return nil, err
+	}
+	if cfg.Replay != "" {
+		if ep.replay, err = offsetPort(cfg.Replay, r); err != nil {
+			return nil, err
+		}
+	}
+	ep.log = d.log.With(zap.Int("rank", r), zap.String("engine", ep.engineURL))
+	if ep.identity, err = ep.identify(ctx, hc, cfg.Model); err != nil {
+		return nil, err
+	}
+	ep.identity.KeyFormat = blockkey.FormatV1
+	ep.identity.SummaryParams = cfg.Params().String()
+	// The series exist since openAdmin (the label, ep.label(), is the
+	// engine URL); the engine answered: the scrape loop keeps it from here.
+	ep.metrics.engineDown.WithLabelValues(ep.label()).Set(0)
+	icfg := index.DefaultConfig()
+	icfg.Model, icfg.Params = ep.identity.Model, cfg.Params()
+	if bs := ep.identity.BlockSize; bs > 0 { // else learned from the first run
+		icfg.BlockSize, icfg.LearnBlockSize = bs, false
+	}
+	if ep.idx, err = index.New(icfg); err != nil {
+		return nil, err
+	}
+	qcfg := sequence.DefaultConfig()
+	qcfg.Replay, qcfg.IdleCheck = ep.replay != "", cfg.IdleCheck
+	if ep.seq, err = sequence.New(qcfg, epoch); err != nil {
+		return nil, err
+	}
+	hcfg := streamhealth.DefaultConfig()
+	hcfg.Window, hcfg.Bind = cfg.StreamWindow, cfg.Bind
+	if ep.judge, err = streamhealth.New(hcfg); err != nil {
+		return nil, err
+	}
+	ep.stream = ep.judge.Status()
+	ep.setStreamGauge(ep.stream.State)
+	return ep, nil
+}
+
 // intake is the intake goroutine's sockets, decoder and wake-up pacing.
 type intake struct {
 	zctx               *zmq.Context
@@ -91,7 +187,7 @@ type intake struct {
 
 // openIntake opens rank ep's SUB socket, in connect or bind mode.
 func (ep *endpoint) openIntake() (*intake, error) {
-	cfg := &ep.s.cfg
+	cfg := &ep.cfg
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		return nil, fmt.Errorf("zmq context: %w", err)
@@ -164,7 +260,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 	}()
 	ready <- nil
 	ep.exec(in, ep.seq.Start(time.Now()), nil)
-	nextDelta := time.Now().Add(ep.s.cfg.DeltaInterval)
+	nextDelta := time.Now().Add(ep.cfg.DeltaInterval)
 	for ctx.Err() == nil {
 		frames, err := in.sub.RecvMessageBytes(0)
 		select {
@@ -181,7 +277,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 			if !ep.takeDeltas() {
 				in.setWake(in.idleWake)
 			}
-			nextDelta = now.Add(ep.s.cfg.DeltaInterval)
+			nextDelta = now.Add(ep.cfg.DeltaInterval)
 		}
 		if err != nil {
 			if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) && ctx.Err() == nil {
@@ -195,7 +291,7 @@ func (ep *endpoint) run(ctx context.Context, ready chan<- error) {
 		m, err := kvevents.ParseMessage(frames)
 		if err != nil {
 			ep.count(func(c *endpointCounters) { c.Malformed++ })
-			ep.s.metrics.malformed.WithLabelValues(ep.label()).Inc()
+			ep.metrics.malformed.WithLabelValues(ep.label()).Inc()
 			continue
 		}
 		ep.mu.Lock()
@@ -233,10 +329,10 @@ func (ep *endpoint) exec(in *intake, acts []sequence.Action, held []byte) (drop 
 			if a.Outcome != sequence.OK {
 				ep.count(func(c *endpointCounters) { c.ReplayFailures++ })
 			}
-			ep.s.metrics.replays.WithLabelValues(ep.label(), a.Outcome.String()).Inc()
+			ep.metrics.replays.WithLabelValues(ep.label(), a.Outcome.String()).Inc()
 		case sequence.Gap:
 			ep.count(func(c *endpointCounters) { c.Gaps++ })
-			ep.s.metrics.gaps.WithLabelValues(ep.label()).Inc()
+			ep.metrics.gaps.WithLabelValues(ep.label()).Inc()
 		case sequence.Restart:
 			in.setWake(in.busyWake)
 			ep.restart(a)
@@ -258,14 +354,14 @@ func (ep *endpoint) replayFrom(in *intake, from uint64) error {
 	}
 	defer d.Close()
 	_ = d.SetLinger(0)
-	_ = d.SetRcvtimeo(ep.s.cfg.ReplayTimeout)
+	_ = d.SetRcvtimeo(ep.cfg.ReplayTimeout)
 	if err := d.Connect(ep.replay); err != nil {
 		return err
 	}
 	if _, err := d.SendMessage(kvevents.ReplayRequest(from)); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(ep.s.cfg.ReplayTimeout)
+	deadline := time.Now().Add(ep.cfg.ReplayTimeout)
 	for {
 		if time.Now().After(deadline) {
 			return errors.New("replay timed out")
@@ -297,7 +393,7 @@ func (ep *endpoint) markPartial(why string) {
 	ep.judge.SetPartial(time.Now(), true, why)
 	ep.mu.Unlock()
 	ep.log.Warn("endpoint state is partial", zap.String("reason", why))
-	ep.s.metrics.partial.WithLabelValues(ep.label()).Set(1)
+	ep.metrics.partial.WithLabelValues(ep.label()).Set(1)
 }
 
 // apply decodes and indexes one batch and shows its seq as the last.
@@ -311,7 +407,7 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 	ep.counters.Batches++
 	if derr != nil {
 		ep.counters.Malformed++
-		ep.s.metrics.malformed.WithLabelValues(ep.label()).Inc()
+		ep.metrics.malformed.WithLabelValues(ep.label()).Inc()
 		ep.remember(recentEvent{Seq: seq, Type: "malformed", Error: derr.Error()})
 		ep.log.Warn("malformed kv event batch", zap.Uint64("seq", seq), zap.Error(derr))
 		return
@@ -326,13 +422,13 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		} else if t, ok := tier.FromMedium(ev.Medium); ok && !slices.Contains(touched, t) {
 			touched = append(touched, t)
 		}
-		ep.s.metrics.events.WithLabelValues(ep.label(), ev.Type.String()).Inc()
+		ep.metrics.events.WithLabelValues(ep.label(), ev.Type.String()).Inc()
 		if ev.Type == kvevents.TypeAllBlocksCleared {
 			for _, a := range ep.seq.Cleared() {
 				ep.epoch = a.Epoch
 				ep.partial = false // the state is exact again
 				ep.judge.SetPartial(now, false, "")
-				ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
+				ep.metrics.partial.WithLabelValues(ep.label()).Set(0)
 				ep.newEpochLocked()
 			}
 		}
@@ -349,15 +445,15 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		if err != nil {
 			r.Error = err.Error()
 			if errors.Is(err, index.ErrUnresolvedParent) {
-				ep.s.metrics.unresolved.WithLabelValues(ep.label()).Inc()
+				ep.metrics.unresolved.WithLabelValues(ep.label()).Inc()
 			} else {
-				ep.s.metrics.invalid.WithLabelValues(ep.label()).Inc()
+				ep.metrics.invalid.WithLabelValues(ep.label()).Inc()
 			}
 		}
 		ep.remember(r)
 	}
 	if b.TS > 0 {
-		ep.s.metrics.lag.WithLabelValues(ep.label()).Observe(max(0, float64(now.UnixNano())/1e9-b.TS))
+		ep.metrics.lag.WithLabelValues(ep.label()).Observe(max(0, float64(now.UnixNano())/1e9-b.TS))
 		if ep.oldestPending == 0 || b.TS < ep.oldestPending {
 			ep.oldestPending = b.TS
 		}
@@ -368,7 +464,7 @@ func (ep *endpoint) apply(dec *kvevents.Decoder, seq uint64, payload []byte) {
 		touched = ep.idx.Tiers()
 	}
 	for _, t := range touched {
-		ep.s.metrics.blocks.WithLabelValues(ep.label(), t.String()).Set(float64(ep.idx.Blocks(t)))
+		ep.metrics.blocks.WithLabelValues(ep.label(), t.String()).Set(float64(ep.idx.Blocks(t)))
 	}
 }
 
@@ -390,8 +486,8 @@ func (ep *endpoint) restart(a sequence.Action) {
 	ep.counters.Restarts++
 	ep.newEpochLocked()
 	ep.mu.Unlock()
-	ep.s.metrics.restarts.WithLabelValues(ep.label()).Inc()
-	ep.s.metrics.partial.WithLabelValues(ep.label()).Set(0)
+	ep.metrics.restarts.WithLabelValues(ep.label()).Inc()
+	ep.metrics.partial.WithLabelValues(ep.label()).Set(0)
 	ep.log.Info("engine restarted: endpoint cleared", zap.String("reason", a.Reason), zap.Uint64("epoch", a.Epoch))
 }
 
@@ -406,8 +502,8 @@ func (ep *endpoint) takeDeltas() (sent bool) {
 	ep.oldestPending = 0
 	for _, t := range ep.idx.Tiers() {
 		sum := ep.idx.Summary(t)
-		if !ep.s.hub.hasFeed(id, t.String(), ep.epoch) {
-			ep.s.hub.snapshot(snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
+		if !ep.hub.hasFeed(id, t.String(), ep.epoch) {
+			ep.hub.snapshot(snapshotUpdate(id, t, ep.epoch, sum.Snapshot()))
 			sent = true
 		}
 		d, ok := sum.TakeDelta()
@@ -417,11 +513,11 @@ func (ep *endpoint) takeDeltas() (sent bool) {
 		sent = true
 		ep.deltaSeq[t] = d.Seq
 		data := summary.AppendDelta(nil, d)
-		ep.s.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t.String(), Epoch: ep.epoch,
+		ep.hub.delta(&pb.SummaryUpdate{Endpoint: id, Tier: t.String(), Epoch: ep.epoch,
 			Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: d.Seq, Data: data, OldestEventUnixNanos: oldest}}})
-		ep.s.metrics.deltas.WithLabelValues(ep.label(), t.String()).Inc()
-		ep.s.metrics.deltaFlips.WithLabelValues(ep.label(), t.String()).Add(float64(len(d.Flips)))
-		ep.s.metrics.deltaBytes.WithLabelValues(ep.label(), t.String()).Add(float64(len(data)))
+		ep.metrics.deltas.WithLabelValues(ep.label(), t.String()).Inc()
+		ep.metrics.deltaFlips.WithLabelValues(ep.label(), t.String()).Add(float64(len(d.Flips)))
+		ep.metrics.deltaBytes.WithLabelValues(ep.label(), t.String()).Add(float64(len(data)))
 	}
 	return sent
 }
@@ -429,9 +525,9 @@ func (ep *endpoint) takeDeltas() (sent bool) {
 // newEpochLocked announces a cleared endpoint: every tier's (now empty)
 // summary goes out as a snapshot of the new epoch. Callers hold ep.mu.
 func (ep *endpoint) newEpochLocked() {
-	ep.s.metrics.epoch.WithLabelValues(ep.label()).Set(float64(ep.epoch))
+	ep.metrics.epoch.WithLabelValues(ep.label()).Set(float64(ep.epoch))
 	for _, t := range ep.idx.Tiers() {
 		ep.deltaSeq[t] = 0
-		ep.s.hub.snapshot(snapshotUpdate(ep.identity.Endpoint, t, ep.epoch, ep.idx.Summary(t).Snapshot()))
+		ep.hub.snapshot(snapshotUpdate(ep.identity.Endpoint, t, ep.epoch, ep.idx.Summary(t).Snapshot()))
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar"
+	"github.com/kvroute/kvroute/test/metrictest"
 	testpod "github.com/kvroute/kvroute/test/pod"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -100,11 +101,11 @@ func TestClientCertificateRequired(t *testing.T) {
 		{"a client certificate of another CA", clientCreds(roots, &stranger), "unknown authority"},
 		{"plaintext", insecure.NewCredentials(), "does not look like a TLS handshake"},
 	} {
-		before := counter(t, pod.Sidecar, "kvroute_sidecar_tls_handshake_failures_total", map[string]string{"server": "grpc"})
+		before := metrictest.Gathered(t, pod.Sidecar.Registry(), "kvroute_sidecar_tls_handshake_failures_total", map[string]string{"server": "grpc"})
 		if _, err := info(addr, tc.creds); err == nil {
 			t.Errorf("%s: served", tc.name)
 		}
-		if got := counter(t, pod.Sidecar, "kvroute_sidecar_tls_handshake_failures_total", map[string]string{"server": "grpc"}); got <= before {
+		if got := metrictest.Gathered(t, pod.Sidecar.Registry(), "kvroute_sidecar_tls_handshake_failures_total", map[string]string{"server": "grpc"}); got <= before {
 			t.Errorf("%s: the refusal was not counted (%v, then %v)", tc.name, before, got)
 		}
 		if tc.name == "no client certificate" { // the first refusal is logged at once
@@ -205,41 +206,17 @@ func TestRotationKeepsTheStream(t *testing.T) {
 		}
 		return nil
 	})
-	if got := counter(t, pod.Sidecar, "kvroute_sidecar_secret_reloads_total", map[string]string{"secret": "grpc_tls", "result": "error"}); got != 1 {
+	if got := metrictest.Gathered(t, pod.Sidecar.Registry(), "kvroute_sidecar_secret_reloads_total", map[string]string{"secret": "grpc_tls", "result": "error"}); got != 1 {
 		t.Errorf("%v failed reloads counted, want 1", got)
 	}
 	if got, err := info(addr, clientCreds(testnet.Pool(ca2), &c2)); err != nil || got.Cmp(third.Cert.SerialNumber) != 0 {
 		t.Fatalf("after a corrupt rotation: %v %v, want the certificate in use", got, err)
 	}
 	alive("a corrupt rotation")
-	if got := counter(t, pod.Sidecar, "kvroute_sidecar_secret_reloads_total", map[string]string{"secret": "grpc_tls", "result": "ok"}); got != 2 {
+	if got := metrictest.Gathered(t, pod.Sidecar.Registry(), "kvroute_sidecar_secret_reloads_total", map[string]string{"secret": "grpc_tls", "result": "ok"}); got != 2 {
 		t.Errorf("%v certificate reloads counted, want 2", got)
 	}
 	if logs.FilterMessage("secret reloaded").FilterField(zap.String("serial", third.Cert.SerialNumber.Text(16))).Len() != 1 {
 		t.Error("no reload line with the new serial")
 	}
-}
-
-// counter reads the series of s's counter name with labels.
-func counter(t *testing.T, s *sidecar.Sidecar, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := s.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }

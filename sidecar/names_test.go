@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -17,16 +19,11 @@ func TestMetricAndStateNames(t *testing.T) {
 	e := startEngine(t, engineConfig()).Engines()[0]
 	s := startSidecar(t, sidecarConfig(e))
 	series := func(name string) int {
-		families, err := s.Registry().Gather()
+		n, err := testutil.GatherAndCount(s.Registry(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, f := range families {
-			if f.GetName() == name {
-				return len(f.GetMetric())
-			}
-		}
-		return 0
+		return n
 	}
 	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if n := series("kvroute_sidecar_engine_requests"); n < 2 {

@@ -224,11 +224,11 @@ func scrape(ctx context.Context, hc *http.Client, base string) (scrapeResult, er
 // the event stream and sends a load report: a failed scrape reports the
 // engine down (with the last good load), the next good one up again.
 func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
-	t := time.NewTicker(ep.s.cfg.ScrapeInterval)
+	t := time.NewTicker(ep.cfg.ScrapeInterval)
 	defer t.Stop()
 	lastErr := ""
 	for {
-		sctx, cancel := context.WithTimeout(ctx, ep.s.cfg.ScrapeTimeout)
+		sctx, cancel := context.WithTimeout(ctx, ep.cfg.ScrapeTimeout)
 		r, err := scrape(sctx, hc, ep.engineURL)
 		cancel()
 		if ctx.Err() != nil {
@@ -261,12 +261,12 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 		load, epoch, events := ep.load, ep.epoch, ep.events
 		// Sent under ep.mu, so no report taken before a drain was announced
 		// reaches a picker after the announcement (Drain).
-		ep.s.hub.load(loadUpdate(ep.identity.Endpoint, epoch, load, st, ep.s.drainReason()))
+		ep.hub.load(loadUpdate(ep.identity.Endpoint, epoch, load, st, ep.drainReason()))
 		ep.mu.Unlock()
 		ep.reportStream(prev, st, events)
 		if err != nil {
-			ep.s.metrics.scrapeErrors.WithLabelValues(ep.label()).Inc()
-			ep.s.metrics.engineDown.WithLabelValues(ep.label()).Set(1)
+			ep.metrics.scrapeErrors.WithLabelValues(ep.label()).Inc()
+			ep.metrics.engineDown.WithLabelValues(ep.label()).Set(1)
 			if msg := err.Error(); msg != lastErr {
 				ep.log.Warn("engine metrics scrape failed: reporting the engine down", zap.Error(err))
 				lastErr = msg
@@ -276,10 +276,10 @@ func (ep *endpoint) scrapeLoop(ctx context.Context, hc *http.Client) {
 			if wasDown {
 				ep.log.Info("engine answers again")
 			}
-			ep.s.metrics.engineDown.WithLabelValues(ep.label()).Set(0)
-			ep.s.metrics.requests.WithLabelValues(ep.label(), "waiting").Set(r.load.Waiting)
-			ep.s.metrics.requests.WithLabelValues(ep.label(), "running").Set(r.load.Running)
-			ep.s.metrics.kvUsage.WithLabelValues(ep.label()).Set(r.load.KVUsage)
+			ep.metrics.engineDown.WithLabelValues(ep.label()).Set(0)
+			ep.metrics.requests.WithLabelValues(ep.label(), "waiting").Set(r.load.Waiting)
+			ep.metrics.requests.WithLabelValues(ep.label(), "running").Set(r.load.Running)
+			ep.metrics.kvUsage.WithLabelValues(ep.label()).Set(r.load.KVUsage)
 			if r.load.StartTime > 0 {
 				select {
 				case ep.restartCh <- r.load.StartTime:
@@ -303,7 +303,7 @@ func (ep *endpoint) reportStream(prev, st streamhealth.Status, events string) {
 	}
 	ep.setStreamGauge(st.State)
 	fields := []zap.Field{zap.String("from", prev.State.String()), zap.String("state", st.State.String()),
-		zap.String("reason", st.Reason), zap.String("events", events), zap.Bool("bind", ep.s.cfg.Bind)}
+		zap.String("reason", st.Reason), zap.String("events", events), zap.Bool("bind", ep.cfg.Bind)}
 	switch st.State {
 	case streamhealth.Live, streamhealth.Unknown:
 		ep.log.Info("kv event stream state changed", fields...)
@@ -320,15 +320,15 @@ func (ep *endpoint) setStreamGauge(s streamhealth.State) {
 		if x == s {
 			v = 1
 		}
-		ep.s.metrics.streamState.WithLabelValues(ep.label(), x.String()).Set(v)
+		ep.metrics.streamState.WithLabelValues(ep.label(), x.String()).Set(v)
 	}
 }
 
 // identify learns the model and the tokenizer fingerprint, retrying until
 // the engine answers or the startup timeout passes; each attempt's outcome
-// goes to the starting admin surface (boot).
+// goes to the starting admin surface (the answered and waiting callbacks).
 func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override string) (Identity, error) {
-	ctx, cancel := context.WithTimeout(ctx, ep.s.cfg.StartupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ep.cfg.StartupTimeout)
 	defer cancel()
 	id := Identity{Endpoint: ep.engineURL, Rank: ep.rank, Model: override}
 	var last error
@@ -344,7 +344,7 @@ func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override stri
 			var r scrapeResult
 			if r, err = scrape(ctx, hc, ep.engineURL); err == nil {
 				id.BlockSize, id.NumGPUBlocks, id.HashAlgo = r.blockSize, r.numGPUBlocks, r.hashAlgo
-				ep.s.boot.answered(ep.rank)
+				ep.answered(ep.rank)
 				return id, nil
 			}
 		}
@@ -352,7 +352,7 @@ func (ep *endpoint) identify(ctx context.Context, hc *http.Client, override stri
 			ep.log.Info("waiting for the engine", zap.String("url", ep.engineURL), zap.Error(err))
 		}
 		last = err
-		ep.s.boot.waiting(ep.rank, err) // shown on /readyz while starting
+		ep.waiting(ep.rank, err) // shown on /readyz while starting
 		select {
 		case <-ctx.Done():
 			return id, fmt.Errorf("engine %s did not answer: %w", ep.engineURL, last)

@@ -23,8 +23,6 @@ import (
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/sidecar/index"
-	"github.com/kvroute/kvroute/sidecar/sequence"
-	"github.com/kvroute/kvroute/sidecar/streamhealth"
 )
 
 // Sidecar serves one vLLM pod: an endpoint per data-parallel rank.
@@ -130,8 +128,10 @@ func (s *Sidecar) openAdmin() error {
 func (s *Sidecar) start(ctx, runCtx context.Context) error {
 	began := time.Now()
 	hc := &http.Client{Timeout: 5 * time.Second}
+	deps := endpointDeps{cfg: newEndpointConfig(&s.cfg), log: s.log, metrics: s.metrics, hub: s.hub,
+		drainReason: s.drainReason, answered: s.boot.answered, waiting: s.boot.waiting}
 	for r := 0; r < s.cfg.DataParallelSize; r++ {
-		ep, err := s.newEndpoint(ctx, hc, r)
+		ep, err := newEndpoint(ctx, hc, &s.cfg, r, deps)
 		if err != nil {
 			return err
 		}
@@ -155,58 +155,6 @@ func (s *Sidecar) start(ctx, runCtx context.Context) error {
 	s.log.Info("engines answered; serving", zap.Int("ranks", len(s.endpoints)),
 		zap.String("admin", s.ln.Addr().String()), zap.Duration("waited", time.Since(began).Round(time.Millisecond)))
 	return nil
-}
-
-// newEndpoint identifies rank r's engine and prepares its endpoint: its
-// addresses, index and sequencer.
-func (s *Sidecar) newEndpoint(ctx context.Context, hc *http.Client, r int) (*endpoint, error) {
-	cfg := &s.cfg
-	// Epochs start from the clock, so positions a picker holds from an
-	// earlier sidecar process never match this one's.
-	epoch := uint64(time.Now().UnixNano())
-	ep := &endpoint{s: s, rank: r, restartCh: make(chan float64, 1), epoch: epoch}
-	var err error
-	if ep.engineURL, err = offsetURL(cfg.EngineURL, r); err != nil {
-		return nil, err
-	}
-	if ep.events, err = offsetPort(cfg.KVEvents, r); err != nil {
-		return nil, err
-	}
-	if cfg.Replay != "" {
-		if ep.replay, err = offsetPort(cfg.Replay, r); err != nil {
-			return nil, err
-		}
-	}
-	ep.log = s.log.With(zap.Int("rank", r), zap.String("engine", ep.engineURL))
-	if ep.identity, err = ep.identify(ctx, hc, cfg.Model); err != nil {
-		return nil, err
-	}
-	ep.identity.KeyFormat = blockkey.FormatV1
-	ep.identity.SummaryParams = cfg.Params().String()
-	// The series exist since openAdmin (the label, ep.label(), is the
-	// engine URL); the engine answered: the scrape loop keeps it from here.
-	s.metrics.engineDown.WithLabelValues(ep.label()).Set(0)
-	icfg := index.DefaultConfig()
-	icfg.Model, icfg.Params = ep.identity.Model, cfg.Params()
-	if bs := ep.identity.BlockSize; bs > 0 { // else learned from the first run
-		icfg.BlockSize, icfg.LearnBlockSize = bs, false
-	}
-	if ep.idx, err = index.New(icfg); err != nil {
-		return nil, err
-	}
-	qcfg := sequence.DefaultConfig()
-	qcfg.Replay, qcfg.IdleCheck = ep.replay != "", cfg.IdleCheck
-	if ep.seq, err = sequence.New(qcfg, epoch); err != nil {
-		return nil, err
-	}
-	hcfg := streamhealth.DefaultConfig()
-	hcfg.Window, hcfg.Bind = cfg.StreamWindow, cfg.Bind
-	if ep.judge, err = streamhealth.New(hcfg); err != nil {
-		return nil, err
-	}
-	ep.stream = ep.judge.Status()
-	ep.setStreamGauge(ep.stream.State)
-	return ep, nil
 }
 
 // listenGRPC opens the gRPC listener and server, when configured.

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -66,7 +67,7 @@ func startSidecar(t *testing.T, cfg sidecar.Config) *sidecar.Sidecar {
 	return s
 }
 
-func post(t *testing.T, url string, body any) {
+func post(t testing.TB, url string, body any) {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
@@ -89,7 +90,7 @@ func prompt(n, base int) []int {
 }
 
 // complete sends a token-id prompt.
-func complete(t *testing.T, e *enginesim.Engine, p []int, salt string) {
+func complete(t testing.TB, e *enginesim.Engine, p []int, salt string) {
 	t.Helper()
 	body := map[string]any{"prompt": p, "max_tokens": 1}
 	if salt != "" {
@@ -100,37 +101,34 @@ func complete(t *testing.T, e *enginesim.Engine, p []int, salt string) {
 
 // converged waits until the sidecar holds exactly the engine's cached
 // blocks and has applied every batch the engine published.
-func converged(t *testing.T, s *sidecar.Sidecar, e *enginesim.Engine, rank int) sidecar.EndpointState {
+func converged(t testing.TB, s *sidecar.Sidecar, e *enginesim.Engine, rank int) sidecar.EndpointState {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var st sidecar.EndpointState
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		es, err := e.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := s.State()[rank]
+		st = s.State()[rank]
 		if st.Blocks["GPU"] == es.CachedBlocks && (es.NextSeq == 0 || (st.LastSeq != nil && *st.LastSeq == es.NextSeq-1)) {
-			return st
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sidecar %d blocks (last seq %v), engine %d blocks (next seq %d); state %+v",
-				st.Blocks["GPU"], st.LastSeq, es.CachedBlocks, es.NextSeq, st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("sidecar %d blocks (last seq %v), engine %d blocks (next seq %d); state %+v",
+			st.Blocks["GPU"], st.LastSeq, es.CachedBlocks, es.NextSeq, st)
+	})
+	return st
 }
 
 // deltaTaken waits until rank's GPU summary has a delta numbered past
 // seq.
 func deltaTaken(t *testing.T, s *sidecar.Sidecar, rank int, seq uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.State()[rank].DeltaSeq["GPU"] <= seq {
-		if time.Now().After(deadline) {
-			t.Fatalf("no GPU delta past %d: %+v", seq, s.State()[rank])
+	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if st := s.State()[rank]; st.DeltaSeq["GPU"] <= seq {
+			return fmt.Errorf("no GPU delta past %d: %+v", seq, st)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // batchFor encodes a batch storing one 16-token block whose hash and
@@ -211,15 +209,14 @@ func TestFollowsEngine(t *testing.T) {
 	complete(t, e, prompt(64, 500), "")
 	converged(t, s, e, 0)
 	post(t, e.URL()+"/sim/restart", nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for s.State()[0].Epoch < epoch+2 || s.State()[0].Blocks["GPU"] != 0 {
-		if time.Now().After(deadline) {
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := s.State()[0]; st.Epoch < epoch+2 || st.Blocks["GPU"] != 0 {
 			var ev map[string][]map[string]any
 			getJSON(t, fmt.Sprintf("http://%s/debug/events", s.DebugAddr()), &ev)
-			t.Fatalf("restart not detected: %+v\nrecent events: %v", s.State()[0], ev["0"][max(0, len(ev["0"])-6):])
+			return fmt.Errorf("restart not detected: %+v\nrecent events: %v", st, ev["0"][max(0, len(ev["0"])-6):])
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	complete(t, e, prompt(64, 600), "")
 	st = converged(t, s, e, 0)
 	if st.Blocks["GPU"] != 4 || st.Counters.Restarts < 1 || st.Partial {
@@ -259,13 +256,12 @@ func TestLossRecovery(t *testing.T) {
 				}
 				return
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for !s.State()[0].Partial {
-				if time.Now().After(deadline) {
-					t.Fatalf("not partial: %+v", s.State()[0])
+			testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
+				if st := s.State()[0]; !st.Partial {
+					return fmt.Errorf("not partial: %+v", st)
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return nil
+			})
 		})
 	}
 }
@@ -305,14 +301,15 @@ func TestDataParallelAndBindMode(t *testing.T) {
 	s := startSidecar(t, cfg)
 	// Wait for the engine's PUBs to reach the bound SUBs, then send work.
 	for r := 0; r < 2; r++ {
-		deadline := time.Now().Add(10 * time.Second)
-		for i := 0; s.State()[r].Blocks["GPU"] == 0; i++ {
-			if time.Now().After(deadline) {
-				t.Fatalf("rank %d never received events", r)
+		i := 0
+		testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if s.State()[r].Blocks["GPU"] > 0 {
+				return nil
 			}
 			complete(t, es[r], prompt(32, 100000*(r+1)+100*i), "")
-			time.Sleep(20 * time.Millisecond)
-		}
+			i++
+			return fmt.Errorf("rank %d never received events (%d requests sent)", r, i)
+		})
 	}
 	complete(t, es[0], prompt(48, 7000), "")
 	complete(t, es[1], prompt(80, 9000), "")
@@ -363,21 +360,19 @@ func TestMalformedInputIsCountedAndSkipped(t *testing.T) {
 		return kvevents.Message{Topic: []byte{}, Seq: seq, Payload: batchFor(t, base)}.Frames()
 	}
 	// Wait for the subscription (slow joiner), then send the hostile input.
-	deadline := time.Now().Add(10 * time.Second)
-	for seq := uint64(0); s.State()[0].Blocks["GPU"] == 0; seq++ {
-		if time.Now().After(deadline) {
-			t.Fatal("the sidecar never received our publisher")
+	polls := 0
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if s.State()[0].Blocks["GPU"] > 0 {
+			return nil
 		}
-		if seq == 0 {
+		if polls%10 == 0 { // the first time, then resent until it lands
 			if _, err := pub.SendMessage(good(0, 100)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-		if seq%10 == 9 { // resend until it lands
-			pub.SendMessage(good(0, 100))
-		}
-	}
+		polls++
+		return errors.New("the sidecar never received our publisher")
+	})
 	orphan := kvevents.Event{Type: kvevents.TypeBlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}, TokenIDs: make([]uint32, 16),
 		BlockSize: 16, HasParent: true, ParentBlockHash: kvevents.IntHash(424242)}
 	op, _ := kvevents.Encode(&kvevents.Batch{TS: 1, Events: []kvevents.Event{orphan}}, kvevents.LayoutMap)
@@ -392,27 +387,23 @@ func TestMalformedInputIsCountedAndSkipped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		st := s.State()[0]
-		if st.Blocks["GPU"] == 2 && st.Counters.Malformed == 3 && st.Index.UnresolvedParents == 1 {
-			break
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := s.State()[0]; st.Blocks["GPU"] != 2 || st.Counters.Malformed != 3 || st.Index.UnresolvedParents != 1 {
+			return fmt.Errorf("state %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("state %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	// /metrics counts them too: the three malformed messages, the orphan
+	// run, and the stored runs applied (the good ones and the orphan).
+	fams := metrictest.Families(t, "http://"+s.DebugAddr()+"/metrics")
+	if got := metrictest.Sum(fams, "kvroute_sidecar_malformed_payloads_total", nil); got != 3 {
+		t.Errorf("/metrics: %v malformed payloads, want 3", got)
 	}
-	var m string
-	resp, err := http.Get("http://" + s.DebugAddr() + "/metrics")
-	if err == nil {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		m = string(b)
+	if got := metrictest.Sum(fams, "kvroute_sidecar_unresolved_parents_total", nil); got != 1 {
+		t.Errorf("/metrics: %v unresolved parents, want 1", got)
 	}
-	for _, name := range []string{"kvroute_sidecar_malformed_payloads_total", "kvroute_sidecar_unresolved_parents_total", "kvroute_sidecar_events_total"} {
-		if !strings.Contains(m, name) {
-			t.Errorf("/metrics lacks %s", name)
-		}
+	stored := map[string]string{"type": kvevents.TypeBlockStored.String()}
+	if got := metrictest.Sum(fams, "kvroute_sidecar_events_total", stored); got < 3 {
+		t.Errorf("/metrics: %v BlockStored events applied, want at least 3", got)
 	}
 }
