@@ -30,6 +30,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/test/simsidecar"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // simView is a fleet view following n simulated sidecars, each started
@@ -60,13 +61,12 @@ func simViewWith(t testing.TB, n int, adjust func(i int, c *simsidecar.Config)) 
 		sims = append(sims, s)
 		v.Watch(s.Addr())
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(v.Endpoints()) < n {
-		if time.Now().After(deadline) {
-			t.Fatal("simulated sidecars not followed")
+	testnet.Await(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if got := len(v.Endpoints()); got < n {
+			return fmt.Errorf("%d of %d simulated sidecars followed", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return v, sims
 }
 

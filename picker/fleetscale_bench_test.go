@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -17,7 +16,9 @@ import (
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // BenchmarkPickDecisionFleet is BenchmarkPickDecision at fleet scale
@@ -98,12 +99,12 @@ func stillFleet(b *testing.B, n, models int) (*picker.Router, []*simsidecar.Side
 	// The snapshot counter counts loads started; a load is done once a
 	// later update from its stream (a load report, every 200 ms) is in.
 	deadline := time.Now().Add(2 * time.Minute)
-	for counterValue(b, reg, "kvroute_picker_summary_updates_total", "snapshot") < float64(n) {
-		if time.Now().After(deadline) {
-			b.Fatal("snapshots not in within 2 minutes")
+	testnet.Await(b, 2*time.Minute, 10*time.Millisecond, func() error {
+		if got := counterValue(b, reg, "kvroute_picker_summary_updates_total", "snapshot"); got < float64(n) {
+			return fmt.Errorf("%v of %d snapshots in", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	awaitUpdatedSince(b, v, n, time.Now(), time.Until(deadline))
 	return simRouter(b, v, prometheus.NewRegistry()), sims, reg
 }
@@ -113,21 +114,19 @@ func stillFleet(b *testing.B, n, models int) (*picker.Router, []*simsidecar.Side
 // they sent before t is in), failing b past within.
 func awaitUpdatedSince(b *testing.B, v *fleetview.View, n int, t time.Time, within time.Duration) {
 	b.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testnet.Await(b, within, 10*time.Millisecond, func() error {
 		eps := v.Endpoints()
-		done := len(eps) == n
+		updated := 0
 		for _, e := range eps {
-			done = done && e.LastUpdate.After(t)
+			if e.LastUpdate.After(t) {
+				updated++
+			}
 		}
-		if done {
-			return
+		if len(eps) != n || updated != n {
+			return fmt.Errorf("%d endpoints followed, %d updated since the start, want %d", len(eps), updated, n)
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d endpoints not all updated within %v", n, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // benchPicks times Router.Pick on bodies, round robin, b.N times, and
@@ -173,37 +172,15 @@ func awaitDeltas(b *testing.B, reg *prometheus.Registry, sims []*simsidecar.Side
 	for _, s := range sims {
 		want += s.Deltas()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for counterValue(b, reg, "kvroute_picker_summary_updates_total", "delta") < float64(want) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the holds' %d deltas not applied within 30 s", want)
+	testnet.Await(b, 30*time.Second, 5*time.Millisecond, func() error {
+		if got := counterValue(b, reg, "kvroute_picker_summary_updates_total", "delta"); got < float64(want) {
+			return fmt.Errorf("%v of the holds' %d deltas applied", got, want)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func counterValue(b *testing.B, reg *prometheus.Registry, name, kind string) float64 {
-	families, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.Metric {
-				if labelValue(m, "kind") == kind {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
-func labelValue(m *dto.Metric, name string) string {
-	for _, l := range m.Label {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
+	b.Helper()
+	return metrictest.Gathered(b, reg, name, map[string]string{"kind": kind})
 }

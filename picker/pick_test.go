@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -33,6 +34,7 @@ import (
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/enginesim"
 	testpod "github.com/kvroute/kvroute/test/pod"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 const capacity = 4096
@@ -78,13 +80,12 @@ func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust
 		f.engines = append(f.engines, p.Engine)
 		f.procs = append(f.procs, p.Process)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(v.Endpoints()) < n || !loaded(v) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the view knows %d of %d endpoints", len(v.Endpoints()), n)
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if got := len(v.Endpoints()); got < n || !loaded(v) {
+			return fmt.Errorf("the view knows %d of %d endpoints, loaded: %v", got, n, loaded(v))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	f.reg = prometheus.NewRegistry()
 	r, err := picker.NewRouter(cfg, v, zap.NewNop(), f.reg)
 	if err != nil {
@@ -113,20 +114,14 @@ func loaded(v *fleetview.View) bool {
 func (f *fleet) awaitLoadReports(t testing.TB) {
 	t.Helper()
 	since := time.Now()
-	deadline := since.Add(10 * time.Second)
-	for {
-		fresh := true
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
 		for _, e := range f.view.Endpoints() {
-			fresh = fresh && e.LoadAt.After(since)
+			if !e.LoadAt.After(since) {
+				return fmt.Errorf("no new load report from %s", e.URL)
+			}
 		}
-		if fresh {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no new load report from every endpoint within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // awaitHeld waits (bounded) until the view holds the whole prompt of a
@@ -153,13 +148,12 @@ func (f *fleet) awaitHeld(t *testing.T, url, body string) {
 		t.Fatalf("the view does not know %s", url)
 	}
 	chain := (&blockkey.Request{Tokens: r.TokenIDs, CacheSalt: salt.CacheSalt}).AppendKeys(nil, e.Info.Model, e.Info.BlockSize)
-	deadline := time.Now().Add(10 * time.Second)
-	for f.view.Match(e.Group, tier.GPU, chain)[url] < len(chain) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the view holds %d of the prompt's %d blocks on %s after 10 s", f.view.Match(e.Group, tier.GPU, chain)[url], len(chain), url)
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if got := f.view.Match(e.Group, tier.GPU, chain)[url]; got < len(chain) {
+			return fmt.Errorf("the view holds %d of the prompt's %d blocks on %s", got, len(chain), url)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // pickAnswer is the decision API's answer, as clients decode it.
@@ -258,21 +252,20 @@ func TestDecisionAPI(t *testing.T) {
 	}
 	send(t, p1.Endpoint, "/v1/chat/completions", first)
 	second := chatBody("tenant-a", strings.Repeat("Tell me about caches. ", 30), "Caches keep things.", "And KV caches?")
-	deadline := time.Now().Add(10 * time.Second)
 	var p2 pickAnswer
-	for {
+	// Every pick counts as in flight on its endpoint until the engine's
+	// next load report (every 50 ms here): poll slower than that, or the
+	// polls themselves load the warm endpoint.
+	testnet.Await(t, 10*time.Second, 150*time.Millisecond, func() error {
 		code, p2, raw = f.pick(t, second, nil, "?explain=true")
 		if code != http.StatusOK {
 			t.Fatalf("turn 2: %d %s", code, raw)
 		}
-		if p2.Reason == "cache_hit" || time.Now().After(deadline) {
-			break
+		if p2.Reason != "cache_hit" {
+			return fmt.Errorf("turn 2 is %s on %s, not a cache hit", p2.Reason, p2.Endpoint)
 		}
-		// Every pick counts as in flight on its endpoint until the engine's
-		// next load report (every 50 ms here): poll slower than that, or
-		// the polls themselves load the warm endpoint.
-		time.Sleep(150 * time.Millisecond)
-	}
+		return nil
+	})
 	if p2.Endpoint != p1.Endpoint || p2.Reason != "cache_hit" || p2.MatchedTokens < p1.PromptTokens/2 || p2.PrefixHash != p1.PrefixHash {
 		t.Fatalf("turn 2 went to %s (%s, %d matched of turn 1's %d, hash %s vs %s) %s", p2.Endpoint, p2.Reason, p2.MatchedTokens, p1.PromptTokens, p2.PrefixHash, p1.PrefixHash, raw)
 	}
@@ -441,17 +434,12 @@ func TestLoRAKeys(t *testing.T) {
 		t.Fatalf("%d %s", code, raw)
 	}
 	send(t, p1.Endpoint, "/v1/chat/completions", body("support-adapter"))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, p2, _ := f.pick(t, body("support-adapter"), nil, "")
-		if p2.Reason == "cache_hit" && p2.Endpoint == p1.Endpoint && p2.MatchedTokens > 0 {
-			break
+	testnet.Await(t, 10*time.Second, 150*time.Millisecond, func() error {
+		if _, p2, _ := f.pick(t, body("support-adapter"), nil, ""); p2.Reason != "cache_hit" || p2.Endpoint != p1.Endpoint || p2.MatchedTokens == 0 {
+			return fmt.Errorf("the adapter's blocks never matched: %+v", p2)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the adapter's blocks never matched: %+v", p2)
-		}
-		time.Sleep(150 * time.Millisecond)
-	}
+		return nil
+	})
 	_, base, _ := f.pick(t, body("Qwen/Qwen3-0.6B"), nil, "")
 	if base.MatchedTokens != 0 || base.PrefixHash == p1.PrefixHash {
 		t.Fatalf("the base model matched the adapter's blocks: %+v", base)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -269,19 +270,7 @@ func post2(t *testing.T, url, body string) string {
 
 func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.Metric {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return metrictest.Gathered(t, reg, name, nil)
 }
 
 // TestIdenticalPromptsBackToBack: identical prompts sent back to back,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -21,26 +22,11 @@ import (
 // sets that have label=value (all with label "").
 func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	var labels map[string]string
+	if label != "" {
+		labels = map[string]string{label: value}
 	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.Metric {
-			match := label == ""
-			for _, l := range m.Label {
-				match = match || l.GetName() == label && l.GetValue() == value
-			}
-			if match {
-				total += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return metrictest.Gathered(t, reg, name, labels)
 }
 
 // awaitValue polls name on reg every 10 ms until it is want, within d.
