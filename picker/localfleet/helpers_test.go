@@ -146,8 +146,9 @@ func groupOf(t *testing.T, f *localfleet.Fleet, url string) string {
 	return ""
 }
 
-// endpoint returns url's endpoint in f.
-func endpoint(t *testing.T, f *localfleet.Fleet, url string) fleet.Endpoint {
+// endpoint returns url's endpoint in f (a localfleet.Fleet, a
+// fleetview.View).
+func endpoint(t *testing.T, f interface{ Endpoints() []fleet.Endpoint }, url string) fleet.Endpoint {
 	t.Helper()
 	for _, e := range f.Endpoints() {
 		if e.URL == url {
