@@ -201,6 +201,10 @@ func TestSameAsTheRealFleet(t *testing.T) {
 		view.Watch(p.Sidecar.GRPCAddr())
 		pods = append(pods, p)
 	}
+	// Stop watching before the pods stop (cleanups run last first): a
+	// sidecar's Close waits up to 2 s for the summary streams still open
+	// (its gRPC server's graceful stop), 6 s for three pods.
+	t.Cleanup(view.Close)
 	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if eps := view.Endpoints(); len(eps) < engines {
 			return fmt.Errorf("the view knows %d of %d endpoints", len(eps), engines)
