@@ -35,13 +35,14 @@ import (
 // in-process fleet; a batch missed live (the subscription joining late,
 // a gap) is fetched from the engine's replay ring, as the sidecar does.
 type collector struct {
-	t    *testing.T
-	e    *enginesim.Engine
-	url  string
-	f    *localfleet.Fleet
-	next atomic.Uint64 // the next seq to apply
-	stop chan struct{}
-	done chan struct{}
+	t       *testing.T
+	e       *enginesim.Engine
+	url     string
+	f       *localfleet.Fleet
+	next    atomic.Uint64 // the next seq to apply
+	replays atomic.Int64  // replay exchanges
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // collect starts a collector; it stops when the test ends.
@@ -77,7 +78,7 @@ func collect(t *testing.T, e *enginesim.Engine, f *localfleet.Fleet) *collector 
 }
 
 func (c *collector) run(zctx *zmq.Context, sub *zmq.Socket) {
-	for {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); { // the test ends first
 		select {
 		case <-c.stop:
 			return
@@ -119,6 +120,7 @@ func (c *collector) replay(zctx *zmq.Context, end uint64) bool {
 		c.t.Errorf("%s: replay: %v", c.url, err)
 		return false
 	}
+	c.replays.Add(1)
 	if _, err := d.SendMessage(kvevents.ReplayRequest(c.next.Load())); err != nil {
 		c.t.Errorf("%s: replay: %v", c.url, err)
 		return false
@@ -170,7 +172,8 @@ func (c *collector) apply(seq uint64, payload []byte) bool {
 // send posts a chat body to an engine and waits for the answer.
 func send(t *testing.T, url, body string) {
 	t.Helper()
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,15 +215,20 @@ func TestSameAsTheRealFleet(t *testing.T) {
 		return nil
 	})
 	local := newFleet(t, nil, nil)
-	var cols []*collector
 	for _, p := range pods {
 		if err := local.Add(endpoint(t, view, p.Engine.URL()).Info, time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		cols = append(cols, collect(t, p.Engine, local))
 	}
+	// The last engine's events are collected only after its requests
+	// ran: they come from its replay ring, the others' live.
+	cols := []*collector{collect(t, pods[0].Engine, local), collect(t, pods[1].Engine, local)}
 	prompts := workload(t, pods)
+	cols = append(cols, collect(t, pods[2].Engine, local))
 	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error { return caughtUp(pods, cols) })
+	if cols[2].replays.Load() == 0 {
+		t.Fatal("the late collector caught up without the replay ring")
+	}
 	ref := endpoint(t, view, pods[0].Engine.URL())
 	if g := endpoint(t, local, ref.URL).Group; g != ref.Group {
 		t.Fatalf("the in-process fleet puts the engines in group %s, the view in %s", g, ref.Group)
