@@ -180,8 +180,10 @@ func (f *Fleet) publish(sc *Sidecar, now time.Time) error {
 
 // Receive hands one update to the fleet state, arrived at now, as
 // fleetview's stream does: a snapshot is loaded whole (the endpoint reads
-// as absent in that tier until then: here, at once), a delta applied. An
-// update for an endpoint the fleet does not hold is ignored. A delta that
+// as absent in that tier until then: here, at once), a delta applied, an
+// update with neither only heard (a heartbeat: it keeps an endpoint fresh
+// when the fleet is not InSync). An update for an endpoint the fleet does
+// not hold is ignored. A delta that
 // does not follow the position held (lost, reordered, of an old epoch) or
 // a malformed update drops the endpoint's summary in that tier and is
 // returned as the state's fleet.UpdateError (fleet.FaultOf): the caller

@@ -332,13 +332,15 @@ func TestFreshness(t *testing.T) {
 		inSync bool
 		after  time.Duration
 		report time.Duration // a load report this long after the start (0: none)
+		beat   time.Duration // an update with nothing to apply, likewise
 		want   fleet.HealthState
 	}{
-		{"in sync, an hour later", true, time.Hour, 0, fleet.Cached},
-		{"out of sync, a second later", false, time.Second, 0, fleet.Cached},
-		{"out of sync, stale", false, 3 * time.Second, 0, fleet.LoadOnly},
-		{"out of sync, silent", false, 11 * time.Second, 0, fleet.Down},
-		{"out of sync, a load report a second before", false, 11 * time.Second, 10 * time.Second, fleet.Cached},
+		{"in sync, an hour later", true, time.Hour, 0, 0, fleet.Cached},
+		{"out of sync, a second later", false, time.Second, 0, 0, fleet.Cached},
+		{"out of sync, stale", false, 3 * time.Second, 0, 0, fleet.LoadOnly},
+		{"out of sync, silent", false, 11 * time.Second, 0, 0, fleet.Down},
+		{"out of sync, a load report a second before", false, 11 * time.Second, 10 * time.Second, 0, fleet.Cached},
+		{"out of sync, a heartbeat a second before", false, 11 * time.Second, 0, 10 * time.Second, fleet.Cached},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := &clock{now: t0}
@@ -349,6 +351,11 @@ func TestFreshness(t *testing.T) {
 			}
 			if c.report > 0 {
 				f.SetLoad(urlA, fleet.Load{}, t0.Add(c.report))
+			}
+			if c.beat > 0 {
+				if err := f.Receive(localfleet.Update{Endpoint: urlA}, t0.Add(c.beat)); err != nil {
+					t.Fatal(err)
+				}
 			}
 			now := clk.add(c.after)
 			if h := endpointHealth(t, f, urlA, now); h.State != c.want {
