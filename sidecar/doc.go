@@ -29,7 +29,9 @@
 //     counts; counting summaries (internal/summary) per tier are batched
 //     into numbered deltas every DeltaInterval and streamed over gRPC
 //     (kvroute.v1.Sidecar) with snapshots and load reports; the sidecar
-//     gossips its gRPC address, identity group and positions.
+//     gossips its gRPC address, identity group and positions. Close ends
+//     every summary stream at once (Unavailable, "shutting down"): a
+//     watching picker is not left waiting for the graceful stop's deadline.
 //   - Stream health: the stream judge core (package sidecar/streamhealth,
 //     one per rank) weighs the scraped engine counters against the live
 //     and replayed batches the intake reports, and says whether the live

@@ -97,6 +97,11 @@ func (g *grpcServer) WatchSummaries(req *pb.WatchRequest, stream grpc.ServerStre
 			return status.Error(codes.ResourceExhausted, "watcher fell too far behind; watch again to resume from a snapshot")
 		case <-stream.Context().Done():
 			return stream.Context().Err()
+		case <-s.stopping:
+			// The sidecar is closing: end the stream now rather than hold
+			// the graceful stop until its deadline (the picker's view
+			// retries, and finds the sidecar gone or back).
+			return status.Error(codes.Unavailable, "the sidecar is shutting down")
 		}
 	}
 }

@@ -2,12 +2,15 @@ package sidecar_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
@@ -230,4 +233,39 @@ func TestWatchOverTLS(t *testing.T) {
 	if _, err := pb.NewSidecarClient(plain).Info(short, &pb.InfoRequest{}); err == nil {
 		t.Fatal("plaintext client served by a TLS server")
 	}
+}
+
+// TestCloseEndsSummaryStreams: closing the sidecar ends its summary
+// streams at once, saying why, instead of holding the graceful stop
+// until its deadline and cutting them.
+func TestCloseEndsSummaryStreams(t *testing.T) {
+	e := startEngine(t, engineConfig()).Engines()[0]
+	s := startSidecar(t, sidecarConfig(e))
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := pb.NewSidecarClient(conn).WatchSummaries(ctx, &pb.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // the initial state: the stream is open
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	for {
+		_, err := stream.Recv()
+		if err == nil {
+			continue // the rest of the initial state
+		}
+		if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {
+			t.Fatalf("the stream ended with %v, want Unavailable: the sidecar is shutting down", err)
+		}
+		break
+	}
+	<-closed
 }

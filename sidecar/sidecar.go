@@ -38,6 +38,7 @@ type Sidecar struct {
 	boot      *boot                        // what the starting admin surface shows
 	admin     atomic.Pointer[http.Handler] // the admin surface served: starting, then full
 	hub       *hub
+	stopping  <-chan struct{} // closed when Close begins: summary streams end at once
 	grpc      *grpc.Server
 	grpcLn    net.Listener
 	tls       *grpcTLS // the gRPC server's TLS files (nil: plaintext)
@@ -75,7 +76,7 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	s.tls = tlsFiles
 	s.hub = newHub(func() { s.metrics.watchersCut.Inc() })
 	runCtx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	s.cancel, s.stopping = cancel, runCtx.Done()
 	if err := s.openAdmin(); err != nil {
 		cancel()
 		return nil, err
