@@ -28,14 +28,15 @@
 //     sidecars_failing the sidecars followed whose summary stream fails
 //     (reason tls, unavailable or stream), with the last error and for
 //     how many seconds.
-//   - kvroute verify relies on, per endpoint: endpoint, sidecar,
-//     sidecar_debug, group, model, rank, block_size, num_gpu_blocks,
-//     hash_algo, key_format, summary_params, tokenizer_fingerprint,
-//     partial, seconds_since_update, never_updated, state, state_reason,
-//     stream_state, stream_reason and lag_seconds; per refusal: endpoint,
-//     sidecar, reason, model, summary_params, since and detail; and
-//     picker's gossip_insecure. A field missing from an older picker
-//     reads as its zero value, which verify treats as "not reported".
+//   - kvroute verify relies on, per endpoint: endpoint, model, rank,
+//     group, sidecar_debug, the identity fields (block_size, hash_algo,
+//     key_format, summary_params, tokenizer_fingerprint), partial,
+//     seconds_since_update, never_updated, state and state_reason, and
+//     reports sidecar, num_gpu_blocks, stream_state, stream_reason and
+//     lag_seconds as read; per refusal: endpoint, reason, model,
+//     summary_params, since and detail; and picker's gossip_insecure. A
+//     field missing from an older picker reads as its zero value, which
+//     verify treats as "not reported".
 //   - Types only: no I/O, no clock. Writers fill the values (the picker
 //     measures the seconds at its own now).
 package debugapi
