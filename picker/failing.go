@@ -2,24 +2,18 @@ package picker
 
 import (
 	"time"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
 )
 
-// debugFailing is a sidecar on /debug/endpoints whose summary stream is
-// failing: a TLS handshake (reason tls), not reached (unavailable), or
-// ended otherwise (stream); error is the last one, since when it began.
-type debugFailing struct {
-	Sidecar      string  `json:"sidecar"`
-	Reason       string  `json:"reason"`
-	Error        string  `json:"error"`
-	SinceSeconds float64 `json:"seconds_failing"`
-}
-
-// sidecarsFailing lists the sidecars followed whose stream is failing:
-// one that never streamed has no endpoint to show it by.
-func sidecarsFailing(v fleetDiagnostics) []debugFailing {
-	out := []debugFailing{}
+// sidecarsFailing lists, for /debug/endpoints, the sidecars followed
+// whose stream is failing (one that never streamed has no endpoint to
+// show it by): a TLS handshake (reason tls), not reached (unavailable), or
+// ended otherwise (stream); the last error, and for how long.
+func sidecarsFailing(v fleetDiagnostics) []debugapi.SidecarFailing {
+	out := []debugapi.SidecarFailing{}
 	for _, f := range v.Failing() {
-		out = append(out, debugFailing{Sidecar: f.Sidecar, Reason: f.Reason, Error: f.Error, SinceSeconds: time.Since(f.Since).Seconds()})
+		out = append(out, debugapi.SidecarFailing{Sidecar: f.Sidecar, Reason: f.Reason, Error: f.Error, SecondsFailing: time.Since(f.Since).Seconds()})
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/render"
 )
@@ -63,10 +64,10 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
-	self := func() debugSelf {
-		return debugSelf{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
+	self := func() debugapi.Picker {
+		return debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
 	}
-	mux.HandleFunc("GET /debug/endpoints", func(w http.ResponseWriter, req *http.Request) { r.handleDebugEndpoints(w, req, self()) })
+	mux.HandleFunc("GET "+debugapi.Path, func(w http.ResponseWriter, req *http.Request) { r.handleDebugEndpoints(w, req, self()) })
 	mux.HandleFunc("GET /debug/admission", r.handleDebugAdmission)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
@@ -259,72 +260,13 @@ func (r *Router) readiness(ready func() error) error {
 	return fmt.Errorf("none of the %d endpoints known is routable (down or draining: see /debug/endpoints)", len(eps))
 }
 
-// debugEndpoint is one endpoint on /debug/endpoints.
-type debugEndpoint struct {
-	Endpoint   string `json:"endpoint"`
-	EndpointID string `json:"endpoint_id"`
-	Sidecar    string `json:"sidecar"`
-	// SidecarDebug is the sidecar's debug HTTP base URL ("" unknown).
-	SidecarDebug string `json:"sidecar_debug"`
-	Group        string `json:"group"`
-	Model        string `json:"model"`
-	Rank         int    `json:"rank"`
-	BlockSize    int    `json:"block_size"`
-	// The rest of the identity the sidecar reported: what keys, summaries
-	// and tokens must agree on across an identity group.
-	NumGPUBlocks         int     `json:"num_gpu_blocks"`
-	HashAlgo             string  `json:"hash_algo"`
-	KeyFormat            string  `json:"key_format"`
-	SummaryParams        string  `json:"summary_params"`
-	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
-	Epoch                uint64  `json:"epoch"`
-	Partial              bool    `json:"partial"`
-	Waiting              float64 `json:"waiting"`
-	Running              float64 `json:"running"`
-	KVUsage              float64 `json:"kv_cache_usage"`
-	StaleSecs            float64 `json:"seconds_since_update"`
-	// NeverUpdated: the sidecar has sent nothing for this endpoint yet.
-	NeverUpdated bool `json:"never_updated,omitempty"`
-	// State is the endpoint's health (cached, load_only, down) and
-	// StateReason why; StreamState/StreamReason the sidecar's verdict on
-	// its live event stream; LagSeconds the median of its recent
-	// event-to-routable lags (absent while none was measured).
-	State        string  `json:"state"`
-	StateReason  string  `json:"state_reason,omitempty"`
-	StreamState  string  `json:"stream_state,omitempty"`
-	StreamReason string  `json:"stream_reason,omitempty"`
-	EngineDown   bool    `json:"engine_down,omitempty"`
-	EngineError  string  `json:"engine_error,omitempty"`
-	LagSeconds   float64 `json:"lag_seconds,omitempty"`
-}
-
-// debugSelf is what /debug/endpoints says of the picker itself.
-type debugSelf struct {
-	// GossipInsecure: its gossip runs without a keyring off loopback.
-	GossipInsecure bool `json:"gossip_insecure"`
-}
-
-// debugRefused is an endpoint the picker's view did not take, and why:
-// summary_params (sized unlike this picker), group_full, other_owner
-// (another sidecar already streams it), model_not_followed (its model is
-// not among --models: another picker shard's), and the trust check's
-// remote_endpoint, malformed_endpoint and unresolved_endpoint, with since
-// when and why (trustNote).
-type debugRefused struct {
-	Endpoint             string `json:"endpoint"`
-	Sidecar              string `json:"sidecar"`
-	Reason               string `json:"reason"`
-	Model                string `json:"model"`
-	BlockSize            int    `json:"block_size"`
-	SummaryParams        string `json:"summary_params"`
-	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
-	trustNote
-}
-
-func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, self debugSelf) {
-	out := []debugEndpoint{}
+// handleDebugEndpoints writes the picker's debugapi.Document: every
+// endpoint with its health at now, and the fleet's diagnostics when it
+// has them.
+func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, self debugapi.Picker) {
+	doc := debugapi.Document{Endpoints: []debugapi.Endpoint{}, Picker: self, Refused: []debugapi.Refusal{}, SidecarsFailing: []debugapi.SidecarFailing{}}
 	for _, e := range r.fleet.Endpoints() {
-		d := debugEndpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
+		d := debugapi.Endpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
 		d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
 		d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGPUBlocks, e.Info.HashAlgo, e.Info.KeyFormat
 		d.SummaryParams, d.TokenizerFingerprint, d.SidecarDebug = e.Info.SummaryParams, e.Info.TokenizerFingerprint, e.Info.DebugURL
@@ -333,22 +275,22 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, se
 		d.State, d.StateReason = h.State.String(), h.Reason
 		d.StreamState, d.StreamReason = e.StreamState, e.StreamReason
 		d.EngineDown, d.EngineError = e.Load.EngineDown, e.Load.EngineError
-		d.LagSeconds = e.Lag.Seconds()
+		if lag := e.Lag.Seconds(); lag != 0 {
+			d.LagSeconds = &lag
+		}
 		if e.LastUpdate.IsZero() {
 			d.NeverUpdated = true
 		} else {
 			d.StaleSecs = time.Since(e.LastUpdate).Seconds()
 		}
-		out = append(out, d)
+		doc.Endpoints = append(doc.Endpoints, d)
 	}
 	// Endpoints offered but not taken: never routed to, so shown apart.
-	refused, failing := []debugRefused{}, []debugFailing{}
 	if diag, ok := r.fleet.(fleetDiagnostics); ok {
 		for _, rf := range diag.Refused() {
-			refused = append(refused, debugRefused{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
-				BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint, trustNote: trustNoteOf(diag, rf)})
+			doc.Refused = append(doc.Refused, refusal(diag, rf))
 		}
-		failing = sidecarsFailing(diag)
+		doc.SidecarsFailing = sidecarsFailing(diag)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"endpoints": out, "refused": refused, "picker": self, "sidecars_failing": failing})
+	writeJSON(w, http.StatusOK, doc)
 }

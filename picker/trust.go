@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/trust"
 )
@@ -22,18 +23,16 @@ func (c *ServerConfig) allowRemote() ([]netip.Prefix, error) {
 	return p, nil
 }
 
-// trustNote is what /debug/endpoints adds to an endpoint the trust check
-// refused: since when (RFC 3339, UTC) and why.
-type trustNote struct {
-	Since  string `json:"since,omitempty"`
-	Detail string `json:"detail,omitempty"`
-}
-
-// trustNoteOf is rf's note; empty for another refusal.
-func trustNoteOf(v fleetDiagnostics, rf fleetview.Refused) trustNote {
-	since, detail, ok := v.Untrusted(rf)
-	if !ok {
-		return trustNote{}
+// refusal is rf on /debug/endpoints: the endpoint offered, its sidecar,
+// why it was refused (summary_params, group_full, other_owner,
+// model_not_followed: another picker shard's, or the trust check's
+// remote_endpoint, malformed_endpoint and unresolved_endpoint) and, for
+// the trust check's, since when (RFC 3339, UTC) and why.
+func refusal(v fleetDiagnostics, rf fleetview.Refused) debugapi.Refusal {
+	d := debugapi.Refusal{Endpoint: rf.Info.Endpoint, Sidecar: rf.Sidecar, Reason: rf.Reason, Model: rf.Info.Model,
+		BlockSize: rf.Info.BlockSize, SummaryParams: rf.Info.SummaryParams, TokenizerFingerprint: rf.Info.TokenizerFingerprint}
+	if since, detail, ok := v.Untrusted(rf); ok {
+		d.Since, d.Detail = since.UTC().Format(time.RFC3339Nano), detail
 	}
-	return trustNote{Since: since.UTC().Format(time.RFC3339Nano), Detail: detail}
+	return d
 }

@@ -6,38 +6,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
-)
 
-// Endpoint is one endpoint as the picker's /debug/endpoints reports it.
-type Endpoint struct {
-	Endpoint             string  `json:"endpoint"`
-	Sidecar              string  `json:"sidecar"`
-	Model                string  `json:"model"`
-	Rank                 int     `json:"rank"`
-	BlockSize            int     `json:"block_size"`
-	NumGPUBlocks         int     `json:"num_gpu_blocks"`
-	HashAlgo             string  `json:"hash_algo"`
-	KeyFormat            string  `json:"key_format"`
-	SummaryParams        string  `json:"summary_params"`
-	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
-	Partial              bool    `json:"partial"`
-	StaleSecs            float64 `json:"seconds_since_update"`
-	NeverUpdated         bool    `json:"never_updated,omitempty"`
-	// SidecarDebug is the sidecar's debug HTTP base URL ("" unknown).
-	SidecarDebug string `json:"sidecar_debug"`
-	// Group is the picker's identity group of the endpoint.
-	Group string `json:"group,omitempty"`
-	// State is the picker's health state of the endpoint (cached,
-	// load_only, draining, down) and StateReason why; StreamState and
-	// StreamReason the sidecar's verdict on its event stream, as the picker
-	// has it; LagSecs its recent event-to-routable lag (nil: none). All
-	// absent from pickers that do not report them.
-	State        string   `json:"state,omitempty"`
-	StateReason  string   `json:"state_reason,omitempty"`
-	StreamState  string   `json:"stream_state,omitempty"`
-	StreamReason string   `json:"stream_reason,omitempty"`
-	LagSecs      *float64 `json:"lag_seconds,omitempty"`
-}
+	"github.com/kvroute/kvroute/internal/debugapi"
+)
 
 // Check is one verdict.
 type Check struct {
@@ -60,20 +31,20 @@ type Group struct {
 // field is a compared identity field, with the cause of a mismatch.
 type field struct {
 	name  string
-	get   func(Endpoint) string
+	get   func(debugapi.Endpoint) string
 	cause string
 }
 
 var fields = []field{
-	{"block_size", func(e Endpoint) string { return fmt.Sprint(e.BlockSize) },
+	{"block_size", func(e debugapi.Endpoint) string { return fmt.Sprint(e.BlockSize) },
 		"the engine runs another --block-size: its block hashes cover other token spans, so no key can match"},
-	{"hash_algo", func(e Endpoint) string { return e.HashAlgo },
+	{"hash_algo", func(e debugapi.Endpoint) string { return e.HashAlgo },
 		"the engine runs another --prefix-caching-hash-algo: its hashes differ for the same tokens"},
-	{"key_format", func(e Endpoint) string { return e.KeyFormat },
+	{"key_format", func(e debugapi.Endpoint) string { return e.KeyFormat },
 		"the sidecar is another kvroute version with another key format: upgrade the fleet to one version"},
-	{"summary_params", func(e Endpoint) string { return e.SummaryParams },
+	{"summary_params", func(e debugapi.Endpoint) string { return e.SummaryParams },
 		"the sidecar's summaries are sized otherwise (--capacity): set the same value on every sidecar and picker"},
-	{"tokenizer_fingerprint", func(e Endpoint) string { return e.TokenizerFingerprint },
+	{"tokenizer_fingerprint", func(e debugapi.Endpoint) string { return e.TokenizerFingerprint },
 		"the engine tokenizes or templates differently (another tokenizer, revision or chat template): the picker's tokens will not be the engine's"},
 }
 
@@ -84,8 +55,8 @@ const DefaultMaxStale = 5.0 // seconds without an update from the sidecar
 // against its model's majority, its sidecar's freshness (stale beyond
 // maxStale seconds, or partial), and its state on the picker
 // (JudgePickerState).
-func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
-	byModel := map[string][]Endpoint{}
+func Consistency(eps []debugapi.Endpoint, maxStale float64) ([]Group, []Check) {
+	byModel := map[string][]debugapi.Endpoint{}
 	for _, e := range eps {
 		byModel[e.Model] = append(byModel[e.Model], e)
 	}
@@ -93,7 +64,7 @@ func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
 	var checks []Check
 	for _, model := range slices.Sorted(maps.Keys(byModel)) {
 		members := byModel[model]
-		slices.SortFunc(members, func(a, b Endpoint) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
+		slices.SortFunc(members, func(a, b debugapi.Endpoint) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
 		g := Group{Model: model, Values: map[string]string{}}
 		for _, e := range members {
 			g.Endpoints = append(g.Endpoints, e.Endpoint)
@@ -143,7 +114,7 @@ func Consistency(eps []Endpoint, maxStale float64) ([]Group, []Check) {
 // JudgePickerState checks the picker's health state of e: only an
 // endpoint routed with cache knowledge passes. A picker that reports no
 // state (an older one) is not judged.
-func JudgePickerState(e Endpoint) Check {
+func JudgePickerState(e debugapi.Endpoint) Check {
 	c := Check{Name: "picker state", Endpoint: e.Endpoint}
 	why := ""
 	if e.StateReason != "" {
@@ -172,14 +143,14 @@ func JudgePickerState(e Endpoint) Check {
 
 // Groups is Consistency's groups alone: the models of eps, sorted, each
 // with its endpoints and majority values.
-func Groups(eps []Endpoint) []Group {
+func Groups(eps []debugapi.Endpoint) []Group {
 	groups, _ := Consistency(eps, DefaultMaxStale)
 	return groups
 }
 
 // mostCommon returns the most common value of get over eps, and whether
 // the top count is shared by several values.
-func mostCommon(eps []Endpoint, get func(Endpoint) string) (string, bool) {
+func mostCommon(eps []debugapi.Endpoint, get func(debugapi.Endpoint) string) (string, bool) {
 	n := map[string]int{}
 	for _, e := range eps {
 		n[get(e)]++

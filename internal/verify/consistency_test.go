@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
 )
 
-func healthy(i int, model string) Endpoint {
-	return Endpoint{Endpoint: fmt.Sprintf("http://10.0.0.%d:8000", i), Sidecar: fmt.Sprintf("10.0.0.%d:9090", i), Model: model,
+func healthy(i int, model string) debugapi.Endpoint {
+	return debugapi.Endpoint{Endpoint: fmt.Sprintf("http://10.0.0.%d:8000", i), Sidecar: fmt.Sprintf("10.0.0.%d:9090", i), Model: model,
 		BlockSize: 16, NumGPUBlocks: 4096, HashAlgo: "sha256_cbor", KeyFormat: "kvroute-xxh3-v1", SummaryParams: "m=65536",
 		TokenizerFingerprint: "tok-a", StaleSecs: 0.2, State: "cached"}
 }
@@ -24,44 +26,44 @@ func failures(checks []Check) []string {
 func TestConsistency(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		eps  func() []Endpoint
+		eps  func() []debugapi.Endpoint
 		want []string // failed checks
 	}{
-		{"healthy fleet of two models", func() []Endpoint {
-			return []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a"), healthy(4, "b")}
+		{"healthy fleet of two models", func() []debugapi.Endpoint {
+			return []debugapi.Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a"), healthy(4, "b")}
 		}, nil},
-		{"one block size differs", func() []Endpoint {
-			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
+		{"one block size differs", func() []debugapi.Endpoint {
+			e := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
 			e[1].BlockSize = 32
 			return e
 		}, []string{"http://10.0.0.2:8000 identity block_size"}},
-		{"another tokenizer and summary size", func() []Endpoint {
-			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
+		{"another tokenizer and summary size", func() []debugapi.Endpoint {
+			e := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
 			e[2].TokenizerFingerprint, e[2].SummaryParams = "tok-b", "m=32768"
 			return e
 		}, []string{"http://10.0.0.3:8000 identity summary_params", "http://10.0.0.3:8000 identity tokenizer_fingerprint"}},
-		{"a tie fails both sides", func() []Endpoint {
-			e := []Endpoint{healthy(1, "a"), healthy(2, "a")}
+		{"a tie fails both sides", func() []debugapi.Endpoint {
+			e := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "a")}
 			e[1].HashAlgo = "sha256"
 			return e
 		}, []string{"http://10.0.0.1:8000 identity hash_algo", "http://10.0.0.2:8000 identity hash_algo"}},
-		{"models are compared apart", func() []Endpoint {
-			e := []Endpoint{healthy(1, "a"), healthy(2, "b")}
+		{"models are compared apart", func() []debugapi.Endpoint {
+			e := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "b")}
 			e[1].BlockSize = 64
 			return e
 		}, nil},
-		{"stale and partial sidecars", func() []Endpoint {
-			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
+		{"stale and partial sidecars", func() []debugapi.Endpoint {
+			e := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a")}
 			e[0].StaleSecs, e[2].Partial = 12, true
 			return e
 		}, []string{"http://10.0.0.1:8000 sidecar fresh", "http://10.0.0.3:8000 sidecar fresh"}},
-		{"a sidecar that never sent anything", func() []Endpoint {
-			e := []Endpoint{healthy(1, "a"), healthy(2, "a")}
+		{"a sidecar that never sent anything", func() []debugapi.Endpoint {
+			e := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "a")}
 			e[1].StaleSecs, e[1].NeverUpdated = 0, true
 			return e
 		}, []string{"http://10.0.0.2:8000 sidecar fresh"}},
-		{"draining, down and load-only endpoints on the picker", func() []Endpoint {
-			e := []Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a"), healthy(4, "a"), healthy(5, "a")}
+		{"draining, down and load-only endpoints on the picker", func() []debugapi.Endpoint {
+			e := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "a"), healthy(3, "a"), healthy(4, "a"), healthy(5, "a")}
 			e[1].State, e[1].StateReason = "draining", "the sidecar announced a drain (shutting down)"
 			e[2].State, e[2].StateReason = "down", "ejected by the picker after a failure reaching the engine: connection refused"
 			e[3].State, e[3].StateReason = "load_only", "the KV event stream is silent: use --kv-events-mode bind"
@@ -87,7 +89,7 @@ func TestConsistency(t *testing.T) {
 }
 
 func TestGroups(t *testing.T) {
-	e := []Endpoint{healthy(2, "a"), healthy(1, "a"), healthy(3, "a"), healthy(4, "b")}
+	e := []debugapi.Endpoint{healthy(2, "a"), healthy(1, "a"), healthy(3, "a"), healthy(4, "b")}
 	e[2].BlockSize = 32
 	groups, checks := Consistency(e, DefaultMaxStale)
 	if len(groups) != 2 || groups[0].Model != "a" || strings.Join(groups[0].Endpoints, ",") != "http://10.0.0.1:8000,http://10.0.0.2:8000,http://10.0.0.3:8000" {

@@ -13,6 +13,12 @@
 //     its stream and its cached-token details, then each probe's checks
 //     and its per-endpoint token checks, then the lag probes. The Report's
 //     JSON is kvroute verify --json's, pinned by a golden file.
+//   - What the picker reports of its fleet is read as its
+//     /debug/endpoints document (internal/debugapi, the type the picker
+//     writes): Facts.Fleet and Facts.Refused are its entries, as they
+//     are. The Report's endpoints (Endpoint) are verify's own output, the
+//     fields it judged under the picker's names, and do not grow with
+//     the picker's document.
 //   - Endpoints serving one model must agree on everything keys, summaries
 //     and tokens depend on: block size, hash algorithm, key format, summary
 //     parameters and tokenizer fingerprint. The reference for each field is

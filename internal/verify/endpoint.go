@@ -3,6 +3,8 @@ package verify
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
 )
 
 // SidecarFacts is what verify saw of an endpoint's sidecar debug server.
@@ -127,10 +129,10 @@ func JudgeTokenParity(f TokenFacts) Check {
 }
 
 // FindEndpoint finds url among fleet's endpoints.
-func FindEndpoint(fleet []Endpoint, url string) (Endpoint, bool) {
-	i := slices.IndexFunc(fleet, func(e Endpoint) bool { return e.Endpoint == url })
+func FindEndpoint(fleet []debugapi.Endpoint, url string) (debugapi.Endpoint, bool) {
+	i := slices.IndexFunc(fleet, func(e debugapi.Endpoint) bool { return e.Endpoint == url })
 	if i < 0 {
-		return Endpoint{}, false
+		return debugapi.Endpoint{}, false
 	}
 	return fleet[i], true
 }
@@ -138,7 +140,7 @@ func FindEndpoint(fleet []Endpoint, url string) (Endpoint, bool) {
 // ProbeTarget is the endpoint the picker sent a probe of model to, or why
 // the probe cannot go on there: an endpoint the picker does not list, or
 // one serving another model.
-func ProbeTarget(fleet []Endpoint, url, model string) (Endpoint, error) {
+func ProbeTarget(fleet []debugapi.Endpoint, url, model string) (debugapi.Endpoint, error) {
 	e, ok := FindEndpoint(fleet, url)
 	switch {
 	case !ok:

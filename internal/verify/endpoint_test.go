@@ -3,6 +3,8 @@ package verify
 import (
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
 )
 
 // judged checks c's verdict, and that a failure has its numbers and a
@@ -100,7 +102,7 @@ func TestJudgeTokenParity(t *testing.T) {
 }
 
 func TestProbeTarget(t *testing.T) {
-	fleet := []Endpoint{healthy(1, "a"), healthy(2, "b")}
+	fleet := []debugapi.Endpoint{healthy(1, "a"), healthy(2, "b")}
 	if e, err := ProbeTarget(fleet, fleet[1].Endpoint, "b"); err != nil || e != fleet[1] {
 		t.Fatalf("%+v %v", e, err)
 	}

@@ -1,20 +1,10 @@
 package verify
 
-import "time"
+import (
+	"time"
 
-// Refusal is an endpoint the picker was offered but did not take, as its
-// /debug/endpoints lists it.
-type Refusal struct {
-	Endpoint      string `json:"endpoint"`
-	Sidecar       string `json:"sidecar"`
-	Reason        string `json:"reason"` // summary_params, group_full, other_owner, remote_endpoint, …
-	Model         string `json:"model"`
-	SummaryParams string `json:"summary_params"`
-	// Detail and Since are the picker's sentence on a trust refusal and
-	// when it began (RFC 3339); empty for the others.
-	Detail string `json:"detail,omitempty"`
-	Since  string `json:"since,omitempty"`
-}
+	"github.com/kvroute/kvroute/internal/debugapi"
+)
 
 // EndpointFacts is what verify saw of one endpoint outside the probes:
 // its sidecar and engine before them, and its sidecar's stream state after
@@ -38,9 +28,10 @@ type Facts struct {
 	// Self is what verify saw of the picker itself.
 	Self PickerFacts
 	// Fleet are the endpoints checked (with a model asked for, its own),
-	// and Refused the endpoints the picker did not take.
-	Fleet   []Endpoint
-	Refused []Refusal
+	// and Refused the endpoints the picker did not take, as its
+	// /debug/endpoints lists them (package debugapi).
+	Fleet   []debugapi.Endpoint
+	Refused []debugapi.Refusal
 	// Endpoints are one per Fleet endpoint, in its order.
 	Endpoints []EndpointFacts
 	// Probes are, model by model (the order of Groups), the chat,
@@ -83,7 +74,7 @@ type Report struct {
 // per-endpoint token checks, then the lag probes. OK is whether every
 // check passed.
 func Judge(f Facts, lim Limits) Report {
-	r := Report{Picker: f.Picker, Fleet: f.Fleet, Lags: f.Lags}
+	r := Report{Picker: f.Picker, Fleet: reported(f.Fleet), Lags: f.Lags}
 	r.Groups, r.Checks = Consistency(f.Fleet, lim.MaxStale)
 	r.Checks = append(r.Checks, JudgePicker(f.Self)...)
 	for _, rf := range f.Refused {
@@ -107,4 +98,52 @@ func Judge(f Facts, lim Limits) Report {
 	}
 	r.OK = len(Failed(r.Checks)) == 0
 	return r
+}
+
+// Endpoint is one endpoint as kvroute verify --json reports it (the
+// report's "endpoints"): what verify judged of the picker's entry
+// (debugapi.Endpoint), under the same names. It is verify's output,
+// pinned by the golden file, not the picker's wire: a field the picker
+// adds appears here only when verify reports it.
+type Endpoint struct {
+	Endpoint             string  `json:"endpoint"`
+	Sidecar              string  `json:"sidecar"`
+	Model                string  `json:"model"`
+	Rank                 int     `json:"rank"`
+	BlockSize            int     `json:"block_size"`
+	NumGPUBlocks         int     `json:"num_gpu_blocks"`
+	HashAlgo             string  `json:"hash_algo"`
+	KeyFormat            string  `json:"key_format"`
+	SummaryParams        string  `json:"summary_params"`
+	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
+	Partial              bool    `json:"partial"`
+	StaleSecs            float64 `json:"seconds_since_update"`
+	NeverUpdated         bool    `json:"never_updated,omitempty"`
+	// SidecarDebug is the sidecar's debug HTTP base URL ("" unknown).
+	SidecarDebug string `json:"sidecar_debug"`
+	// Group is the picker's identity group of the endpoint.
+	Group string `json:"group,omitempty"`
+	// State is the picker's health state of the endpoint (cached,
+	// load_only, draining, down) and StateReason why; StreamState and
+	// StreamReason the sidecar's verdict on its event stream, as the picker
+	// has it; LagSecs its recent event-to-routable lag (nil: none). All
+	// absent from pickers that do not report them.
+	State        string   `json:"state,omitempty"`
+	StateReason  string   `json:"state_reason,omitempty"`
+	StreamState  string   `json:"stream_state,omitempty"`
+	StreamReason string   `json:"stream_reason,omitempty"`
+	LagSecs      *float64 `json:"lag_seconds,omitempty"`
+}
+
+// reported is the report's endpoints of the picker's (nil for none).
+func reported(fleet []debugapi.Endpoint) []Endpoint {
+	var out []Endpoint
+	for _, e := range fleet {
+		out = append(out, Endpoint{Endpoint: e.Endpoint, Sidecar: e.Sidecar, Model: e.Model, Rank: e.Rank, BlockSize: e.BlockSize,
+			NumGPUBlocks: e.NumGPUBlocks, HashAlgo: e.HashAlgo, KeyFormat: e.KeyFormat, SummaryParams: e.SummaryParams,
+			TokenizerFingerprint: e.TokenizerFingerprint, Partial: e.Partial, StaleSecs: e.StaleSecs, NeverUpdated: e.NeverUpdated,
+			SidecarDebug: e.SidecarDebug, Group: e.Group, State: e.State, StateReason: e.StateReason,
+			StreamState: e.StreamState, StreamReason: e.StreamReason, LagSecs: e.LagSeconds})
+	}
+	return out
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -21,21 +23,23 @@ func fleetFacts() Facts {
 	// The first as a picker with endpoint states reports it, the second as
 	// one without.
 	lag := 0.018
-	e1.Group, e1.State, e1.StateReason, e1.StreamState, e1.StreamReason, e1.LagSecs = "g1", "cached", "live events", "live", "live batches", &lag
-	sidecar := func(e Endpoint) EndpointFacts {
+	e1.Group, e1.State, e1.StateReason, e1.StreamState, e1.StreamReason, e1.LagSeconds = "g1", "cached", "live events", "live", "live batches", &lag
+	// What the picker reports and verify does not: not in the report.
+	e1.EndpointID, e1.Epoch, e1.Waiting, e1.Running, e1.KVUsage = "0123456789abcdef", 3, 1, 2, 0.5
+	sidecar := func(e debugapi.Endpoint) EndpointFacts {
 		return EndpointFacts{Sidecar: SidecarFacts{Endpoint: e.Endpoint, DebugURL: e.SidecarDebug, Follows: []string{e.Endpoint}},
 			Details: DetailsFacts{Endpoint: e.Endpoint, PromptTokens: 130, CachedTokens: 128, Details: true},
 			Stream:  StreamFacts{Endpoint: e.Endpoint, DebugURL: e.SidecarDebug, Found: true, Reported: true, State: StreamLive, Served: true}}
 	}
 	keys := []string{"0011223344556677", "8899aabbccddeeff"}
-	tokens := func(e Endpoint, engine []string) TokenFacts {
+	tokens := func(e debugapi.Endpoint, engine []string) TokenFacts {
 		return TokenFacts{Probe: "chat", Endpoint: e.Endpoint, Via: "chat/completions render", Tokens: 40, EngineKeys: engine, PickerKeys: keys}
 	}
 	return Facts{
 		Picker:    "http://picker:8080",
 		Self:      PickerFacts{PublicAdminStatus: 404},
-		Fleet:     []Endpoint{e1, e2},
-		Refused:   []Refusal{{Endpoint: "http://10.0.0.3:8000", Sidecar: "10.0.0.3:9090", Reason: "summary_params", Model: "a", SummaryParams: "m=1"}},
+		Fleet:     []debugapi.Endpoint{e1, e2},
+		Refused:   []debugapi.Refusal{{Endpoint: "http://10.0.0.3:8000", Sidecar: "10.0.0.3:9090", Reason: "summary_params", Model: "a", SummaryParams: "m=1"}},
 		Endpoints: []EndpointFacts{sidecar(e1), sidecar(e2)},
 		Probes: []ProbeFacts{{
 			Result: ProbeResult{Name: "chat", Model: "a", FirstEndpoint: e1.Endpoint, SecondEndpoint: e1.Endpoint, PromptTokens: 40,
@@ -123,7 +127,7 @@ func TestReportJSON(t *testing.T) {
 }
 
 func TestGroupsAreConsistencys(t *testing.T) {
-	e := []Endpoint{healthy(2, "b"), healthy(1, "a")}
+	e := []debugapi.Endpoint{healthy(2, "b"), healthy(1, "a")}
 	g := Groups(e)
 	if len(g) != 2 || g[0].Model != "a" || g[1].Model != "b" || g[0].Values["block_size"] != "16" {
 		t.Fatalf("%+v", g)

@@ -21,6 +21,7 @@ const module = "github.com/kvroute/kvroute/"
 // these is missing.
 var cores = []string{
 	"internal/blockkey",
+	"internal/debugapi",
 	"internal/identity",
 	"internal/inject",
 	"internal/kvevents",

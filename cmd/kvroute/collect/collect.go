@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/picker/render"
@@ -77,18 +78,20 @@ func AdminURL(cfg Config) string {
 }
 
 // self asks the picker's public port for /debug/endpoints, which it must
-// not serve.
-func (c *Collector) self(ctx context.Context) verify.PickerFacts {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.picker+"/debug/endpoints", nil)
+// not serve, and records its answer in f.
+func (c *Collector) self(ctx context.Context, f *verify.PickerFacts) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.picker+debugapi.Path, nil)
 	if err != nil {
-		return verify.PickerFacts{PublicAdminErr: err.Error()}
+		f.PublicAdminErr = err.Error()
+		return
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return verify.PickerFacts{PublicAdminErr: err.Error()}
+		f.PublicAdminErr = err.Error()
+		return
 	}
 	_ = resp.Body.Close()
-	return verify.PickerFacts{PublicAdminStatus: resp.StatusCode}
+	f.PublicAdminStatus = resp.StatusCode
 }
 
 // Collector gathers a fleet's facts over HTTP.
@@ -121,23 +124,11 @@ func (c *Collector) Close() {
 // Facts gathers the fleet's facts; an error means verify could not run at
 // all.
 func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
-	var dbg struct {
-		Endpoints []verify.Endpoint `json:"endpoints"`
-		Refused   []verify.Refusal  `json:"refused"`
-		Picker    struct {
-			GossipInsecure bool `json:"gossip_insecure"`
-		} `json:"picker"`
+	f := verify.Facts{Picker: c.picker}
+	if err := c.readPicker(ctx, &f); err != nil {
+		return verify.Facts{}, err
 	}
-	if err := c.getJSON(ctx, c.admin+"/debug/endpoints", &dbg); err != nil {
-		return verify.Facts{}, fmt.Errorf("the picker's endpoints, on its admin port: %w (the picker's --admin-listen; give it with --picker-admin)", err)
-	}
-	f := verify.Facts{Picker: c.picker, Self: c.self(ctx)}
-	f.Self.GossipInsecure = dbg.Picker.GossipInsecure
-	for _, e := range dbg.Endpoints {
-		if c.model == "" || e.Model == c.model {
-			f.Fleet = append(f.Fleet, e)
-		}
-	}
+	c.self(ctx, &f.Self)
 	if len(f.Fleet) == 0 && c.model != "" {
 		return verify.Facts{}, fmt.Errorf("the picker at %s knows no endpoint serving %s", c.picker, c.model)
 	}
@@ -152,11 +143,6 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 			return verify.Facts{}, errors.New("the picker's decision API wants a token: --decision-token-file")
 		}
 		return verify.Facts{}, fmt.Errorf("the picker's decision API: %w", err)
-	}
-	for _, rf := range dbg.Refused {
-		if c.model == "" || rf.Model == c.model {
-			f.Refused = append(f.Refused, rf)
-		}
 	}
 	var adm struct {
 		Models []verify.Admission `json:"models"`
@@ -199,9 +185,31 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 	return f, nil
 }
 
+// readPicker records in f what the picker's /debug/endpoints (on its
+// admin port) says: its endpoints and refusals (of the model asked for,
+// when one is) and of itself.
+func (c *Collector) readPicker(ctx context.Context, f *verify.Facts) error {
+	var doc debugapi.Document
+	if err := c.getJSON(ctx, c.admin+debugapi.Path, &doc); err != nil {
+		return fmt.Errorf("the picker's endpoints, on its admin port: %w (the picker's --admin-listen; give it with --picker-admin)", err)
+	}
+	f.Self.GossipInsecure = doc.Picker.GossipInsecure
+	for _, e := range doc.Endpoints {
+		if c.model == "" || e.Model == c.model {
+			f.Fleet = append(f.Fleet, e)
+		}
+	}
+	for _, rf := range doc.Refused {
+		if c.model == "" || rf.Model == c.model {
+			f.Refused = append(f.Refused, rf)
+		}
+	}
+	return nil
+}
+
 // sidecar asks the endpoint's sidecar, at its debug URL, which endpoints
 // it follows.
-func (c *Collector) sidecar(ctx context.Context, e verify.Endpoint) verify.SidecarFacts {
+func (c *Collector) sidecar(ctx context.Context, e debugapi.Endpoint) verify.SidecarFacts {
 	f := verify.SidecarFacts{Endpoint: e.Endpoint, DebugURL: e.SidecarDebug}
 	if f.DebugURL == "" {
 		return f
@@ -220,7 +228,7 @@ func (c *Collector) sidecar(ctx context.Context, e verify.Endpoint) verify.Sidec
 
 // details sends a short completion twice straight to the engine and
 // records the second answer's usage.
-func (c *Collector) details(ctx context.Context, e verify.Endpoint) verify.DetailsFacts {
+func (c *Collector) details(ctx context.Context, e debugapi.Endpoint) verify.DetailsFacts {
 	f := verify.DetailsFacts{Endpoint: e.Endpoint}
 	body := map[string]any{"model": e.Model, "prompt": probeText("details", 8), "max_tokens": 1, "cache_salt": salt()}
 	var u openai.Usage

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/picker"
@@ -75,11 +76,11 @@ func TestAdminURL(t *testing.T) {
 
 // fakePicker answers /debug/endpoints with endpoints and the decision API
 // with status (and an OpenAI error body when not 200).
-func fakePicker(t *testing.T, endpoints []verify.Endpoint, status int) string {
+func fakePicker(t *testing.T, endpoints []debugapi.Endpoint, status int) string {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/endpoints", func(w http.ResponseWriter, _ *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"endpoints": endpoints, "refused": []any{}})
+	mux.HandleFunc(debugapi.Path, func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(debugapi.Document{Endpoints: endpoints, Refused: []debugapi.Refusal{}})
 	})
 	mux.HandleFunc(pickapi.Path, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(status)
@@ -97,7 +98,7 @@ func fakePicker(t *testing.T, endpoints []verify.Endpoint, status int) string {
 // TestFactsCannotRun: what stops verify before any check, and the error
 // that says why.
 func TestFactsCannotRun(t *testing.T) {
-	one := []verify.Endpoint{{Endpoint: "http://127.0.0.1:1", Model: "m"}}
+	one := []debugapi.Endpoint{{Endpoint: "http://127.0.0.1:1", Model: "m"}}
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
 	t.Cleanup(broken.Close)
 	for _, tc := range []struct {

@@ -6,8 +6,9 @@
 // Contract:
 //   - Unlike internal/verify (pure, as internal/ packages are) it does
 //     I/O, reads clocks and draws randomness: it talks to the picker (its
-//     /debug/endpoints, the decision API and the OpenAI endpoints), every
-//     endpoint's sidecar debug server and every engine; it draws a fresh random cache_salt for every probe. It
+//     /debug/endpoints, read as the type the picker writes,
+//     internal/debugapi's Document; the decision API and the OpenAI
+//     endpoints), every endpoint's sidecar debug server and every engine; it draws a fresh random cache_salt for every probe. It
 //     judges nothing: each pass/fail rule is internal/verify's, and Facts
 //     only records what was seen, errors included, for Judge to read.
 //   - Config has DefaultConfig; Validate names the flag at fault. Every

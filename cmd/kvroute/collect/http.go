@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/openai"
-	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/picker/pickapi"
 )
 
@@ -86,7 +86,7 @@ func (c *Collector) getJSON(ctx context.Context, u string, out any) error {
 }
 
 // indexed asks the endpoint's sidecar whether it holds key.
-func (c *Collector) indexed(ctx context.Context, e verify.Endpoint, key string) (bool, error) {
+func (c *Collector) indexed(ctx context.Context, e debugapi.Endpoint, key string) (bool, error) {
 	var res struct {
 		Indexed bool `json:"indexed"`
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/picker/pickapi"
 )
@@ -21,7 +22,7 @@ func lagGiveUp(maxLag time.Duration) time.Duration { return max(5*time.Second, 5
 
 // lagTarget is one endpoint of a lag probe while it runs.
 type lagTarget struct {
-	e       verify.Endpoint
+	e       debugapi.Endpoint
 	r       verify.LagResult
 	back    time.Time // when the engine's answer came back
 	sent    bool      // the engine answered (or failed)
@@ -45,7 +46,7 @@ type lagSent struct {
 // token — or lagGiveUp after its engine's answer. An endpoint of the model
 // in another identity group than the one the picker routes it to gets no
 // result.
-func (c *Collector) lag(ctx context.Context, model string, fleet []verify.Endpoint) []verify.LagResult {
+func (c *Collector) lag(ctx context.Context, model string, fleet []debugapi.Endpoint) []verify.LagResult {
 	path, body := probeBody("completion", model, salt())
 	first, err := c.decide(ctx, body)
 	if err != nil {
@@ -182,14 +183,12 @@ func (c *Collector) pickerStates(ctx context.Context, lags []verify.LagResult) {
 	if !need {
 		return
 	}
-	var dbg struct {
-		Endpoints []verify.Endpoint `json:"endpoints"`
-	}
-	if err := c.getJSON(ctx, c.admin+"/debug/endpoints", &dbg); err != nil {
+	var doc debugapi.Document
+	if err := c.getJSON(ctx, c.admin+debugapi.Path, &doc); err != nil {
 		return
 	}
 	for i, l := range lags {
-		if e, ok := verify.FindEndpoint(dbg.Endpoints, l.Endpoint); ok && l.Err == "" && !l.Predicted {
+		if e, ok := verify.FindEndpoint(doc.Endpoints, l.Endpoint); ok && l.Err == "" && !l.Predicted {
 			lags[i].PickerState, lags[i].PickerReason = e.State, e.StateReason
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/picker/pickapi"
 )
@@ -58,10 +59,10 @@ func TestLagProbe(t *testing.T) {
 	t.Parallel()
 	fast, never, broken := newFakeEngine(t, 200), newFakeEngine(t, 200), newFakeEngine(t, 500)
 	const other, missing = "http://10.9.9.1:8000", "http://10.9.9.2:8000"
-	ep := func(url, group string) verify.Endpoint {
-		return verify.Endpoint{Endpoint: url, Model: "m", BlockSize: 16, Group: group}
+	ep := func(url, group string) debugapi.Endpoint {
+		return debugapi.Endpoint{Endpoint: url, Model: "m", BlockSize: 16, Group: group}
 	}
-	fleet := []verify.Endpoint{ep(fast.srv.URL, "g"), ep(never.srv.URL, "g"), ep(broken.srv.URL, "g"), ep(other, "h"), ep(missing, "g"),
+	fleet := []debugapi.Endpoint{ep(fast.srv.URL, "g"), ep(never.srv.URL, "g"), ep(broken.srv.URL, "g"), ep(other, "h"), ep(missing, "g"),
 		{Endpoint: "http://10.9.9.3:8000", Model: "another", BlockSize: 16, Group: "g"}}
 	var polls sync.Map // salt → decisions asked
 	mux := http.NewServeMux()
@@ -77,10 +78,10 @@ func TestLagProbe(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(pickapi.Answer{Endpoint: fast.srv.URL, PromptTokens: 130, Candidates: []pickapi.Candidate{
 			{Endpoint: fast.srv.URL, MatchedTokens: matched}, {Endpoint: never.srv.URL, MatchedTokens: 16}, {Endpoint: broken.srv.URL}}})
 	})
-	mux.HandleFunc("/debug/endpoints", func(w http.ResponseWriter, _ *http.Request) {
-		eps := []verify.Endpoint{ep(fast.srv.URL, "g"), ep(never.srv.URL, "g")}
+	mux.HandleFunc(debugapi.Path, func(w http.ResponseWriter, _ *http.Request) {
+		eps := []debugapi.Endpoint{ep(fast.srv.URL, "g"), ep(never.srv.URL, "g")}
 		eps[1].State, eps[1].StateReason = "load_only", "the sidecar reports its stream silent"
-		_ = json.NewEncoder(w).Encode(map[string]any{"endpoints": eps})
+		_ = json.NewEncoder(w).Encode(debugapi.Document{Endpoints: eps})
 	})
 	pk := httptest.NewServer(mux)
 	t.Cleanup(pk.Close)
@@ -145,7 +146,7 @@ func TestLagProbe(t *testing.T) {
 // gives one failed result for the model, naming no endpoint.
 func TestLagProbeDecisionFails(t *testing.T) {
 	t.Parallel()
-	pk := fakePicker(t, []verify.Endpoint{{Endpoint: "http://e", Model: "m"}}, http.StatusBadGateway)
+	pk := fakePicker(t, []debugapi.Endpoint{{Endpoint: "http://e", Model: "m"}}, http.StatusBadGateway)
 	cfg := DefaultConfig()
 	cfg.Picker, cfg.Admin = pk, pk
 	c, err := New(cfg)
@@ -153,7 +154,7 @@ func TestLagProbeDecisionFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	lags := c.lag(context.Background(), "m", []verify.Endpoint{{Endpoint: "http://e", Model: "m", BlockSize: 16}})
+	lags := c.lag(context.Background(), "m", []debugapi.Endpoint{{Endpoint: "http://e", Model: "m", BlockSize: 16}})
 	if len(lags) != 1 || lags[0].Endpoint != "" || !strings.Contains(lags[0].Err, "decision API: ") || !strings.Contains(lags[0].Err, "status 502") {
 		t.Fatalf("%+v", lags)
 	}
@@ -206,7 +207,7 @@ func TestStreams(t *testing.T) {
 	})
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
 	t.Cleanup(broken.Close)
-	fleet := []verify.Endpoint{
+	fleet := []debugapi.Endpoint{
 		{Endpoint: "http://late", SidecarDebug: late}, {Endpoint: "http://silent", SidecarDebug: silent},
 		{Endpoint: "http://live", Rank: 1, SidecarDebug: silent}, {Endpoint: "http://older", SidecarDebug: older},
 		{Endpoint: "http://down", SidecarDebug: down}, {Endpoint: "http://elsewhere", SidecarDebug: older},

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/picker/intake"
 )
 
 // probe runs one token-parity probe of kind for model through the picker:
 // sent twice under a fresh salt, then once more under another.
-func (c *Collector) probe(ctx context.Context, kind, model string, fleet []verify.Endpoint) verify.ProbeResult {
+func (c *Collector) probe(ctx context.Context, kind, model string, fleet []debugapi.Endpoint) verify.ProbeResult {
 	p := verify.ProbeResult{Name: kind, Model: model}
 	path, body := probeBody(kind, model, salt())
 	fail := func(format string, args ...any) verify.ProbeResult {
@@ -97,7 +98,7 @@ func (c *Collector) probe(ctx context.Context, kind, model string, fleet []verif
 // tokens renders a probe of kind on every endpoint of model and records
 // the block keys of the engine's own tokens, at the model's block size,
 // beside the keys the picker computes.
-func (c *Collector) tokens(ctx context.Context, kind, model string, blockSize int, fleet []verify.Endpoint) []verify.TokenFacts {
+func (c *Collector) tokens(ctx context.Context, kind, model string, blockSize int, fleet []debugapi.Endpoint) []verify.TokenFacts {
 	_, body := probeBody(kind, model, salt())
 	pick, err := c.decide(ctx, body)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/verify"
 )
 
@@ -40,7 +41,7 @@ func (c *Collector) sidecarState(ctx context.Context, debugURL string) ([]sideca
 // endpoints whose engines answered verify's own requests. While a served
 // endpoint's stream is still "unknown", it asks again, every 100 ms, for
 // at most streamSettle.
-func (c *Collector) streams(ctx context.Context, fleet []verify.Endpoint, served map[string]bool) []verify.StreamFacts {
+func (c *Collector) streams(ctx context.Context, fleet []debugapi.Endpoint, served map[string]bool) []verify.StreamFacts {
 	out := make([]verify.StreamFacts, len(fleet))
 	start := time.Now()
 	waiting := func(f verify.StreamFacts) bool { return f.Reported && f.State == verify.StreamUnknown && f.Served }

@@ -1,0 +1,94 @@
+package debugapi
+
+// Path is where the picker's admin surface serves the Document.
+const Path = "/debug/endpoints"
+
+// Document is the whole answer of GET /debug/endpoints. Its fields are in
+// the order of their JSON names.
+type Document struct {
+	// Endpoints are the endpoints the picker routes among, sorted by URL.
+	Endpoints []Endpoint `json:"endpoints"`
+	// Picker is what the picker says of itself.
+	Picker Picker `json:"picker"`
+	// Refused are the endpoints offered but not taken (never routed to).
+	Refused []Refusal `json:"refused"`
+	// SidecarsFailing are the sidecars followed whose summary stream
+	// fails: one that never streamed has no endpoint to show it by.
+	SidecarsFailing []SidecarFailing `json:"sidecars_failing"`
+}
+
+// Endpoint is one endpoint (an engine rank) as the picker knows it.
+type Endpoint struct {
+	Endpoint   string `json:"endpoint"`    // the engine's base URL
+	EndpointID string `json:"endpoint_id"` // the decision API's ID of it
+	Sidecar    string `json:"sidecar"`     // the sidecar's gRPC address
+	// SidecarDebug is the sidecar's debug HTTP base URL ("" unknown).
+	SidecarDebug string `json:"sidecar_debug"`
+	Group        string `json:"group"` // the picker's identity group
+	Model        string `json:"model"`
+	Rank         int    `json:"rank"`
+	BlockSize    int    `json:"block_size"`
+	// The rest of the identity the sidecar reported: what keys, summaries
+	// and tokens must agree on across an identity group.
+	NumGPUBlocks         int     `json:"num_gpu_blocks"`
+	HashAlgo             string  `json:"hash_algo"`
+	KeyFormat            string  `json:"key_format"`
+	SummaryParams        string  `json:"summary_params"`
+	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
+	Epoch                uint64  `json:"epoch"`
+	Partial              bool    `json:"partial"` // the sidecar lost events it could not replay
+	Waiting              float64 `json:"waiting"`
+	Running              float64 `json:"running"`
+	KVUsage              float64 `json:"kv_cache_usage"` // 0..1
+	// StaleSecs is how long ago the sidecar last sent anything for the
+	// endpoint; 0 with NeverUpdated, when it has sent nothing yet.
+	StaleSecs    float64 `json:"seconds_since_update"`
+	NeverUpdated bool    `json:"never_updated,omitempty"`
+	// State is the endpoint's health on the picker (cached, load_only,
+	// draining, down) and StateReason why; StreamState and StreamReason
+	// the sidecar's verdict on its live event stream; EngineDown and
+	// EngineError whether the sidecar's last check of the engine failed,
+	// and how.
+	State        string `json:"state"`
+	StateReason  string `json:"state_reason,omitempty"`
+	StreamState  string `json:"stream_state,omitempty"`
+	StreamReason string `json:"stream_reason,omitempty"`
+	EngineDown   bool   `json:"engine_down,omitempty"`
+	EngineError  string `json:"engine_error,omitempty"`
+	// LagSeconds is the median of the endpoint's recent event-to-routable
+	// lags; nil (absent) while none was measured.
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+}
+
+// Picker is what the picker says of itself.
+type Picker struct {
+	// GossipInsecure: its gossip runs without a keyring off loopback
+	// (--gossip-insecure).
+	GossipInsecure bool `json:"gossip_insecure"`
+}
+
+// Refusal is an endpoint the picker was offered but did not take, and
+// why (Reason: see the package's contract).
+type Refusal struct {
+	Endpoint             string `json:"endpoint"`
+	Sidecar              string `json:"sidecar"`
+	Reason               string `json:"reason"`
+	Model                string `json:"model"`
+	BlockSize            int    `json:"block_size"`
+	SummaryParams        string `json:"summary_params"`
+	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
+	// Since (RFC 3339, UTC) and Detail are the trust check's: since when
+	// it refuses the endpoint and why; empty for the other reasons.
+	Since  string `json:"since,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// SidecarFailing is a sidecar whose summary stream is failing: a TLS
+// handshake (reason tls), not reached (unavailable), or ended otherwise
+// (stream); Error is the last one, SecondsFailing since when it began.
+type SidecarFailing struct {
+	Sidecar        string  `json:"sidecar"`
+	Reason         string  `json:"reason"`
+	Error          string  `json:"error"`
+	SecondsFailing float64 `json:"seconds_failing"`
+}
