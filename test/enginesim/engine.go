@@ -153,11 +153,15 @@ func (e *Engine) StartTime() time.Time { return time.Unix(0, e.started.Load()) }
 // Registry returns the rank's metrics registry.
 func (e *Engine) Registry() *prometheus.Registry { return e.reg }
 
+// Load is an engine's load: requests waiting and running, and the KV
+// cache's usage (0 to 1), as vLLM's /metrics reports them.
+type Load = sched.Load
+
 // Load returns the engine's load figures as the core last reported them,
 // which are the values of /metrics' vllm:num_requests_waiting,
 // vllm:num_requests_running and vllm:kv_cache_usage_perc. It does not wait
 // for the scheduler goroutine.
-func (e *Engine) Load() sched.Load {
+func (e *Engine) Load() Load {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	return e.load
