@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kvroute/kvroute/test/enginesim/chat"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/test/enginesim/chat"
 )
 
 // KVEventsConfig is vLLM's --kv-events-config, field for field.
@@ -192,6 +192,22 @@ type Config struct {
 	// default true); false publishes raw digests.
 	IntBlockHashes bool
 	Sim            SimConfig
+
+	// EventSink, when set, receives every KV-event batch the engine
+	// publishes, in order, one per scheduler step that made events (and
+	// one per successful prefix-cache reset), on the scheduler goroutine,
+	// after the batch went to ZMQ and before the step's answers go out. It
+	// should return quickly: the engine's next step waits for it. The
+	// batch is the sink's to keep (the engine does not reuse its slices).
+	// It gets the batches in addition to ZMQ when KV events are enabled,
+	// and instead of ZMQ otherwise (the cache makes events whenever there
+	// is a sink). The event fault switches (drop, delay) belong to the ZMQ
+	// transport and do not apply to it; a Restart wipes the cache without
+	// events, as a real restart does. With DataParallelSize > 1 every rank
+	// calls it from its own goroutine (each batch carries its rank), so it
+	// must be safe for concurrent use. It lets tests and labs feed an
+	// in-process fleet without sockets.
+	EventSink func(kvevents.Batch)
 }
 
 // DefaultConfig returns defaults resembling one H100 serving an 8B–20B

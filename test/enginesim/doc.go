@@ -46,8 +46,20 @@
 //   - A scheduler with vLLM's shape (running first, then waiting FCFS,
 //     chunked prefill under max_num_batched_tokens, preemption from the
 //     back) and a latency model: prefill time grows with uncached tokens,
-//     each step costs a base plus a per-sequence decode cost; TimeScale
-//     shrinks all simulated time. Reported latencies are simulated time.
+//     each step costs a base plus a per-sequence decode cost. The
+//     scheduler is a pure core (package sched); each rank's Engine is its
+//     shell: one goroutine takes requests, cancellations (a client that
+//     goes away) and control calls between steps, runs a step, sleeps for
+//     its simulated duration times TimeScale (0: not at all), publishes
+//     the step's events and only then delivers its tokens to the
+//     handlers. Simulated time is the sum of the step durations; reported
+//     latencies are simulated time.
+//   - The three generate endpoints share one path (prepare, start, answer
+//     whole or streamed, errors, usage, cancellation); what differs is
+//     the body's parsing and the answer's shape.
+//   - In process: Config.EventSink receives every event batch, in order,
+//     with or without ZMQ; Engine.Load returns the load figures /metrics
+//     reports, without sockets.
 //   - Deterministic: the same prompt always gives the same tokens and the
 //     same reply (package chat's tokenizer and template).
 //   - Fault switches for tests and benchmarks: drop a percentage of event

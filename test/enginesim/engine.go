@@ -15,26 +15,39 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/test/enginesim/kvcache"
+	"github.com/kvroute/kvroute/test/enginesim/sched"
 )
 
-// Engine is one data-parallel rank: an engine core (scheduler and KV
-// cache), its event publisher and its HTTP server.
+// Engine is one data-parallel rank: the shell around an engine core
+// (package sched: the queues and the KV cache), its event publisher and
+// its HTTP server.
 type Engine struct {
 	cfg     *Config
 	rank    int
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
-	cache   *kvcache.Cache // scheduler goroutine only
-	pub     *publisher     // scheduler goroutine only (nil: events off)
+
+	// The scheduler goroutine's own state.
+	core   *sched.Scheduler
+	pub    *publisher            // nil: events over ZMQ off
+	live   map[sched.ID]*request // submitted, not yet finished or dropped
+	simNow time.Duration         // simulated time: the sum of step durations
 
 	submitCh chan *request
-	ctrl     chan func(*scheduler)
+	ctrl     chan func()
 	quit     chan struct{}
 	done     chan struct{}
 	closed   atomic.Bool
 	started  atomic.Int64 // simulated process start, unix nanoseconds
 	restarts atomic.Int64
+	nextID   atomic.Uint64 // request ids, for the core and the answers
+
+	cancelMu sync.Mutex
+	cancels  []sched.ID // cancelled by handlers, for the next step
+
+	loadMu sync.Mutex
+	load   sched.Load // as the core last reported it
 
 	eventsEndpoint, replayEndpoint atomic.Pointer[string]
 
@@ -48,27 +61,40 @@ const maxEventDelay = time.Minute
 // ErrClosed is returned for requests to an engine that is shutting down.
 var ErrClosed = errors.New("the engine is shutting down")
 
+// schedConfig is the core's configuration from the engine's flags.
+func schedConfig(cfg *Config) sched.Config {
+	return sched.Config{
+		Cache: kvcache.Config{
+			NumBlocks:  cfg.NumGPUBlocks,
+			BlockSize:  cfg.BlockSize,
+			Seed:       cfg.HashSeed,
+			RawHashes:  !cfg.IntBlockHashes,
+			EmitEvents: cfg.KVEvents.Enabled() || cfg.EventSink != nil,
+		},
+		MaxModelLen:            cfg.MaxModelLen,
+		MaxNumSeqs:             cfg.MaxNumSeqs,
+		MaxNumBatchedTokens:    cfg.MaxNumBatchedTokens,
+		PrefillTokensPerSecond: cfg.Sim.PrefillTokensPerSecond,
+		StepBase:               cfg.Sim.StepBase,
+		StepPerSeq:             cfg.Sim.StepPerSeq,
+	}
+}
+
 func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
 	e := &Engine{
 		cfg:      cfg,
 		rank:     rank,
 		log:      log.With(zap.Int("rank", rank)),
 		reg:      prometheus.NewRegistry(),
+		live:     map[sched.ID]*request{},
 		submitCh: make(chan *request, 1024),
-		ctrl:     make(chan func(*scheduler)),
+		ctrl:     make(chan func()),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	e.metrics = newMetrics(e.reg, cfg, rank)
 	var err error
-	e.cache, err = kvcache.New(kvcache.Config{
-		NumBlocks:  cfg.NumGPUBlocks,
-		BlockSize:  cfg.BlockSize,
-		Seed:       cfg.HashSeed,
-		RawHashes:  !cfg.IntBlockHashes,
-		EmitEvents: cfg.KVEvents.Enabled(),
-	})
-	if err != nil {
+	if e.core, err = sched.New(schedConfig(cfg)); err != nil {
 		return nil, err
 	}
 	if err := e.openPublisher(); err != nil {
@@ -127,63 +153,33 @@ func (e *Engine) StartTime() time.Time { return time.Unix(0, e.started.Load()) }
 // Registry returns the rank's metrics registry.
 func (e *Engine) Registry() *prometheus.Registry { return e.reg }
 
-func (e *Engine) run() {
-	defer close(e.done)
-	s := &scheduler{e: e}
-	for {
-		if len(s.waiting) == 0 && len(s.running) == 0 {
-			select {
-			case r := <-e.submitCh:
-				s.enqueue(r)
-			case f := <-e.ctrl:
-				f(s)
-				continue
-			case <-e.quit:
-				s.abortAll(ErrClosed)
-				return
-			}
-		}
-	drain:
-		for {
-			select {
-			case r := <-e.submitCh:
-				s.enqueue(r)
-			case f := <-e.ctrl:
-				f(s)
-			case <-e.quit:
-				s.abortAll(ErrClosed)
-				return
-			default:
-				break drain
-			}
-		}
-		if !s.step(e.quit) {
-			s.abortAll(ErrClosed)
-			return
-		}
-		e.metrics.observe(s)
-	}
+// Load is an engine's load: requests waiting and running, and the KV
+// cache's usage (0 to 1), as vLLM's /metrics reports them.
+type Load = sched.Load
+
+// Load returns the engine's load figures as the core last reported them,
+// which are the values of /metrics' vllm:num_requests_waiting,
+// vllm:num_requests_running and vllm:kv_cache_usage_perc. It does not wait
+// for the scheduler goroutine.
+func (e *Engine) Load() Load {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	return e.load
 }
 
-// submit hands requests to the scheduler.
-func (e *Engine) submit(ctx context.Context, reqs ...*request) error {
-	for _, r := range reqs {
-		select {
-		case e.submitCh <- r:
-		case <-e.quit:
-			return ErrClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+// setLoad records the core's load figures and sets the gauges.
+func (e *Engine) setLoad(l sched.Load) {
+	e.loadMu.Lock()
+	e.load = l
+	e.loadMu.Unlock()
+	e.metrics.observe(l)
 }
 
 // do runs f on the scheduler goroutine and waits for it.
-func (e *Engine) do(f func(*scheduler)) error {
+func (e *Engine) do(f func()) error {
 	ran := make(chan struct{})
 	select {
-	case e.ctrl <- func(s *scheduler) { f(s); close(ran) }:
+	case e.ctrl <- func() { f(); close(ran) }:
 	case <-e.quit:
 		return ErrClosed
 	}
@@ -200,14 +196,12 @@ func (e *Engine) do(f func(*scheduler)) error {
 // them first (they recompute when readmitted).
 func (e *Engine) ResetPrefixCache(resetRunning bool) error {
 	var err error
-	if derr := e.do(func(s *scheduler) {
-		if resetRunning {
-			s.preemptAll()
-		}
-		if err = e.cache.Reset(); err == nil {
-			if ev := e.cache.TakeEvents(); len(ev) > 0 && e.pub != nil {
-				e.pub.publish(ev)
-			}
+	if derr := e.do(func() {
+		var res sched.Reset
+		res, err = e.core.ResetPrefixCache(resetRunning)
+		e.metrics.preemptions.Add(float64(res.Preemptions))
+		if len(res.Events) > 0 {
+			e.emit(res.Events)
 		}
 	}); derr != nil {
 		return derr
@@ -220,13 +214,12 @@ func (e *Engine) ResetPrefixCache(resetRunning bool) error {
 // replay ring, and the start time changes.
 func (e *Engine) Restart() error {
 	var err error
-	if derr := e.do(func(s *scheduler) {
-		s.abortAll(errRestarted)
+	if derr := e.do(func() {
+		e.abortAll(errRestarted)
 		if e.pub != nil {
 			e.pub.close()
 			e.pub = nil
 		}
-		e.cache.Wipe()
 		e.restarts.Add(1)
 		err = e.openPublisher()
 		// A new process: at least a tick later than the last one.
@@ -234,8 +227,8 @@ func (e *Engine) Restart() error {
 			time.Sleep(time.Millisecond)
 		}
 		e.markStarted()
-		s.simNow = 0
-		e.metrics.observe(s)
+		e.simNow = 0
+		e.setLoad(e.core.Load())
 		e.log.Info("simulated engine restart", zap.Int64("restarts", e.restarts.Load()))
 	}); derr != nil {
 		return derr
@@ -248,7 +241,7 @@ func (e *Engine) SetEventFaults(dropPercent float64, delay time.Duration) error 
 	if dropPercent < 0 || dropPercent > 100 || delay < 0 || delay > maxEventDelay {
 		return fmt.Errorf("drop %v%% delay %v: want 0..100 and a non-negative delay", dropPercent, delay)
 	}
-	return e.do(func(s *scheduler) {
+	return e.do(func() {
 		if e.pub != nil {
 			e.pub.setFaults(dropPercent, delay)
 		}
@@ -267,9 +260,10 @@ type Stats struct {
 // Stats returns a consistent snapshot taken on the scheduler goroutine.
 func (e *Engine) Stats() (Stats, error) {
 	var st Stats
-	err := e.do(func(s *scheduler) {
-		st = Stats{Running: len(s.running), Waiting: len(s.waiting), CachedBlocks: e.cache.NumCached(),
-			FreeBlocks: e.cache.NumFree(), Usage: e.cache.Usage()}
+	err := e.do(func() {
+		l := e.core.Load()
+		st = Stats{Running: l.Running, Waiting: l.Waiting, CachedBlocks: e.core.NumCachedBlocks(),
+			FreeBlocks: e.core.NumFreeBlocks(), Usage: l.KVUsage}
 		if e.pub != nil {
 			st.NextSeq = e.pub.nextSeq
 		}

@@ -2,8 +2,8 @@ package enginesim_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/kvroute/kvroute/test/testnet"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
+	"github.com/kvroute/kvroute/test/testnet"
 	"github.com/kvroute/kvroute/test/vectors"
 )
 
@@ -135,9 +137,10 @@ func TestCachedTokens(t *testing.T) {
 		if !details && second.Usage.PromptTokensDetails != nil {
 			t.Fatal("details reported without --enable-prompt-tokens-details")
 		}
-		m := get(t, e.URL()+"/metrics")
-		if metric(t, m, "vllm:prefix_cache_hits_total") != "96" || metric(t, m, "vllm:prefix_cache_queries_total") != "200" {
-			t.Fatalf("prefix cache metrics: hits %s queries %s", metric(t, m, "vllm:prefix_cache_hits_total"), metric(t, m, "vllm:prefix_cache_queries_total"))
+		fams := metrictest.Families(t, e.URL()+"/metrics")
+		hits, queries := metrictest.Sum(fams, "vllm:prefix_cache_hits_total", nil), metrictest.Sum(fams, "vllm:prefix_cache_queries_total", nil)
+		if hits != 96 || queries != 200 {
+			t.Fatalf("prefix cache metrics: hits %v queries %v", hits, queries)
 		}
 	}
 }
@@ -191,11 +194,11 @@ func TestEvictionResetRestart(t *testing.T) {
 	}
 	s.collect(200 * time.Millisecond)
 
-	before := metric(t, get(t, e.URL()+"/metrics"), "process_start_time_seconds")
+	before := scraped(t, e, "process_start_time_seconds", nil)
 	if code := post(t, e.URL()+"/sim/restart", nil, nil); code != 200 {
 		t.Fatalf("restart: %d", code)
 	}
-	after := metric(t, get(t, e.URL()+"/metrics"), "process_start_time_seconds")
+	after := scraped(t, e, "process_start_time_seconds", nil)
 	if before == after {
 		t.Fatal("start time unchanged by restart")
 	}
@@ -204,17 +207,18 @@ func TestEvictionResetRestart(t *testing.T) {
 		t.Fatalf("the cache survived the restart: %d tokens hit", cached(c.Usage))
 	}
 	// The restarted publisher connects anew; its first live seq is 0.
-	deadline := time.Now().Add(10 * time.Second)
-	var first *msg
-	for i := 0; first == nil && time.Now().Before(deadline); i++ {
+	var first msg
+	i := 0
+	testnet.Await(t, 10*time.Second, time.Millisecond, func() error {
 		post(t, e.URL()+"/v1/completions", map[string]any{"prompt": prompt(40000 + 1000*i), "max_tokens": 1}, &c)
-		if m, ok := s.recv(300 * time.Millisecond); ok {
-			first = &m
+		i++
+		m, ok := s.recv(300 * time.Millisecond)
+		if !ok {
+			return errors.New("no events after restart")
 		}
-	}
-	if first == nil {
-		t.Fatal("no events after restart")
-	}
+		first = m
+		return nil
+	})
 	if first.seq > 2 { // slow-joiner losses aside, seq restarted near 0
 		t.Fatalf("first seq after restart %d", first.seq)
 	}
@@ -256,9 +260,8 @@ func TestReplay(t *testing.T) {
 			if _, ok := s.recv(300 * time.Millisecond); ok {
 				t.Fatal("a dropped batch was published live")
 			}
-			m := get(t, e.URL()+"/metrics")
-			if metric(t, m, `kvroute_engine_kv_event_batches_dropped_total{engine="0",model_name="Qwen/Qwen3-0.6B",reason="fault"}`) != "5" {
-				t.Fatal("drops not counted")
+			if v := scraped(t, e, "kvroute_engine_kv_event_batches_dropped_total", map[string]string{"engine": "0", "model_name": "Qwen/Qwen3-0.6B", "reason": "fault"}); v != 5 {
+				t.Fatalf("drops counted %v, want 5", v)
 			}
 			got := replay(t, e.ReplayEndpoint(), first+2, layout)
 			if len(got) != 3 || got[0] != first+2 || got[2] != first+4 {
@@ -480,9 +483,8 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s %s: %d, Allow %q, %v", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), detail)
 		}
 	}
-	m := get(t, e.URL()+"/metrics")
-	if v := metric(t, m, `kvroute_engine_http_errors_total{engine="0",model_name="Qwen/Qwen3-0.6B",path="/v1/chat/completions",status="400"}`); v != "4" {
-		t.Errorf("chat 400s counted %s, want 4", v)
+	if v := scraped(t, e, "kvroute_engine_http_errors_total", map[string]string{"engine": "0", "model_name": "Qwen/Qwen3-0.6B", "path": "/v1/chat/completions", "status": "400"}); v != 4 {
+		t.Errorf("chat 400s counted %v, want 4", v)
 	}
 	// Still serving after all that.
 	var c completion
@@ -617,17 +619,19 @@ func TestServiceEndpoints(t *testing.T) {
 	if !strings.Contains(get(t, e.URL()+"/version"), "version") {
 		t.Fatal("version")
 	}
-	m := get(t, e.URL()+"/metrics")
+	fams := metrictest.Families(t, e.URL()+"/metrics")
 	for _, name := range []string{
 		"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
 		"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
-		"vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
-		`vllm:cache_config_info{block_size="16",`, `num_gpu_blocks="4096",prefix_caching_hash_algo="sha256_cbor"`,
-		"process_start_time_seconds",
+		"vllm:generation_tokens_total", "vllm:time_to_first_token_seconds", "process_start_time_seconds",
 	} {
-		if !strings.Contains(m, name) {
+		if metrictest.Series(fams, name, nil) != 1 {
 			t.Errorf("/metrics lacks %s", name)
 		}
+	}
+	if metrictest.Series(fams, "vllm:cache_config_info", map[string]string{
+		"block_size": "16", "num_gpu_blocks": "4096", "prefix_caching_hash_algo": "sha256_cbor"}) != 1 {
+		t.Error("/metrics lacks vllm:cache_config_info with the cache's block size, blocks and hash")
 	}
 	// A LoRA request is served under the adapter's name.
 	var c struct {
@@ -821,7 +825,7 @@ func TestPreemptionUnderPressure(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	if v := metric(t, get(t, e.URL()+"/metrics"), "vllm:num_preemptions_total"); v == "0" {
+	if v := scraped(t, e, "vllm:num_preemptions_total", nil); v == 0 {
 		t.Fatal("no preemption under pressure")
 	}
 }

@@ -3,9 +3,9 @@ package enginesim_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +14,8 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // testConfig is a small, fast engine on loopback with ephemeral ports.
@@ -98,44 +100,42 @@ type msg struct {
 	batch *kvevents.Batch
 }
 
-// recv returns the next message, or ok=false after the timeout.
+// recv returns the next message, or ok=false when none comes within the
+// timeout.
 func (s *sub) recv(timeout time.Duration) (msg, bool) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		frames, err := s.sock.RecvMessageBytes(0)
-		if err != nil {
-			continue
-		}
-		m, err := kvevents.ParseMessage(frames)
-		if err != nil {
-			s.t.Fatalf("bad frames: %v", err)
-		}
-		b, err := kvevents.Decode(m.Payload)
-		if err != nil {
-			s.t.Fatalf("bad payload at seq %d: %v", m.Seq, err)
-		}
-		return msg{string(m.Topic), m.Seq, b}, true
+	if err := s.sock.SetRcvtimeo(timeout); err != nil {
+		s.t.Fatal(err)
 	}
-	return msg{}, false
+	frames, err := s.sock.RecvMessageBytes(0)
+	if err != nil {
+		return msg{}, false
+	}
+	m, err := kvevents.ParseMessage(frames)
+	if err != nil {
+		s.t.Fatalf("bad frames: %v", err)
+	}
+	b, err := kvevents.Decode(m.Payload)
+	if err != nil {
+		s.t.Fatalf("bad payload at seq %d: %v", m.Seq, err)
+	}
+	return msg{string(m.Topic), m.Seq, b}, true
 }
 
 // waitLive sends warm-up prompts until the subscription delivers events,
 // then drains, so later messages are not lost to ZeroMQ's slow joiner.
 func (s *sub) waitLive(url string) {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; time.Now().Before(deadline); i++ {
+	i := 0
+	testnet.Await(s.t, 10*time.Second, time.Millisecond, func() error {
+		i++
 		post(s.t, url+"/v1/completions", map[string]any{"prompt": []int{900000 + i, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, "max_tokens": 1}, nil)
-		if _, ok := s.recv(200 * time.Millisecond); ok {
-			for {
-				if _, ok := s.recv(200 * time.Millisecond); !ok {
-					return
-				}
-			}
+		if _, ok := s.recv(200 * time.Millisecond); !ok {
+			return errors.New("the event subscription is not live")
 		}
-	}
-	s.t.Fatal("the event subscription never became live")
+		return nil
+	})
+	s.collect(200 * time.Millisecond)
 }
 
 // collect reads messages until quiet for the given time.
@@ -200,18 +200,11 @@ func get(t *testing.T, url string) string {
 	return string(data)
 }
 
-// metric returns the value of the first series in body whose line starts
-// with prefix.
-func metric(t *testing.T, body, prefix string) string {
+// scraped is the value of the series of the family name with the labels
+// given (summed when several match) on e's /metrics page.
+func scraped(t *testing.T, e *enginesim.Engine, name string, labels map[string]string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, prefix) {
-			f := strings.Fields(line)
-			return f[len(f)-1]
-		}
-	}
-	t.Fatalf("metric %s not found", prefix)
-	return ""
+	return metrictest.Scraped(t, e.URL()+"/metrics", name, labels)
 }
 
 func ints(ids []uint32) []int {

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/test/enginesim/sched"
 )
 
 // metrics are one rank's Prometheus series, under vLLM's names (counters
@@ -75,9 +77,9 @@ func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 	return m
 }
 
-// observe refreshes the gauges after a step.
-func (m *metrics) observe(s *scheduler) {
-	m.running.Set(float64(len(s.running)))
-	m.waiting.Set(float64(len(s.waiting)))
-	m.usage.Set(s.e.cache.Usage())
+// observe sets the load gauges to the core's figures.
+func (m *metrics) observe(l sched.Load) {
+	m.running.Set(float64(l.Running))
+	m.waiting.Set(float64(l.Waiting))
+	m.usage.Set(l.KVUsage)
 }

@@ -20,7 +20,6 @@ import (
 type publisher struct {
 	log          *zap.Logger
 	metrics      *metrics
-	rank         int
 	topic        []byte
 	layout       kvevents.Layout
 	replayLayout kvevents.ReplayLayout
@@ -76,7 +75,7 @@ func newPublisher(cfg *Config, rank int, log *zap.Logger, m *metrics, seed uint6
 		endpoint = pubAt
 	}
 	p := &publisher{
-		log: log, metrics: m, rank: rank,
+		log: log, metrics: m,
 		topic:        []byte(cfg.KVEvents.Topic),
 		layout:       cfg.Sim.EventLayout,
 		replayLayout: cfg.Sim.ReplayLayout,
@@ -154,24 +153,19 @@ func newPublisher(cfg *Config, rank int, log *zap.Logger, m *metrics, seed uint6
 	return p, nil
 }
 
-// publish encodes one step's events as a batch with the next seq, keeps it
-// for replay and sends it live (unless the drop fault swallows it).
-func (p *publisher) publish(events []kvevents.Event) {
+// publish encodes one step's batch with the next seq, keeps it for replay
+// and sends it live (unless the drop fault swallows it).
+func (p *publisher) publish(batch *kvevents.Batch) {
 	seq := p.nextSeq
 	p.nextSeq++
-	batch := kvevents.Batch{
-		TS:               float64(time.Now().UnixNano()) / 1e9,
-		Events:           events,
-		DataParallelRank: kvevents.Some(int64(p.rank)),
-	}
 	var err error
-	p.buf, err = kvevents.AppendBatch(p.buf[:0], &batch, p.layout)
+	p.buf, err = kvevents.AppendBatch(p.buf[:0], batch, p.layout)
 	if err != nil { // our own events always encode
 		p.log.Error("encoding kv events", zap.Error(err))
 		return
 	}
 	payload := append([]byte(nil), p.buf...)
-	for _, ev := range events {
+	for _, ev := range batch.Events {
 		p.metrics.events.WithLabelValues(ev.Type.String()).Inc()
 	}
 	p.mu.Lock()

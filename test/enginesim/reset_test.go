@@ -41,8 +41,8 @@ func TestResetWhileBusy(t *testing.T) {
 	if code := post(t, e.URL()+"/reset_prefix_cache", nil, nil); code != 200 {
 		t.Fatalf("reset while busy: %d", code)
 	}
-	if v := metric(t, get(t, e.URL()+"/metrics"), "kvroute_engine_reset_prefix_cache_failures_total"); v != "1" {
-		t.Fatalf("reset failures counted: %q, want 1", v)
+	if v := scraped(t, e, "kvroute_engine_reset_prefix_cache_failures_total", nil); v != 1 {
+		t.Fatalf("reset failures counted: %v, want 1", v)
 	}
 	if code := post(t, e.URL()+"/reset_prefix_cache?reset_running_requests=true", nil, nil); code != 200 {
 		t.Fatalf("reset with reset_running_requests: %d", code)

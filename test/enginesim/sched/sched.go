@@ -1,0 +1,428 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/test/enginesim/kvcache"
+)
+
+// Config sizes the engine and its latency model; fields are named after
+// vLLM's flags where vLLM has one.
+type Config struct {
+	// Cache is the paged KV cache: num_gpu_blocks, block size, hash seed,
+	// event hashes, and whether KV events are made at all.
+	Cache kvcache.Config
+	// MaxModelLen is --max-model-len: a request stops ("length") when its
+	// prompt and output reach it.
+	MaxModelLen int
+	// MaxNumSeqs is --max-num-seqs: the most requests running at once.
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is --max-num-batched-tokens: one step's token
+	// budget (a decode takes one, a prefill chunk the rest).
+	MaxNumBatchedTokens int
+	// PrefillTokensPerSecond is the uncached prompt throughput.
+	PrefillTokensPerSecond float64
+	// StepBase is the fixed cost of a step; StepPerSeq is added per
+	// decoding sequence.
+	StepBase   time.Duration
+	StepPerSeq time.Duration
+}
+
+// DefaultConfig returns the simulated engine's defaults: one H100 serving
+// an 8B–20B model with vLLM's own defaults, without KV events.
+func DefaultConfig() Config {
+	return Config{
+		Cache:                  kvcache.Config{NumBlocks: 8192, BlockSize: 16, Seed: blockkey.DefaultSeed},
+		MaxModelLen:            32768,
+		MaxNumSeqs:             256,
+		MaxNumBatchedTokens:    8192,
+		PrefillTokensPerSecond: 10_000,
+		StepBase:               25 * time.Millisecond,
+		StepPerSeq:             100 * time.Microsecond,
+	}
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.Cache.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxModelLen <= 0 || c.MaxNumSeqs <= 0 || c.MaxNumBatchedTokens <= 0 {
+		errs = append(errs, fmt.Errorf("sched: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d: want all positive",
+			c.MaxModelLen, c.MaxNumSeqs, c.MaxNumBatchedTokens))
+	}
+	if !(c.PrefillTokensPerSecond > 0) {
+		errs = append(errs, fmt.Errorf("sched: prefill throughput %v must be positive", c.PrefillTokensPerSecond))
+	}
+	if c.StepBase < 0 || c.StepPerSeq < 0 {
+		errs = append(errs, fmt.Errorf("sched: step costs %v, %v must not be negative", c.StepBase, c.StepPerSeq))
+	}
+	return errors.Join(errs...)
+}
+
+// ID names a request; the caller chooses it, unique among the requests in
+// the engine.
+type ID uint64
+
+// Request is a prompt to run.
+type Request struct {
+	ID     ID
+	Prompt []uint32
+	LoRA   string // adapter name, "" for none
+	LoraID int    // adapter id for events' lora_id; 0 for none
+	Salt   string // cache_salt, "" for none
+	// MaxTokens is the output budget (at least 1).
+	MaxTokens int
+	// IgnoreEOS generates MaxTokens tokens, past the natural length.
+	IgnoreEOS bool
+}
+
+// Finish reasons, as vLLM's finish_reason.
+const (
+	FinishStop   = "stop"
+	FinishLength = "length"
+)
+
+// Update is one request's output in a step: a token, and with the first
+// one the prompt's cached tokens and the time to first token; Finish is
+// set ("stop" or "length") on the last.
+type Update struct {
+	ID           ID
+	Token        uint32
+	First        bool
+	CachedTokens int           // with First: num_cached_tokens
+	TTFT         time.Duration // with First: step end − arrival
+	Finish       string        // "" while the request runs on
+}
+
+// Load is what vLLM's /metrics reports of the engine's load:
+// vllm:num_requests_waiting, vllm:num_requests_running and
+// vllm:kv_cache_usage_perc (0 to 1).
+type Load struct {
+	Waiting, Running int
+	KVUsage          float64
+}
+
+// Step is one step's outcome.
+type Step struct {
+	// Duration is the step's simulated duration: it ends at now+Duration.
+	// 0 when the step scheduled nothing.
+	Duration time.Duration
+	// Scheduled counts the requests the step computed for.
+	Scheduled int
+	// Updates are the tokens sampled, in batch order.
+	Updates []Update
+	// Events are the KV events the step made, in order.
+	Events []kvevents.Event
+	// Load is after the step.
+	Load Load
+	// Dropped are the cancelled requests that left the engine.
+	Dropped []ID
+	// Preemptions counts the requests preempted (vllm:num_preemptions).
+	Preemptions int
+	// PromptTokens and CachedTokens sum the prompts admitted for the first
+	// time and their prefix-cache hits (vllm:prefix_cache_queries,
+	// vllm:prefix_cache_hits, vllm:prompt_tokens and its cached part).
+	PromptTokens, CachedTokens int
+}
+
+// request is one prompt in the engine.
+type request struct {
+	id        ID
+	seq       *kvcache.Seq
+	promptLen int
+	target    int // output tokens to generate
+	stopAt    int // the natural length (0 with ignore_eos): finish "stop" there
+	gen       generator
+	cancelled bool
+	arrival   time.Duration
+	outputs   int
+	prefilled bool
+	counted   bool // counted in the prompt figures
+}
+
+// Scheduler is the engine core. It is not safe for concurrent use.
+type Scheduler struct {
+	cfg     Config
+	cache   *kvcache.Cache
+	waiting []*request
+	running []*request
+	byID    map[ID]*request
+}
+
+// New returns an idle scheduler with an empty cache.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cache, err := kvcache.New(cfg.Cache)
+	if err != nil {
+		return nil, err
+	}
+	return &Scheduler{cfg: cfg, cache: cache, byID: map[ID]*request{}}, nil
+}
+
+// Errors of Add.
+var (
+	ErrDuplicateID = errors.New("sched: a request with this id is in the engine")
+	ErrBadRequest  = errors.New("sched: a request needs a prompt and max_tokens of at least 1")
+)
+
+// Add queues r, arrived at simulated time now. The prompt is copied.
+func (s *Scheduler) Add(r Request, now time.Duration) error {
+	if len(r.Prompt) == 0 || r.MaxTokens < 1 {
+		return ErrBadRequest
+	}
+	if _, ok := s.byID[r.ID]; ok {
+		return ErrDuplicateID
+	}
+	q := &request{
+		id:        r.ID,
+		seq:       &kvcache.Seq{Tokens: append([]uint32(nil), r.Prompt...), LoRA: r.LoRA, LoraID: r.LoraID, Salt: r.Salt},
+		promptLen: len(r.Prompt),
+		gen:       newGenerator(r.Prompt, r.Salt),
+		target:    r.MaxTokens,
+		arrival:   now,
+	}
+	if !r.IgnoreEOS {
+		q.stopAt = q.gen.naturalLength()
+		q.target = min(q.target, q.stopAt)
+	}
+	s.byID[r.ID] = q
+	s.waiting = append(s.waiting, q)
+	return nil
+}
+
+// Cancel marks request id for abort; it leaves at the next step that
+// reaches it. It reports whether the request is in the engine.
+func (s *Scheduler) Cancel(id ID) bool {
+	r, ok := s.byID[id]
+	if ok {
+		r.cancelled = true
+	}
+	return ok
+}
+
+// Idle reports whether no request waits or runs.
+func (s *Scheduler) Idle() bool { return len(s.waiting) == 0 && len(s.running) == 0 }
+
+// Load returns the current load figures.
+func (s *Scheduler) Load() Load {
+	return Load{Waiting: len(s.waiting), Running: len(s.running), KVUsage: s.cache.Usage()}
+}
+
+// NumCachedBlocks returns the blocks holding cached (hashed) content.
+func (s *Scheduler) NumCachedBlocks() int { return s.cache.NumCached() }
+
+// NumFreeBlocks returns the blocks no request holds (cached or not).
+func (s *Scheduler) NumFreeBlocks() int { return s.cache.NumFree() }
+
+// Reset is what ResetPrefixCache did: the requests it preempted and the
+// events (AllBlocksCleared).
+type Reset struct {
+	Preemptions int
+	Events      []kvevents.Event
+}
+
+// ResetPrefixCache drops every cached block (AllBlocksCleared). Like vLLM
+// it fails while requests hold blocks, unless resetRunning, which first
+// preempts every running request (they recompute when readmitted).
+func (s *Scheduler) ResetPrefixCache(resetRunning bool) (Reset, error) {
+	var out Reset
+	if resetRunning {
+		for i := len(s.running) - 1; i >= 0; i-- {
+			s.preempt(s.running[i])
+			out.Preemptions++
+		}
+		s.running = nil
+	}
+	if err := s.cache.Reset(); err != nil {
+		return out, err
+	}
+	out.Events = s.cache.TakeEvents()
+	return out, nil
+}
+
+// Restart is a process restart: every request leaves (returned, running
+// first, then waiting, in queue order) and the cache empties without
+// events.
+func (s *Scheduler) Restart() []ID {
+	var ids []ID
+	for _, r := range append(s.running, s.waiting...) {
+		ids = append(ids, r.id)
+	}
+	s.running, s.waiting = nil, nil
+	clear(s.byID)
+	s.cache.Wipe()
+	return ids
+}
+
+// work is one request's share of a step.
+type work struct {
+	r      *request
+	n      int
+	decode bool
+}
+
+// Step runs one engine step starting at simulated time now: it schedules,
+// computes the step's duration and applies it (KV computed, tokens
+// sampled, finished requests freed).
+func (s *Scheduler) Step(now time.Duration) Step {
+	var out Step
+	budget := s.cfg.MaxNumBatchedTokens
+	batch, budget, preempted := s.scheduleRunning(&out, budget)
+	if !preempted {
+		batch = s.admitWaiting(&out, batch, budget)
+	}
+	out.Scheduled = len(batch)
+	if len(batch) == 0 {
+		out.Load = s.Load()
+		return out
+	}
+	out.Duration = s.duration(batch)
+	s.apply(&out, batch, now+out.Duration)
+	out.Events = s.cache.TakeEvents()
+	out.Load = s.Load()
+	return out
+}
+
+// scheduleRunning schedules the running requests first: decodes take one
+// token, chunked prefills continue. When blocks run out it preempts from
+// the back (vLLM's policy).
+func (s *Scheduler) scheduleRunning(out *Step, budget int) ([]work, int, bool) {
+	var batch []work
+	preempted := false
+	for i := 0; i < len(s.running) && budget > 0; i++ {
+		r := s.running[i]
+		if r.cancelled {
+			s.cache.Free(r.seq)
+			s.forget(out, r)
+			s.running = append(s.running[:i], s.running[i+1:]...)
+			i--
+			continue
+		}
+		n := 1
+		if !r.prefilled {
+			n = min(len(r.seq.Tokens)-r.seq.Computed(), budget)
+		}
+		for {
+			if err := s.cache.Schedule(r.seq, n); err == nil {
+				batch = append(batch, work{r: r, n: n, decode: r.prefilled})
+				budget -= n
+				break
+			}
+			victim := s.running[len(s.running)-1]
+			s.running = s.running[:len(s.running)-1]
+			s.preempt(victim)
+			out.Preemptions++
+			preempted = true
+			if victim == r {
+				break
+			}
+		}
+	}
+	return batch, budget, preempted
+}
+
+// admitWaiting admits waiting requests, first come first served, while
+// max_num_seqs, the budget and the free blocks allow.
+func (s *Scheduler) admitWaiting(out *Step, batch []work, budget int) []work {
+	for len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs && budget > 0 {
+		r := s.waiting[0]
+		if r.cancelled {
+			s.waiting = s.waiting[1:]
+			s.forget(out, r)
+			continue
+		}
+		n, err := s.cache.Admit(r.seq, budget)
+		if err != nil {
+			break // head of line waits for blocks
+		}
+		s.waiting = s.waiting[1:]
+		if !r.counted {
+			r.counted = true
+			out.PromptTokens += r.promptLen
+			out.CachedTokens += r.seq.CachedTokens()
+		}
+		r.prefilled = false
+		s.running = append(s.running, r)
+		batch = append(batch, work{r: r, n: n})
+		budget -= n
+	}
+	return batch
+}
+
+// duration is the latency model's cost of a batch.
+func (s *Scheduler) duration(batch []work) time.Duration {
+	prefill, decodes := 0, 0
+	for _, w := range batch {
+		if w.decode {
+			decodes++
+		} else {
+			prefill += w.n
+		}
+	}
+	return s.cfg.StepBase + time.Duration(decodes)*s.cfg.StepPerSeq +
+		time.Duration(float64(prefill)/s.cfg.PrefillTokensPerSecond*float64(time.Second))
+}
+
+// apply commits a scheduled batch at the step's end: KV computed, a token
+// for each request whose prefill is complete, finished requests freed.
+func (s *Scheduler) apply(out *Step, batch []work, end time.Duration) {
+	finished := map[*request]bool{}
+	for _, w := range batch {
+		r := w.r
+		s.cache.Commit(r.seq, w.n)
+		if !w.decode {
+			if r.seq.Computed() < len(r.seq.Tokens) {
+				continue // chunked prefill goes on next step
+			}
+			r.prefilled = true
+		}
+		tok := r.gen.next()
+		r.seq.Tokens = append(r.seq.Tokens, tok)
+		r.outputs++
+		u := Update{ID: r.id, Token: tok}
+		if r.outputs == 1 {
+			u.First, u.CachedTokens, u.TTFT = true, r.seq.CachedTokens(), end-r.arrival
+		}
+		if r.outputs >= r.target || len(r.seq.Tokens) >= s.cfg.MaxModelLen {
+			u.Finish = FinishLength
+			if r.outputs == r.stopAt {
+				u.Finish = FinishStop
+			}
+			s.cache.Free(r.seq)
+			delete(s.byID, r.id)
+			finished[r] = true
+		}
+		out.Updates = append(out.Updates, u)
+	}
+	if len(finished) > 0 {
+		kept := s.running[:0]
+		for _, r := range s.running {
+			if !finished[r] {
+				kept = append(kept, r)
+			}
+		}
+		s.running = kept
+	}
+}
+
+// forget ends a cancelled request.
+func (s *Scheduler) forget(out *Step, r *request) {
+	delete(s.byID, r.id)
+	out.Dropped = append(out.Dropped, r.id)
+}
+
+// preempt frees a running request's blocks and puts it back at the head
+// of the queue; it recomputes its tokens when readmitted.
+func (s *Scheduler) preempt(r *request) {
+	s.cache.Free(r.seq)
+	r.prefilled = false
+	s.waiting = append([]*request{r}, s.waiting...)
+}
