@@ -33,6 +33,10 @@ type Engine struct {
 	pub    *publisher            // nil: events over ZMQ off
 	live   map[sched.ID]*request // submitted, not yet finished or dropped
 	simNow time.Duration         // simulated time: the sum of step durations
+	// simSec is simNow as the float sum of the steps' seconds, the clock
+	// the TTFT histogram has always been observed on (kept so that its
+	// buckets do not move by a rounding).
+	simSec float64
 
 	submitCh chan *request
 	ctrl     chan func()
@@ -227,7 +231,7 @@ func (e *Engine) Restart() error {
 			time.Sleep(time.Millisecond)
 		}
 		e.markStarted()
-		e.simNow = 0
+		e.simNow, e.simSec = 0, 0
 		e.setLoad(e.core.Load())
 		e.log.Info("simulated engine restart", zap.Int64("restarts", e.restarts.Load()))
 	}); derr != nil {

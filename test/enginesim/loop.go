@@ -27,6 +27,8 @@ type request struct {
 	spec  sched.Request
 	index int // the prompt's place in its HTTP request
 	box   *mailbox
+	// arrival is the simulated second it reached the core (simSec).
+	arrival float64
 }
 
 // mailbox carries updates from the scheduler to a handler without ever
@@ -140,6 +142,7 @@ func (e *Engine) enqueue(r *request) {
 		r.box.put(update{index: r.index, done: true, err: err})
 		return
 	}
+	r.arrival = e.simSec
 	e.live[r.spec.ID] = r
 }
 
@@ -197,10 +200,11 @@ func (e *Engine) step() bool {
 		return false
 	}
 	e.simNow += res.Duration
+	e.simSec += res.Duration.Seconds()
 	for _, u := range res.Updates {
 		m.generationTokens.Inc()
-		if u.First {
-			m.ttft.Observe(u.TTFT.Seconds())
+		if r, ok := e.live[u.ID]; ok && u.First {
+			m.ttft.Observe(e.simSec - r.arrival) // u.TTFT, on the float clock
 		}
 		if u.Finish != "" {
 			m.success.WithLabelValues(u.Finish).Inc()

@@ -77,4 +77,7 @@
 //     become tools; other tool types give an *UnsupportedError.
 //
 // Errors name the offending field, e.g. `messages[2].role: unknown role "bot"`.
+//
+// The package is a pure core: no I/O, clock, randomness, goroutines, locks
+// or logging (test/repo's core rules).
 package chat

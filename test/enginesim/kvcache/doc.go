@@ -18,4 +18,8 @@
 //     copy is published when stored and when evicted.
 //   - Reset drops all cached blocks (AllBlocksCleared) and, like vLLM,
 //     refuses while requests hold blocks; Wipe is a silent process restart.
+//
+// The package is a pure core: no I/O, clock, randomness, goroutines, locks
+// or logging (test/repo's core rules); a Cache is not safe for concurrent
+// use.
 package kvcache
