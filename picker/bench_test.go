@@ -220,7 +220,7 @@ func quantileMS(l []time.Duration, p float64) float64 {
 // the same fleet; reports p50/p99 of each and the difference. Target: the
 // picker adds ≤ 2 ms at p99.
 func BenchmarkProxyOverhead(b *testing.B) {
-	f := startFleetB(b, 2)
+	f := startFleetWith(b, 2, picker.DefaultConfig(), "", nil)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	b.ResetTimer()
 	via := pacedLoad(b, client, f.api.URL+"/v1/completions", b.N)
@@ -254,7 +254,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 // in production, to a discarding sink) and one with the log off, in
 // alternating rounds; reports p50/p99 of each and the p99 ratio.
 func BenchmarkAccessLogOverhead(b *testing.B) {
-	f := startFleetB(b, 2)
+	f := startFleetWith(b, 2, picker.DefaultConfig(), "", nil)
 	api := func(rate float64, log *zap.Logger) string {
 		cfg := picker.DefaultConfig()
 		cfg.AccessLog = rate

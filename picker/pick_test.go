@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	fleetpkg "github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/localfleet"
 	"github.com/kvroute/kvroute/picker/pickapi"
 	"github.com/kvroute/kvroute/picker/render"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
@@ -41,29 +43,36 @@ const capacity = 4096
 
 type fleet struct {
 	engines []*enginesim.Engine
-	procs   []*enginesim.Process
-	view    *fleetview.View
+	procs   []*enginesim.Process    // by engine (a process's ranks share it)
+	view    picker.Fleet            // a fleetview.View (startPods), or the in-process fleet (startLocalWith)
+	local   *localfleet.Fleet       // the in-process fleet, when there is one
+	down    map[string]*atomic.Bool // in-process: the engines the test stopped (kill), reported down
 	router  *picker.Router
 	reg     *prometheus.Registry
 	api     *httptest.Server // the public API
 	admin   *httptest.Server // the admin surface
 }
 
-// startFleet starts n engines with a sidecar each, a fleet view following
-// them, and a router with its HTTP API.
-// startFleetB is startFleet for benchmarks.
-func startFleetB(b *testing.B, n int) *fleet {
-	b.Helper()
-	return startFleetWith(b, n, picker.DefaultConfig(), "", nil)
-}
-
+// startFleet starts n engines feeding an in-process fleet, and a router
+// over it with its HTTP API (startLocalWith): no sidecar, no stream.
+// Tests of the sockets, gossip and streams between sidecars and the
+// picker use startPods.
 func startFleet(t *testing.T, n int, cfg picker.Config, token string) *fleet {
 	t.Helper()
-	return startFleetWith(t, n, cfg, token, nil)
+	return startLocalWith(t, n, cfg, token, nil)
 }
 
 // startFleetWith is startFleet with each engine's configuration adjusted.
 func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust func(*enginesim.Config)) *fleet {
+	t.Helper()
+	return startLocalWith(t, n, cfg, token, adjust)
+}
+
+// startPods starts n real pods — an engine publishing its KV events on
+// ZMQ and a sidecar streaming summaries over gRPC — a fleet view
+// following them, and a router with its HTTP API: for the tests of what
+// only the real pipeline shows.
+func startPods(t testing.TB, n int, cfg picker.Config, token string, adjust func(*enginesim.Config)) *fleet {
 	t.Helper()
 	f := &fleet{}
 	vcfg := fleetview.DefaultConfig()
@@ -72,7 +81,6 @@ func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(v.Close)
 	f.view = v
 	for i := 0; i < n; i++ {
 		p := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond, Engine: adjust})
@@ -80,14 +88,23 @@ func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust
 		f.engines = append(f.engines, p.Engine)
 		f.procs = append(f.procs, p.Process)
 	}
+	t.Cleanup(v.Close) // before the pods' (cleanups run last first): no sidecar closes with a stream open
 	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if got := len(v.Endpoints()); got < n || !loaded(v) {
 			return fmt.Errorf("the view knows %d of %d endpoints, loaded: %v", got, n, loaded(v))
 		}
 		return nil
 	})
+	f.serve(t, cfg, token)
+	return f
+}
+
+// serve makes the router over the fleet and serves its public API and
+// admin surface until the test ends.
+func (f *fleet) serve(t testing.TB, cfg picker.Config, token string) {
+	t.Helper()
 	f.reg = prometheus.NewRegistry()
-	r, err := picker.NewRouter(cfg, v, zap.NewNop(), f.reg)
+	r, err := picker.NewRouter(cfg, f.view, zap.NewNop(), f.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +114,9 @@ func startFleetWith(t testing.TB, n int, cfg picker.Config, token string, adjust
 	t.Cleanup(f.api.Close)
 	f.admin = httptest.NewServer(r.AdminHandler(picker.HandlerOptions{}))
 	t.Cleanup(f.admin.Close)
-	return f
 }
 
-func loaded(v *fleetview.View) bool {
+func loaded(v picker.Fleet) bool {
 	for _, e := range v.Endpoints() {
 		if !e.HasLoad() {
 			return false
@@ -201,11 +217,15 @@ func (f *fleet) grpcClient(t *testing.T, token string) pb.PickerClient {
 	return pb.NewPickerClient(conn)
 }
 
-// kill stops the engine at url (its sidecar lives on).
+// kill stops the engine at url (its sidecar lives on, and reports it
+// down; in-process, the load reporter does).
 func (f *fleet) kill(t *testing.T, url string) {
 	for i, e := range f.engines {
 		if e.URL() == url {
 			f.procs[i].Close()
+			if d := f.down[url]; d != nil {
+				d.Store(true)
+			}
 			return
 		}
 	}
