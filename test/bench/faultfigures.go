@@ -1,15 +1,16 @@
 package bench
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The faults scenario's figures: what is measured during the run (the
@@ -309,44 +310,33 @@ func scrapeCounter(ctx context.Context, url, name, label string) (out map[string
 	return out, err
 }
 
-// parseFamily reads name's samples from Prometheus text exposition.
+// parseFamily reads name's samples from Prometheus text exposition (with
+// the client library's parser), summed by the value of label (all under
+// "" when label is empty); a family absent gives an empty map.
 func parseFamily(r io.Reader, name, label string) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
-			continue
-		}
-		key := ""
-		if strings.HasPrefix(rest, "{") {
-			end := strings.Index(rest, "}")
-			if end < 0 {
-				continue
-			}
-			labels := rest[1:end]
-			rest = rest[end+1:]
-			if label != "" {
-				for _, kv := range strings.Split(labels, ",") {
-					if k, v, ok := strings.Cut(kv, "="); ok && k == label {
-						key = strings.Trim(v, `"`)
-					}
-				}
-			}
-		}
-		fs := strings.Fields(rest)
-		if len(fs) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fs[0], 64)
-		if err != nil {
-			continue
-		}
-		out[key] += v
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	out := map[string]float64{}
+	for _, m := range fams[name].GetMetric() {
+		key := ""
+		for _, lp := range m.GetLabel() {
+			if label != "" && lp.GetName() == label {
+				key = lp.GetValue()
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			out[key] += m.Counter.GetValue()
+		case m.Gauge != nil:
+			out[key] += m.Gauge.GetValue()
+		case m.Untyped != nil:
+			out[key] += m.Untyped.GetValue()
+		}
+	}
+	return out, nil
 }
 
 // faultsTable is summary.txt's faults block ("" without faults).
