@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 func sidecarMeta(name string, seq uint64) Meta {
@@ -27,18 +29,6 @@ func start(t *testing.T, cfg Config, meta Meta) *Members {
 	}
 	t.Cleanup(func() { _ = m.Kill() })
 	return m
-}
-
-// waitFor polls cond for up to d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // waitEvent reads events until one matches.
@@ -83,7 +73,12 @@ func TestMockNetwork(t *testing.T) {
 		ms = append(ms, start(t, cfg, meta))
 	}
 	for _, m := range ms {
-		waitFor(t, 5*time.Second, "3 members", func() bool { return len(m.Members()) == 3 })
+		testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
+			if got := len(m.Members()); got != 3 {
+				return fmt.Errorf("%d members, want 3: %s", got, memberNames(m))
+			}
+			return nil
+		})
 	}
 	picker := ms[2]
 	for _, mb := range picker.Members() {
@@ -119,7 +114,12 @@ func TestFailureDetection(t *testing.T) {
 	cfg := LocalConfig("doomed")
 	cfg.Join = []string{a.LocalAddr()}
 	d := start(t, cfg, sidecarMeta("doomed", 0))
-	waitFor(t, 5*time.Second, "2 members", func() bool { return len(a.Members()) == 2 })
+	testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if got := len(a.Members()); got != 2 {
+			return fmt.Errorf("%d members, want 2: %s", got, memberNames(a))
+		}
+		return nil
+	})
 	killed := time.Now()
 	if err := d.Kill(); err != nil {
 		t.Fatal(err)
@@ -160,7 +160,12 @@ func TestRealNetworkEncryptedWithRotation(t *testing.T) {
 		ms = append(ms, start(t, cfg, sidecarMeta(cfg.NodeName, 0)))
 	}
 	for _, m := range ms {
-		waitFor(t, 5*time.Second, "2 members", func() bool { return len(m.Members()) == 2 })
+		testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
+			if got := len(m.Members()); got != 2 {
+				return fmt.Errorf("%d members, want 2: %s", got, memberNames(m))
+			}
+			return nil
+		})
 	}
 	// Wrong key: the join fails.
 	stranger := filepath.Join(dir, "stranger.keys")
@@ -183,13 +188,13 @@ func TestRealNetworkEncryptedWithRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := uint64(len(step) * 10)
-		waitFor(t, 5*time.Second, "meta update after a key change", func() bool {
+		testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
 			for _, mb := range ms[0].Members() {
 				if mb.Name == "real1" && len(mb.Meta.Endpoints) == 1 && mb.Meta.Endpoints[0].Seq == want {
-					return true
+					return nil
 				}
 			}
-			return false
+			return fmt.Errorf("no meta update to seq %d after a key change: %s", want, memberNames(ms[0]))
 		})
 	}
 	if len(ms[0].keyring.GetKeys()) != 1 {

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"errors"
 	"fmt"
 	stdlog "log"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -37,38 +39,19 @@ func startLogged(t *testing.T, cfg Config, meta Meta) logged {
 	return logged{m, logs, reg}
 }
 
-// metric returns the value of the sample of family name whose labels
-// include want (nil: any), or -1 when there is none.
+// metric returns the value of the series of family name whose labels
+// include want, or -1 when there is none (so that a missing series fails
+// a comparison with 0).
 func metric(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	samples:
-		for _, s := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range s.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue samples
-				}
-			}
-			switch {
-			case s.Counter != nil:
-				return s.Counter.GetValue()
-			case s.Gauge != nil:
-				return s.Gauge.GetValue()
-			}
-		}
+	if metrictest.Series(fams, name, want) == 0 {
+		return -1
 	}
-	return -1
+	return metrictest.Sum(fams, name, want)
 }
 
 // errorLines counts the error-level entries whose message contains sub.
@@ -123,7 +106,12 @@ func TestSameHostDefaultNames(t *testing.T) {
 	}
 	want := strings.Join([]string{ms[2].Name(), ms[0].Name(), ms[1].Name()}, ",") // sorted: picker < sidecar
 	for _, m := range ms {
-		waitFor(t, 10*time.Second, m.Name()+" to see all three", func() bool { return memberNames(m.Members) == want })
+		testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if got := memberNames(m.Members); got != want {
+				return fmt.Errorf("%s sees %s, want all three: %s", m.Name(), got, want)
+			}
+			return nil
+		})
 	}
 	for _, m := range ms {
 		if err := m.Conflict(); err != nil {
@@ -183,7 +171,12 @@ func TestNameConflict(t *testing.T) {
 	cfg.Join = []string{a.LocalAddr()}
 	b := startLogged(t, cfg, sidecarMeta("twin", 0))
 	for _, m := range []logged{a, b} {
-		waitFor(t, 10*time.Second, "three notices of the conflict", func() bool { return m.notices() >= 3 })
+		testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if n := m.notices(); n < 3 {
+				return fmt.Errorf("%s: %d notices of the conflict, want 3", m.LocalAddr(), n)
+			}
+			return nil
+		})
 	}
 	for _, p := range [][2]logged{{a, b}, {b, a}} {
 		m, other := p[0], p[1]
@@ -211,7 +204,12 @@ func TestNameConflict(t *testing.T) {
 	if err := b.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "the conflict to resolve", func() bool { return a.Conflict() == nil })
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if err := a.Conflict(); err != nil {
+			return fmt.Errorf("the conflict did not resolve: %w", err)
+		}
+		return nil
+	})
 	if g := metric(t, a.reg, "kvroute_gossip_name_conflict", map[string]string{"kind": kindSelf}); g != 0 {
 		t.Fatalf("gauge %v after the conflict resolved", g)
 	}
@@ -236,10 +234,18 @@ func TestNameConflictObserved(t *testing.T) {
 		cfg.Join = []string{p.LocalAddr()}
 		twins = append(twins, startLogged(t, cfg, sidecarMeta("twin", 0)))
 	}
-	waitFor(t, 10*time.Second, "the picker to see the clash", func() bool {
-		return metric(t, p.reg, "kvroute_gossip_name_conflict", map[string]string{"kind": kindOthers}) == 1
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if g := metric(t, p.reg, "kvroute_gossip_name_conflict", map[string]string{"kind": kindOthers}); g != 1 {
+			return fmt.Errorf("the picker's others-conflict gauge is %v, want 1", g)
+		}
+		return nil
 	})
-	waitFor(t, 10*time.Second, "the refused twin to see its conflict", func() bool { return twins[1].Conflict() != nil })
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if twins[1].Conflict() == nil {
+			return errors.New("the refused twin sees no conflict")
+		}
+		return nil
+	})
 	if err := p.Conflict(); err != nil {
 		t.Fatalf("the picker's own name is not in conflict: %v", err)
 	}
@@ -255,8 +261,11 @@ func TestNameConflictObserved(t *testing.T) {
 	if err := twins[1].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "the observed conflict to resolve", func() bool {
-		return metric(t, p.reg, "kvroute_gossip_name_conflict", map[string]string{"kind": kindOthers}) == 0
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if g := metric(t, p.reg, "kvroute_gossip_name_conflict", map[string]string{"kind": kindOthers}); g != 0 {
+			return fmt.Errorf("the observed conflict did not resolve: gauge %v", g)
+		}
+		return nil
 	})
 }
 

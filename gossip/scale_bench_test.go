@@ -39,6 +39,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // scaleNet is one benchmark cluster's network: the mock network (nil for
@@ -548,11 +550,12 @@ func runScale(b *testing.B, kind string, n int) {
 			}
 		}()
 	}
-	for deadline := time.Now().Add(time.Minute); publishing.Load() < int64(churners); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d sidecars republishing within a minute", publishing.Load(), churners)
+	testnet.Await(b, time.Minute, 10*time.Millisecond, func() error {
+		if n := publishing.Load(); n < int64(churners) {
+			return fmt.Errorf("%d of %d sidecars republishing", n, churners)
 		}
-	}
+		return nil
+	})
 	cbps, ccores, cdrops := c.window(10*time.Second, n)
 	close(stop)
 	wg.Wait()

@@ -11,41 +11,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kvroute/kvroute/gossip/secretfile"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
-// counter reads kvroute_test_secret_reloads_total{secret,result}.
+// counter reads kvroute_test_secret_reloads_total{secret,result} (0 when
+// there is no such series).
 func counter(t *testing.T, reg *prometheus.Registry, secret, result string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "kvroute_test_secret_reloads_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label(m, "secret") == secret && label(m, "result") == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
+	return metrictest.Gathered(t, reg, "kvroute_test_secret_reloads_total", map[string]string{"secret": secret, "result": result})
 }
 
 func observed() (*zap.Logger, *observer.ObservedLogs) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/test/metrictest"
 )
 
 // BenchmarkFleetLagAndBandwidth runs 8 engines with sidecars and one picker
@@ -159,22 +160,15 @@ func fleetCounters(b *testing.B, ps []*pod, picker *prometheus.Registry) counter
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, f := range families {
-			for _, m := range f.Metric {
-				switch {
-				case f.GetName() == "kvroute_sidecar_summary_delta_bytes_total":
-					c.payload += m.GetCounter().GetValue()
-				case f.GetName() == "kvroute_sidecar_stream_bytes_total" && label(m, "kind") == "delta":
-					c.wire += m.GetCounter().GetValue()
-				}
-			}
-		}
+		c.payload += metrictest.Sum(families, "kvroute_sidecar_summary_delta_bytes_total", nil)
+		c.wire += metrictest.Sum(families, "kvroute_sidecar_stream_bytes_total", map[string]string{"kind": "delta"})
 	}
 	c.lag = pickerLag(b, picker)
 	return c
 }
 
-// pickerLag reads the picker's event-to-routable histogram.
+// pickerLag reads the picker's event-to-routable histogram, its buckets
+// and all (which metrictest, reading values, does not give).
 func pickerLag(b *testing.B, picker *prometheus.Registry) *dto.Histogram {
 	families, err := picker.Gather()
 	if err != nil {
@@ -187,15 +181,6 @@ func pickerLag(b *testing.B, picker *prometheus.Registry) *dto.Histogram {
 	}
 	b.Fatal("no lag histogram")
 	return nil
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.Label {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 // quantile returns the upper bound of the bucket holding quantile q of the

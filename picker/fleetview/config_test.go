@@ -1,6 +1,7 @@
 package fleetview_test
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+	"github.com/kvroute/kvroute/test/metrictest"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestConfig: DefaultConfig holds the documented defaults, Params has
@@ -72,7 +75,12 @@ func TestFullGroupIsRefused(t *testing.T) {
 	}
 	defer v.Close()
 	v.Watch(addr)
-	eventually(t, 10*time.Second, "an endpoint refused", func() bool { return len(v.Refused()) > 0 })
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(len(v.Refused()) > 0) {
+			return errors.New("not yet an endpoint refused")
+		}
+		return nil
+	})
 	r, eps := v.Refused(), v.Endpoints()
 	if len(r) != 1 || r[0].Reason != "group_full" || r[0].Info.Endpoint != "http://127.0.0.1:8002" || r[0].Sidecar != addr {
 		t.Fatalf("refused %+v", r)
@@ -80,7 +88,7 @@ func TestFullGroupIsRefused(t *testing.T) {
 	if len(eps) != 2 || eps[0].URL != "http://127.0.0.1:8000" || eps[1].URL != "http://127.0.0.1:8001" || eps[0].Group != fleetview.GroupID(info.Endpoints[0]) {
 		t.Fatalf("endpoints %+v", eps)
 	}
-	if n := counterValue(t, reg, "kvroute_picker_endpoints_refused_total"); n != 1 {
+	if n := metrictest.Gathered(t, reg, "kvroute_picker_endpoints_refused_total", nil); n != 1 {
 		t.Fatalf("refused counter %v", n)
 	}
 	v.Forget(addr)

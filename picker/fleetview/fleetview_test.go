@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -21,7 +22,9 @@ import (
 	"github.com/kvroute/kvroute/picker/fleetview"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
 	testpod "github.com/kvroute/kvroute/test/pod"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 const capacity = 4096
@@ -129,17 +132,12 @@ func tokens(n int, base uint32) []uint32 {
 // served it with its full block count and every other endpoint with 0.
 func agree(t *testing.T, v *fleetview.View, pods []*pod, reqs map[int][]uint32, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := true, ""
+	testnet.Await(t, timeout, 20*time.Millisecond, func() error {
 		eps := v.Endpoints()
 		if len(eps) != len(pods) {
-			ok, why = false, fmt.Sprintf("%d endpoints known", len(eps))
+			return fmt.Errorf("views disagree: %d endpoints known", len(eps))
 		}
 		for i, toks := range reqs {
-			if !ok {
-				break
-			}
 			chain := (&blockkey.Request{Tokens: toks}).AppendKeys(nil, "Qwen/Qwen3-0.6B", 16)
 			got := v.Match(eps[0].Group, tier.GPU, chain)
 			for j, p := range pods {
@@ -148,19 +146,12 @@ func agree(t *testing.T, v *fleetview.View, pods []*pod, reqs map[int][]uint32, 
 					want = len(chain)
 				}
 				if got[p.engine.URL()] != want {
-					ok, why = false, fmt.Sprintf("request %d: pod %d matched %d, want %d", i, j, got[p.engine.URL()], want)
-					break
+					return fmt.Errorf("views disagree: request %d: pod %d matched %d, want %d", i, j, got[p.engine.URL()], want)
 				}
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("views never agreed: %s", why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestPickersAgree: three engines with sidecars and two pickers on
@@ -189,26 +180,19 @@ func TestPickersAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := 0
-	for _, f := range families {
-		if f.GetName() == "kvroute_picker_endpoint_staleness_seconds" {
-			stale = len(f.Metric)
-		}
-	}
-	if stale != 3 {
+	if stale := metrictest.Series(families, "kvroute_picker_endpoint_staleness_seconds", nil); stale != 3 {
 		t.Fatalf("staleness for %d endpoints, want 3", stale)
 	}
 	// Blocks stored after the snapshots arrive come as deltas, which carry
 	// the event-to-routable lag.
 	complete(t, pods[0].engine, tokens(32, 60000))
 	for _, p := range pickers {
-		deadline := time.Now().Add(10 * time.Second)
-		for histogramCount(t, p.reg, "kvroute_picker_event_to_routable_seconds") == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("no event-to-routable lag observed")
+		testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if metrictest.Gathered(t, p.reg, "kvroute_picker_event_to_routable_seconds", nil) == 0 {
+				return errors.New("no event-to-routable lag observed")
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	// Kill pod 2's sidecar (its gossip member dies without leaving).
 	killed := time.Now()
@@ -220,25 +204,26 @@ func TestPickersAgree(t *testing.T) {
 	// 5 s, then drop it when the grace period ends.
 	lost := pods[2].engine.URL()
 	for _, p := range pickers {
-		eventually(t, 5*time.Second-time.Since(killed), "the dead sidecar's engine routed by load only", func() bool {
+		testnet.Await(t, 5*time.Second-time.Since(killed), 10*time.Millisecond, func() error {
 			for _, e := range p.view.Endpoints() {
 				if e.URL == lost {
-					h := p.view.Health(&e)
-					return h.State == fleetpkg.LoadOnly && strings.Contains(h.Reason, "sidecar is lost")
+					if h := p.view.Health(&e); h.State != fleetpkg.LoadOnly || !strings.Contains(h.Reason, "sidecar is lost") {
+						return fmt.Errorf("the dead sidecar's engine is not yet routed by load only: %+v", h)
+					}
+					return nil
 				}
 			}
-			return false
+			return errors.New("the dead sidecar's engine is not listed")
 		})
 	}
 	t.Logf("dead sidecar's engine load-only after %v", time.Since(killed).Round(10*time.Millisecond))
 	for _, p := range pickers {
-		deadline := killed.Add(5*time.Second + testGrace)
-		for len(p.view.Endpoints()) != 2 {
-			if time.Now().After(deadline) {
-				t.Fatalf("dead sidecar's endpoints still known 5 s + the grace after: %d endpoints", len(p.view.Endpoints()))
+		testnet.Await(t, time.Until(killed.Add(5*time.Second+testGrace)), 20*time.Millisecond, func() error {
+			if n := len(p.view.Endpoints()); n != 2 {
+				return fmt.Errorf("dead sidecar's endpoints still known 5 s + the grace after: %d endpoints", n)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	t.Logf("dead sidecar's endpoints dropped after %v", time.Since(killed).Round(10*time.Millisecond))
 	live := pods[:2]
@@ -287,64 +272,23 @@ func TestPartitionHeals(t *testing.T) {
 	}
 	agree(t, v, pods, reqs, 15*time.Second)
 	tr.Cut()
-	deadline := time.Now().Add(15 * time.Second)
-	for len(v.Endpoints()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("partitioned picker still lists %d endpoints", len(v.Endpoints()))
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if n := len(v.Endpoints()); n != 0 {
+			return fmt.Errorf("partitioned picker still lists %d endpoints", n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	complete(t, pods[0].engine, tokens(48, 3000)) // the fleet moves on meanwhile
 	reqs[0] = tokens(48, 3000)
 	tr.Heal()
 	agree(t, v, pods, reqs, 20*time.Second)
 }
 
-// eventually polls cond every 10 ms until it holds, failing the test
-// after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: not yet %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // sentUpdates reads how many updates of a kind (snapshot, delta, load) a
 // sidecar has sent its watchers.
 func sentUpdates(t *testing.T, reg *prometheus.Registry, kind string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "kvroute_sidecar_stream_updates_total" {
-			for _, m := range f.Metric {
-				if label(m, "kind") == kind {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
-func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name && len(f.Metric) > 0 {
-			return f.Metric[0].GetHistogram().GetSampleCount()
-		}
-	}
-	return 0
+	return metrictest.Gathered(t, reg, "kvroute_sidecar_stream_updates_total", map[string]string{"kind": kind})
 }
 
 // TestSecondClaimantIsIgnored: two sidecars following one engine both list
@@ -380,27 +324,25 @@ func TestSecondClaimantIsIgnored(t *testing.T) {
 	// conflict), and the stream then lives through several of the
 	// endpoint's load reports, each ignored, which must not resynchronise
 	// it over and over.
-	eventually(t, 10*time.Second, "the second claim counted as a conflict", func() bool {
-		return counterValue(t, reg, "kvroute_picker_endpoint_conflicts_total") >= 1
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if metrictest.Gathered(t, reg, "kvroute_picker_endpoint_conflicts_total", nil) < 1 {
+			return errors.New("the second claim is not counted as a conflict")
+		}
+		return nil
 	})
 	loads := sentUpdates(t, second.Registry(), "load")
-	eventually(t, 10*time.Second, "the second sidecar sends 3 more load reports", func() bool {
-		return sentUpdates(t, second.Registry(), "load") >= loads+3
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := sentUpdates(t, second.Registry(), "load"); n < loads+3 {
+			return fmt.Errorf("the second sidecar sent %v load reports since, want 3", n-loads)
+		}
+		return nil
 	})
 	eps := v.Endpoints()
 	if len(eps) != 1 || eps[0].Sidecar != first.sidecar.GRPCAddr() {
 		t.Fatalf("endpoints %+v", eps)
 	}
-	families, _ := reg.Gather()
-	var conflicts, resyncs float64
-	for _, f := range families {
-		switch f.GetName() {
-		case "kvroute_picker_endpoint_conflicts_total":
-			conflicts = f.Metric[0].GetCounter().GetValue()
-		case "kvroute_picker_summary_resyncs_total":
-			resyncs = f.Metric[0].GetCounter().GetValue()
-		}
-	}
+	conflicts := metrictest.Gathered(t, reg, "kvroute_picker_endpoint_conflicts_total", nil)
+	resyncs := metrictest.Gathered(t, reg, "kvroute_picker_summary_resyncs_total", nil)
 	if conflicts == 0 || resyncs > 2 {
 		t.Fatalf("conflicts %v resyncs %v", conflicts, resyncs)
 	}
@@ -425,10 +367,12 @@ func TestOtherSummarySizeIsRefused(t *testing.T) {
 	}
 	defer v.Close()
 	v.Watch(p.sidecar.GRPCAddr())
-	deadline := time.Now().Add(10 * time.Second)
-	for len(v.Refused()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if len(v.Refused()) == 0 {
+			return errors.New("the sidecar sized for another capacity is not refused")
+		}
+		return nil
+	})
 	r := v.Refused()
 	if len(r) != 1 || r[0].Reason != "summary_params" || len(v.Endpoints()) != 0 {
 		t.Fatalf("refused %+v, endpoints %+v", r, v.Endpoints())

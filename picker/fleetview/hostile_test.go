@@ -2,6 +2,7 @@ package fleetview_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+	"github.com/kvroute/kvroute/test/metrictest"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // scriptedSidecar answers each WatchSummaries call with the next script in
@@ -64,23 +67,6 @@ func serveScripted(t *testing.T, s *scriptedSidecar) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return ln.Addr().String()
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.Metric {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
 }
 
 // TestBadUpdatesRecoverFromSnapshots: a sidecar whose stream skips a
@@ -142,14 +128,13 @@ func TestBadUpdatesRecoverFromSnapshots(t *testing.T) {
 			defer v.Close()
 			v.Watch(addr)
 			group := fleetview.GroupID(info.Endpoints[0])
-			deadline := time.Now().Add(10 * time.Second)
-			for v.Match(group, tier.GPU, chain)[url] != 8 {
-				if time.Now().After(deadline) {
-					t.Fatalf("never recovered: matched %d after %d calls", v.Match(group, tier.GPU, chain)[url], s.Calls())
+			testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
+				if n := v.Match(group, tier.GPU, chain)[url]; n != 8 {
+					return fmt.Errorf("never recovered: matched %d after %d calls", n, s.Calls())
 				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			if n := counterValue(t, reg, tc.counter); n < 1 {
+				return nil
+			})
+			if n := metrictest.Gathered(t, reg, tc.counter, nil); n < 1 {
 				t.Fatalf("%s = %v", tc.counter, n)
 			}
 			if s.Calls() < 2 {
@@ -175,7 +160,7 @@ func TestEngineFaultsReachTheView(t *testing.T) {
 	pk := startPicker(t, "picker", pods[0].members.LocalAddr())
 	// Every event of request 0 is lost on the wire (not in the engine's
 	// replay ring): the sidecar notices the silence and replays.
-	replays := counterValue(t, pods[0].sidecar.Registry(), "kvroute_sidecar_replays_total")
+	replays := metrictest.Gathered(t, pods[0].sidecar.Registry(), "kvroute_sidecar_replays_total", nil)
 	if err := pods[0].engine.SetEventFaults(100, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +171,7 @@ func TestEngineFaultsReachTheView(t *testing.T) {
 	}
 	complete(t, pods[1].engine, reqs[1])
 	agree(t, pk.view, pods, reqs, 15*time.Second)
-	if n := counterValue(t, pods[0].sidecar.Registry(), "kvroute_sidecar_replays_total"); n <= replays {
+	if n := metrictest.Gathered(t, pods[0].sidecar.Registry(), "kvroute_sidecar_replays_total", nil); n <= replays {
 		t.Fatalf("the lost events came back without a replay (%v replays before, %v after)", replays, n)
 	}
 	// Restart engine 0: its cache is empty, and so must its view be.
@@ -195,13 +180,12 @@ func TestEngineFaultsReachTheView(t *testing.T) {
 	}
 	group := pk.view.Endpoints()[0].Group
 	chain := (&blockkey.Request{Tokens: reqs[0]}).AppendKeys(nil, "Qwen/Qwen3-0.6B", 16)
-	deadline := time.Now().Add(15 * time.Second)
-	for pk.view.Match(group, tier.GPU, chain)[pods[0].engine.URL()] != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted engine's old blocks are still in the view")
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if n := pk.view.Match(group, tier.GPU, chain)[pods[0].engine.URL()]; n != 0 {
+			return fmt.Errorf("the restarted engine's old blocks are still in the view: %d matched", n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	reqs[0] = tokens(48, 17000)
 	complete(t, pods[0].engine, reqs[0])
 	agree(t, pk.view, pods, reqs, 15*time.Second)

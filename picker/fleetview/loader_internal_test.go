@@ -3,6 +3,7 @@ package fleetview
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestLoaderBatches: loads that wait together for one index are written
@@ -50,24 +52,22 @@ func TestLoaderBatches(t *testing.T) {
 	// them are pending (the rest taken); the test holds mu meanwhile.
 	pendingIs := func(handed, n int) {
 		t.Helper()
-		deadline := time.NewTimer(10 * time.Second)
-		defer deadline.Stop()
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
+		waited := false
+		defer func() {
+			if !waited {
+				mu.Unlock() // the wait failed: let the loader finish
+			}
+		}()
+		testnet.Await(t, 10*time.Second, time.Millisecond, func() error {
 			ld.mu.Lock()
 			k := len(ld.pending)
 			ld.mu.Unlock()
-			if w := ld.waiting.Load(); w == int64(handed) && k == n {
-				return
+			if w := ld.waiting.Load(); w != int64(handed) || k != n {
+				return fmt.Errorf("%d loads pending of %d handed over, want %d of %d", k, w, n, handed)
 			}
-			select {
-			case <-tick.C:
-			case <-deadline.C:
-				mu.Unlock() // let the loader finish
-				t.Fatalf("%d loads pending of %d handed over, want %d of %d", k, ld.waiting.Load(), n, handed)
-			}
-		}
+			return nil
+		})
+		waited = true
 	}
 	type result struct {
 		slot int

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -82,17 +83,16 @@ func TestModelsConfig(t *testing.T) {
 	}
 }
 
+// gaugeValue reads the gauge name (summed over its series), failing the
+// test when it is not exported.
 func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() == name {
-			return f.Metric[0].GetGauge().GetValue()
-		}
+	if metrictest.Series(families, name, nil) == 0 {
+		t.Fatalf("no metric %s", name)
 	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return metrictest.Sum(families, name, nil)
 }

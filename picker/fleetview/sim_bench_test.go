@@ -1,6 +1,7 @@
 package fleetview_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,7 +10,9 @@ import (
 
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/fleetview"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // BenchmarkFleetSyncSimulated: a picker started against 64 simulated
@@ -33,34 +36,16 @@ func BenchmarkFleetSyncSimulated(b *testing.B) {
 		for _, s := range sims {
 			v.Watch(s.Addr())
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for appliedSnapshots(b, reg) < endpoints {
-			if time.Now().After(deadline) {
-				b.Fatal("not synced after 30 s")
+		testnet.Await(b, 30*time.Second, time.Millisecond, func() error {
+			if n := metrictest.Gathered(b, reg, "kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"}); n < endpoints {
+				return fmt.Errorf("not synced: %v snapshots applied of %d", n, endpoints)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return nil
+		})
 		b.StopTimer()
 		v.Close()
 		b.StartTimer()
 	}
-}
-
-func appliedSnapshots(b *testing.B, reg *prometheus.Registry) float64 {
-	families, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "kvroute_picker_summary_updates_total" {
-			for _, m := range f.Metric {
-				if label(m, "kind") == "snapshot" {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 // BenchmarkFleetLagSimulated: one picker following 64 simulated sidecars
@@ -81,13 +66,12 @@ func BenchmarkFleetLagSimulated(b *testing.B) {
 	for i := range endpoints {
 		v.Watch(simsidecar.Start(b, simsidecar.Config{Index: i, Params: params, Rate: rate}).Addr())
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(v.Endpoints()) < endpoints || pickerLag(b, reg).GetSampleCount() < endpoints {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d endpoints after a minute", len(v.Endpoints()))
+	testnet.Await(b, time.Minute, 50*time.Millisecond, func() error {
+		if n, lags := len(v.Endpoints()), pickerLag(b, reg).GetSampleCount(); n < endpoints || lags < endpoints {
+			return fmt.Errorf("%d endpoints, %d lags observed", n, lags)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(time.Second) // past the snapshots' load
 	before := pickerLag(b, reg)
 	b.ResetTimer()

@@ -19,6 +19,8 @@ import (
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/fleetview"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+	"github.com/kvroute/kvroute/test/metrictest"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // offer is an InfoResponse listing the given endpoint URLs, one model.
@@ -39,30 +41,19 @@ func restartOnce(url string) [][]*pb.SummaryUpdate {
 		Body: &pb.SummaryUpdate_Delta{Delta: &pb.Delta{Seq: 1}}}}, {}}
 }
 
-// seriesValue reads one series of a gauge or counter vector by its one label's value.
-func seriesValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+// seriesValue reads the one series of a gauge or counter vector whose
+// reason is reason, failing the test when there is none.
+func seriesValue(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetValue() == label {
-					if m.Gauge != nil {
-						return m.GetGauge().GetValue()
-					}
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
+	labels := map[string]string{"reason": reason}
+	if n := metrictest.Series(families, name, labels); n != 1 {
+		t.Fatalf("%d series %s{reason=%q}, want 1", n, name, reason)
 	}
-	t.Fatalf("no series %s{%s}", name, label)
-	return 0
+	return metrictest.Sum(families, name, labels)
 }
 
 func refusedURLs(v *fleetview.View) map[string]string {
@@ -93,8 +84,18 @@ func TestRemoteEndpointRefused(t *testing.T) {
 	defer v.Close()
 	start := time.Now()
 	v.Watch(addr)
-	eventually(t, 10*time.Second, "the stream restarted", func() bool { return s.Calls() >= 2 })
-	eventually(t, 10*time.Second, "the endpoints re-registered", func() bool { return len(v.Endpoints()) == 2 })
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(s.Calls() >= 2) {
+			return errors.New("not yet the stream restarted")
+		}
+		return nil
+	})
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(len(v.Endpoints()) == 2) {
+			return errors.New("not yet the endpoints re-registered")
+		}
+		return nil
+	})
 	eps := v.Endpoints()
 	if eps[0].URL != honest || eps[1].URL != mapped {
 		t.Fatalf("endpoints %v, %v", eps[0].URL, eps[1].URL)
@@ -120,7 +121,7 @@ func TestRemoteEndpointRefused(t *testing.T) {
 	if n := seriesValue(t, reg, "kvroute_picker_trust_refusals_total", "remote_endpoint"); n != 1 {
 		t.Errorf("trust_refusals_total{remote_endpoint} = %v", n)
 	}
-	if n := counterValue(t, reg, "kvroute_picker_endpoints_refused_total"); n != 2 {
+	if n := metrictest.Gathered(t, reg, "kvroute_picker_endpoints_refused_total", nil); n != 2 {
 		t.Errorf("refused_total = %v", n)
 	}
 	lines := logs.FilterMessage("endpoint refused: not trusted from this sidecar")
@@ -153,7 +154,12 @@ func TestAllowRemoteEndpoints(t *testing.T) {
 	}
 	defer v.Close()
 	v.Watch(addr)
-	eventually(t, 10*time.Second, "the allowed endpoint taken", func() bool { return len(v.Endpoints()) == 1 && len(v.Refused()) == 1 })
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(len(v.Endpoints()) == 1 && len(v.Refused()) == 1) {
+			return errors.New("not yet the allowed endpoint taken")
+		}
+		return nil
+	})
 	if e := v.Endpoints()[0]; e.URL != inside {
 		t.Fatalf("took %s", e.URL)
 	}
@@ -176,9 +182,19 @@ func TestUntrustedSidecarIsNotStreamed(t *testing.T) {
 	}
 	defer v.Close()
 	v.Watch(rogueAddr)
-	eventually(t, 10*time.Second, "the rogue's endpoint refused", func() bool { return len(v.Refused()) == 1 })
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(len(v.Refused()) == 1) {
+			return errors.New("not yet the rogue's endpoint refused")
+		}
+		return nil
+	})
 	v.Watch(honestAddr)
-	eventually(t, 10*time.Second, "the honest sidecar streamed", func() bool { return honest.Calls() == 1 && len(v.Endpoints()) == 1 })
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(honest.Calls() == 1 && len(v.Endpoints()) == 1) {
+			return errors.New("not yet the honest sidecar streamed")
+		}
+		return nil
+	})
 	if n := rogue.Calls(); n != 0 {
 		t.Fatalf("the untrusted sidecar was asked for its summaries %d times", n)
 	}
@@ -235,8 +251,18 @@ func TestTrustLookups(t *testing.T) {
 	}
 	defer v.Close()
 	v.Watch(addr)
-	eventually(t, 10*time.Second, "the stream restarted", func() bool { return s.Calls() >= 2 })
-	eventually(t, 10*time.Second, "the named endpoints judged", func() bool { return len(v.Endpoints()) == 3 && len(v.Refused()) == 3 })
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(s.Calls() >= 2) {
+			return errors.New("not yet the stream restarted")
+		}
+		return nil
+	})
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(len(v.Endpoints()) == 3 && len(v.Refused()) == 3) {
+			return errors.New("not yet the named endpoints judged")
+		}
+		return nil
+	})
 	want := map[string]string{"http://elsewhere:8000": "remote_endpoint", "http://gone:8000": "unresolved_endpoint", "http://slow:8000": "unresolved_endpoint"}
 	got := refusedURLs(v)
 	for url, reason := range want {
@@ -281,7 +307,12 @@ func TestSidecarDialledByName(t *testing.T) {
 	}
 	defer v.Close()
 	v.Watch("localhost:" + port)
-	eventually(t, 10*time.Second, "the endpoint taken", func() bool { return len(v.Endpoints()) == 1 })
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !(len(v.Endpoints()) == 1) {
+			return errors.New("not yet the endpoint taken")
+		}
+		return nil
+	})
 	if len(v.Refused()) != 0 || lookups.Load() != 0 {
 		t.Fatalf("refused %+v, %d lookups", v.Refused(), lookups.Load())
 	}

@@ -56,7 +56,10 @@
 // process seen dead; every other failure is the router's. Per fault, hit
 // rates before and after, the recovery time (recoveryTime), the pickers'
 // outcome counters after recovery (accumulated across restarts), and a
-// timeline.
+// timeline. Its code splits by concern: faults.go runs it (the fleet, the
+// load, the fault matrix's schedule), faultinject.go does and undoes each
+// fault, faultfigures.go measures and reports, and faultrules.go holds
+// the pure rules the figures apply.
 //
 // With Options.Duration (--duration) a scenario repeats until that much
 // wall time has passed; per policy "resources" (ResourceReport) holds

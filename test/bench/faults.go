@@ -1,26 +1,25 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/kvroute/kvroute/test/enginesim/chat"
 )
+
+// The faults scenario's orchestration: its options, the run (the process
+// fleet, the client and its view of the pickers, the load) and the fault
+// matrix's schedule. How each fault is injected is faultinject.go's; what
+// is measured and reported, faultfigures.go's; the pure rules they apply,
+// faultrules.go's.
 
 // FaultNames are the faults of the faults scenario, in schedule order.
 var FaultNames = []string{"engine-sigkill", "engine-sigstop", "reset-prefix-cache", "event-loss", "sidecar-sigkill",
@@ -55,71 +54,6 @@ type FaultsOptions struct {
 	// LogDir holds every process's output [a temporary directory, removed
 	// unless the run fails].
 	LogDir string
-}
-
-// Fault figures (results.json "faults").
-type FaultsResult struct {
-	Rule              string `json:"classification_rule"`
-	Requests          int    `json:"requests"`
-	RouterFailed      int    `json:"router_failed"`
-	UnavoidableFailed int    `json:"unavoidable_failed"`
-	// ClientRetries are refused connections the client retried on the
-	// other picker (not failures).
-	ClientRetries int `json:"client_retries_refused"`
-	// Baseline are the failures before the first fault.
-	Baseline struct {
-		RouterFailed      int      `json:"router_failed"`
-		UnavoidableFailed int      `json:"unavoidable_failed"`
-		FailureSamples    []string `json:"failure_samples,omitempty"`
-	} `json:"baseline"`
-	WindowSeconds float64       `json:"window_s"` // the before and after windows
-	Faults        []FaultResult `json:"faults"`
-	Skipped       []string      `json:"skipped,omitempty"` // faults past --duration
-	Timeline      FaultTimeline `json:"timeline"`
-}
-
-// FaultResult is one fault's figures; times in scenario seconds since the
-// load started.
-type FaultResult struct {
-	Name     string  `json:"name"`
-	Target   string  `json:"target"`
-	Injected float64 `json:"injected_s"`
-	Restored float64 `json:"restored_s"` // the fault undone (restarted and ready, resumed, healed); = injected for a one-shot fault
-	// Requests failed from this fault's injection to the next one's.
-	RouterFailed      int      `json:"router_failed"`
-	UnavoidableFailed int      `json:"unavoidable_failed"`
-	FailureSamples    []string `json:"failure_samples,omitempty"`
-	// InFlight are the requests in flight on the target engine or through
-	// the target picker at the injection, and InFlightFailed those of
-	// them that failed (for a drain: must be 0).
-	InFlight       *int `json:"in_flight_at_injection,omitempty"`
-	InFlightFailed *int `json:"in_flight_failed,omitempty"`
-	// Hit rates of the requests starting in the window before the
-	// injection and in the window after the restore.
-	HitRateBefore  float64 `json:"hit_rate_before"`
-	RequestsBefore int     `json:"requests_before"`
-	HitRateAfter   float64 `json:"hit_rate_after"`
-	RequestsAfter  int     `json:"requests_after"`
-	// Recovery is the time from the restore until the hit rate is back
-	// within 5% of before (recoveryTime); null when it is not before the
-	// next fault.
-	Recovery *float64 `json:"recovery_s"`
-	// Outcomes are the pickers' kvroute_picker_outcomes_total grown from
-	// the recovery (or the end of the after window when not recovered)
-	// to the next fault, summed over the pickers; AsPredicted is the
-	// share of as_predicted among them.
-	Outcomes    map[string]int `json:"outcomes_after_recovery"`
-	AsPredicted float64        `json:"as_predicted_share_after_recovery"`
-}
-
-// FaultTimeline is the run in buckets of scenario time: the hit rate of
-// the requests starting in each, and the failures (by when they failed).
-type FaultTimeline struct {
-	Seconds     []float64 `json:"t_s"` // bucket middles
-	HitRate     []float64 `json:"hit_rate"`
-	Requests    []int     `json:"requests"`
-	Router      []int     `json:"router_failed"`
-	Unavoidable []int     `json:"unavoidable_failed"`
 }
 
 func (o FaultsOptions) withDefaults() (FaultsOptions, error) {
@@ -215,23 +149,6 @@ func (p *pickerPool) probe(ctx context.Context) {
 	}
 }
 
-// died is when the fault's process was seen dead (its injection for a
-// fault without an incident or a stop).
-func (f injected) died() time.Time {
-	if f.incident != nil && !f.incident.Until.IsZero() {
-		return f.incident.Until
-	}
-	return f.at
-}
-
-// injected is a fault as it happened.
-type injected struct {
-	name, target       string
-	at, restored       time.Time
-	incident           *Incident
-	inFlightOn, picker string // the engine or picker whose in-flight requests are counted
-}
-
 // RunFaults runs the faults scenario: a fleet of real processes (4
 // engines, a sidecar each, 2 pickers, gossip), agentic load spread over
 // both pickers, and the faults injected one after another.
@@ -250,7 +167,6 @@ func RunFaults(ctx context.Context, o Options, fo FaultsOptions) (*Results, erro
 	if scale <= 0 {
 		scale = 1
 	}
-	load := faultLoad(fo.Engines)
 	keepLogs := fo.LogDir != ""
 	if fo.LogDir == "" {
 		if fo.LogDir, err = os.MkdirTemp("", "kvroute-faults-"); err != nil {
@@ -270,165 +186,162 @@ func RunFaults(ctx context.Context, o Options, fo FaultsOptions) (*Results, erro
 			os.RemoveAll(fo.LogDir)
 		}
 	}()
-	var bases, admins, engines []string
-	for _, p := range f.pickers {
-		bases, admins = append(bases, p.url), append(admins, p.admin)
-	}
-	for _, e := range f.engines {
-		engines = append(engines, e.url)
-	}
-	client := NewClient("")
-	client.pool = newPickerPool(bases, admins)
-	client.TimeScale, client.MaxModelLen = scale, mml
-	var done atomic.Int64
-	if o.Progress != nil {
-		client.done = func() { o.Progress("faults", int(done.Add(1))) }
-	}
-	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
-	var bgWG sync.WaitGroup
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); client.pool.probe(bg) }()
-
-	start := time.Now()
-	sim := func(t time.Time) float64 { return t.Sub(start).Seconds() / scale }
-	// The pickers' outcome counters, every second, and the processes'
-	// resources.
-	var snapMu sync.Mutex
-	var snaps []counterSnap
-	tracks := make([]counterTrack, len(f.pickers))
-	scrape := func() {
-		sum := map[string]float64{}
-		for i, p := range f.pickers {
-			vals, err := scrapeCounter(bg, p.admin+"/metrics", "kvroute_picker_outcomes_total", "outcome")
-			if err != nil {
-				vals = tracks[i].last // down: nothing new
-			}
-			for k, v := range tracks[i].observe(vals) {
-				sum[k] += v
-			}
-		}
-		snapMu.Lock()
-		snaps = append(snaps, counterSnap{T: sim(time.Now()), Totals: sum})
-		snapMu.Unlock()
-	}
-	bgWG.Add(1)
-	go func() {
-		defer bgWG.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			scrape()
-			select {
-			case <-bg.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	var comps []resourceSource
-	for i, p := range f.pickers {
-		comps = append(comps, resourceSource{name: fmt.Sprint("picker-", i), kind: "picker", pid: p.p.pid, metrics: p.admin + "/metrics"})
-	}
-	for i, e := range f.engines {
-		comps = append(comps, resourceSource{name: fmt.Sprint("sidecar-", i), kind: "sidecar", pid: e.sidecar.pid, metrics: e.sidecarDebug + "/metrics"})
-	}
-	resources := make(chan *ResourceReport, 1)
-	go func() { resources <- sampleResources(bg, comps, start, resourcePeriod(o.SampleEvery)) }()
-
-	// The load.
-	var stopAt atomic.Int64
-	stopAt.Store(start.Add(24 * time.Hour).UnixNano())
-	rng := rand.New(rand.NewPCG(o.Seed, 1))
-	types, _ := load.plan(rng)
-	salts := make([]string, load.Tenants)
-	for t := range salts {
-		salts[t] = fmt.Sprintf("tenant-%d-%016x", t, rng.Uint64())
-	}
-	var outMu sync.Mutex
-	var outcomes []Outcome
-	var loadWG sync.WaitGroup
-	for w := 0; w < fo.Sessions; w++ {
-		loadWG.Add(1)
-		seed := rng.Uint64()
-		go func() {
-			defer loadWG.Done()
-			wr := rand.New(rand.NewPCG(seed, uint64(w)))
-			for k := 0; time.Now().UnixNano() < stopAt.Load() && ctx.Err() == nil; k++ {
-				if k == 0 && !client.Wait(ctx, time.Duration(wr.Int64N(int64(load.Start)+1))) {
-					return
-				}
-				outs := runFaultSession(ctx, client, load, types, salts, wr, w*100000+k, &stopAt)
-				outMu.Lock()
-				outcomes = append(outcomes, outs...)
-				outMu.Unlock()
-			}
-		}()
-	}
-
-	// The schedule.
-	var faults []injected
-	var skipped []string
-	runErr := func() error {
-		if !client.Wait(ctx, fo.Warmup) {
-			return ctx.Err()
-		}
-		for _, name := range fo.Faults {
-			if fo.Duration > 0 && time.Since(start)+client.Wall(fo.Gap) > fo.Duration {
-				skipped = append(skipped, name)
-				continue
-			}
-			in, err := inject(ctx, f, client, name)
-			if err != nil {
-				return fmt.Errorf("fault %s: %w", name, err)
-			}
-			faults = append(faults, in)
-			if !client.WaitUntil(ctx, in.restored.Add(client.Wall(fo.Gap))) {
-				return ctx.Err()
-			}
-		}
-		if fo.Duration > 0 && !client.WaitUntil(ctx, start.Add(fo.Duration)) {
-			return ctx.Err()
-		}
-		return nil
-	}()
-	end := time.Now()
-	stopAt.Store(end.UnixNano())
-	loadWG.Wait()
-	stopBG()
-	bgWG.Wait()
-	res := <-resources
+	r := newFaultRun(ctx, o, fo, f, scale, mml)
+	defer r.stopBG()
+	r.watch(o.SampleEvery)
+	r.startLoad(ctx, o.Seed)
+	faults, skipped, runErr := r.schedule(ctx)
+	run := r.stop()
 	if runErr != nil {
 		return nil, fmt.Errorf("%w (process logs in %s)", runErr, fo.LogDir)
 	}
-	elapsed := end.Sub(start)
+	run.faults, run.skipped = faults, skipped
+	res := faultResults(o.Seed, fo, run, min(30*time.Second, fo.Gap, cmp.Or(fo.Warmup, fo.Gap)))
+	failed = false
+	return res, nil
+}
+
+// faultRun is one run of the faults scenario on its process fleet: the
+// client spreading the load over the pickers, the background work
+// watching the fleet (the client's readiness probes, the outcome
+// counters, the resource samples) and the load's sessions.
+type faultRun struct {
+	fo     FaultsOptions
+	f      *procFleet
+	client *Client
+	load   AgenticPressure
+	scale  float64
+	start  time.Time // the load's start: scenario time 0
+
+	bg        context.Context // the background work's, cancelled by stopBG
+	stopBG    context.CancelFunc
+	bgWG      sync.WaitGroup
+	counters  *outcomeCounters
+	resources chan *ResourceReport
+
+	stopAt   atomic.Int64 // when the sessions stop (Unix ns)
+	loadWG   sync.WaitGroup
+	outMu    sync.Mutex
+	outcomes []Outcome
+}
+
+// newFaultRun sets up the client over f's pickers (progress reported to
+// o.Progress) and starts its readiness probes.
+func newFaultRun(ctx context.Context, o Options, fo FaultsOptions, f *procFleet, scale float64, maxModelLen int) *faultRun {
+	var bases, admins []string
+	for _, p := range f.pickers {
+		bases, admins = append(bases, p.url), append(admins, p.admin)
+	}
+	r := &faultRun{fo: fo, f: f, client: NewClient(""), load: faultLoad(fo.Engines), scale: scale}
+	r.client.pool = newPickerPool(bases, admins)
+	r.client.TimeScale, r.client.MaxModelLen = scale, maxModelLen
+	var done atomic.Int64
+	if o.Progress != nil {
+		r.client.done = func() { o.Progress("faults", int(done.Add(1))) }
+	}
+	r.bg, r.stopBG = context.WithCancel(ctx)
+	r.bgWG.Add(1)
+	go func() { defer r.bgWG.Done(); r.client.pool.probe(r.bg) }()
+	return r
+}
+
+// watch starts the clock (start) and the background sampling: the
+// pickers' outcome counters every second, the processes' resources
+// every sampleEvery (resourcePeriod).
+func (r *faultRun) watch(sampleEvery time.Duration) {
+	r.start = time.Now()
+	r.counters = newOutcomeCounters(r.f.pickers, func(t time.Time) float64 { return t.Sub(r.start).Seconds() / r.scale })
+	r.bgWG.Add(1)
+	go func() { defer r.bgWG.Done(); r.counters.run(r.bg) }()
+	var comps []resourceSource
+	for i, p := range r.f.pickers {
+		comps = append(comps, resourceSource{name: fmt.Sprint("picker-", i), kind: "picker", pid: p.p.pid, metrics: p.admin + "/metrics"})
+	}
+	for i, e := range r.f.engines {
+		comps = append(comps, resourceSource{name: fmt.Sprint("sidecar-", i), kind: "sidecar", pid: e.sidecar.pid, metrics: e.sidecarDebug + "/metrics"})
+	}
+	r.resources = make(chan *ResourceReport, 1)
+	go func() { r.resources <- sampleResources(r.bg, comps, r.start, resourcePeriod(sampleEvery)) }()
+}
+
+// startLoad starts fo.Sessions agent sessions at once, each followed by a
+// new one when it ends, until stopAt (a day away until stop sets it).
+func (r *faultRun) startLoad(ctx context.Context, seed uint64) {
+	r.stopAt.Store(r.start.Add(24 * time.Hour).UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	types, _ := r.load.plan(rng)
+	salts := make([]string, r.load.Tenants)
+	for t := range salts {
+		salts[t] = fmt.Sprintf("tenant-%d-%016x", t, rng.Uint64())
+	}
+	for w := 0; w < r.fo.Sessions; w++ {
+		r.loadWG.Add(1)
+		seed := rng.Uint64()
+		go func() {
+			defer r.loadWG.Done()
+			wr := rand.New(rand.NewPCG(seed, uint64(w)))
+			for k := 0; time.Now().UnixNano() < r.stopAt.Load() && ctx.Err() == nil; k++ {
+				if k == 0 && !r.client.Wait(ctx, time.Duration(wr.Int64N(int64(r.load.Start)+1))) {
+					return
+				}
+				outs := runFaultSession(ctx, r.client, r.load, types, salts, wr, w*100000+k, &r.stopAt)
+				r.outMu.Lock()
+				r.outcomes = append(r.outcomes, outs...)
+				r.outMu.Unlock()
+			}
+		}()
+	}
+}
+
+// schedule is the fault matrix: the warmup, then each fault in turn —
+// injected, held, undone, and followed by a gap of load — skipping
+// those that would end past fo.Duration, then the load until
+// fo.Duration.
+func (r *faultRun) schedule(ctx context.Context) (faults []injected, skipped []string, err error) {
+	fo, client := r.fo, r.client
+	if !client.Wait(ctx, fo.Warmup) {
+		return faults, skipped, ctx.Err()
+	}
+	for _, name := range fo.Faults {
+		if fo.Duration > 0 && time.Since(r.start)+client.Wall(fo.Gap) > fo.Duration {
+			skipped = append(skipped, name)
+			continue
+		}
+		in, err := inject(ctx, r.f, client, name)
+		if err != nil {
+			return faults, skipped, fmt.Errorf("fault %s: %w", name, err)
+		}
+		faults = append(faults, in)
+		if !client.WaitUntil(ctx, in.restored.Add(client.Wall(fo.Gap))) {
+			return faults, skipped, ctx.Err()
+		}
+	}
+	if fo.Duration > 0 && !client.WaitUntil(ctx, r.start.Add(fo.Duration)) {
+		return faults, skipped, ctx.Err()
+	}
+	return faults, skipped, nil
+}
+
+// stop ends the load now, waits for the sessions and the background work
+// to end, and hands over what was collected.
+func (r *faultRun) stop() faultsRun {
+	end := time.Now()
+	r.stopAt.Store(end.UnixNano())
+	r.loadWG.Wait()
+	r.stopBG()
+	r.bgWG.Wait()
+	res := <-r.resources
+	var engines []string
+	for _, e := range r.f.engines {
+		engines = append(engines, e.url)
+	}
+	outcomes := r.outcomes
 	slices.SortStableFunc(outcomes, func(x, y Outcome) int { return x.Start.Compare(y.Start) })
 	for k := range outcomes {
 		outcomes[k].Body, outcomes[k].Tokens = nil, nil
 	}
-	fr := faultFigures(outcomes, faults, snaps, start, end, scale, min(30*time.Second, fo.Gap, cmp.Or(fo.Warmup, fo.Gap)))
-	fr.ClientRetries, fr.Skipped = int(client.pool.refused.Load()), skipped
-
-	r := &Results{Scenario: "faults", Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale, origin: start}
-	r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Fleet.BlockSize = fo.Engines, fo.GPUBlocks, 16
-	r.WarmReturnChance = 1 / float64(fo.Engines)
-	pr := summarize(outcomes, engines, elapsed, scale)
-	pr.HitRateOverTime = hitRateOverTime(outcomes, start, elapsed, scale)
-	pr.Resources = res
-	pr.Outcomes = countsBetween(snaps, -1, 1e18)
-	pr.Decisions = map[string]int{}
-	total, wrong := 0, pr.Outcomes["fewer_cached_than_predicted"]+pr.Outcomes["another_endpoint_held_more"]
-	for _, n := range pr.Outcomes {
-		total += n
-	}
-	if total > 0 {
-		pr.WrongPodRate = float64(wrong) / float64(total)
-	}
-	r.Policies["precise"], r.Order = pr, []string{"precise"}
-	r.Faults, r.DurationSeconds = fr, fo.Duration.Seconds()
-	r.requests = []policyOutcomes{{"precise", outcomes}}
-	failed = false
-	return r, nil
+	return faultsRun{outcomes: outcomes, snaps: r.counters.taken(), resources: res, start: r.start, end: end, scale: r.scale,
+		retries: int(r.client.pool.refused.Load()), engines: engines}
 }
 
 // runFaultSession runs one agent session (no branches) of the load's
@@ -468,388 +381,4 @@ func runFaultSession(ctx context.Context, c *Client, a AgenticPressure, types []
 		}
 	}
 	return outs
-}
-
-// Fault holds, in scenario time: how long a killed process stays down, a
-// stopped one stopped, event loss and a partition last. A partition lasts
-// at least partitionWall of wall time, for gossip's failure detector.
-const (
-	downHold      = 5 * time.Second
-	eventLossHold = 20 * time.Second
-	partitionHold = 15 * time.Second
-	partitionWall = 10 * time.Second
-	readyBound    = 60 * time.Second
-)
-
-// inject injects the named fault, holds it, undoes it and waits until the
-// fleet is back (restored).
-func inject(ctx context.Context, f *procFleet, c *Client, name string) (injected, error) {
-	in := injected{name: name}
-	hold := func(d time.Duration) bool { return c.Wait(ctx, d) }
-	n := len(f.engines)
-	switch name {
-	case "engine-sigkill":
-		e := f.engines[1%n]
-		in.target, in.inFlightOn = e.url, e.url
-		in.at = time.Now()
-		in.incident = &Incident{Kind: IncidentEngine, Target: e.url, At: in.at}
-		if err := e.engine.signal(syscall.SIGKILL); err != nil {
-			return in, err
-		}
-		if err := e.engine.wait(10 * time.Second); err != nil {
-			return in, err
-		}
-		in.incident.Until = time.Now()
-		if !hold(downHold) {
-			return in, ctx.Err()
-		}
-		if err := e.engine.start(); err != nil {
-			return in, err
-		}
-		if err := await(ctx, readyBound, func() error { return httpOK(ctx, e.url+"/health") }); err != nil {
-			return in, err
-		}
-	case "engine-sigstop":
-		e := f.engines[2%n]
-		in.target, in.inFlightOn = e.url, e.url
-		in.at = time.Now()
-		in.incident = &Incident{Kind: IncidentEngine, Target: e.url, At: in.at}
-		if err := e.engine.signal(syscall.SIGSTOP); err != nil {
-			return in, err
-		}
-		ok := hold(downHold)
-		if err := e.engine.signal(syscall.SIGCONT); err != nil || !ok {
-			return in, cmp.Or(err, ctx.Err())
-		}
-	case "reset-prefix-cache":
-		e := f.engines[3%n]
-		in.target, in.at = e.url, time.Now()
-		if err := postJSON(ctx, e.url+"/reset_prefix_cache?reset_running_requests=true", nil); err != nil {
-			return in, err
-		}
-	case "event-loss":
-		in.target, in.at = "every engine (10% of event batches dropped, replay on)", time.Now()
-		for _, e := range f.engines {
-			if err := postJSON(ctx, e.url+"/sim/faults", map[string]any{"drop_events_pct": 10}); err != nil {
-				return in, err
-			}
-		}
-		ok := hold(eventLossHold)
-		for _, e := range f.engines {
-			if err := postJSON(ctx, e.url+"/sim/faults", map[string]any{"drop_events_pct": 0}); err != nil {
-				return in, err
-			}
-		}
-		if !ok {
-			return in, ctx.Err()
-		}
-	case "sidecar-sigkill":
-		e := f.engines[2%n]
-		in.target, in.at = "sidecar of "+e.url, time.Now()
-		if err := e.sidecar.signal(syscall.SIGKILL); err != nil {
-			return in, err
-		}
-		if err := e.sidecar.wait(10 * time.Second); err != nil {
-			return in, err
-		}
-		if !hold(downHold) {
-			return in, ctx.Err()
-		}
-		if err := e.sidecar.start(); err != nil {
-			return in, err
-		}
-		if err := await(ctx, readyBound, func() error { return httpOK(ctx, e.sidecarDebug+"/readyz") }); err != nil {
-			return in, err
-		}
-	case "picker-sigterm", "picker-sigkill":
-		p := f.pickers[0]
-		sig := syscall.SIGTERM
-		if name == "picker-sigkill" {
-			p, sig = f.pickers[1%len(f.pickers)], syscall.SIGKILL
-		}
-		in.target, in.picker = p.url, p.url
-		in.at = time.Now()
-		if sig == syscall.SIGKILL {
-			in.incident = &Incident{Kind: IncidentPicker, Target: p.url, At: in.at}
-		}
-		if err := p.p.signal(sig); err != nil {
-			return in, err
-		}
-		if err := p.p.wait(f.cfg.DrainDelay + 45*time.Second); err != nil { // the drain, then the shutdown timeout
-			return in, err
-		}
-		if in.incident != nil {
-			// Until the client's Service view drops the dead picker (its
-			// first failed /readyz probe), requests still go to it — on
-			// kept-alive connections, which break (a refused new one is
-			// retried): the kill's doing, not routing's.
-			if err := await(ctx, 10*time.Second, func() error { return c.pool.inRotation(p.url) }); err != nil {
-				return in, err
-			}
-			in.incident.Until = time.Now()
-		}
-		if sig == syscall.SIGKILL && !hold(downHold) {
-			return in, ctx.Err()
-		}
-		if err := p.p.start(); err != nil {
-			return in, err
-		}
-		if err := await(ctx, readyBound, func() error { return httpOK(ctx, p.admin+"/readyz") }); err != nil {
-			return in, err
-		}
-	case "gossip-partition":
-		e := f.engines[3%n]
-		in.target, in.at = "sidecar of "+e.url, time.Now()
-		if err := postJSON(ctx, e.sidecarDebug+"/debug/fault/gossip", map[string]any{"partitioned": true}); err != nil {
-			return in, err
-		}
-		ok := c.WaitUntil(ctx, time.Now().Add(max(c.Wall(partitionHold), partitionWall)))
-		if err := postJSON(ctx, e.sidecarDebug+"/debug/fault/gossip", map[string]any{"partitioned": false}); err != nil || !ok {
-			return in, cmp.Or(err, ctx.Err())
-		}
-	default:
-		return in, fmt.Errorf("unknown fault %q", name)
-	}
-	in.restored = time.Now()
-	return in, nil
-}
-
-// faultFigures turns the outcomes and the faults into the figures; window
-// is the before and after windows (scenario time).
-func faultFigures(outs []Outcome, faults []injected, snaps []counterSnap, start, end time.Time, scale float64, window time.Duration) *FaultsResult {
-	sim := func(t time.Time) float64 { return t.Sub(start).Seconds() / scale }
-	fr := &FaultsResult{Rule: ClassificationRule, WindowSeconds: window.Seconds(), Faults: []FaultResult{}}
-	var incidents []Incident
-	for _, f := range faults {
-		if f.incident != nil {
-			incidents = append(incidents, *f.incident)
-		}
-	}
-	var points []hitPoint
-	for _, o := range outs {
-		if o.Err == nil {
-			points = append(points, hitPoint{T: sim(o.Start), Prompt: o.PromptTokens, Cached: o.CachedTokens})
-		}
-	}
-	for k, f := range faults {
-		r := FaultResult{Name: f.name, Target: f.target, Injected: sim(f.at), Restored: sim(f.restored), Outcomes: map[string]int{}}
-		next := sim(end)
-		if k+1 < len(faults) {
-			next = sim(faults[k+1].at)
-		}
-		w := window.Seconds()
-		r.HitRateBefore, r.RequestsBefore = hitRate(points, r.Injected-w, r.Injected)
-		r.HitRateAfter, r.RequestsAfter = hitRate(points, r.Restored, r.Restored+w)
-		from := r.Restored + w
-		if rec, ok := recoveryTime(points, r.HitRateBefore, r.Restored, next); ok {
-			r.Recovery, from = &rec, r.Restored+rec
-		}
-		r.Outcomes = countsBetween(snaps, from, next)
-		total := 0
-		for _, n := range r.Outcomes {
-			total += n
-		}
-		if total > 0 {
-			r.AsPredicted = float64(r.Outcomes["as_predicted"]) / float64(total)
-		}
-		if f.inFlightOn != "" || f.picker != "" {
-			n, failed := 0, 0
-			for _, o := range outs {
-				on := (f.inFlightOn != "" && o.Endpoint == f.inFlightOn) || (f.picker != "" && o.Picker == f.picker)
-				if on && !o.Start.After(f.died()) && !o.End.Before(f.at) {
-					n++
-					if o.Err != nil {
-						failed++
-					}
-				}
-			}
-			r.InFlight, r.InFlightFailed = &n, &failed
-		}
-		fr.Faults = append(fr.Faults, r)
-	}
-	// Failures, each to the fault in whose span (its injection to the
-	// next one's) it failed.
-	total := sim(end)
-	bucket := min(5, max(1, total/100))
-	nb := int(total/bucket) + 1
-	tl := FaultTimeline{}
-	prompt, cached := make([]int, nb), make([]int, nb)
-	tl.Requests, tl.Router, tl.Unavoidable = make([]int, nb), make([]int, nb), make([]int, nb)
-	for _, o := range outs {
-		fr.Requests++
-		if o.Err == nil {
-			b := min(nb-1, max(0, int(sim(o.Start)/bucket)))
-			prompt[b], cached[b], tl.Requests[b] = prompt[b]+o.PromptTokens, cached[b]+o.CachedTokens, tl.Requests[b]+1
-			continue
-		}
-		class, _ := Classify(o, incidents)
-		b := min(nb-1, max(0, int(sim(o.End)/bucket)))
-		k := -1
-		for i, f := range faults {
-			if !o.End.Before(f.at) {
-				k = i
-			}
-		}
-		sample := fmt.Sprintf("%s via %s on %s at %.1fs: %v", class, o.Picker, cmp.Or(o.Endpoint, "(no endpoint)"), sim(o.End), o.Err)
-		var rf, uf *int
-		var samples *[]string
-		if k < 0 {
-			rf, uf, samples = &fr.Baseline.RouterFailed, &fr.Baseline.UnavoidableFailed, &fr.Baseline.FailureSamples
-		} else {
-			rf, uf, samples = &fr.Faults[k].RouterFailed, &fr.Faults[k].UnavoidableFailed, &fr.Faults[k].FailureSamples
-		}
-		if class == ClassRouter {
-			*rf, fr.RouterFailed, tl.Router[b] = *rf+1, fr.RouterFailed+1, tl.Router[b]+1
-		} else {
-			*uf, fr.UnavoidableFailed, tl.Unavoidable[b] = *uf+1, fr.UnavoidableFailed+1, tl.Unavoidable[b]+1
-		}
-		if len(*samples) < 5 {
-			*samples = append(*samples, sample)
-		}
-	}
-	for b := range nb {
-		tl.Seconds = append(tl.Seconds, (float64(b)+0.5)*bucket)
-		rate := 0.0
-		if prompt[b] > 0 {
-			rate = float64(cached[b]) / float64(prompt[b])
-		}
-		tl.HitRate = append(tl.HitRate, rate)
-	}
-	fr.Timeline = tl
-	return fr
-}
-
-// postJSON posts v (nil: no body) and wants a 2xx.
-func postJSON(ctx context.Context, url string, v any) error {
-	var body io.Reader
-	if v != nil {
-		b, _ := json.Marshal(v)
-		body = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, strings.TrimSpace(string(msg)))
-	}
-	return nil
-}
-
-// getOK GETs url within timeout and hands a 200 answer's body to read;
-// another status is an error quoting the start of the body.
-func getOK(ctx context.Context, url string, timeout time.Duration, read func(io.Reader) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	return read(resp.Body)
-}
-
-// getJSON decodes GET url's answer into out.
-func getJSON(ctx context.Context, url string, out any) error {
-	return getOK(ctx, url, 5*time.Second, func(r io.Reader) error { return json.NewDecoder(r).Decode(out) })
-}
-
-// scrapeCounter reads a metric family's samples from a Prometheus text
-// page, keyed by the value of label (the whole family summed under ""
-// when label is empty).
-func scrapeCounter(ctx context.Context, url, name, label string) (out map[string]float64, err error) {
-	err = getOK(ctx, url, 2*time.Second, func(r io.Reader) error {
-		out, err = parseFamily(r, name, label)
-		return err
-	})
-	return out, err
-}
-
-// parseFamily reads name's samples from Prometheus text exposition.
-func parseFamily(r io.Reader, name, label string) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
-			continue
-		}
-		key := ""
-		if strings.HasPrefix(rest, "{") {
-			end := strings.Index(rest, "}")
-			if end < 0 {
-				continue
-			}
-			labels := rest[1:end]
-			rest = rest[end+1:]
-			if label != "" {
-				for _, kv := range strings.Split(labels, ",") {
-					if k, v, ok := strings.Cut(kv, "="); ok && k == label {
-						key = strings.Trim(v, `"`)
-					}
-				}
-			}
-		}
-		fs := strings.Fields(rest)
-		if len(fs) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fs[0], 64)
-		if err != nil {
-			continue
-		}
-		out[key] += v
-	}
-	return out, sc.Err()
-}
-
-// faultsTable is summary.txt's faults block ("" without faults).
-func faultsTable(r *Results) string {
-	f := r.Faults
-	if f == nil {
-		return ""
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nfaults: %d requests, %d failed by the router, %d unavoidable (%d refused connections retried); windows %.0f s of scenario time\n",
-		f.Requests, f.RouterFailed, f.UnavoidableFailed, f.ClientRetries, f.WindowSeconds)
-	fmt.Fprintf(&b, "%-19s %8s %8s %7s %7s %9s %9s %10s %10s %9s\n", "fault", "at (s)", "back (s)", "router", "unavoid", "hit before", "hit after", "recovery", "in flight", "agreement")
-	for _, x := range f.Faults {
-		rec := "not back"
-		if x.Recovery != nil {
-			rec = fmt.Sprintf("%.0f s", *x.Recovery)
-		}
-		inf := "-"
-		if x.InFlight != nil {
-			inf = fmt.Sprintf("%d/%d", *x.InFlightFailed, *x.InFlight)
-		}
-		fmt.Fprintf(&b, "%-19s %8.1f %8.1f %7d %7d %9.1f%% %8.1f%% %10s %10s %8.1f%%\n", x.Name, x.Injected, x.Restored, x.RouterFailed, x.UnavoidableFailed,
-			100*x.HitRateBefore, 100*x.HitRateAfter, rec, inf, 100*x.AsPredicted)
-	}
-	b.WriteString("(in flight: failed/in flight on the target at the injection; agreement: as_predicted share of the pickers' outcomes after recovery)\n")
-	if f.Baseline.RouterFailed+f.Baseline.UnavoidableFailed > 0 {
-		fmt.Fprintf(&b, "before any fault: %d router, %d unavoidable\n", f.Baseline.RouterFailed, f.Baseline.UnavoidableFailed)
-	}
-	if len(f.Skipped) > 0 {
-		fmt.Fprintf(&b, "not injected (past --duration): %s\n", strings.Join(f.Skipped, ", "))
-	}
-	return b.String()
 }

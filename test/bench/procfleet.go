@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -291,6 +293,32 @@ func startProcFleet(ctx context.Context, cfg procFleetConfig) (*procFleet, error
 // httpOK says whether GET url answers 200 within a second.
 func httpOK(ctx context.Context, url string) error {
 	return getOK(ctx, url, time.Second, func(io.Reader) error { return nil })
+}
+
+// getOK GETs url within timeout and hands a 200 answer's body to read;
+// another status is an error quoting the start of the body.
+func getOK(ctx context.Context, url string, timeout time.Duration, read func(io.Reader) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return read(resp.Body)
+}
+
+// getJSON decodes GET url's answer into out.
+func getJSON(ctx context.Context, url string, out any) error {
+	return getOK(ctx, url, 5*time.Second, func(r io.Reader) error { return json.NewDecoder(r).Decode(out) })
 }
 
 // await polls cond every 50 ms until it holds, ctx ends or d passes.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestPickerDrain: a picker process SIGTERMed with a stream in flight
@@ -33,7 +35,7 @@ func TestPickerDrain(t *testing.T) {
 	if err := f.pickerP.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor(5*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
 		resp, err := http.Get(f.admin + "/readyz")
 		if err != nil {
 			return err
@@ -41,12 +43,10 @@ func TestPickerDrain(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "draining") {
-			return fmt.Errorf("/readyz %d %q", resp.StatusCode, b)
+			return fmt.Errorf("not draining after SIGTERM: /readyz %d %q", resp.StatusCode, b)
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("not draining after SIGTERM: %v", err)
-	}
+	})
 	var finish string
 	for stream.Next() {
 		for _, ch := range stream.Current().Choices {

@@ -6,14 +6,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -40,8 +41,6 @@ func get(url string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-var nodeInfo = regexp.MustCompile(`(?m)^kvroute_gossip_node_info\{addr="([^"]+)",name="([^"]+)"\} 1$`)
-
 // gossipState is what a process's /metrics says of its gossip membership.
 type gossipState struct {
 	name, addr            string
@@ -49,34 +48,53 @@ type gossipState struct {
 }
 
 func readGossip(base string) (gossipState, error) {
-	code, body, err := get(base + "/metrics")
-	if err != nil || code != 200 {
-		return gossipState{}, fmt.Errorf("%s/metrics: %d %v", base, code, err)
+	fams, err := metrictest.Fetch(base + "/metrics")
+	if err != nil {
+		return gossipState{}, err
 	}
 	var g gossipState
-	m := nodeInfo.FindStringSubmatch(body)
-	if m == nil {
+	if !nodeInfo(fams, &g) {
 		return g, fmt.Errorf("%s/metrics: no kvroute_gossip_node_info", base)
 	}
-	g.addr, g.name = m[1], m[2]
 	var ok1, ok2 bool
-	g.members, ok1 = sample(body, "kvroute_gossip_members")
-	g.selfConflict, ok2 = sample(body, `kvroute_gossip_name_conflict{kind="self"}`)
+	g.members, ok1 = sample(fams, "kvroute_gossip_members", nil)
+	g.selfConflict, ok2 = sample(fams, "kvroute_gossip_name_conflict", map[string]string{"kind": "self"})
 	if !ok1 || !ok2 {
 		return g, fmt.Errorf("%s/metrics lacks the gossip gauges", base)
 	}
 	return g, nil
 }
 
-// sample reads the value of the exposition line starting with series.
-func sample(body, series string) (float64, bool) {
-	for _, l := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(l, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
+// nodeInfo reads the name and address of kvroute_gossip_node_info's one
+// series, at 1, into g (labels, which metrictest's sums do not give).
+func nodeInfo(fams []*dto.MetricFamily, g *gossipState) bool {
+	if n := metrictest.Series(fams, "kvroute_gossip_node_info", nil); n != 1 || metrictest.Sum(fams, "kvroute_gossip_node_info", nil) != 1 {
+		return false
+	}
+	for _, f := range fams {
+		if f.GetName() != "kvroute_gossip_node_info" {
+			continue
+		}
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			switch l.GetName() {
+			case "addr":
+				g.addr = l.GetValue()
+			case "name":
+				g.name = l.GetValue()
+			}
 		}
 	}
-	return 0, false
+	return g.addr != "" && g.name != ""
+}
+
+// sample reads the one series of family name whose labels include labels
+// (nil: the family's only series); ok is false when there is not exactly
+// one.
+func sample(fams []*dto.MetricFamily, name string, labels map[string]string) (v float64, ok bool) {
+	if metrictest.Series(fams, name, labels) != 1 {
+		return 0, false
+	}
+	return metrictest.Sum(fams, name, labels), true
 }
 
 // TestSameHostFleetDefaultNames runs the real binaries as a fleet sharing
@@ -103,7 +121,7 @@ func TestSameHostFleetDefaultNames(t *testing.T) {
 	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, append([]string{"picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0", "--capacity", "4096", "--log-level", "warn"}, gossipFlags...)...)
 	bases = append(bases, "http://"+admin)
-	err = waitFor(60*time.Second, 100*time.Millisecond, func() error {
+	testnet.Await(t, 60*time.Second, 100*time.Millisecond, func() error {
 		code, body, err := get("http://" + admin + "/readyz")
 		if err != nil || code != 200 {
 			return fmt.Errorf("picker /readyz: %d %q %v", code, body, err)
@@ -120,14 +138,11 @@ func TestSameHostFleetDefaultNames(t *testing.T) {
 				return err
 			}
 			if g.members != 3 || g.selfConflict != 0 {
-				return fmt.Errorf("%s (%s): %v members, name conflict %v", g.name, b, g.members, g.selfConflict)
+				return fmt.Errorf("the same-host fleet has not formed: %s (%s): %v members, name conflict %v", g.name, b, g.members, g.selfConflict)
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("the same-host fleet did not form: %v", err)
-	}
 	var got, want []string
 	for i, b := range bases {
 		g, err := readGossip(b)
@@ -164,36 +179,36 @@ func TestNameClashReported(t *testing.T) {
 	sout := startProcess(t, sidecar, syscall.SIGTERM, func(out string) { t.Logf("sidecar output:\n%s", out) })
 	// The picker joins once the sidecar is a member (else its first join
 	// fails and it tries again a rejoin interval, 10 s, later).
-	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error { _, err := readGossip("http://" + debug); return err }); err != nil {
-		t.Fatalf("the sidecar never joined gossip: %v", err)
-	}
+	testnet.Await(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if _, err := readGossip("http://" + debug); err != nil {
+			return fmt.Errorf("the sidecar has not joined gossip: %w", err)
+		}
+		return nil
+	})
 	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	picker := exec.Command(bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", pg, "--join", sg,
 		"--node-name", "twin", "--capacity", "4096", "--log-level", "warn")
 	pout := startProcess(t, picker, syscall.SIGTERM, func(out string) { t.Logf("picker output:\n%s", out) })
 	for _, p := range []struct{ name, base, other string }{{"sidecar", "http://" + debug, pg}, {"picker", "http://" + admin, sg}} {
-		err := waitFor(60*time.Second, 100*time.Millisecond, func() error {
+		testnet.Await(t, 60*time.Second, 100*time.Millisecond, func() error {
 			code, body, err := get(p.base + "/readyz")
 			if err != nil {
 				return err
 			}
 			if code != http.StatusServiceUnavailable || !strings.Contains(body, "gossip name conflict") || !strings.Contains(body, p.other) {
-				return fmt.Errorf("/readyz %d %q", code, body)
+				return fmt.Errorf("the %s does not report the clash: /readyz %d %q", p.name, code, body)
 			}
-			_, metrics, err := get(p.base + "/metrics")
+			fams, err := metrictest.Fetch(p.base + "/metrics")
 			if err != nil {
 				return err
 			}
-			for _, series := range []string{`kvroute_gossip_name_conflict{kind="self"}`, `kvroute_gossip_name_conflicts_total{kind="self"}`} {
-				if v, ok := sample(metrics, series); !ok || v != 1 {
-					return fmt.Errorf("%s = %v (present %v)", series, v, ok)
+			for _, name := range []string{"kvroute_gossip_name_conflict", "kvroute_gossip_name_conflicts_total"} {
+				if v, ok := sample(fams, name, map[string]string{"kind": "self"}); !ok || v != 1 {
+					return fmt.Errorf("the %s does not report the clash: %s{kind=\"self\"} = %v (present %v)", p.name, name, v, ok)
 				}
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatalf("the %s does not report the clash: %v", p.name, err)
-		}
 	}
 	// Stop both, then read their logs: one error line each.
 	for _, p := range []struct {

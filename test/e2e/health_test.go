@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -9,13 +8,13 @@ import (
 	"net/http"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -72,20 +71,18 @@ func startHealthFleet(t testing.TB, bin string, n int, engineArgs, sidecarArgs [
 	f.pickerP = start("picker", append([]string{"picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--join", seed,
 		"--node-name", "health-picker", "--capacity", "4096", "--drain-delay", "0", "--log-level", "info"}, pickerArgs...)...)
 	f.picker, f.admin = "http://"+api, "http://"+admin
-	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 50*time.Millisecond, func() error {
 		states, err := f.states()
 		if err != nil {
 			return err
 		}
 		for _, u := range f.urls {
 			if states[u] != "cached" {
-				return fmt.Errorf("states %v", states)
+				return fmt.Errorf("the fleet is not healthy: states %v", states)
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("the fleet never became healthy: %v", err)
-	}
+	})
 	return f
 }
 
@@ -113,50 +110,24 @@ func (f *healthFleet) states() (map[string]string, error) {
 func (f *healthFleet) awaitState(t testing.TB, url, want string, within time.Duration) time.Duration {
 	t.Helper()
 	t0 := time.Now()
-	var last map[string]string
-	err := waitFor(within, 20*time.Millisecond, func() error {
+	testnet.Await(t, within, 20*time.Millisecond, func() error {
 		s, err := f.states()
-		last = s
 		if err != nil {
 			return err
 		}
 		if s[url] != want {
-			return fmt.Errorf("%s is %q", url, s[url])
+			return fmt.Errorf("%s is %q, not %s (states %v)", url, s[url], want, s)
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("%s not %s within %v: %v (states %v)", url, want, within, err, last)
-	}
 	return time.Since(t0)
 }
 
-// metric sums the picker's series name whose labels contain label.
-func (f *healthFleet) metric(t testing.TB, name, label string) float64 {
+// metric sums the picker's series name whose labels include labels (nil:
+// all of them).
+func (f *healthFleet) metric(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	return scrape(t, f.admin, name, label)
-}
-
-// scrape sums the series name at base's /metrics whose line contains label.
-func scrape(t testing.TB, base, name, label string) float64 {
-	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name) && strings.Contains(line, label) {
-			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-				sum += v
-			}
-		}
-	}
-	return sum
+	return metrictest.Scraped(t, f.admin+"/metrics", name, labels)
 }
 
 // load sends non-streaming completions through the picker from workers
@@ -236,15 +207,13 @@ func TestKilledEngineUnderLoad(t *testing.T) {
 	f := startHealthFleet(t, bin, 3, nil, nil)
 	l := startLoad(t, f.picker, 4, false)
 	dead := f.urls[1]
-	label := `engine="` + dead + `"`
-	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+	label := map[string]string{"engine": dead}
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if f.metric(t, "kvroute_picker_selected_total", label) == 0 {
 			return fmt.Errorf("no pick of %s yet", dead)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	killed := time.Now()
 	if err := f.engines[1].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -256,14 +225,12 @@ func TestKilledEngineUnderLoad(t *testing.T) {
 	}
 	picks := f.metric(t, "kvroute_picker_selected_total", label)
 	sentBefore := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }()
-	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if n := func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }(); n < sentBefore+200 {
 			return fmt.Errorf("%d requests since", n-sentBefore)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if after := f.metric(t, "kvroute_picker_selected_total", label); after != picks {
 		t.Fatalf("%v picks of the dead engine more than 1 s after SIGKILL (%v then %v)", after-picks, picks, after)
 	}
@@ -292,14 +259,12 @@ func TestStoppedEngine(t *testing.T) {
 	// to the hung engine wait for it: they are not failed).
 	fresh := startLoad(t, f.picker, 2, true)
 	sent := func() int { fresh.mu.Lock(); defer fresh.mu.Unlock(); return fresh.sent }
-	if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if sent() < 100 {
 			return fmt.Errorf("%d new requests completed while the engine hangs", sent())
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	fresh.end()
 	if len(fresh.failures) > 0 {
 		t.Fatalf("%d of %d new requests failed, e.g. %s", len(fresh.failures), fresh.sent, fresh.failures[0])
@@ -329,21 +294,19 @@ func TestKilledSidecarGrace(t *testing.T) {
 	t.Logf("load-only %v after the sidecar's SIGKILL", took.Round(time.Millisecond))
 	// Requests still reach it (by load), none fails.
 	l := startLoad(t, f.picker, 2, false)
-	label := `engine="` + orphan + `"`
+	label := map[string]string{"engine": orphan}
 	picks := f.metric(t, "kvroute_picker_selected_total", label)
-	if err := waitFor(grace, 20*time.Millisecond, func() error {
+	testnet.Await(t, grace, 20*time.Millisecond, func() error {
 		if f.metric(t, "kvroute_picker_selected_total", label) == picks {
 			return fmt.Errorf("no pick of the orphaned engine")
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="load_only"`); n == 0 {
+	})
+	if n := f.metric(t, "kvroute_picker_outcomes_total", map[string]string{"outcome": "load_only"}); n == 0 {
 		t.Fatal("no load_only outcome counted for the orphaned engine's requests")
 	}
 	// After the grace the engine leaves.
-	if err := waitFor(grace+10*time.Second, 50*time.Millisecond, func() error {
+	testnet.Await(t, grace+10*time.Second, 50*time.Millisecond, func() error {
 		s, err := f.states()
 		if err != nil {
 			return err
@@ -352,9 +315,7 @@ func TestKilledSidecarGrace(t *testing.T) {
 			return fmt.Errorf("still listed (%s) %v after the kill", s[orphan], time.Since(killed).Round(time.Millisecond))
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if gone := time.Since(killed); gone < grace {
 		t.Fatalf("left after %v, before the %v grace", gone, grace)
 	}
@@ -374,15 +335,13 @@ func TestDrainedSidecar(t *testing.T) {
 	f := startHealthFleet(t, bin, 2, nil, []string{"--drain-delay", "1m"})
 	l := startLoad(t, f.picker, 4, true)
 	leaving := f.urls[1]
-	label := `engine="` + leaving + `"`
-	if err := waitFor(10*time.Second, 10*time.Millisecond, func() error {
+	label := map[string]string{"engine": leaving}
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if f.metric(t, "kvroute_picker_selected_total", label) == 0 {
 			return fmt.Errorf("no pick of %s yet", leaving)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if err := f.sidecars[1].Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -393,24 +352,20 @@ func TestDrainedSidecar(t *testing.T) {
 	// counted just after: let the requests in flight then finish (50 more
 	// answered across the 4 workers) before taking the baseline.
 	settled := sent()
-	if err := waitFor(10*time.Second, 5*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if sent() < settled+50 {
 			return fmt.Errorf("%d requests sent since the drain", sent()-settled)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	picks := f.metric(t, "kvroute_picker_selected_total", label)
 	n := sent()
-	if err := waitFor(10*time.Second, 10*time.Millisecond, func() error { // 200 more requests, none to it
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error { // 200 more requests, none to it
 		if sent() < n+200 {
 			return fmt.Errorf("%d requests sent since", sent()-n)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if now := f.metric(t, "kvroute_picker_selected_total", label); now != picks {
 		t.Fatalf("%v new picks of the draining engine", now-picks)
 	}
@@ -431,18 +386,16 @@ func TestDrainedSidecar(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("a second SIGTERM did not end the sidecar's minute-long drain within 15 s")
 	}
-	if err := waitFor(5*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
 		s, err := f.states()
 		if err != nil {
 			return err
 		}
 		if st, ok := s[leaving]; ok {
-			return fmt.Errorf("still listed (%s)", st)
+			return fmt.Errorf("the drained engine stays after its sidecar left: still listed (%s)", st)
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("the drained engine stayed after its sidecar left: %v", err)
-	}
+	})
 	if resp, err := http.Get(leaving + "/health"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("the engine itself should still answer: %v", err)
 	} else {
@@ -464,10 +417,10 @@ func TestStaleSummaryOutcome(t *testing.T) {
 	for i := 0; i < 2; i++ { // the second runs before the first's events arrive
 		postOK(t, f.picker+"/v1/completions", body)
 	}
-	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="more_cached_than_predicted"`); n != 1 {
+	if n := f.metric(t, "kvroute_picker_outcomes_total", map[string]string{"outcome": "more_cached_than_predicted"}); n != 1 {
 		t.Fatalf("more_cached_than_predicted counted %v times, want 1", n)
 	}
-	if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`); n != 1 {
+	if n := f.metric(t, "kvroute_picker_outcomes_total", map[string]string{"outcome": "as_predicted"}); n != 1 {
 		t.Fatalf("as_predicted counted %v times, want 1 (the cold first request)", n)
 	}
 }
@@ -502,30 +455,33 @@ func BenchmarkKillToLastPick(b *testing.B) {
 	f := startHealthFleet(b, bin, 3, nil, nil, "--eject-max", "2s")
 	l := startLoad(b, f.picker, 4, true)
 	victim := f.urls[0]
-	label := `engine="` + victim + `"`
+	label := map[string]string{"engine": victim}
 	var took []time.Duration
 	for i := 0; i < b.N; i++ {
 		before := f.metric(b, "kvroute_picker_selected_total", label)
-		if err := waitFor(20*time.Second, 5*time.Millisecond, func() error {
+		testnet.Await(b, 20*time.Second, 5*time.Millisecond, func() error {
 			if f.metric(b, "kvroute_picker_selected_total", label) == before {
 				s, _ := f.states()
 				return fmt.Errorf("no pick of the engine in trial %d (states %v, %d requests sent)", i, s, func() int { l.mu.Lock(); defer l.mu.Unlock(); return l.sent }())
 			}
 			return nil
-		}); err != nil {
-			b.Fatal(err)
-		}
+		})
 		killed := time.Now()
 		if err := f.engines[0].Process.Signal(syscall.SIGKILL); err != nil {
 			b.Fatal(err)
 		}
+		// Every pick of the dead engine timestamped (polled every 5 ms)
+		// until 2 s pass without one: the last was the last.
 		last, picks := killed, f.metric(b, "kvroute_picker_selected_total", label)
-		for quiet := time.Now(); time.Since(quiet) < 2*time.Second; { // 2 s without a pick: the last was the last
+		testnet.Await(b, time.Minute, 5*time.Millisecond, func() error {
 			if n := f.metric(b, "kvroute_picker_selected_total", label); n != picks {
-				picks, last, quiet = n, time.Now(), time.Now()
+				picks, last = n, time.Now()
 			}
-			<-time.After(5 * time.Millisecond)
-		}
+			if since := time.Since(last); since < 2*time.Second {
+				return fmt.Errorf("the dead engine still picked %v ago (trial %d)", since.Round(time.Millisecond), i)
+			}
+			return nil
+		})
 		took = append(took, last.Sub(killed))
 		_ = f.engines[0].Wait()
 		f.restartEngine(0)

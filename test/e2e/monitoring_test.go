@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/prometheus/util/teststorage"
 
 	"github.com/kvroute/kvroute/deploy"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -298,14 +299,12 @@ func TestMonitoringHealthyFleet(t *testing.T) {
 	bin := buildKvroute(t)
 	f := startHealthFleet(t, bin, 1, nil, nil)
 	l := startLoad(t, f.picker, 2, false)
-	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
-		if n := f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`); n < 5 {
+	testnet.Await(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if n := f.metric(t, "kvroute_picker_outcomes_total", map[string]string{"outcome": "as_predicted"}); n < 5 {
 			return fmt.Errorf("%v requests as predicted", n)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	l.end()
 	if len(l.failures) > 0 {
 		t.Fatalf("load failures: %v", l.failures)
@@ -394,12 +393,10 @@ func TestAlertPickerNoEndpoints(t *testing.T) {
 	bin := buildKvroute(t)
 	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", "127.0.0.1:0", "--log-level", "warn")
-	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 20*time.Second, 20*time.Millisecond, func() error {
 		_, err := http.Get("http://" + admin + "/metrics")
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	p := newPromStore(t, operatorTargets(t, "http://"+admin)...)
 	rs := alertRules(t)
 	firing := evaluate(t, p, rs, stepsFor(time.Minute))
@@ -423,7 +420,7 @@ func TestAlertSilentStream(t *testing.T) {
 	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", "", "--sidecars", pod.grpc,
 		"--capacity", "4096", "--log-level", "warn")
 	pod.request(t, 160, 5000) // new blocks, and no live batch
-	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 20*time.Second, 20*time.Millisecond, func() error {
 		st, err := pod.state()
 		if err != nil {
 			return err
@@ -441,9 +438,7 @@ func TestAlertSilentStream(t *testing.T) {
 			return fmt.Errorf("picker endpoints %+v", dbg.Endpoints)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	p := newPromStore(t, operatorTargets(t, "http://"+admin, pod.debug)...)
 	rs := alertRules(t)
 	silent := map[string]*rules.AlertingRule{"KvrouteEventStreamSilent": rs["KvrouteEventStreamSilent"]}
@@ -479,17 +474,15 @@ func TestAlertReplayFailures(t *testing.T) {
 	// a failure after it (the healthy-fleet test shows it quiet).
 	sidecar := sidecarDebug(t, f.admin)
 	evaluate(t, p, replay, 1)
-	base := scrape(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`) // ≥ what the scrape saw
+	base := metrictest.Scraped(t, sidecar+"/metrics", "kvroute_sidecar_replays_total", map[string]string{"outcome": "failed"}) // ≥ what the scrape saw
 	l := startLoad(t, f.picker, 2, true)
 	defer l.end()
-	if err := waitFor(30*time.Second, 50*time.Millisecond, func() error {
-		if n := scrape(t, sidecar, "kvroute_sidecar_replays_total", `outcome="failed"`); n <= base {
+	testnet.Await(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if n := metrictest.Scraped(t, sidecar+"/metrics", "kvroute_sidecar_replays_total", map[string]string{"outcome": "failed"}); n <= base {
 			return fmt.Errorf("%v failed replays, %v before the load", n, base)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	firing := evaluate(t, p, replay, 1)
 	if len(firing["KvrouteSidecarReplayFailures"]) != 1 || !strings.Contains(firing["KvrouteSidecarReplayFailures"][0], `engine="`+f.urls[0]+`"`) {
 		t.Fatalf("after a failed replay: firing %v", firing)
@@ -523,8 +516,8 @@ func TestAlertPredictionAgreement(t *testing.T) {
 	firing := evaluate(t, p, agreement, steps, twice, twice)
 	if len(firing["KvroutePredictionAgreementLow"]) != 1 {
 		t.Fatalf("firing %v; outcomes: as predicted %v, more cached %v", firing,
-			f.metric(t, "kvroute_picker_outcomes_total", `outcome="as_predicted"`),
-			f.metric(t, "kvroute_picker_outcomes_total", `outcome="more_cached_than_predicted"`))
+			f.metric(t, "kvroute_picker_outcomes_total", map[string]string{"outcome": "as_predicted"}),
+			f.metric(t, "kvroute_picker_outcomes_total", map[string]string{"outcome": "more_cached_than_predicted"}))
 	}
 }
 
@@ -539,18 +532,16 @@ func TestAlertGossipFlapping(t *testing.T) {
 	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", seed, "--gossip-ports", "1", "--log-level", "warn")
 	members := func(want float64) error {
-		_, body, err := get("http://" + admin + "/metrics")
+		fams, err := metrictest.Fetch("http://" + admin + "/metrics")
 		if err != nil {
 			return err
 		}
-		if n, _ := sample(body, "kvroute_gossip_members"); n != want {
+		if n := metrictest.Sum(fams, "kvroute_gossip_members", nil); n != want {
 			return fmt.Errorf("%v gossip members, want %v", n, want)
 		}
 		return nil
 	}
-	if err := waitFor(20*time.Second, 20*time.Millisecond, func() error { return members(1) }); err != nil {
-		t.Fatal(err)
-	}
+	testnet.Await(t, 20*time.Second, 20*time.Millisecond, func() error { return members(1) })
 	p := newPromStore(t, operatorTargets(t, "http://"+admin)...)
 	rs := alertRules(t)
 	flapping := map[string]*rules.AlertingRule{"KvrouteGossipFlapping": rs["KvrouteGossipFlapping"]}
@@ -571,9 +562,12 @@ func TestAlertGossipFlapping(t *testing.T) {
 			_ = second.Wait()
 		}
 		want := float64(2 - i%2)
-		if err := waitFor(20*time.Second, 20*time.Millisecond, func() error { return members(want) }); err != nil {
-			t.Fatalf("flap %d: %v", i+1, err)
-		}
+		testnet.Await(t, 20*time.Second, 20*time.Millisecond, func() error {
+			if err := members(want); err != nil {
+				return fmt.Errorf("flap %d: %w", i+1, err)
+			}
+			return nil
+		})
 		evaluate(t, p, flapping, 1)
 	}
 	firing := evaluate(t, p, flapping, stepsFor(5*time.Minute))

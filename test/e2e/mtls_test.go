@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -93,7 +94,7 @@ func TestMutualTLSProcesses(t *testing.T) {
 	if got, err := servedSerial(addr, testnet.Pool(ca), &good); err != nil || got.Cmp(first.Cert.SerialNumber) != 0 {
 		t.Fatalf("a good client: %v %v", got, err)
 	}
-	if n := scrape(t, sidecarAdmin, "kvroute_sidecar_tls_handshake_failures_total", `server="grpc"`); n < 1 {
+	if n := metrictest.Scraped(t, sidecarAdmin+"/metrics", "kvroute_sidecar_tls_handshake_failures_total", map[string]string{"server": "grpc"}); n < 1 {
 		t.Errorf("the sidecar counted %v refused handshakes", n)
 	}
 
@@ -124,7 +125,7 @@ func TestMutualTLSProcesses(t *testing.T) {
 	if fl.Sidecar != addr || fl.Reason != "tls" || !strings.Contains(fl.Error, "requires a client certificate and none is configured") || len(failing.Endpoints) != 0 {
 		t.Errorf("/debug/endpoints: %+v", failing)
 	}
-	if n := scrape(t, "http://"+admin, "kvroute_picker_sidecar_streams_failing", `reason="tls"`); n != 1 {
+	if n := metrictest.Scraped(t, "http://"+admin+"/metrics", "kvroute_picker_sidecar_streams_failing", map[string]string{"reason": "tls"}); n != 1 {
 		t.Errorf("kvroute_picker_sidecar_streams_failing{reason=tls} %v", n)
 	}
 	if n := failures(other); n != 1 || !strings.Contains(other.String(), `"reason":"tls"`) {
@@ -155,7 +156,7 @@ func TestMutualTLSProcesses(t *testing.T) {
 	pick.Write(t, ca2.Client(t, "kvroute-picker"))
 	served("the new CA", &good2, testnet.Pool(ca2), third.Cert.SerialNumber)
 	testnet.Await(t, 15*time.Second, 50*time.Millisecond, func() error {
-		if n := f.metric(t, "kvroute_picker_secret_reloads_total", `result="ok",secret="sidecar_tls"`); n != 2 {
+		if n := f.metric(t, "kvroute_picker_secret_reloads_total", map[string]string{"result": "ok", "secret": "sidecar_tls"}); n != 2 {
 			return fmt.Errorf("the picker reloaded its client certificate %v times", n)
 		}
 		return nil
@@ -164,7 +165,7 @@ func TestMutualTLSProcesses(t *testing.T) {
 	// A corrupt certificate: the one in use is kept, and the error counted.
 	testnet.WriteFile(t, side.Cert, []byte("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n"))
 	testnet.Await(t, 15*time.Second, 50*time.Millisecond, func() error {
-		if n := scrape(t, sidecarAdmin, "kvroute_sidecar_secret_reloads_total", `result="error",secret="grpc_tls"`); n != 1 {
+		if n := metrictest.Scraped(t, sidecarAdmin+"/metrics", "kvroute_sidecar_secret_reloads_total", map[string]string{"result": "error", "secret": "grpc_tls"}); n != 1 {
 			return fmt.Errorf("%v failed reloads counted", n)
 		}
 		return nil

@@ -78,21 +78,19 @@ http {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(nginxBinary(t), "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	out := startProcess(t, cmd, syscall.SIGQUIT, func(out string) {
+	startProcess(t, cmd, syscall.SIGQUIT, func(out string) {
 		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 		t.Logf("nginx output:\n%s\n%s", out, log)
 	})
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		resp, err := http.Get(url + "/health")
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("nginx never answered: %w", err) // startProcess logs its output
 		}
-		return err
+		resp.Body.Close()
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("nginx never answered: %v\n%s", err, out.String())
-	}
 	return url
 }
 
@@ -115,15 +113,12 @@ func TestNginxKeyedOnPrefixHash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pk.Close)
-	err = waitFor(10*time.Second, 10*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if n := len(pk.View().Endpoints()); n < 3 {
-			return fmt.Errorf("%d endpoints known", n)
+			return fmt.Errorf("the picker never found the endpoints: %d endpoints known", n)
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("the picker never found the endpoints: %v", err)
-	}
 	gateway := startNginx(t, engines)
 	system := strings.Repeat("You are the support agent of a large shop; follow the policies below. ", 30)
 	conversation := []string{"Where is my order 55?"}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/openai"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -83,19 +84,6 @@ func startProcess(t testing.TB, cmd *exec.Cmd, stop syscall.Signal, report func(
 	return out
 }
 
-// waitFor polls cond every interval until it holds, and returns nil; or
-// cond's last error once d has passed.
-func waitFor(d, interval time.Duration, cond func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(interval)
-	}
-}
-
 func getJSON(url string, out any) error {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -131,7 +119,7 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 		prompt[i] = 4000 + i
 	}
 	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 1})
-	err := waitFor(30*time.Second, 100*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
 		resp, err := http.Post(engine+"/v1/completions", "application/json", bytes.NewReader(body))
 		if err != nil {
 			return err
@@ -148,36 +136,19 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 			return err
 		}
 		if len(state) != 1 || state[0].Blocks["GPU"] != 10 || state[0].Identity.Model != "Qwen/Qwen3-0.6B" {
-			return fmt.Errorf("sidecar state %+v", state)
+			return fmt.Errorf("the sidecar has not indexed the engine's blocks: state %+v", state)
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("the sidecar never indexed the engine's blocks: %v", err)
-	}
 	var ready map[string]any
 	if err := getJSON("http://"+debug+"/readyz", &ready); err != nil || ready["ready"] != true {
 		t.Fatalf("readyz: %v %v", ready, err)
 	}
-	resp, err := http.Get("http://" + debug + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	fams := metrictest.Families(t, "http://"+debug+"/metrics")
+	gpu := map[string]string{"engine": engine, "tier": "GPU"}
+	if n, v := metrictest.Series(fams, "kvroute_sidecar_blocks", gpu), metrictest.Sum(fams, "kvroute_sidecar_blocks", gpu); n != 1 || v != 10 {
+		t.Fatalf("kvroute_sidecar_blocks%v: %d series, %v blocks; want one, 10", gpu, n, v)
 	}
-	m, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(m), `kvroute_sidecar_blocks{engine="`+engine+`",tier="GPU"} 10`) {
-		t.Fatalf("metrics lack the block gauge:\n%s", grepLines(string(m), "kvroute_sidecar_blocks"))
-	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // TestPickerProcess runs the real binaries as a fleet: two engines, a

@@ -97,19 +97,17 @@ func startPrometheus(t *testing.T, scrapes []deploy.Scrape, ruleFile string) *pr
 	cmd := exec.Command(prometheusBinary(t), "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(p.dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
 	startProcess(t, cmd, syscall.SIGTERM, func(out string) { t.Logf("prometheus output:\n%s\nconfiguration:\n%s", out, cfg) })
-	if err := waitFor(30*time.Second, 100*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
 		resp, err := http.Get(p.base + "/-/ready")
 		if err != nil {
-			return err
+			return fmt.Errorf("prometheus not ready: %w", err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
-			return fmt.Errorf("/-/ready: %d", resp.StatusCode)
+			return fmt.Errorf("prometheus not ready: /-/ready: %d", resp.StatusCode)
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("prometheus never became ready: %v", err)
-	}
+	})
 	return p
 }
 
@@ -184,16 +182,17 @@ func (p *promServer) query(expr string) ([]map[string]string, error) {
 func (p *promServer) await(what, expr string, within time.Duration, check func([]map[string]string) error) []map[string]string {
 	p.t.Helper()
 	var last []map[string]string
-	if err := waitFor(within, 250*time.Millisecond, func() error {
+	testnet.Await(p.t, within, 250*time.Millisecond, func() error {
 		r, err := p.query(expr)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %s: %w", what, expr, err)
 		}
 		last = r
-		return check(r)
-	}); err != nil {
-		p.t.Fatalf("%s: %s: %v (last result %v)", what, expr, err, last)
-	}
+		if err := check(r); err != nil {
+			return fmt.Errorf("%s: %s: %w (last result %v)", what, expr, err, r)
+		}
+		return nil
+	})
 	return last
 }
 
@@ -355,23 +354,21 @@ func checkTargets(t *testing.T, p *promServer, f *promFleet) {
 	}
 	var active []promTarget
 	dropped := 0
-	if err := waitFor(30*time.Second, 250*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 250*time.Millisecond, func() error {
 		var err error
 		if active, dropped, err = p.targets(); err != nil {
 			return err
 		}
 		if len(active) != len(want) {
-			return fmt.Errorf("%d active targets, want %d", len(active), len(want))
+			return fmt.Errorf("targets: %d active, want %d (%+v)", len(active), len(want), active)
 		}
 		for _, tg := range active {
 			if tg.Health != "up" {
-				return fmt.Errorf("%s: %s %s", tg.ScrapeURL, tg.Health, tg.LastError)
+				return fmt.Errorf("targets: %s: %s %s", tg.ScrapeURL, tg.Health, tg.LastError)
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("targets: %v (%+v)", err, active)
-	}
+	})
 	for _, tg := range active {
 		if w := want[tg.Labels["pod"]]; !maps.Equal(tg.Labels, w) {
 			t.Errorf("target %s: labels %v, want %v", tg.ScrapeURL, tg.Labels, w)
@@ -409,8 +406,7 @@ func checkRulesLoaded(t *testing.T, p *promServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last string
-	if err := waitFor(20*time.Second, 250*time.Millisecond, func() error {
+	testnet.Await(t, 20*time.Second, 250*time.Millisecond, func() error {
 		rules, err := p.rules()
 		if err != nil {
 			return err
@@ -418,20 +414,17 @@ func checkRulesLoaded(t *testing.T, p *promServer) {
 		var loaded []string
 		for _, r := range rules {
 			if r.Health != "ok" || r.LastEvaluation.IsZero() {
-				last = fmt.Sprintf("%s: health %q %s, evaluated %v", r.Name, r.Health, r.LastError, r.LastEvaluation)
-				return fmt.Errorf("%s", last)
+				return fmt.Errorf("rules: %s: health %q %s, evaluated %v", r.Name, r.Health, r.LastError, r.LastEvaluation)
 			}
 			loaded = append(loaded, r.Name)
 		}
 		for _, a := range alerts {
 			if !slices.Contains(loaded, a.Name) {
-				return fmt.Errorf("%s not loaded (have %v)", a.Name, loaded)
+				return fmt.Errorf("rules: %s not loaded (have %v)", a.Name, loaded)
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("rules: %v", err)
-	}
+	})
 }
 
 // promRule is a rule as Prometheus's rules API lists it.
@@ -471,7 +464,7 @@ func checkDashboard(t *testing.T, p *promServer, f *promFleet) {
 	engines := slices.Sorted(slices.Values(f.urls))
 	pp := parser.NewParser(parser.Options{})
 	var empty []string
-	if err := waitFor(30*time.Second, time.Second, func() error {
+	testnet.Await(t, 30*time.Second, time.Second, func() error {
 		empty = nil
 		withData := map[string]bool{}
 		for _, q := range queries {
@@ -493,7 +486,7 @@ func checkDashboard(t *testing.T, p *promServer, f *promFleet) {
 				}
 				slices.Sort(got)
 				if !slices.Equal(got, engines) {
-					return fmt.Errorf("panel %q: %s: engines %q, want one series for each of %q", q.Panel, q.Expr, got, engines)
+					return fmt.Errorf("dashboard: panel %q: %s: engines %q, want one series for each of %q", q.Panel, q.Expr, got, engines)
 				}
 			}
 		}
@@ -503,12 +496,10 @@ func checkDashboard(t *testing.T, p *promServer, f *promFleet) {
 			}
 		}
 		if len(empty) > 0 {
-			return fmt.Errorf("%d panels with no data", len(empty))
+			return fmt.Errorf("dashboard: %d panels with no data: %q", len(empty), empty)
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("dashboard: %v: %q", err, empty)
-	}
+	})
 }
 
 // groupedBy reports whether expr's outermost aggregation groups by label.
@@ -611,12 +602,15 @@ func checkQuiet(t *testing.T, p *promServer) {
 		}
 		return nil
 	}
-	if err := waitFor(10*time.Second, 250*time.Millisecond, quiet); err != nil {
-		t.Fatalf("alerts on a healthy fleet: %v: %+v", err, held)
-	}
+	testnet.Await(t, 10*time.Second, 250*time.Millisecond, func() error {
+		if err := quiet(); err != nil {
+			return fmt.Errorf("alerts on a healthy fleet: %w: %+v", err, held)
+		}
+		return nil
+	})
 	since := time.Now().Add(5 * time.Second) // five evaluation intervals from here
 	var loud error
-	if err := waitFor(20*time.Second, 250*time.Millisecond, func() error {
+	testnet.Await(t, 20*time.Second, 250*time.Millisecond, func() error {
 		if loud = quiet(); loud != nil {
 			return nil // stop polling: the failure is reported below
 		}
@@ -626,13 +620,11 @@ func checkQuiet(t *testing.T, p *promServer) {
 		}
 		for _, r := range rules {
 			if r.LastEvaluation.Before(since) {
-				return fmt.Errorf("%s last evaluated %v, before %v", r.Name, r.LastEvaluation, since)
+				return fmt.Errorf("the rules were not evaluated five more times: %s last evaluated %v, before %v", r.Name, r.LastEvaluation, since)
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("the rules were not evaluated five more times: %v", err)
-	}
+	})
 	if loud != nil {
 		t.Fatalf("alerts on a healthy fleet, after a quiet evaluation: %v: %+v", loud, held)
 	}
@@ -642,20 +634,16 @@ func checkQuiet(t *testing.T, p *promServer) {
 // (pending or firing) with label = value.
 func awaitAlert(t *testing.T, p *promServer, name, label, value string) {
 	t.Helper()
-	var last any
-	if err := waitFor(30*time.Second, 250*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 250*time.Millisecond, func() error {
 		alerts, err := p.alerts()
 		if err != nil {
 			return err
 		}
-		last = alerts
 		for _, a := range alerts {
 			if a.Labels["alertname"] == name && a.Labels[label] == value && (a.State == "pending" || a.State == "firing") {
 				return nil
 			}
 		}
-		return fmt.Errorf("no %s alert with %s=%q", name, label, value)
-	}); err != nil {
-		t.Fatalf("%v; alerts %+v", err, last)
-	}
+		return fmt.Errorf("no %s alert with %s=%q; alerts %+v", name, label, value, alerts)
+	})
 }

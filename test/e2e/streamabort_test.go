@@ -9,6 +9,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // TestStreamCutBySIGKILL: a chat stream through the picker process whose
@@ -36,7 +38,7 @@ func TestStreamCutBySIGKILL(t *testing.T) {
 	if err := whole.Err(); err != nil || chunks == 0 {
 		t.Fatalf("a whole stream: %d chunks, %v", chunks, err)
 	}
-	if n := f.metric(t, "kvroute_picker_stream_aborts_total", ""); n != 0 {
+	if n := f.metric(t, "kvroute_picker_stream_aborts_total", nil); n != 0 {
 		t.Fatalf("%v aborts after a whole stream", n)
 	}
 
@@ -62,16 +64,14 @@ func TestStreamCutBySIGKILL(t *testing.T) {
 		t.Fatalf("the stream only ended with the test's deadline: %v", err)
 	}
 	t.Logf("the SDK's stream ended %v after SIGKILL: %v", time.Since(killed).Round(time.Millisecond), err)
-	label := fmt.Sprintf(`cause="upstream_error",engine="%s"`, engine)
-	if err := waitFor(5*time.Second, 20*time.Millisecond, func() error {
+	label := map[string]string{"cause": "upstream_error", "engine": engine}
+	testnet.Await(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if got := f.metric(t, "kvroute_picker_stream_aborts_total", label); got != 1 {
-			return fmt.Errorf("kvroute_picker_stream_aborts_total{%s} is %v", label, got)
+			return fmt.Errorf("kvroute_picker_stream_aborts_total%v is %v", label, got)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.metric(t, "kvroute_picker_stream_aborts_total", ""); got != 1 {
+	})
+	if got := f.metric(t, "kvroute_picker_stream_aborts_total", nil); got != 1 {
 		t.Fatalf("%v aborts counted in all, want 1", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -63,19 +64,16 @@ func startStreamPod(t *testing.T, bin, mode string, replay bool) *streamPod {
 		"--gossip-bind", "", "--capacity", "4096", "--log-level", "info")
 	// Wait for the sidecar's first scrape: the baseline the engine's first
 	// request is measured against.
-	err := waitFor(30*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 20*time.Millisecond, func() error {
 		st, err := p.state()
 		if err != nil {
 			return err
 		}
 		if st.StreamState != "unknown" || !strings.Contains(st.StreamReason, "stored no new block") {
-			return fmt.Errorf("state %s: %s", st.StreamState, st.StreamReason)
+			return fmt.Errorf("the sidecar has not scraped the engine: state %s: %s", st.StreamState, st.StreamReason)
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("the sidecar never scraped the engine: %v", err)
-	}
 	return p
 }
 
@@ -117,16 +115,29 @@ func (p *streamPod) request(t *testing.T, n, base int) {
 	}
 }
 
-// gauge returns the sidecar's kvroute_sidecar_stream_state lines.
-func (p *streamPod) gauge(t *testing.T) string {
+// gauge reads the sidecar's kvroute_sidecar_stream_state by state (a
+// state with no series is absent).
+func (p *streamPod) gauge(t *testing.T) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(p.debug + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	fams := metrictest.Families(t, p.debug+"/metrics")
+	out := map[string]float64{}
+	for _, s := range []string{"unknown", "live", "replay_only", "silent", "partial"} {
+		if l := map[string]string{"state": s}; metrictest.Series(fams, "kvroute_sidecar_stream_state", l) > 0 {
+			out[s] = metrictest.Sum(fams, "kvroute_sidecar_stream_state", l)
+		}
 	}
-	m, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return grepLines(string(m), "kvroute_sidecar_stream_state{")
+	return out
+}
+
+// gaugeIs says whether the stream state gauge g has a series for each
+// state of want, at want's value.
+func gaugeIs(g map[string]float64, want map[string]float64) bool {
+	for s, v := range want {
+		if got, ok := g[s]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // transition is one of the sidecar's stream transition log lines (zap's
@@ -157,7 +168,7 @@ func (p *streamPod) transitions(t *testing.T) []transition {
 func (p *streamPod) scrapesPast(t *testing.T, t0 time.Time) podState {
 	t.Helper()
 	var st podState
-	err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
 		var err error
 		if st, err = p.state(); err != nil {
 			return err
@@ -167,9 +178,6 @@ func (p *streamPod) scrapesPast(t *testing.T, t0 time.Time) podState {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return st
 }
 
@@ -195,27 +203,23 @@ func TestStreamMismatchReported(t *testing.T) {
 			t0 := time.Now()
 			p.request(t, 160, 5000) // 10 new blocks
 			var st podState
-			err := waitFor(5*time.Second-time.Since(t0), 20*time.Millisecond, func() error {
+			testnet.Await(t, 5*time.Second-time.Since(t0), 20*time.Millisecond, func() error {
 				var err error
 				if st, err = p.state(); err != nil {
 					return err
 				}
 				if st.StreamState != tc.want {
-					return fmt.Errorf("state %s (%s)", st.StreamState, st.StreamReason)
+					return fmt.Errorf("state %s (%s) after %v", st.StreamState, st.StreamReason, time.Since(t0)) // run logs the sidecar's output
 				}
 				return nil
 			})
 			took := time.Since(t0)
-			if err != nil {
-				t.Fatalf("after %v: %v\n%s", took, err, p.sidecarOut)
-			}
 			t.Logf("%s %v after the engine's first request", tc.want, took.Round(time.Millisecond))
 			if !strings.Contains(st.StreamReason, "--kv-events-mode bind") || !strings.Contains(st.StreamReason, "new blocks") {
 				t.Fatalf("reason %q lacks the hint", st.StreamReason)
 			}
-			g := p.gauge(t)
-			if !strings.Contains(g, `state="`+tc.want+`"} 1`) || !strings.Contains(g, `state="live"} 0`) || !strings.Contains(g, `state="unknown"} 0`) {
-				t.Fatalf("gauge:\n%s", g)
+			if g := p.gauge(t); !gaugeIs(g, map[string]float64{tc.want: 1, "live": 0, "unknown": 0}) {
+				t.Fatalf("gauge %v", g)
 			}
 			var ready map[string]any
 			if err := getJSON(p.debug+"/readyz", &ready); err != nil || ready["ready"] != true {
@@ -249,7 +253,7 @@ func TestStreamBindModeLive(t *testing.T) {
 	// The engine's PUB reconnects to the bound SUB every 100 ms: the first
 	// live batch comes within a few requests.
 	i := 0
-	err := waitFor(10*time.Second, 50*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 50*time.Millisecond, func() error {
 		p.request(t, 64, 100000+1000*i)
 		i++
 		st, err := p.state()
@@ -257,13 +261,10 @@ func TestStreamBindModeLive(t *testing.T) {
 			return err
 		}
 		if st.StreamState != "live" {
-			return fmt.Errorf("state %s (%s)", st.StreamState, st.StreamReason)
+			return fmt.Errorf("never live: state %s (%s)", st.StreamState, st.StreamReason)
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("never live: %v", err)
-	}
 	last := time.Now()
 	for j := 0; j < 5; j++ {
 		p.request(t, 64, 900000+1000*j)
@@ -271,9 +272,8 @@ func TestStreamBindModeLive(t *testing.T) {
 	// Judged on evidence a full window (2.5 s) and more after the last
 	// request.
 	st := p.scrapesPast(t, last.Add(3*time.Second))
-	g := p.gauge(t)
-	if st.StreamState != "live" || !strings.Contains(g, `state="live"} 1`) || !strings.Contains(g, `state="silent"} 0`) {
-		t.Fatalf("state %s (%s); gauge:\n%s", st.StreamState, st.StreamReason, g)
+	if g := p.gauge(t); st.StreamState != "live" || !gaugeIs(g, map[string]float64{"live": 1, "silent": 0}) {
+		t.Fatalf("state %s (%s); gauge %v", st.StreamState, st.StreamReason, g)
 	}
 	// One line, at info: unknown → live.
 	if trs := p.transitions(t); len(trs) != 1 || trs[0].From != "unknown" || trs[0].State != "live" || trs[0].Level != "info" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -97,19 +98,16 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 	// Default flags: the honest endpoint only.
 	picker, admin, out := startPicker("picker-default")
 	var dbg trustDebug
-	err = waitFor(30*time.Second, 100*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
 		dbg = trustDebug{}
 		if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 1 || len(dbg.Refused) != 1 {
-			return fmt.Errorf("%d endpoints, %d refused", len(dbg.Endpoints), len(dbg.Refused))
+			return fmt.Errorf("the picker has not listed the honest endpoint and the refused one: %d endpoints, %d refused", len(dbg.Endpoints), len(dbg.Refused))
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("the picker never listed the honest endpoint and the refused one: %v", err)
-	}
 	if e := dbg.Endpoints[0]; e.Endpoint != honestURL || !strings.HasPrefix(e.Sidecar, "127.0.0.1:") {
 		t.Fatalf("endpoint %+v, want %s", e, honestURL)
 	}
@@ -134,18 +132,19 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 		t.Fatalf("completion: %d from %q, want 200 from %s", resp.StatusCode, resp.Header.Get("x-kvroute-endpoint"), honestURL)
 	}
 	// Counted, and logged once, however often the rogue is asked again.
-	_, metrics, err := get(admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for series, want := range map[string]float64{
-		`kvroute_picker_endpoints_untrusted{reason="remote_endpoint"}`:     1,
-		`kvroute_picker_endpoints_untrusted{reason="unresolved_endpoint"}`: 0,
-		`kvroute_picker_trust_refusals_total{reason="remote_endpoint"}`:    1,
-		`kvroute_picker_endpoints_refused_total`:                           1,
+	fams := metrictest.Families(t, admin+"/metrics")
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"kvroute_picker_endpoints_untrusted", map[string]string{"reason": "remote_endpoint"}, 1},
+		{"kvroute_picker_endpoints_untrusted", map[string]string{"reason": "unresolved_endpoint"}, 0},
+		{"kvroute_picker_trust_refusals_total", map[string]string{"reason": "remote_endpoint"}, 1},
+		{"kvroute_picker_endpoints_refused_total", nil, 1},
 	} {
-		if v, ok := sample(metrics, series); !ok || v != want {
-			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+		if v, ok := sample(fams, c.name, c.labels); !ok || v != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, v, ok, c.want)
 		}
 	}
 	if n := strings.Count(out.String(), "endpoint refused: not trusted from this sidecar"); n != 1 {
@@ -168,29 +167,24 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 
 	// --allow-remote-endpoints covering it: taken and routed.
 	allowed, allowedAdmin, _ := startPicker("picker-allowed", "--allow-remote-endpoints", "198.51.100.0/24,203.0.113.0/24")
-	err = waitFor(30*time.Second, 100*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
 		dbg = trustDebug{}
 		if err := getJSON(allowedAdmin+"/debug/endpoints", &dbg); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 2 || len(dbg.Refused) != 0 {
-			return fmt.Errorf("%d endpoints, %d refused", len(dbg.Endpoints), len(dbg.Refused))
+			return fmt.Errorf("the allowing picker has not taken both endpoints: %d endpoints, %d refused", len(dbg.Endpoints), len(dbg.Refused))
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("the allowing picker never took both endpoints: %v", err)
-	}
-	if err := waitFor(10*time.Second, 100*time.Millisecond, func() error {
+	testnet.Await(t, 10*time.Second, 100*time.Millisecond, func() error {
 		if code, ep := pickFor(t, allowed, rogueModel); code != http.StatusOK || ep != rogueURL {
-			return fmt.Errorf("pick: %d %q", code, ep)
+			return fmt.Errorf("the allowed endpoint is not routed: pick: %d %q", code, ep)
 		}
 		return nil
-	}); err != nil {
-		t.Fatalf("the allowed endpoint is not routed: %v", err)
-	}
-	_, metrics, _ = get(allowedAdmin + "/metrics")
-	if v, ok := sample(metrics, `kvroute_picker_endpoints_untrusted{reason="remote_endpoint"}`); !ok || v != 0 {
+	})
+	fams = metrictest.Families(t, allowedAdmin+"/metrics")
+	if v, ok := sample(fams, "kvroute_picker_endpoints_untrusted", map[string]string{"reason": "remote_endpoint"}); !ok || v != 0 {
 		t.Fatalf("untrusted with the network allowed: %v (present %v)", v, ok)
 	}
 }

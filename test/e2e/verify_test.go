@@ -51,7 +51,7 @@ func startProcessFleet(t *testing.T, bin string, members []member) (string, stri
 	api, admin := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", "127.0.0.1:0", "--join", seed,
 		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
-	err := waitFor(30*time.Second, 100*time.Millisecond, func() error {
+	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
 		var dbg struct {
 			Endpoints []struct{} `json:"endpoints"`
 		}
@@ -59,13 +59,10 @@ func startProcessFleet(t *testing.T, bin string, members []member) (string, stri
 			return err
 		}
 		if len(dbg.Endpoints) != len(members) {
-			return fmt.Errorf("%d endpoints known", len(dbg.Endpoints))
+			return fmt.Errorf("the picker found %d endpoints of %d", len(dbg.Endpoints), len(members))
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("the picker never found the %d endpoints: %v", len(members), err)
-	}
 	return "http://" + api, "http://" + admin
 }
 

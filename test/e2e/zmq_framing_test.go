@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/test/testnet"
 	"github.com/kvroute/kvroute/test/vectors"
 )
 
@@ -70,22 +72,19 @@ func TestZMQLiveFrames(t *testing.T) {
 	}
 	// PUB drops messages until the subscription arrives: publish a probe on
 	// the topic until one gets through (bounded).
-	deadline := time.Now().Add(5 * time.Second)
 	if err := sub.SetRcvtimeo(50 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	testnet.Await(t, 5*time.Second, 10*time.Millisecond, func() error {
 		probe := kvevents.Message{Topic: []byte(topic), Seq: kvevents.EndSeq - 1, Payload: []byte{0x92, 0x00, 0x90}}
 		if _, err := pub.SendMessage(probe.Frames()); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sub.RecvMessageBytes(0); err == nil {
-			break
+		if _, err := sub.RecvMessageBytes(0); err != nil {
+			return fmt.Errorf("the subscription is not live: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("subscription never became live")
-		}
-	}
+		return nil
+	})
 	if err := sub.SetRcvtimeo(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}

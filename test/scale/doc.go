@@ -9,8 +9,9 @@
 // decision load, and the sidecars' outbound bytes for one and four pickers.
 //
 // Contract: everything binds 127.0.0.1 on ports chosen at run time; every
-// wait polls a condition under a deadline (the only fixed waits are the
-// measurement windows themselves); every process started is killed when
+// wait polls a condition under a deadline, through testnet.Await (the only
+// fixed waits are the measurement windows themselves and the pacing of
+// the decision load); every process started is killed when
 // its benchmark ends. Nothing runs without -bench: the package has no
 // tests. See docs/benchmarks.md, "Issue 21:
 // fleet scale", for the commands and the figures.

@@ -1,12 +1,10 @@
 package scale
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -20,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -237,50 +238,53 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
 var metricsClient = &http.Client{Timeout: 5 * time.Second}
 
-// metric reads one sample of the picker's /metrics (the series name with
-// its labels as exposed, e.g. `x_total{kind="snapshot"}`); absent: 0.
-func (p *pickerProc) metric(series string) (float64, error) {
-	resp, err := metricsClient.Get(p.admin + "/metrics")
+// metric is the sum of the series of family name whose labels include
+// labels (nil: all) on the picker's /metrics page; absent: 0.
+func (p *pickerProc) metric(name string, labels map[string]string) (float64, error) {
+	fams, err := metrictest.Fetch(p.admin + "/metrics")
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		}
-	}
-	return 0, sc.Err()
+	return metrictest.Sum(fams, name, labels), nil
 }
 
-const snapshotsApplied = `kvroute_picker_summary_updates_total{kind="snapshot"}`
+// snapshotsApplied is the snapshots the picker has applied.
+func (p *pickerProc) snapshotsApplied() (float64, error) {
+	return p.metric("kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"})
+}
+
+// histogramSum is the sum of the observations of histogram name in fams
+// (metrictest reads a histogram as its count).
+func histogramSum(fams []*dto.MetricFamily, name string) float64 {
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return sum
+}
 
 // awaitSync polls until the picker has applied n snapshots (every
 // endpoint's, once each after a start) and returns the time since the
-// process started; it fails the benchmark past within.
+// process started; it fails the benchmark past within, or at once when
+// the picker exits.
 func (p *pickerProc) awaitSync(n int, within time.Duration) time.Duration {
 	p.b.Helper()
-	deadline := time.Now().Add(within)
-	var last float64
-	var err error
-	for {
+	testnet.Await(p.b, within, 10*time.Millisecond, func() error {
 		select {
 		case <-p.exited:
 			p.b.Fatalf("picker exited:\n%s", p.output())
 		default:
 		}
-		if last, err = p.metric(snapshotsApplied); err == nil && last >= float64(n) {
-			return time.Since(p.started)
+		if last, err := p.snapshotsApplied(); err != nil || last < float64(n) {
+			return fmt.Errorf("picker not synced: %v snapshots of %d (%v)\n%s", last, n, err, p.output())
 		}
-		if time.Now().After(deadline) {
-			p.b.Fatalf("picker not synced within %v: %v snapshots of %d (%v)\n%s", within, last, n, err, p.output())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return time.Since(p.started)
 }
 
 // awaitLoaded polls, once the picker has applied n snapshots
@@ -290,16 +294,13 @@ func (p *pickerProc) awaitSync(n int, within time.Duration) time.Duration {
 func (p *pickerProc) awaitLoaded(n int, within time.Duration) time.Duration {
 	p.b.Helper()
 	p.awaitSync(n, within)
-	deadline := p.started.Add(within)
-	for {
-		if v, err := p.metric("kvroute_picker_snapshot_loads_waiting"); err == nil && v == 0 {
-			return time.Since(p.started)
+	testnet.Await(p.b, time.Until(p.started.Add(within)), 10*time.Millisecond, func() error {
+		if v, err := p.metric("kvroute_picker_snapshot_loads_waiting", nil); err != nil || v != 0 {
+			return fmt.Errorf("snapshots still waiting to be loaded: %v (%v)", v, err)
 		}
-		if time.Now().After(deadline) {
-			p.b.Fatalf("snapshots still waiting to be loaded after %v", within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return time.Since(p.started)
 }
 
 // awaitRoutable polls, once the picker has applied as many snapshots as
@@ -310,7 +311,6 @@ func (p *pickerProc) awaitLoaded(n int, within time.Duration) time.Duration {
 func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) time.Duration {
 	p.b.Helper()
 	p.awaitSync(n, within)
-	deadline := p.started.Add(within)
 	var dbg struct {
 		Endpoints []struct {
 			Endpoint string `json:"endpoint"`
@@ -329,14 +329,10 @@ func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) tim
 		left[f.bySim[e.Endpoint]] = true
 	}
 	// The loads run interleaved and finish close together: one canary at
-	// a time until one is routed, then sweeps of all that are left, so the
-	// check's own decisions hardly compete with the loads.
-	var mu sync.Mutex
+	// a time until one is routed, then (at once) sweeps of all that are
+	// left, so the check's own decisions hardly compete with the loads.
 	sweep := false
-	for len(left) > 0 {
-		if time.Now().After(deadline) {
-			p.b.Fatalf("%d endpoints of %d not routable within %v", len(left), n, within)
-		}
+	testnet.Await(p.b, time.Until(p.started.Add(within)), 10*time.Millisecond, func() error {
 		if !sweep {
 			for i := range left {
 				if p.canaryRouted(f, i) {
@@ -345,36 +341,42 @@ func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) tim
 				}
 				break
 			}
-			if !sweep {
-				time.Sleep(10 * time.Millisecond)
-			}
-			continue
 		}
-		todo := make(chan int, len(left))
-		for i := range left {
-			todo <- i
+		if sweep {
+			p.sweep(f, left)
 		}
-		close(todo)
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range todo {
-					if p.canaryRouted(f, i) {
-						mu.Lock()
-						delete(left, i)
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		wg.Wait()
 		if len(left) > 0 {
-			time.Sleep(10 * time.Millisecond)
+			return fmt.Errorf("%d endpoints of %d not routable", len(left), n)
 		}
-	}
+		return nil
+	})
 	return time.Since(p.started)
+}
+
+// sweep asks for the canary of every endpoint left, four at a time, and
+// removes from left those routed.
+func (p *pickerProc) sweep(f *simFleet, left map[int]bool) {
+	todo := make(chan int, len(left))
+	for i := range left {
+		todo <- i
+	}
+	close(todo)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range todo {
+				if p.canaryRouted(f, i) {
+					mu.Lock()
+					delete(left, i)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // canaryRouted asks the decision API for sidecar i's canary and reports

@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -12,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/test/metrictest"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 var heapProfile = flag.String("scale.heapprofile", "", "BenchmarkPickerHeap: write the heap profile, once the in-process picker is synced, to this file")
@@ -40,13 +43,14 @@ func BenchmarkPickerHeap(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer srv.Close()
-			deadline := time.Now().Add(syncWithin)
-			for snapshots(b, reg) < float64(s.admitted()) || loadsWaiting(b, reg) > 0 {
-				if time.Now().After(deadline) {
-					b.Fatal("not synced")
+			testnet.Await(b, syncWithin, 10*time.Millisecond, func() error {
+				snapshots := metrictest.Gathered(b, reg, "kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"})
+				waiting := metrictest.Gathered(b, reg, "kvroute_picker_snapshot_loads_waiting", nil)
+				if snapshots < float64(s.admitted()) || waiting > 0 {
+					return fmt.Errorf("not synced: %v snapshots of %d, %v loads waiting", snapshots, s.admitted(), waiting)
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return nil
+			})
 			runtime.GC()
 			runtime.ReadMemStats(&after)
 			b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "picker-heap-inuse-MiB")
@@ -64,36 +68,4 @@ func BenchmarkPickerHeap(b *testing.B) {
 			}
 		})
 	}
-}
-
-func snapshots(b *testing.B, reg *prometheus.Registry) float64 {
-	families, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "kvroute_picker_summary_updates_total" {
-			for _, m := range f.Metric {
-				for _, l := range m.Label {
-					if l.GetName() == "kind" && l.GetValue() == "snapshot" {
-						return m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-	}
-	return 0
-}
-
-func loadsWaiting(b *testing.B, reg *prometheus.Registry) float64 {
-	families, err := reg.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "kvroute_picker_snapshot_loads_waiting" {
-			return f.Metric[0].GetGauge().GetValue()
-		}
-	}
-	return 0
 }

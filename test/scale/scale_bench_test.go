@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/picker/fleet"
+	"github.com/kvroute/kvroute/test/metrictest"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
 // shape is a fleet: endpoints spread evenly over models.
@@ -63,10 +65,11 @@ func benchSync(b *testing.B, s shape) {
 	rssAtSync, _ := p.memory()
 	time.Sleep(5 * time.Second) // a measurement window: the memory of a picker in its steady state
 	rss, hwm := p.memory()
-	heap, _ := p.metric("go_memstats_heap_inuse_bytes")
-	heapSys, _ := p.metric("go_memstats_heap_sys_bytes")
-	batchSum, _ := p.metric("kvroute_picker_snapshot_batch_loads_sum")
-	batches, _ := p.metric("kvroute_picker_snapshot_batch_loads_count")
+	fams, _ := metrictest.Fetch(p.admin + "/metrics") // none: the figures read 0
+	heap := metrictest.Sum(fams, "go_memstats_heap_inuse_bytes", nil)
+	heapSys := metrictest.Sum(fams, "go_memstats_heap_sys_bytes", nil)
+	batchSum := histogramSum(fams, "kvroute_picker_snapshot_batch_loads")
+	batches := metrictest.Sum(fams, "kvroute_picker_snapshot_batch_loads", nil) // a histogram: its count
 	var syncs, loads, routables []time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -254,22 +257,22 @@ func BenchmarkPickerFanout(b *testing.B) {
 func awaitSyncAll(b *testing.B, ps []*pickerProc, n int) []time.Duration {
 	b.Helper()
 	out := make([]time.Duration, len(ps))
-	deadline := time.Now().Add(syncWithin)
-	for left := len(ps); left > 0; {
+	left := len(ps)
+	testnet.Await(b, syncWithin, 10*time.Millisecond, func() error {
 		for i, p := range ps {
 			if out[i] != 0 {
 				continue
 			}
-			if v, err := p.metric(snapshotsApplied); err == nil && v >= float64(n) {
+			if v, err := p.snapshotsApplied(); err == nil && v >= float64(n) {
 				out[i] = time.Since(p.started)
 				left--
 			}
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("pickers not synced within %v: %v", syncWithin, out)
+		if left > 0 {
+			return fmt.Errorf("pickers not synced: %v", out)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	slices.Sort(out)
 	return out
 }
