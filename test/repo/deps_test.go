@@ -41,6 +41,9 @@ var cores = []string{
 	"sidecar/index",
 	"sidecar/sequence",
 	"sidecar/streamhealth",
+	"test/enginesim/chat",
+	"test/enginesim/kvcache",
+	"test/enginesim/sched",
 }
 
 // helpers are the test/ packages that exist only for tests; the other
