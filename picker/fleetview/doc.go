@@ -4,7 +4,8 @@
 // stream per sidecar, decodes what arrives into kvroute's own values, and
 // feeds the core, which holds, per identity group and tier, the bit-sliced
 // fleet index (internal/summary.Fleet) of every endpoint's summary plus its
-// last load report.
+// last load report. A View is the picker's Fleet (picker.Fleet) in
+// kvroute picker; picker/localfleet is the same state fed in-process.
 //
 // Contract:
 //   - What is taken, refused, dropped, resynchronised or matched is the
