@@ -215,10 +215,20 @@ func Fetch(url string) ([]*dto.MetricFamily, error) {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("scraping %s: %s: %s", url, resp.Status, b)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	byName, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := Parse(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", url, err)
+	}
+	return fams, nil
+}
+
+// Parse reads a text exposition (a /metrics page's body) with the client
+// library's parser, for a caller that fetches the page itself.
+func Parse(r io.Reader) ([]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	byName, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]*dto.MetricFamily, 0, len(byName))
 	for _, f := range byName {

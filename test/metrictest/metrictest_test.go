@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -183,5 +184,15 @@ func TestLabelValues(t *testing.T) {
 				t.Errorf("%s: LabelValues(%s, %s, %v) = %q, want %q", src, tc.name, tc.label, tc.labels, got, tc.want)
 			}
 		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	fams, err := Parse(strings.NewReader("# TYPE up gauge\nup{job=\"a\"} 1\nup{job=\"b\"} 0\n"))
+	if err != nil || Series(fams, "up", nil) != 2 || Sum(fams, "up", map[string]string{"job": "a"}) != 1 {
+		t.Errorf("Parse: %v %v", fams, err)
+	}
+	if _, err := Parse(strings.NewReader("up{job=\"a\" 1\n")); err == nil {
+		t.Error("a malformed page parsed")
 	}
 }
