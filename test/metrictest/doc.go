@@ -2,11 +2,10 @@
 // client library's own types and parser: from a registry (Gathered), from
 // a /metrics page over HTTP (Scraped, Families, Fetch) or in hand
 // (Parse), or from families already gathered or parsed (Sum, Series,
-// HistogramOf, LabelValues). Every test in the
-// tree reads metrics through it or through prometheus/testutil (ToFloat64
-// on a collector, GatherAndCompare and ScrapeAndCompare against expected
-// exposition text), never with a scanner or a walk of the families of its
-// own.
+// HistogramOf, LabelValues). Every test in the tree reads metrics
+// through it or through prometheus/testutil (ToFloat64 on a collector,
+// GatherAndCompare and ScrapeAndCompare against expected exposition
+// text), never with a scanner of its own.
 //
 // Contract:
 //   - A value is the sum over the family's series whose labels include
