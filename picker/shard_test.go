@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/fleetview"
@@ -72,15 +73,12 @@ func TestShardByModel(t *testing.T) {
 
 	srv := httptest.NewServer(r.AdminHandler(picker.HandlerOptions{}))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/debug/endpoints")
+	resp, err := http.Get(srv.URL + debugapi.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var dbg struct {
-		Endpoints []struct{ Endpoint string }
-		Refused   []struct{ Endpoint, Reason, Model string }
-	}
+	var dbg debugapi.Document
 	if err := json.NewDecoder(resp.Body).Decode(&dbg); err != nil {
 		t.Fatal(err)
 	}

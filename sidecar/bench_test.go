@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -64,24 +66,19 @@ func lagBench(b *testing.B, pace time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != "kvroute_sidecar_event_to_summary_lag_seconds" {
-			continue
-		}
-		h := f.Metric[0].GetHistogram()
-		total := float64(h.GetSampleCount())
-		quantile := func(q float64) float64 {
-			for _, bk := range h.Bucket {
-				if float64(bk.GetCumulativeCount()) >= q*total {
-					return bk.GetUpperBound()
-				}
-			}
-			return -1
-		}
-		b.ReportMetric(quantile(0.5)*1000, "p50-ms≤")
-		b.ReportMetric(quantile(0.99)*1000, "p99-ms≤")
-		b.ReportMetric(h.GetSampleSum()/total*1000, "mean-ms")
+	if metrictest.Series(families, "kvroute_sidecar_event_to_summary_lag_seconds", nil) == 0 {
+		return
 	}
+	h := metrictest.HistogramOf(families, "kvroute_sidecar_event_to_summary_lag_seconds", nil)
+	quantile := func(q float64) float64 {
+		if v := h.Quantile(q); !math.IsInf(v, 1) {
+			return v
+		}
+		return -1 // above the last bound
+	}
+	b.ReportMetric(quantile(0.5)*1000, "p50-ms≤")
+	b.ReportMetric(quantile(0.99)*1000, "p99-ms≤")
+	b.ReportMetric(h.Sum/float64(h.Count)*1000, "mean-ms")
 }
 
 // BenchmarkStreamReport measures the time from an engine's first request

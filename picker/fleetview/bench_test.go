@@ -2,11 +2,11 @@ package fleetview_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/summary"
@@ -145,7 +145,7 @@ func BenchmarkFleetLag64(b *testing.B) {
 
 type counters struct {
 	blocks, payload, wire float64
-	lag                   *dto.Histogram
+	lag                   metrictest.Histogram
 }
 
 // fleetCounters reads the blocks stored and removed on every engine, the
@@ -167,30 +167,24 @@ func fleetCounters(b *testing.B, ps []*pod, picker *prometheus.Registry) counter
 	return c
 }
 
-// pickerLag reads the picker's event-to-routable histogram, its buckets
-// and all (which metrictest, reading values, does not give).
-func pickerLag(b *testing.B, picker *prometheus.Registry) *dto.Histogram {
+// pickerLag reads the picker's event-to-routable histogram.
+func pickerLag(b *testing.B, picker *prometheus.Registry) metrictest.Histogram {
 	families, err := picker.Gather()
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() == "kvroute_picker_event_to_routable_seconds" {
-			return f.Metric[0].GetHistogram()
-		}
+	if metrictest.Series(families, "kvroute_picker_event_to_routable_seconds", nil) == 0 {
+		b.Fatal("no lag histogram")
 	}
-	b.Fatal("no lag histogram")
-	return nil
+	return metrictest.HistogramOf(families, "kvroute_picker_event_to_routable_seconds", nil)
 }
 
 // quantile returns the upper bound of the bucket holding quantile q of the
-// observations made between two reads of a histogram.
-func quantile(before, after *dto.Histogram, q float64) float64 {
-	n := float64(after.GetSampleCount() - before.GetSampleCount())
-	for i, bk := range after.Bucket {
-		if float64(bk.GetCumulativeCount()-before.Bucket[i].GetCumulativeCount()) >= q*n {
-			return bk.GetUpperBound()
-		}
+// observations made between two reads of a histogram (-1: above the last
+// bound).
+func quantile(before, after metrictest.Histogram, q float64) float64 {
+	if v := after.Sub(before).Quantile(q); !math.IsInf(v, 1) {
+		return v
 	}
 	return -1
 }

@@ -67,7 +67,7 @@ func BenchmarkFleetLagSimulated(b *testing.B) {
 		v.Watch(simsidecar.Start(b, simsidecar.Config{Index: i, Params: params, Rate: rate}).Addr())
 	}
 	testnet.Await(b, time.Minute, 50*time.Millisecond, func() error {
-		if n, lags := len(v.Endpoints()), pickerLag(b, reg).GetSampleCount(); n < endpoints || lags < endpoints {
+		if n, lags := len(v.Endpoints()), pickerLag(b, reg).Count; n < endpoints || lags < endpoints {
 			return fmt.Errorf("%d endpoints, %d lags observed", n, lags)
 		}
 		return nil
@@ -78,7 +78,7 @@ func BenchmarkFleetLagSimulated(b *testing.B) {
 	time.Sleep(time.Duration(b.N) * 10 * time.Millisecond)
 	b.StopTimer()
 	after := pickerLag(b, reg)
-	b.ReportMetric(float64(after.GetSampleCount()-before.GetSampleCount())/float64(b.N)/endpoints, "deltas/tick/endpoint")
+	b.ReportMetric(float64(after.Count-before.Count)/float64(b.N)/endpoints, "deltas/tick/endpoint")
 	b.ReportMetric(quantile(before, after, 0.5)*1000, "lag-p50-ms≤")
 	b.ReportMetric(quantile(before, after, 0.99)*1000, "lag-p99-ms≤")
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
 )
 
 // A fleet of real processes (kvroute engine, sidecar and picker, the
@@ -367,13 +369,8 @@ func (f *procFleet) awaitHealthy(ctx context.Context, d time.Duration) error {
 // pickerStates reads each endpoint's state from a picker's
 // /debug/endpoints.
 func pickerStates(ctx context.Context, base string) (map[string]string, error) {
-	var dbg struct {
-		Endpoints []struct {
-			Endpoint string `json:"endpoint"`
-			State    string `json:"state"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(ctx, base+"/debug/endpoints", &dbg); err != nil {
+	var dbg debugapi.Document
+	if err := getJSON(ctx, base+debugapi.Path, &dbg); err != nil {
 		return nil, err
 	}
 	out := map[string]string{}

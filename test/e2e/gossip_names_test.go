@@ -66,25 +66,18 @@ func readGossip(base string) (gossipState, error) {
 }
 
 // nodeInfo reads the name and address of kvroute_gossip_node_info's one
-// series, at 1, into g (labels, which metrictest's sums do not give).
+// series, at 1, into g.
 func nodeInfo(fams []*dto.MetricFamily, g *gossipState) bool {
 	if n := metrictest.Series(fams, "kvroute_gossip_node_info", nil); n != 1 || metrictest.Sum(fams, "kvroute_gossip_node_info", nil) != 1 {
 		return false
 	}
-	for _, f := range fams {
-		if f.GetName() != "kvroute_gossip_node_info" {
-			continue
-		}
-		for _, l := range f.GetMetric()[0].GetLabel() {
-			switch l.GetName() {
-			case "addr":
-				g.addr = l.GetValue()
-			case "name":
-				g.name = l.GetValue()
-			}
-		}
+	addr := metrictest.LabelValues(fams, "kvroute_gossip_node_info", "addr", nil)
+	name := metrictest.LabelValues(fams, "kvroute_gossip_node_info", "name", nil)
+	if len(addr) != 1 || len(name) != 1 {
+		return false
 	}
-	return g.addr != "" && g.name != ""
+	g.addr, g.name = addr[0], name[0]
+	return true
 }
 
 // sample reads the one series of family name whose labels include labels
@@ -126,10 +119,7 @@ func TestSameHostFleetDefaultNames(t *testing.T) {
 		if err != nil || code != 200 {
 			return fmt.Errorf("picker /readyz: %d %q %v", code, body, err)
 		}
-		var dbg struct {
-			Endpoints []struct{} `json:"endpoints"`
-		}
-		if err := getJSON("http://"+admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
+		if dbg, err := debugEndpoints("http://" + admin); err != nil || len(dbg.Endpoints) != 2 {
 			return fmt.Errorf("picker knows %d endpoints (%v)", len(dbg.Endpoints), err)
 		}
 		for _, b := range bases {

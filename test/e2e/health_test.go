@@ -88,14 +88,8 @@ func startHealthFleet(t testing.TB, bin string, n int, engineArgs, sidecarArgs [
 
 // states reads each endpoint's health state from the picker.
 func (f *healthFleet) states() (map[string]string, error) {
-	var dbg struct {
-		Endpoints []struct {
-			Endpoint string `json:"endpoint"`
-			State    string `json:"state"`
-			Reason   string `json:"state_reason"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil {
+	dbg, err := debugEndpoints(f.admin)
+	if err != nil {
 		return nil, err
 	}
 	out := map[string]string{}

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
@@ -175,8 +174,7 @@ func (p *promStore) read(tg target) ([]scraped, error) {
 	if err != nil || resp.StatusCode != 200 {
 		return nil, fmt.Errorf("%s: %d %v", tg.url, resp.StatusCode, err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	families, err := metrictest.Parse(strings.NewReader(string(body)))
 	if err != nil {
 		p.t.Fatalf("%s: %v", tg.url, err)
 	}
@@ -189,11 +187,12 @@ type scraped struct {
 	value  float64
 }
 
-// samples flattens metric families into series as Prometheus stores them
+// flatten turns metric families into series as Prometheus stores them
 // (a histogram as _bucket{le}, _sum and _count).
-func flatten(families map[string]*dto.MetricFamily) []scraped {
+func flatten(families []*dto.MetricFamily) []scraped {
 	var out []scraped
-	for name, f := range families {
+	for _, f := range families {
+		name := f.GetName()
 		for _, m := range f.GetMetric() {
 			ls := map[string]string{}
 			for _, l := range m.GetLabel() {
@@ -212,12 +211,14 @@ func flatten(families map[string]*dto.MetricFamily) []scraped {
 			case dto.MetricType_UNTYPED:
 				out = append(out, scraped{name, ls, m.GetUntyped().GetValue()})
 			case dto.MetricType_HISTOGRAM:
-				h := m.GetHistogram()
-				for _, b := range h.GetBucket() {
-					out = append(out, scraped{name + "_bucket", with("le", fmt.Sprint(b.GetUpperBound())), float64(b.GetCumulativeCount())})
+				h := metrictest.HistogramOf([]*dto.MetricFamily{f}, name, ls) // this series alone: all its labels
+				if n := len(h.Buckets); n == 0 || !math.IsInf(h.Buckets[n-1].UpperBound, 1) {
+					h.Buckets = append(h.Buckets, metrictest.Bucket{UpperBound: math.Inf(1), Count: h.Count})
 				}
-				out = append(out, scraped{name + "_bucket", with("le", "+Inf"), float64(h.GetSampleCount())},
-					scraped{name + "_sum", ls, h.GetSampleSum()}, scraped{name + "_count", ls, float64(h.GetSampleCount())})
+				for _, b := range h.Buckets {
+					out = append(out, scraped{name + "_bucket", with("le", fmt.Sprint(b.UpperBound)), float64(b.Count)})
+				}
+				out = append(out, scraped{name + "_sum", ls, h.Sum}, scraped{name + "_count", ls, float64(h.Count)})
 			case dto.MetricType_SUMMARY:
 				s := m.GetSummary()
 				for _, q := range s.GetQuantile() {
@@ -348,12 +349,8 @@ func TestMonitoringHealthyFleet(t *testing.T) {
 // the picker (its admin surface at admin) lists it.
 func sidecarDebug(t *testing.T, admin string) string {
 	t.Helper()
-	var dbg struct {
-		Endpoints []struct {
-			SidecarDebug string `json:"sidecar_debug"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) == 0 || dbg.Endpoints[0].SidecarDebug == "" {
+	dbg, err := debugEndpoints(admin)
+	if err != nil || len(dbg.Endpoints) == 0 || dbg.Endpoints[0].SidecarDebug == "" {
 		t.Fatalf("the picker's endpoints: %+v %v", dbg, err)
 	}
 	return dbg.Endpoints[0].SidecarDebug
@@ -363,13 +360,8 @@ func sidecarDebug(t *testing.T, admin string) string {
 // of f.urls, as the picker lists them on /debug/endpoints.
 func (f *healthFleet) sidecarAdmins(t *testing.T) []string {
 	t.Helper()
-	var dbg struct {
-		Endpoints []struct {
-			Endpoint     string `json:"endpoint"`
-			SidecarDebug string `json:"sidecar_debug"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil {
+	dbg, err := debugEndpoints(f.admin)
+	if err != nil {
 		t.Fatal(err)
 	}
 	byEngine := map[string]string{}
@@ -428,10 +420,8 @@ func TestAlertSilentStream(t *testing.T) {
 		if st.StreamState != "silent" {
 			return fmt.Errorf("stream %s", st.StreamState)
 		}
-		var dbg struct {
-			Endpoints []struct{ State string } `json:"endpoints"`
-		}
-		if err := getJSON("http://"+admin+"/debug/endpoints", &dbg); err != nil {
+		dbg, err := debugEndpoints("http://" + admin)
+		if err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 1 || dbg.Endpoints[0].State != "load_only" {

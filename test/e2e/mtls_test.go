@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
@@ -65,13 +66,8 @@ func TestMutualTLSProcesses(t *testing.T) {
 	f := startHealthFleet(t, bin, 1, nil,
 		[]string{"--grpc-tls-cert", side.Cert, "--grpc-tls-key", side.Key, "--grpc-client-ca", side.CA},
 		"--sidecar-tls-ca", pick.CA, "--sidecar-tls-cert", pick.Cert, "--sidecar-tls-key", pick.Key)
-	var dbg struct {
-		Endpoints []struct {
-			Sidecar      string `json:"sidecar"`
-			SidecarDebug string `json:"sidecar_debug"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(f.admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 1 {
+	dbg, err := debugEndpoints(f.admin)
+	if err != nil || len(dbg.Endpoints) != 1 {
 		t.Fatalf("%v %+v", err, dbg)
 	}
 	addr, sidecarAdmin := dbg.Endpoints[0].Sidecar, dbg.Endpoints[0].SidecarDebug
@@ -105,23 +101,18 @@ func TestMutualTLSProcesses(t *testing.T) {
 	other := startProcess(t, exec.Command(bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--gossip-bind", "",
 		"--sidecars", addr, "--sidecar-tls-ca", noCert.CA, "--capacity", "4096", "--drain-delay", "0", "--log-level", "info"),
 		syscall.SIGTERM, func(out string) { t.Logf("picker without a client certificate:\n%s", out) })
-	var failing struct {
-		Endpoints []any `json:"endpoints"`
-		Failing   []struct {
-			Sidecar, Reason, Error string
-			Seconds                float64 `json:"seconds_failing"`
-		} `json:"sidecars_failing"`
-	}
+	var failing debugapi.Document
 	testnet.Await(t, 20*time.Second, 50*time.Millisecond, func() error {
-		if err := getJSON("http://"+admin+"/debug/endpoints", &failing); err != nil {
+		var err error
+		if failing, err = debugEndpoints("http://" + admin); err != nil {
 			return err
 		}
-		if len(failing.Failing) != 1 || failing.Failing[0].Seconds < 2 { // a few retries (every 500 ms) in
-			return fmt.Errorf("sidecars failing: %+v", failing.Failing)
+		if len(failing.SidecarsFailing) != 1 || failing.SidecarsFailing[0].SecondsFailing < 2 { // a few retries (every 500 ms) in
+			return fmt.Errorf("sidecars failing: %+v", failing.SidecarsFailing)
 		}
 		return nil
 	})
-	fl := failing.Failing[0]
+	fl := failing.SidecarsFailing[0]
 	if fl.Sidecar != addr || fl.Reason != "tls" || !strings.Contains(fl.Error, "requires a client certificate and none is configured") || len(failing.Endpoints) != 0 {
 		t.Errorf("/debug/endpoints: %+v", failing)
 	}

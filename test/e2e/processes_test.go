@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
@@ -96,6 +97,14 @@ func getJSON(url string, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
+// debugEndpoints reads a picker's /debug/endpoints (admin: its admin base
+// URL) into the one wire type the picker writes it with.
+func debugEndpoints(admin string) (debugapi.Document, error) {
+	var d debugapi.Document
+	err := getJSON(admin+debugapi.Path, &d)
+	return d, err
+}
+
 // TestEngineAndSidecarProcesses runs the real binaries: `kvroute engine`
 // publishing KV events and `kvroute sidecar` following them (with gossip
 // on loopback, the SUB bound and the engine's PUB connecting to it), and
@@ -159,18 +168,13 @@ func TestPickerProcess(t *testing.T) {
 	bin := buildKvroute(t)
 	public, admin := startProcessFleet(t, bin, []member{{}, {}})
 	api := strings.TrimPrefix(public, "http://")
-	var dbg struct {
-		Endpoints []struct {
-			SidecarDebug         string `json:"sidecar_debug"`
-			TokenizerFingerprint string `json:"tokenizer_fingerprint"`
-		} `json:"endpoints"`
-	}
-	if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil || len(dbg.Endpoints) != 2 {
+	dbg, err := debugEndpoints(admin)
+	if err != nil || len(dbg.Endpoints) != 2 {
 		t.Fatalf("%v %+v", err, dbg)
 	}
 	// The admin surface is on the admin port only: the public one answers
 	// 404, saying where it is.
-	for _, path := range []string{"/debug/endpoints", "/metrics", "/readyz"} {
+	for _, path := range []string{debugapi.Path, "/metrics", "/readyz"} {
 		code, body, err := get(public + path)
 		if err != nil || code != http.StatusNotFound || !strings.Contains(body, "--admin-listen") {
 			t.Errorf("public %s: %d %v %s", path, code, err, body)

@@ -13,27 +13,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/gossip"
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
 	"github.com/kvroute/kvroute/test/testnet"
 )
-
-// trustDebug is what the tests read of a picker's /debug/endpoints.
-type trustDebug struct {
-	Endpoints []struct {
-		Endpoint string `json:"endpoint"`
-		Sidecar  string `json:"sidecar"`
-		Model    string `json:"model"`
-	} `json:"endpoints"`
-	Refused []struct {
-		Endpoint string `json:"endpoint"`
-		Sidecar  string `json:"sidecar"`
-		Reason   string `json:"reason"`
-		Since    string `json:"since"`
-		Detail   string `json:"detail"`
-	} `json:"refused"`
-}
 
 // pickFor asks a picker's decision API for a token-id prompt of model
 // (no render call: nothing dials the endpoint) and returns the status and
@@ -97,10 +82,10 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 
 	// Default flags: the honest endpoint only.
 	picker, admin, out := startPicker("picker-default")
-	var dbg trustDebug
+	var dbg debugapi.Document
 	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
-		dbg = trustDebug{}
-		if err := getJSON(admin+"/debug/endpoints", &dbg); err != nil {
+		var err error
+		if dbg, err = debugEndpoints(admin); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 1 || len(dbg.Refused) != 1 {
@@ -168,8 +153,8 @@ func TestRemoteEndpointRefusedAndListed(t *testing.T) {
 	// --allow-remote-endpoints covering it: taken and routed.
 	allowed, allowedAdmin, _ := startPicker("picker-allowed", "--allow-remote-endpoints", "198.51.100.0/24,203.0.113.0/24")
 	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
-		dbg = trustDebug{}
-		if err := getJSON(allowedAdmin+"/debug/endpoints", &dbg); err != nil {
+		var err error
+		if dbg, err = debugEndpoints(allowedAdmin); err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != 2 || len(dbg.Refused) != 0 {

@@ -52,10 +52,8 @@ func startProcessFleet(t *testing.T, bin string, members []member) (string, stri
 	run(t, bin, "picker", "--listen", api, "--admin-listen", admin, "--grpc-listen", "", "--drain-delay", "0", "--gossip-bind", "127.0.0.1:0", "--join", seed,
 		"--node-name", "picker-0", "--capacity", "4096", "--log-level", "warn")
 	testnet.Await(t, 30*time.Second, 100*time.Millisecond, func() error {
-		var dbg struct {
-			Endpoints []struct{} `json:"endpoints"`
-		}
-		if err := getJSON("http://"+admin+"/debug/endpoints", &dbg); err != nil {
+		dbg, err := debugEndpoints("http://" + admin)
+		if err != nil {
 			return err
 		}
 		if len(dbg.Endpoints) != len(members) {

@@ -18,9 +18,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
@@ -253,20 +252,6 @@ func (p *pickerProc) snapshotsApplied() (float64, error) {
 	return p.metric("kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"})
 }
 
-// histogramSum is the sum of the observations of histogram name in fams
-// (metrictest reads a histogram as its count).
-func histogramSum(fams []*dto.MetricFamily, name string) float64 {
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
-	return sum
-}
-
 // awaitSync polls until the picker has applied n snapshots (every
 // endpoint's, once each after a start) and returns the time since the
 // process started; it fails the benchmark past within, or at once when
@@ -311,12 +296,8 @@ func (p *pickerProc) awaitLoaded(n int, within time.Duration) time.Duration {
 func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) time.Duration {
 	p.b.Helper()
 	p.awaitSync(n, within)
-	var dbg struct {
-		Endpoints []struct {
-			Endpoint string `json:"endpoint"`
-		} `json:"endpoints"`
-	}
-	resp, err := metricsClient.Get(p.admin + "/debug/endpoints")
+	var dbg debugapi.Document
+	resp, err := metricsClient.Get(p.admin + debugapi.Path)
 	if err == nil {
 		err = json.NewDecoder(resp.Body).Decode(&dbg)
 		resp.Body.Close()

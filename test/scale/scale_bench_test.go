@@ -68,7 +68,7 @@ func benchSync(b *testing.B, s shape) {
 	fams, _ := metrictest.Fetch(p.admin + "/metrics") // none: the figures read 0
 	heap := metrictest.Sum(fams, "go_memstats_heap_inuse_bytes", nil)
 	heapSys := metrictest.Sum(fams, "go_memstats_heap_sys_bytes", nil)
-	batchSum := histogramSum(fams, "kvroute_picker_snapshot_batch_loads")
+	batchSum := metrictest.HistogramOf(fams, "kvroute_picker_snapshot_batch_loads", nil).Sum
 	batches := metrictest.Sum(fams, "kvroute_picker_snapshot_batch_loads", nil) // a histogram: its count
 	var syncs, loads, routables []time.Duration
 	b.ResetTimer()
