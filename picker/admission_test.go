@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -187,6 +188,8 @@ func TestAdmissionReleaseOrder(t *testing.T) {
 	})
 }
 
+// mustGather is every series of reg in the text exposition format, one
+// line each (what /metrics would show).
 func mustGather(t *testing.T, reg *prometheus.Registry) []string {
 	t.Helper()
 	fams, err := reg.Gather()
@@ -195,9 +198,11 @@ func mustGather(t *testing.T, reg *prometheus.Registry) []string {
 	}
 	var out []string
 	for _, f := range fams {
-		for _, m := range f.Metric {
-			out = append(out, f.GetName()+" "+m.String())
+		var b strings.Builder
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
 		}
+		out = append(out, strings.Split(b.String(), "\n")...)
 	}
 	return out
 }

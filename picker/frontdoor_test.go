@@ -23,45 +23,21 @@ import (
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/simsidecar"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
-// series is the value of the series of name whose labels include want
-// (a counter's or gauge's value, a histogram's count), and whether one
+// series is the sum of the series of name whose labels include want
+// (counters, gauges and histograms' counts), and whether one
 // was found.
 func series(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) (float64, bool) {
 	t.Helper()
-	families, err := reg.Gather()
+	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.Metric {
-			got := map[string]string{}
-			for _, l := range m.Label {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if got[k] != v {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue(), true
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount()), true
-			}
-		}
-	}
-	return 0, false
+	return metrictest.Sum(fams, name, want), metrictest.Series(fams, name, want) > 0
 }
 
 // errorBody is vLLM's error body, field for field.

@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
+	"github.com/kvroute/kvroute/test/metrictest"
 )
 
 func TestSnifferFindsUsage(t *testing.T) {
@@ -96,25 +97,9 @@ func TestForwardIsByteExact(t *testing.T) {
 	}
 }
 
-func testCounter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+func testCounter(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return metrictest.Gathered(t, reg, name, map[string]string{"outcome": outcome})
 }
 
 // TestAccountWithoutDetails: an engine that gives no cached-token details
