@@ -80,6 +80,13 @@ var timeAllowed = []string{"Duration", "Time", "Nanosecond", "Microsecond", "Mil
 // sources parses the non-test Go files of a package directory.
 func sources(t *testing.T, dir string) []*ast.File {
 	t.Helper()
+	_, files := parsedSources(t, dir)
+	return files
+}
+
+// parsedSources is sources with the file set its positions are in.
+func parsedSources(t *testing.T, dir string) (*token.FileSet, []*ast.File) {
+	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(top, dir))
 	if err != nil {
 		t.Fatalf("%s: %v", dir, err)
@@ -97,7 +104,22 @@ func sources(t *testing.T, dir string) []*ast.File {
 		}
 		files = append(files, f)
 	}
-	return files
+	return fset, files
+}
+
+// relToTop is dir (a test's temporary directory) as the rules name
+// package directories: relative to the repository's top, slash-separated.
+func relToTop(t *testing.T, dir string) string {
+	t.Helper()
+	absTop, err := filepath.Abs(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(absTop, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.ToSlash(rel)
 }
 
 // importsOf lists a file's imports with the name each is used under.
@@ -257,15 +279,8 @@ func f(d clock.Duration, t clock.Time) clock.Time { return clock.Now().Add(d) }
 func g() { go f(0, clock.Time{}) }
 `)
 	write("a_test.go", "package a\n\nimport \"os\"\n\nvar _ = os.Args\n")
-	absTop, err := filepath.Abs(top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := filepath.Rel(absTop, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := coreProblems(t, filepath.ToSlash(rel))
+	rel := relToTop(t, dir)
+	got := coreProblems(t, rel)
 	want := []string{"imports net/http", "imports go.uber.org/zap", "picker/fleetview, which is not a core", "uses time.Now", "starts a goroutine"}
 	for _, w := range want {
 		if !slices.ContainsFunc(got, func(p string) bool { return strings.Contains(p, w) }) {
@@ -276,7 +291,7 @@ func g() { go f(0, clock.Time{}) }
 		t.Errorf("a test file's import was held against the package: %q", got)
 	}
 	write("b.go", "package a\n\nimport testpod \"github.com/kvroute/kvroute/test/pod\"\n\nvar _ testpod.Options\n")
-	if got := helperImports("x", sources(t, filepath.ToSlash(rel))); len(got) != 1 || !strings.Contains(got[0], "test/pod") {
+	if got := helperImports("x", sources(t, rel)); len(got) != 1 || !strings.Contains(got[0], "test/pod") {
 		t.Errorf("product code importing test/pod: %q", got)
 	}
 	if slices.ContainsFunc(got, func(p string) bool { return strings.Contains(p, "time.Duration") || strings.Contains(p, "time.Time") }) {

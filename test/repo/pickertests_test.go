@@ -123,15 +123,7 @@ func other() {}
 	if err := writeFile(filepath.Join(dir, "a_test.go"), src); err != nil {
 		t.Fatal(err)
 	}
-	absTop, err := filepath.Abs(top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := filepath.Rel(absTop, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, n := testsReaching(t, filepath.ToSlash(rel), pipelineStarts)
+	got, n := testsReaching(t, relToTop(t, dir), pipelineStarts)
 	if n != 2 || len(got) != 1 || got[0] != "TestA" {
 		t.Errorf("got %v of %d tests, want [TestA] of 2", got, n)
 	}

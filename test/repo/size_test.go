@@ -2,8 +2,6 @@ package repo
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,28 +21,16 @@ var sized = []string{"picker", "sidecar", "test/enginesim"}
 // longer than maxFuncLines, with their lengths.
 func longFuncs(t *testing.T, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(top, dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fset, files := parsedSources(t, dir)
 	var out []string
-	fset := token.NewFileSet()
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(top, dir, name), nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
 			if !ok || fd.Body == nil {
 				continue
 			}
 			if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxFuncLines {
-				out = append(out, dir+"/"+name+": "+fd.Name.Name+" runs "+strconv.Itoa(n)+" lines")
+				out = append(out, fset.Position(fd.Pos()).Filename+": "+fd.Name.Name+" runs "+strconv.Itoa(n)+" lines")
 			}
 		}
 	}
@@ -74,15 +60,7 @@ func TestLongFunctionsCaught(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a_test.go"), []byte(strings.Replace(body, "long()", "longTest()", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	absTop, err := filepath.Abs(top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := filepath.Rel(absTop, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := longFuncs(t, filepath.ToSlash(rel))
+	got := longFuncs(t, relToTop(t, dir))
 	if len(got) != 1 || !strings.Contains(got[0], "long runs 102 lines") {
 		t.Errorf("planted: %q", got)
 	}
