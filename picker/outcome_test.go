@@ -92,14 +92,15 @@ func TestForwardIsByteExact(t *testing.T) {
 		t.Fatalf("headers %v", h)
 	}
 	// Predicted 32 (capped at 32 = (40-1)/16*16), reported 16: wrong pod.
-	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "fewer_cached_than_predicted"); n != 1 {
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "outcome", "fewer_cached_than_predicted"); n != 1 {
 		t.Fatalf("outcome counted %v times", n)
 	}
 }
 
-func testCounter(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
+// testCounter is the value of name{label=value} in reg.
+func testCounter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	return metrictest.Gathered(t, reg, name, map[string]string{"outcome": outcome})
+	return metrictest.Gathered(t, reg, name, map[string]string{label: value})
 }
 
 // TestAccountWithoutDetails: an engine that gives no cached-token details
@@ -110,10 +111,10 @@ func TestAccountWithoutDetails(t *testing.T) {
 	r.m = newMetrics(reg, r)
 	r.account(&Pick{Answer: pickapi.Answer{MatchedTokens: 64}, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
 	r.account(&Pick{Answer: pickapi.Answer{MatchedTokens: 0}, blockSize: 16}, openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100}}`)))
-	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "no_cached_details"); n != 1 {
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "outcome", "no_cached_details"); n != 1 {
 		t.Fatalf("no_cached_details %v", n)
 	}
-	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "fewer_cached_than_predicted"); n != 0 {
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "outcome", "fewer_cached_than_predicted"); n != 0 {
 		t.Fatalf("counted as a wrong pod %v times", n)
 	}
 }

@@ -152,7 +152,7 @@ func TestProxyAbortsCutAnswers(t *testing.T) {
 					if c == tc.cause {
 						want = 1
 					}
-					if n := testCounter(t, reg, "kvroute_picker_stream_aborts_total", c); n != want {
+					if n := testCounter(t, reg, "kvroute_picker_stream_aborts_total", "cause", c); n != want {
 						t.Errorf("%s counted %v times, want %v", c, n, want)
 					}
 				}
