@@ -21,9 +21,12 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/kvroute
 
 ## test: deps, then every unit and integration test with the race detector
+# test/e2e (real processes, about nine minutes, mostly waiting on them) is
+# listed first so that it starts first and the other packages run beside
+# it, not before it: go test starts packages in the order given.
 test: deps
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 15m ./test/e2e/ $$($(GO) list ./... | grep -v '/test/e2e$$')
 
 ## lint: go vet and the pinned staticcheck
 lint: deps
