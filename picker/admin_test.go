@@ -33,6 +33,14 @@ func TestAdminSurface(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// The admin port is ready once the sidecar's endpoint is known (and
+	// /debug/endpoints lists it only from then on).
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if code, body := get(http.MethodGet, admin+"/readyz"); code != http.StatusOK {
+			return fmt.Errorf("admin /readyz: %d %s", code, body)
+		}
+		return nil
+	})
 	adminPaths := map[string]string{
 		"/healthz":             "ok",
 		"/readyz":              "",
@@ -57,13 +65,6 @@ func TestAdminSurface(t *testing.T) {
 			t.Errorf("admin GET %s: %d, want 200 with %q: %.300s", path, code, want, body)
 		}
 	}
-	// The admin port is ready once the sidecar's endpoint is known.
-	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if code, body := get(http.MethodGet, admin+"/readyz"); code != http.StatusOK {
-			return fmt.Errorf("admin /readyz: %d %s", code, body)
-		}
-		return nil
-	})
 	if code, body := get(http.MethodGet, admin+"/debug/no-such-thing"); code != http.StatusNotFound || strings.Contains(body, "admin port") {
 		t.Errorf("admin GET /debug/no-such-thing: %d %s", code, body)
 	}
