@@ -54,6 +54,30 @@ func (e *Engine) resolveModel(name string) (identity, error) {
 	return identity{}, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", name), param: "model"}
 }
 
+// generateBody is a generate request's body (chat, completions,
+// Responses): what every kind names, its model and its cache_salt.
+type generateBody interface {
+	modelAndSalt() (model string, salt *string)
+}
+
+func (c *chatRequest) modelAndSalt() (string, *string)       { return c.Model, c.CacheSalt }
+func (c *completionRequest) modelAndSalt() (string, *string) { return c.Model, c.CacheSalt }
+func (c *responsesRequest) modelAndSalt() (string, *string)  { return c.Model, c.CacheSalt }
+
+// decodeGenerate decodes a generate body into req and runs the checks
+// every kind runs first, in vLLM's order: the body, its cache_salt, then
+// its model.
+func (e *Engine) decodeGenerate(w http.ResponseWriter, r *http.Request, req generateBody) (identity, error) {
+	if err := decodeBody(w, r, req); err != nil {
+		return identity{}, err
+	}
+	model, salt := req.modelAndSalt()
+	if err := checkSalt(salt); err != nil {
+		return identity{}, err
+	}
+	return e.resolveModel(model)
+}
+
 func checkSalt(salt *string) error {
 	if salt != nil && *salt == "" {
 		return &apiError{status: http.StatusBadRequest, msg: "Parameter 'cache_salt' must be a non-empty string if provided.", param: "cache_salt"}

@@ -49,13 +49,7 @@ func (e *Engine) renderChat(req *chatRequest) ([]uint32, error) {
 // prepareChat decodes and checks a chat body, renders it and sizes its
 // output budget, with vLLM's checks in vLLM's order.
 func (e *Engine) prepareChat(w http.ResponseWriter, r *http.Request, req *chatRequest) (identity, []uint32, int, error) {
-	if err := decodeBody(w, r, req); err != nil {
-		return identity{}, nil, 0, err
-	}
-	if err := checkSalt(req.CacheSalt); err != nil {
-		return identity{}, nil, 0, err
-	}
-	id, err := e.resolveModel(req.Model)
+	id, err := e.decodeGenerate(w, r, req)
 	if err != nil {
 		return id, nil, 0, err
 	}

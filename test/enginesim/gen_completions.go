@@ -19,13 +19,7 @@ type completionRequest struct {
 }
 
 func (e *Engine) prepareCompletion(w http.ResponseWriter, r *http.Request, req *completionRequest) (identity, [][]uint32, []int, error) {
-	if err := decodeBody(w, r, req); err != nil {
-		return identity{}, nil, nil, err
-	}
-	if err := checkSalt(req.CacheSalt); err != nil {
-		return identity{}, nil, nil, err
-	}
-	id, err := e.resolveModel(req.Model)
+	id, err := e.decodeGenerate(w, r, req)
 	if err != nil {
 		return id, nil, nil, err
 	}

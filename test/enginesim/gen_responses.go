@@ -46,13 +46,7 @@ func (e *Engine) renderResponses(req *responsesRequest) ([]uint32, error) {
 // prepareResponses decodes and checks a Responses body, renders it and
 // sizes its output budget.
 func (e *Engine) prepareResponses(w http.ResponseWriter, r *http.Request, req *responsesRequest) (identity, []uint32, int, error) {
-	if err := decodeBody(w, r, req); err != nil {
-		return identity{}, nil, 0, err
-	}
-	if err := checkSalt(req.CacheSalt); err != nil {
-		return identity{}, nil, 0, err
-	}
-	id, err := e.resolveModel(req.Model)
+	id, err := e.decodeGenerate(w, r, req)
 	if err != nil {
 		return id, nil, 0, err
 	}
