@@ -36,11 +36,7 @@ func (r *Router) Route(ctx context.Context, kind intake.Kind, body []byte, opt P
 			r.Book(pick, opt, now)
 		}
 	}
-	n := &notes{}
-	if p != nil {
-		n = &p.notes
-	}
-	r.m.observe(n, &d)
+	r.m.observe(&p.notes, &d)
 	return pick, err
 }
 
@@ -48,14 +44,11 @@ func (r *Router) Route(ctx context.Context, kind intake.Kind, body []byte, opt P
 // model to its identity group, and (unless the request goes by load
 // only) get its exact tokens from an engine of the group and key them.
 // It blocks on the render call, bounded by the render timeout and ctx.
-// An error is a refusal for the client; the Prepared returned with it
-// (when not nil) carries what the metrics count of it.
+// An error is a refusal for the client; the Prepared, returned with it
+// too (never nil), carries what the metrics count of it.
 func (r *Router) Prepare(ctx context.Context, kind intake.Kind, body []byte) (*Prepared, error) {
 	p := &Prepared{body: body, kind: kind}
-	if err := r.prepare(ctx, p); err != nil {
-		return p, err
-	}
-	return p, nil
+	return p, r.prepare(ctx, p)
 }
 
 // Admit is a route's admission step: while p's model group is saturated
