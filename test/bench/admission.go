@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // Phased is a load in phases, each sending Poisson arrivals per tenant at
@@ -103,7 +104,7 @@ func (p Phased) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, 
 	for _, ph := range p.Phases {
 		for t := range ph.Load {
 			if _, ok := tenants[t]; !ok {
-				tenants[t] = fmt.Sprintf("Tenant %s shared instructions. ", t) + text(rng, p.SharedTokens)
+				tenants[t] = fmt.Sprintf("Tenant %s shared instructions. ", t) + workload.Text(rng, p.SharedTokens)
 			}
 		}
 	}
@@ -138,7 +139,7 @@ func (p Phased) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome, 
 				}
 			}
 			n++
-			body := map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": tenants[tenant] + fmt.Sprintf("Request %d. ", n) + text(rng, p.UniqueTokens),
+			body := map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": tenants[tenant] + fmt.Sprintf("Request %d. ", n) + workload.Text(rng, p.UniqueTokens),
 				"max_tokens": p.OutputTokens, "cache_salt": "salt-" + tenant}
 			conv, phase := n, i+1
 			wg.Add(1)

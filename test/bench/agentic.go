@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // AgenticPressure is many concurrent agent sessions over a few agent types
@@ -106,17 +107,17 @@ func (a AgenticPressure) plan(rng *rand.Rand) ([]agentType, []*session) {
 	for t := range types {
 		n := 3 + rng.IntN(4)
 		for k := 0; k < n; k++ {
-			name := fmt.Sprintf("agent%d_%s_%d", t, words(rng, 1), k)
+			name := fmt.Sprintf("agent%d_%s_%d", t, workload.Words(rng, 1), k)
 			types[t].toolNames = append(types[t].toolNames, name)
-			types[t].tools = append(types[t].tools, map[string]any{"type": "function", "name": name, "description": text(rng, 20+rng.IntN(40)),
+			types[t].tools = append(types[t].tools, map[string]any{"type": "function", "name": name, "description": workload.Text(rng, 20+rng.IntN(40)),
 				"parameters": map[string]any{"type": "object", "properties": map[string]any{
-					"query": map[string]any{"type": "string", "description": text(rng, 10)},
+					"query": map[string]any{"type": "string", "description": workload.Text(rng, 10)},
 					"limit": map[string]any{"type": "integer"}}, "required": []string{"query"}}})
 		}
 		// The system prompt is the instructions and the tools' block.
 		toolsJSON, _ := json.Marshal(types[t].tools)
 		size := a.SystemMin + rng.IntN(a.SystemMax-a.SystemMin+1)
-		types[t].instructions = fmt.Sprintf("You are agent type %d. ", t) + text(rng, max(100, size-len(chat.Encode(string(toolsJSON)))))
+		types[t].instructions = fmt.Sprintf("You are agent type %d. ", t) + workload.Text(rng, max(100, size-len(chat.Encode(string(toolsJSON)))))
 	}
 	var ss []*session
 	for i := 0; i < a.Sessions; i++ {
@@ -215,7 +216,7 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 		if !c.Wait(ctx, s.start) {
 			return
 		}
-		input = []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", s.id) + text(rng, 60+rng.IntN(200))}}
+		input = []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", s.id) + workload.Text(rng, 60+rng.IntN(200))}}
 	}
 	for ; turn <= s.turns; turn++ {
 		o, answer := c.Responses(ctx, map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": t.instructions, "tools": t.tools,
@@ -227,7 +228,7 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 		}
 		prev = o.Endpoint
 		call := fmt.Sprintf("call_%d_%d", s.id, turn)
-		args := fmt.Sprintf(`{"query":%q,"limit":%d}`, words(rng, 6), 1+rng.IntN(50))
+		args := fmt.Sprintf(`{"query":%q,"limit":%d}`, workload.Words(rng, 6), 1+rng.IntN(50))
 		input = append(input,
 			map[string]any{"type": "message", "role": "assistant", "content": answer},
 			map[string]any{"type": "function_call", "call_id": call, "name": t.toolNames[rng.IntN(len(t.toolNames))], "arguments": args})
@@ -251,7 +252,7 @@ func (a AgenticPressure) runSession(ctx context.Context, c *Client, s *session, 
 
 // toolOutput is a function_call_output item of n tokens.
 func toolOutput(rng *rand.Rand, callID string, n int) map[string]any {
-	return map[string]any{"type": "function_call_output", "call_id": callID, "output": text(rng, n)}
+	return map[string]any{"type": "function_call_output", "call_id": callID, "output": workload.Text(rng, n)}
 }
 
 // Demo is `kvroute demo`'s workload: a short agentic-pressure on four

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // The faults scenario's orchestration: its options, the run (the process
@@ -349,7 +350,7 @@ func (r *faultRun) stop() faultsRun {
 func runFaultSession(ctx context.Context, c *Client, a AgenticPressure, types []agentType, salts []string, rng *rand.Rand, id int, stop *atomic.Int64) []Outcome {
 	t, salt := types[rng.IntN(len(types))], salts[rng.IntN(len(salts))]
 	turns := a.MinTurns + rng.IntN(a.MaxTurns-a.MinTurns+1)
-	input := []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", id) + text(rng, 60+rng.IntN(200))}}
+	input := []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", id) + workload.Text(rng, 60+rng.IntN(200))}}
 	var outs []Outcome
 	prev := ""
 	for turn := 1; turn <= turns && time.Now().UnixNano() < stop.Load(); turn++ {
@@ -362,7 +363,7 @@ func runFaultSession(ctx context.Context, c *Client, a AgenticPressure, types []
 		}
 		prev = o.Endpoint
 		call := fmt.Sprintf("call_%d_%d", id, turn)
-		args := fmt.Sprintf(`{"query":%q,"limit":%d}`, words(rng, 6), 1+rng.IntN(50))
+		args := fmt.Sprintf(`{"query":%q,"limit":%d}`, workload.Words(rng, 6), 1+rng.IntN(50))
 		out := toolOutput(rng, call, a.ToolMin+rng.IntN(a.ToolMax-a.ToolMin+1))
 		input = append(input,
 			map[string]any{"type": "message", "role": "assistant", "content": answer},

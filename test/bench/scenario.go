@@ -11,14 +11,13 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/openai"
-	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // Outcome is one request as the client saw it.
@@ -274,45 +273,6 @@ func (o *Outcome) usage(u openai.Usage) {
 	}
 }
 
-// vocab is the bench's word list.
-var vocab = []string{"cache", "block", "router", "engine", "prefix", "token", "agent", "tool", "policy", "order",
-	"status", "latency", "replica", "summary", "request", "stream", "tenant", "salt", "event", "shard"}
-
-// words returns n pseudo-random words from rng.
-func words(rng *rand.Rand, n int) string {
-	var b strings.Builder
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(word(rng))
-	}
-	return b.String()
-}
-
-func word(rng *rand.Rand) string {
-	w := vocab[rng.IntN(len(vocab))]
-	if rng.IntN(12) == 0 {
-		w += strconv.Itoa(rng.IntN(1000))
-	}
-	return w
-}
-
-// text returns pseudo-random words from rng making n tokens (± one word)
-// for the simulated engine's tokenizer, which splits every word on its own.
-func text(rng *rand.Rand, n int) string {
-	var b strings.Builder
-	for got := 0; got < n; {
-		w := word(rng)
-		if b.Len() > 0 {
-			w = " " + w
-		}
-		got += len(chat.Encode(w))
-		b.WriteString(w)
-	}
-	return b.String()
-}
-
 // SeedContinuation is the seed run's shape in its sequential form
 // (`kvroute bench --scenario seed-continuation --sequential`): two engines
 // and 12 two-turn Responses conversations run one after another as
@@ -341,8 +301,8 @@ func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([
 	}
 	var outcomes []Outcome
 	for conv := 0; conv < n; conv++ {
-		instructions := text(rng, 5800)
-		input := []any{map[string]any{"role": "user", "content": text(rng, 700)}}
+		instructions := workload.Text(rng, 5800)
+		input := []any{map[string]any{"role": "user", "content": workload.Text(rng, 700)}}
 		salt := fmt.Sprintf("conversation-%d-%x", conv, rng.Uint64())
 		body := func() map[string]any {
 			return map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": instructions, "input": input,
@@ -356,7 +316,7 @@ func (s SeedContinuation) Run(ctx context.Context, c *Client, rng *rand.Rand) ([
 		}
 		input = append(input,
 			map[string]any{"role": "assistant", "content": answer},
-			map[string]any{"role": "user", "content": text(rng, 40)}) // a short follow-up, as in the seed run
+			map[string]any{"role": "user", "content": workload.Text(rng, 40)}) // a short follow-up, as in the seed run
 		o2, _ := c.Responses(ctx, body())
 		o2.Conversation, o2.Turn, o2.PrevEndpoint = conv, 2, o1.Endpoint
 		outcomes = append(outcomes, o2)

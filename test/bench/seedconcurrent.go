@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // SeedConcurrent is seed-continuation's default form: the seed run's
@@ -149,8 +150,8 @@ func (s SeedConcurrent) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]O
 // runConversation sends one conversation's two turns.
 func (s SeedConcurrent) runConversation(ctx context.Context, c *Client, cv seedConversation, record func(Outcome)) {
 	rng := rand.New(rand.NewPCG(cv.seed, uint64(cv.id)))
-	instructions := fmt.Sprintf("You are support agent %d. ", cv.id) + text(rng, s.InstructionTokens)
-	input := []any{map[string]any{"role": "user", "content": text(rng, s.InputTokens)}}
+	instructions := fmt.Sprintf("You are support agent %d. ", cv.id) + workload.Text(rng, s.InstructionTokens)
+	input := []any{map[string]any{"role": "user", "content": workload.Text(rng, s.InputTokens)}}
 	salt := fmt.Sprintf("conversation-%d-%016x", cv.id, rng.Uint64())
 	body := func() map[string]any {
 		return map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": instructions, "tools": seedTools, "input": input,
@@ -163,7 +164,7 @@ func (s SeedConcurrent) runConversation(ctx context.Context, c *Client, cv seedC
 		return
 	}
 	call := fmt.Sprintf("call_%d_1", cv.id)
-	name, args := "search_orders", fmt.Sprintf(`{"query":%q,"limit":%d}`, words(rng, 5), 1+rng.IntN(20))
+	name, args := "search_orders", fmt.Sprintf(`{"query":%q,"limit":%d}`, workload.Words(rng, 5), 1+rng.IntN(20))
 	if rng.IntN(2) == 0 {
 		name, args = "read_ticket", fmt.Sprintf(`{"id":"T-%d"}`, rng.IntN(100000))
 	}

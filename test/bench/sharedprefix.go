@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // SharedPrefix is a lookalike of llm-d's shared-prefix benchmark: many
@@ -69,9 +71,9 @@ func (s SharedPrefix) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Out
 	prefixes := make([]string, s.Customers)
 	questions := make([][]string, s.Customers)
 	for i := range prefixes {
-		prefixes[i] = fmt.Sprintf("Customer %d system prompt. ", i) + text(rng, s.PrefixTokens)
+		prefixes[i] = fmt.Sprintf("Customer %d system prompt. ", i) + workload.Text(rng, s.PrefixTokens)
 		for u := 0; u < s.Users; u++ {
-			questions[i] = append(questions[i], fmt.Sprintf("\nUser %d asks: ", u)+text(rng, s.QuestionTokens))
+			questions[i] = append(questions[i], fmt.Sprintf("\nUser %d asks: ", u)+workload.Text(rng, s.QuestionTokens))
 		}
 	}
 	var mu sync.Mutex
