@@ -613,7 +613,7 @@ func (r *Router) pickAny(only map[string]bool, fallbacks int) *Pick {
 		}
 		eps = kept
 	}
-	now := time.Now()
+	now := r.now()
 	urls := decide.RenderOrder(&r.dcfg, eps, now)
 	if len(urls) == 0 {
 		return nil

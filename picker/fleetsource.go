@@ -46,4 +46,4 @@ type fleetDiagnostics interface {
 }
 
 // health judges e at now, as the decision does (Config.Health).
-func (r *Router) health(e *fleet.Endpoint) fleet.Health { return e.HealthAt(time.Now(), r.cfg.Health) }
+func (r *Router) health(e *fleet.Endpoint) fleet.Health { return e.HealthAt(r.now(), r.cfg.Health) }

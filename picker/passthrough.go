@@ -86,7 +86,7 @@ func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
 	if len(eps) == 0 {
 		return nil
 	}
-	now := time.Now()
+	now := r.now()
 	dreq := decide.Request{Request: score.Request{LoadOnly: true, Counter: r.counter.Add(1) - 1}, Exclude: tried}
 	d := decide.Decide(&r.dcfg, dreq, r.snapshot(&Prepared{eps: eps}, now), now)
 	if !d.OK() {
@@ -100,7 +100,7 @@ func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
 // renderer chooses the engine of the group that would render the group's
 // tokens (decide.RenderOrder: routable, least loaded by its last report).
 func (r *Router) renderer(group string, tried map[string]bool) *Pick {
-	return firstUntried(decide.RenderOrder(&r.dcfg, r.groupEndpoints(group), time.Now()), tried)
+	return firstUntried(decide.RenderOrder(&r.dcfg, r.groupEndpoints(group), r.now()), tried)
 }
 
 func firstUntried(urls []string, tried map[string]bool) *Pick {
@@ -127,7 +127,7 @@ func relayPick(endpoint string) *Pick {
 // handleVersion answers GET /version as a routable engine does: vLLM's
 // {"version": …}.
 func (r *Router) handleVersion(w http.ResponseWriter, req *http.Request) {
-	engines := decide.RenderOrder(&r.dcfg, r.fleet.Endpoints(), time.Now())
+	engines := decide.RenderOrder(&r.dcfg, r.fleet.Endpoints(), r.now())
 	r.relay(w, req, intake.Any, "/version", nil, func(tried map[string]bool) (*Pick, error) { return orNone(firstUntried(engines, tried), noEngine()) })
 }
 
@@ -203,7 +203,7 @@ type listed struct {
 // identity groups first, as the directory resolves a name served by
 // several, each group's endpoints by URL.
 func (r *Router) modelLists(req *http.Request) []listed {
-	now := time.Now()
+	now := r.now()
 	var urls []string
 	for _, g := range groupsOf(r.fleet.Endpoints()) {
 		for i := range g.endpoints {

@@ -116,7 +116,7 @@ func (pp *peerPolicy) forgetGone(group string, eps []fleet.Endpoint) {
 
 // peerFirstToken marks a pick's first streamed chunk for its peer
 // policy's booking.
-func (r *Router) peerFirstToken(p *Pick) { r.bookings.peerFirstToken(p, time.Now()) }
+func (r *Router) peerFirstToken(p *Pick) { r.bookings.peerFirstToken(p, r.now()) }
 
 func modelOf(eps []fleet.Endpoint) string {
 	if len(eps) == 0 {
@@ -127,4 +127,4 @@ func modelOf(eps []fleet.Endpoint) string {
 
 // peerDone ends a pick's peer booking: the decision API's, whose request
 // the picker never sees (a peer policy books it and lets it go at once).
-func (r *Router) peerDone(p *Pick) { r.bookings.peerDone(p, time.Now()) }
+func (r *Router) peerDone(p *Pick) { r.bookings.peerDone(p, r.now()) }

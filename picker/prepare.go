@@ -207,7 +207,7 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		}
 		return tokensOf{full: req.TokenIDs, anchor: min(len(req.TokenIDs), r.cfg.AnchorTokens)}, nil
 	}
-	engines := decide.RenderOrder(&r.dcfg, eps, time.Now())
+	engines := decide.RenderOrder(&r.dcfg, eps, r.now())
 	if len(engines) == 0 {
 		return tokensOf{}, errors.New("no healthy engine to render with")
 	}
@@ -295,7 +295,11 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 // call it falls back from. joined: the answer (or failure) was another
 // caller's call.
 func (r *Router) renderShared(ctx context.Context, group string, attempt int, engine string, kind intake.Kind, body []byte) (render.Rendered, bool, error) {
-	call := func(ctx context.Context) (render.Rendered, error) { return r.render.Render(ctx, engine, kind, body) }
+	var rd Renderer = r.render
+	if r.cfg.Renderer != nil {
+		rd = r.cfg.Renderer
+	}
+	call := func(ctx context.Context) (render.Rendered, error) { return rd.Render(ctx, engine, kind, body) }
 	if r.coal == nil {
 		rd, err := call(ctx)
 		return rd, false, err

@@ -30,7 +30,7 @@ func (r *Router) Route(ctx context.Context, kind intake.Kind, body []byte, opt P
 	var pick *Pick
 	var d decide.Decision
 	if err == nil {
-		now := time.Now()
+		now := r.now()
 		pick, d, err = r.decide(p, r.Snapshot(p, opt, now), opt, now)
 		if err == nil {
 			r.Book(pick, opt, now)

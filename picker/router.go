@@ -92,13 +92,30 @@ type Config struct {
 	// RequireTenant refuses a request without TenantHeader (401). It
 	// needs TenantHeader.
 	RequireTenant bool
+	// Clock is the router's time: its decisions, bookings and health
+	// judgements run at Clock(). Default time.Now; the lab passes its
+	// virtual clock. Request timing for metrics and logs stays wall time.
+	Clock func() time.Time
+	// Renderer, when set, renders requests in place of the engines'
+	// render endpoints over HTTP (the lab renders in process, as an engine
+	// would). Default nil: over HTTP, the one field where nil is the
+	// default.
+	Renderer Renderer
+}
+
+// Renderer gets a request's exact tokens from an engine (base, its URL)
+// as the engine's render endpoints answer them (picker/render.Client
+// over HTTP).
+type Renderer interface {
+	Render(ctx context.Context, base string, kind intake.Kind, body []byte) (render.Rendered, error)
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
 		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000,
-		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1, Admission: admit.DefaultConfig(), FairnessHeader: "x-kvroute-tenant"}
+		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1, Admission: admit.DefaultConfig(), FairnessHeader: "x-kvroute-tenant",
+		Clock: time.Now}
 }
 
 // Validate checks c.
@@ -126,6 +143,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Health.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Clock == nil {
+		errs = append(errs, errors.New("router: no clock (DefaultConfig's is time.Now)"))
 	}
 	if err := validResponseHeaders(c.ResponseHeaders); err != nil {
 		errs = append(errs, err)
@@ -232,6 +252,9 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 	r.admit = newAdmission(cfg.Admission, log.Named("admission"), reg, r.admitLoads)
 	return r, nil
 }
+
+// now is the router's time (Config.Clock).
+func (r *Router) now() time.Time { return r.cfg.Clock() }
 
 // SetEngineAPIKey replaces the key the picker's own calls to engines
 // carry (render, model lists): a rotated --engine-api-key-file.
@@ -349,7 +372,7 @@ func (r *Router) prefillDone(p *Pick) {
 
 // Done ends a pick's in-flight record (its request finished).
 func (r *Router) Done(p *Pick) {
-	r.bookings.done(p, time.Now())
+	r.bookings.done(p, r.now())
 	r.admit.poke()
 }
 
@@ -359,7 +382,7 @@ func (r *Router) Done(p *Pick) {
 // fallback's (a peer policy's booking stays where it was made).
 func (r *Router) servedBy(p *Pick, k int) {
 	f := p.fallbacks[k]
-	r.bookings.move(p, f.endpoint, f.uncached, time.Now())
+	r.bookings.move(p, f.endpoint, f.uncached, r.now())
 	p.Endpoint, p.EndpointID, p.MatchedTokens, p.uncached = f.endpoint, endpointID(f.endpoint), f.matched, f.uncached
 	p.MatchedBlocks, p.anotherHeldMore, p.loadOnly = 0, f.anotherHeldMore, f.loadOnly
 	if p.blockSize > 0 {
