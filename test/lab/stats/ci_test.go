@@ -81,7 +81,7 @@ func TestTCritical(t *testing.T) {
 func TestMeanCI(t *testing.T) {
 	nan := math.NaN()
 	five := 2.776445105198 * math.Sqrt(2.5) / math.Sqrt(5) // t(0.975,4)·s/√n, s² = 10/4
-	thirtyOne := make([]float64, 31)                        // 0..30: mean 15, s² = 31·32/12 = 82.67, df 30
+	thirtyOne := make([]float64, 31)                       // 0..30: mean 15, s² = 31·32/12 = 82.67, df 30
 	for i := range thirtyOne {
 		thirtyOne[i] = float64(i)
 	}

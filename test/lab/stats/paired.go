@@ -40,13 +40,9 @@ func PairedRatio(x, best []float64, seed uint64) (Interval, []float64) {
 		return Interval{Mean: math.NaN(), Lo: math.NaN(), Hi: math.NaN()}, ratios
 	}
 	means := make([]float64, Resamples)
-	sample := make([]float64, m)
 	g := pcg{hi: seed}
 	for b := range means {
-		for j := range sample {
-			sample[j] = used[g.intN(uint64(m))]
-		}
-		means[b] = mean(sample)
+		means[b] = resampleMean(used, &g)
 	}
 	slices.Sort(means)
 	return Interval{
@@ -55,6 +51,32 @@ func PairedRatio(x, best []float64, seed uint64) (Interval, []float64) {
 		Hi:   means[rankIndex(Resamples, 0.975)],
 		N:    m,
 	}, ratios
+}
+
+// resampleMean draws len(used) of used with replacement, from g, and is
+// their mean: the sum over the count, clamped to the range of the drawn
+// values (so a constant series resamples to its constant, exactly).
+func resampleMean(used []float64, g *pcg) float64 {
+	n := uint64(len(used))
+	x := used[g.intN(n)]
+	sum, lo, hi := x, x, x
+	for range n - 1 {
+		x = used[g.intN(n)]
+		sum += x
+		if x < lo {
+			lo = x
+		} else if x > hi {
+			hi = x
+		}
+	}
+	m := sum / float64(n)
+	if m < lo {
+		return lo
+	}
+	if m > hi {
+		return hi
+	}
+	return m
 }
 
 // pcg is math/rand/v2's PCG (128-bit LCG state, DXSM output): a copy, as
