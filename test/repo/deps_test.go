@@ -44,6 +44,7 @@ var cores = []string{
 	"test/enginesim/chat",
 	"test/enginesim/kvcache",
 	"test/enginesim/sched",
+	"test/lab/stats",
 }
 
 // helpers are the test/ packages that exist only for tests; the other
