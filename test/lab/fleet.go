@@ -1,0 +1,263 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/internal/kvevents"
+	"github.com/kvroute/kvroute/internal/summary"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/fleet"
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/localfleet"
+	"github.com/kvroute/kvroute/picker/render"
+	"github.com/kvroute/kvroute/sidecar/index"
+	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/enginesim/sched"
+)
+
+// engine is one simulated engine: the scheduler core stepping on the
+// virtual clock, and its sidecar's cores (shared by every picker).
+type engine struct {
+	url     string
+	core    *sched.Scheduler
+	sidecar *localfleet.Sidecar
+	busy    bool // a step is under way or scheduled
+	ticking bool // a summary tick is scheduled
+	phase   time.Duration
+	flights map[sched.ID]*flight
+	served  int
+}
+
+// pickerNode is one picker: the real router over its own in-process
+// fleet state, with its own bookings.
+type pickerNode struct {
+	router *picker.Router
+	fleet  *localfleet.Fleet
+}
+
+// renderer renders as the engines do, in process: every engine of the
+// lab's fleet runs the same configuration, so one front end serves.
+type renderer struct{ front *enginesim.Front }
+
+func (r renderer) Render(_ context.Context, _ string, kind intake.Kind, body []byte) (render.Rendered, error) {
+	g, err := r.front.Prepare(pathOf(kind), body)
+	if err != nil {
+		return render.Rendered{}, &render.RefusedError{Status: enginesim.StatusOf(err), Body: []byte(err.Error())}
+	}
+	return render.Rendered{TokenIDs: g.Prompt, CacheSalt: g.Salt, Via: "lab"}, nil
+}
+
+// pathOf is the generate path of a request kind.
+func pathOf(k intake.Kind) string {
+	switch k {
+	case intake.Chat:
+		return "/v1/chat/completions"
+	case intake.Responses:
+		return "/v1/responses"
+	}
+	return "/v1/completions"
+}
+
+// kindOf is the request kind of a generate path.
+func kindOf(path string) (intake.Kind, error) {
+	switch path {
+	case "/v1/chat/completions":
+		return intake.Chat, nil
+	case "/v1/completions":
+		return intake.Completion, nil
+	case "/v1/responses":
+		return intake.Responses, nil
+	}
+	return 0, fmt.Errorf("lab: no generate path %q", path)
+}
+
+// engineConfig is the lab's engine configuration, as the bench sizes its
+// engines: n blocks, context as long as the cache less a block (at most
+// 32,768) unless set.
+func engineConfig(blocks, maxModelLen int) enginesim.Config {
+	ecfg := enginesim.DefaultConfig()
+	ecfg.NumGPUBlocks = blocks
+	ecfg.MaxModelLen = maxModelLen
+	if ecfg.MaxModelLen == 0 {
+		ecfg.MaxModelLen = min(32768, (blocks-1)*ecfg.BlockSize)
+	}
+	ecfg.EnablePromptTokensDetails = true
+	return ecfg
+}
+
+// build makes the fleet: n engines with their sidecars, and m pickers
+// each following every sidecar.
+func (r *run) build(n, blocks, maxModelLen int) error {
+	ecfg := engineConfig(blocks, maxModelLen)
+	front, err := enginesim.NewFront(ecfg)
+	if err != nil {
+		return err
+	}
+	r.front, r.maxModelLen = front, ecfg.MaxModelLen
+	scfg := front.Sched()
+	scfg.Cache.EmitEvents = true
+	params := summary.ForCapacity(index.DefaultCapacity)
+	now := r.sim.clock()
+	for i := 0; i < n; i++ {
+		core, err := sched.New(scfg)
+		if err != nil {
+			return err
+		}
+		url := fmt.Sprintf("lab://engine-%04d", i)
+		id := fleet.Identity{Endpoint: url, Model: ecfg.Model, BlockSize: ecfg.BlockSize, NumGPUBlocks: ecfg.NumGPUBlocks,
+			HashAlgo: ecfg.HashAlgo, KeyFormat: blockkey.FormatV1, TokenizerFingerprint: "lab"}
+		sc, err := localfleet.NewSidecar(id, params)
+		if err != nil {
+			return err
+		}
+		e := &engine{url: url, core: core, sidecar: sc, flights: map[sched.ID]*flight{},
+			phase: time.Duration(i) * r.cfg.Delays.LoadPeriod / time.Duration(n)}
+		r.engines = append(r.engines, e)
+		r.byURL[url] = e
+	}
+	for k := 0; k < r.cfg.Pickers; k++ {
+		p, err := r.newPicker(params, front, k)
+		if err != nil {
+			return err
+		}
+		for _, e := range r.engines {
+			if err := p.fleet.Register(e.sidecar.Identity(), now); err != nil {
+				return err
+			}
+		}
+		r.pickers = append(r.pickers, p)
+	}
+	return nil
+}
+
+// newPicker is picker k: a router as kvroute picker runs it, over an
+// in-process fleet on the virtual clock, rendering in process; admission
+// off (policy comparisons run without it).
+func (r *run) newPicker(params summary.Params, front *enginesim.Front, k int) (*pickerNode, error) {
+	lcfg := localfleet.DefaultConfig()
+	lcfg.Params, lcfg.Clock = params, r.sim.clock
+	lf, err := localfleet.New(lcfg)
+	if err != nil {
+		return nil, err
+	}
+	pcfg := picker.DefaultConfig()
+	pcfg.Score.Policy = r.cfg.Policy
+	pcfg.Clock, pcfg.Renderer, pcfg.AccessLog = r.sim.clock, renderer{front}, 0
+	pcfg.PolicySeed = r.seed*1009 + uint64(k)
+	pcfg.Admission.MaxWaiting, pcfg.Admission.MaxKVUsage, pcfg.Admission.MaxPrefillTokens = 0, 0, 0
+	if r.cfg.Tune != nil {
+		r.cfg.Tune(&pcfg)
+	}
+	lcfg.Health = pcfg.Health
+	router, err := picker.NewRouter(pcfg, lf, zap.NewNop(), prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	return &pickerNode{router: router, fleet: lf}, nil
+}
+
+// kick starts e stepping if it is idle.
+func (r *run) kick(e *engine) {
+	if !e.busy {
+		e.busy = true
+		r.sim.after(0, func() { r.step(e) })
+	}
+}
+
+// step runs one engine step at now; its outcome lands at its end, when
+// the next step starts.
+func (r *run) step(e *engine) {
+	st := e.core.Step(r.sim.now)
+	if st.Scheduled == 0 && st.Duration == 0 {
+		e.busy = false
+		return
+	}
+	r.sim.after(st.Duration, func() {
+		r.stepped(e, st)
+		r.step(e)
+	})
+}
+
+// stepped publishes a step's events to the sidecar and its tokens to the
+// pickers and clients, as the engine does at the step's end.
+func (r *run) stepped(e *engine, st sched.Step) {
+	if len(st.Events) > 0 {
+		b := kvevents.Batch{TS: r.sim.now.Seconds(), Events: st.Events}
+		r.sim.after(r.cfg.Delays.EventToIndex, func() {
+			if err := e.sidecar.Apply(&b, r.sim.clock()); err != nil {
+				r.fail(fmt.Errorf("%s: sidecar: %w", e.url, err))
+			}
+			r.tick(e)
+		})
+	}
+	for _, u := range st.Updates {
+		f := e.flights[u.ID]
+		if f == nil {
+			continue
+		}
+		r.token(f, u)
+		if u.Finish != "" {
+			delete(e.flights, u.ID)
+		}
+	}
+}
+
+// tick sends e's summary changes at its sidecar's next delta tick.
+func (r *run) tick(e *engine) {
+	if e.ticking {
+		return
+	}
+	e.ticking = true
+	di := r.cfg.Delays.DeltaInterval
+	next := (r.sim.now/di + 1) * di
+	r.sim.at(next, func() {
+		e.ticking = false
+		ups := e.sidecar.Take()
+		if len(ups) == 0 {
+			return
+		}
+		r.sim.after(r.cfg.Delays.SummaryToPicker, func() {
+			for _, p := range r.pickers {
+				r.receive(p, e, ups)
+			}
+		})
+	})
+}
+
+// receive hands a picker's fleet a sidecar's updates; one out of order
+// is followed by the sidecar's snapshots, as a restarted stream is.
+func (r *run) receive(p *pickerNode, e *engine, ups []localfleet.Update) {
+	now := r.sim.clock()
+	for _, u := range ups {
+		if err := p.fleet.Receive(u, now); err != nil {
+			r.resyncs++
+			for _, s := range e.sidecar.Snapshots() {
+				if err := p.fleet.Receive(s, now); err != nil {
+					r.fail(fmt.Errorf("%s: resync: %w", e.url, err))
+				}
+			}
+			return
+		}
+	}
+}
+
+// reportLoads gives every picker each engine's load, every LoadPeriod
+// (each engine at its own phase), while the run is live.
+func (r *run) reportLoads(e *engine) {
+	l := e.core.Load()
+	load := fleet.Load{Waiting: float64(l.Waiting), Running: float64(l.Running), KVCacheUsage: l.KVUsage}
+	r.sim.after(r.cfg.Delays.SummaryToPicker, func() {
+		for _, p := range r.pickers {
+			p.fleet.SetLoad(e.url, load, r.sim.clock())
+		}
+	})
+	if r.live() {
+		r.sim.after(r.cfg.Delays.LoadPeriod, func() { r.reportLoads(e) })
+	}
+}

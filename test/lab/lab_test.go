@@ -1,0 +1,102 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/workload"
+)
+
+// convos is a small test scenario: conversations of a few chat turns over
+// shared system prompts, each turn carrying the answers before it.
+type convos struct {
+	n, turns, engines int
+}
+
+func (c convos) Name() string          { return "test-convos" }
+func (c convos) Fleet() workload.Fleet { return workload.Fleet{Engines: c.engines, GPUBlocks: 1024} }
+func (c convos) SLO() time.Duration    { return time.Second }
+func (c convos) Plan(o workload.Options) (workload.Plan, error) {
+	rng := rand.New(rand.NewPCG(o.Seed, 1))
+	systems := []string{workload.Text(rng, 600), workload.Text(rng, 800)}
+	var p workload.Plan
+	for i := 0; i < c.n; i++ {
+		s := &convo{id: i, turns: c.turns, system: systems[i%2], rng: rand.New(rand.NewPCG(o.Seed, uint64(i)+10))}
+		p.Sessions = append(p.Sessions, workload.Planned{Start: time.Duration(float64(i) * float64(200*time.Millisecond) / max(o.Rate, 1e-9)), Session: s})
+	}
+	return p, nil
+}
+
+type convo struct {
+	id, turns, turn int
+	system          string
+	msgs            []map[string]any
+	rng             *rand.Rand
+}
+
+func (c *convo) Next(prev *workload.Answer) (workload.Request, time.Duration, bool) {
+	if prev != nil {
+		if !prev.OK || c.turn == c.turns {
+			return workload.Request{}, 0, true
+		}
+		c.msgs = append(c.msgs, map[string]any{"role": "assistant", "content": prev.Text})
+	} else {
+		c.msgs = []map[string]any{{"role": "system", "content": c.system}}
+	}
+	c.turn++
+	c.msgs = append(c.msgs, map[string]any{"role": "user", "content": workload.Text(c.rng, 100+c.rng.IntN(200))})
+	body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "messages": c.msgs, "max_tokens": 16, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}})
+	wait := time.Duration(0)
+	if prev != nil {
+		wait = 300 * time.Millisecond
+	}
+	return workload.Request{Path: "/v1/chat/completions", Body: body, Conversation: c.id, Turn: c.turn}, wait, false
+}
+
+func TestRunSmall(t *testing.T) {
+	for _, pol := range []score.Policy{score.Precise, score.RoundRobin, score.Dynamo, score.LLMD, score.SGLang, score.LLMDPrecise} {
+		t.Run(string(pol), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Policy = pol
+			outs, err := Run(cfg, convos{n: 12, turns: 4, engines: 4}, workload.Options{Seed: 1, Rate: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(outs) != 48 {
+				t.Fatalf("%d outcomes, want 48", len(outs))
+			}
+			var prompt, cached int
+			for _, o := range outs {
+				if !o.OK() {
+					t.Fatalf("not OK: %+v", o)
+				}
+				prompt += o.PromptTokens
+				cached += o.CachedTokens
+			}
+			t.Logf("%s: hit %.3f", pol, float64(cached)/float64(prompt))
+		})
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Pickers = 2
+	a, err := Run(cfg, convos{n: 10, turns: 3, engines: 3}, workload.Options{Seed: 5, Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(cfg, convos{n: 10, turns: 3, engines: 3}, workload.Options{Seed: 5, Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two runs of the same inputs differ")
+	}
+	fmt.Sprint()
+}

@@ -1,0 +1,329 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/enginesim/sched"
+	"github.com/kvroute/kvroute/test/workload"
+)
+
+// Outcome is one request as the client saw it, in simulated time.
+type Outcome struct {
+	Conversation int    `json:"conversation"`
+	Turn         int    `json:"turn"`
+	Step         int    `json:"step,omitempty"`
+	Picker       int    `json:"picker"`
+	Endpoint     string `json:"endpoint,omitempty"`
+	PrevEndpoint string `json:"prev_endpoint,omitempty"`
+	// Status is the answer's HTTP status (200, or the refusal's).
+	Status       int           `json:"status"`
+	PromptTokens int           `json:"prompt_tokens"`
+	CachedTokens int           `json:"cached_tokens"`
+	Start        time.Duration `json:"start_ns"`
+	TTFT         time.Duration `json:"ttft_ns"` // to the first output token at the client
+	End          time.Duration `json:"end_ns"`
+}
+
+// OK: the request completed.
+func (o *Outcome) OK() bool { return o.Status == http.StatusOK }
+
+// run is one lab run: a fleet, a plan, the virtual clock.
+type run struct {
+	cfg         Config
+	seed        uint64
+	sim         sim
+	rng         *rand.Rand // the Service's spread over the pickers
+	front       *enginesim.Front
+	maxModelLen int
+	engines     []*engine
+	byURL       map[string]*engine
+	pickers     []*pickerNode
+	sessions    []*session
+	active      int // sessions not over
+	inflight    int
+	nextID      sched.ID
+	outcomes    []*Outcome
+	last        map[int]lastTurn // conversation → its latest answered turn
+	resyncs     int
+	err         error
+}
+
+type lastTurn struct {
+	turn     int
+	endpoint string
+}
+
+// session is a planned session as the run drives it.
+type session struct {
+	idx     int
+	s       workload.Session
+	turn    int // the turn of the request in flight or last answered
+	over    bool
+	waiters []waiter
+}
+
+type waiter struct{ session, turn int }
+
+// flight is one request between its send and its end.
+type flight struct {
+	sess   *session
+	req    workload.Request
+	kind   intake.Kind
+	out    *Outcome
+	picker *pickerNode
+	pick   *picker.Pick
+	tokens []uint32
+	first  bool
+}
+
+func (r *run) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *run) live() bool { return r.active > 0 || r.inflight > 0 }
+
+// Run runs scenario s's plan for o through the fleet cfg describes, in
+// virtual time, and returns every request's outcome in the order they
+// were sent. An error means the run failed (a component refused what it
+// must accept, or the horizon passed).
+func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := s.Fleet()
+	n, blocks := cfg.Engines, cfg.GPUBlocks
+	if n == 0 {
+		n = f.Engines
+	}
+	if blocks == 0 {
+		blocks = f.GPUBlocks
+	}
+	maxLen := cfg.MaxModelLen
+	if maxLen == 0 {
+		maxLen = f.MaxModelLen
+	}
+	r := &run{cfg: cfg, seed: o.Seed, byURL: map[string]*engine{}, last: map[int]lastTurn{},
+		sim: sim{base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
+		rng: rand.New(rand.NewPCG(o.Seed, 0x6c6162))}
+	if err := r.build(n, blocks, maxLen); err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, p := range r.pickers {
+			p.router.Close()
+		}
+	}()
+	o.MaxModelLen = r.maxModelLen
+	plan, err := s.Plan(o)
+	if err != nil {
+		return nil, err
+	}
+	r.start(plan)
+	for _, e := range r.engines {
+		r.sim.at(e.phase, func() { r.reportLoads(e) })
+	}
+	if !r.sim.run(cfg.Horizon) {
+		return nil, fmt.Errorf("lab: the run passed its horizon of %v of simulated time with %d sessions going", cfg.Horizon, r.active)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.inflight > 0 {
+		return nil, fmt.Errorf("lab: %d requests never finished", r.inflight)
+	}
+	out := make([]Outcome, len(r.outcomes))
+	for i, o := range r.outcomes {
+		out[i] = *o
+	}
+	return out, nil
+}
+
+// start schedules the plan's sessions.
+func (r *run) start(plan workload.Plan) {
+	for i, p := range plan.Sessions {
+		r.sessions = append(r.sessions, &session{idx: i, s: p.Session})
+	}
+	r.active = len(r.sessions)
+	for i, p := range plan.Sessions {
+		s := r.sessions[i]
+		if p.After != nil && p.After.Session >= 0 && p.After.Session < len(r.sessions) && p.After.Session != i {
+			parent := r.sessions[p.After.Session]
+			parent.waiters = append(parent.waiters, waiter{session: i, turn: p.After.Turn})
+			continue
+		}
+		r.sim.at(p.Start, func() { r.next(s, nil) })
+	}
+}
+
+// next hands s the answer to its last request (nil before the first) and
+// sends what it asks next, after its wait.
+func (r *run) next(s *session, prev *workload.Answer) {
+	req, wait, done := s.s.Next(prev)
+	if prev != nil {
+		r.release(s, false)
+	}
+	if done {
+		s.over = true
+		r.active--
+		r.release(s, true)
+		return
+	}
+	r.sim.after(wait, func() { r.send(s, req) })
+}
+
+// release starts the sessions waiting on s's turns answered so far (all
+// of them when s is over).
+func (r *run) release(s *session, all bool) {
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if all || w.turn <= s.turn {
+			b := r.sessions[w.session]
+			r.sim.after(0, func() { r.next(b, nil) })
+			continue
+		}
+		kept = append(kept, w)
+	}
+	s.waiters = kept
+}
+
+// send sends a session's request through a picker chosen at random.
+func (r *run) send(s *session, req workload.Request) {
+	s.turn = req.Turn
+	o := &Outcome{Conversation: req.Conversation, Turn: req.Turn, Step: req.Step, Start: r.sim.now, PrevEndpoint: req.Prev}
+	if o.PrevEndpoint == "" && req.Turn > 1 {
+		o.PrevEndpoint = r.last[req.Conversation].endpoint
+	}
+	o.Picker = r.rng.IntN(len(r.pickers))
+	r.outcomes = append(r.outcomes, o)
+	r.inflight++
+	f := &flight{sess: s, req: req, out: o, picker: r.pickers[o.Picker]}
+	kind, err := kindOf(req.Path)
+	if err != nil {
+		r.fail(err)
+		r.answer(f, http.StatusNotFound)
+		return
+	}
+	f.kind = kind
+	r.sim.after(r.cfg.Delays.Render, func() { r.decide(f) })
+}
+
+// decide is the picker's route, its five steps at one virtual instant
+// (the render's time was the wait before it).
+func (r *run) decide(f *flight) {
+	rt := f.picker.router
+	now := r.sim.clock()
+	opt := picker.PickOptions{Carried: true}
+	p, err := rt.Prepare(context.Background(), f.kind, f.req.Body)
+	if err != nil {
+		r.answer(f, statusOf(err))
+		return
+	}
+	pick, err := rt.Decide(p, rt.Snapshot(p, opt, now), opt, now)
+	if err != nil {
+		r.answer(f, statusOf(err))
+		return
+	}
+	rt.Book(pick, opt, now)
+	f.pick = pick
+	e := r.byURL[pick.Endpoint]
+	if e == nil {
+		r.fail(fmt.Errorf("lab: the picker chose %q, no engine of the fleet", pick.Endpoint))
+		r.answer(f, http.StatusBadGateway)
+		return
+	}
+	f.out.Endpoint = e.url
+	r.sim.after(r.cfg.Delays.Hop, func() { r.arrive(e, f) })
+}
+
+// arrive puts f in engine e, as the engine's HTTP front end does.
+func (r *run) arrive(e *engine, f *flight) {
+	g, err := r.front.Prepare(f.req.Path, f.req.Body)
+	if err != nil {
+		r.back(f, func() { r.done(f, enginesim.StatusOf(err)) })
+		return
+	}
+	r.nextID++
+	id := r.nextID
+	if err := e.core.Add(sched.Request{ID: id, Prompt: g.Prompt, LoRA: g.LoRA, LoraID: g.LoraID, Salt: g.Salt,
+		MaxTokens: g.MaxTokens, IgnoreEOS: g.IgnoreEOS}, r.sim.now); err != nil {
+		r.back(f, func() { r.done(f, http.StatusBadRequest) })
+		return
+	}
+	e.flights[id] = f
+	e.served++
+	f.out.PromptTokens = len(g.Prompt)
+	if f.kind == intake.Responses {
+		// response.created goes out at once: the picker's first byte.
+		r.back(f, func() { f.picker.router.FirstChunk(f.pick, r.sim.clock()) })
+	}
+	r.kick(e)
+}
+
+// back runs fn when what the engine sent now reaches the picker (and the
+// client: the client's own hop to the picker is not modelled).
+func (r *run) back(f *flight, fn func()) { r.sim.after(r.cfg.Delays.Hop, fn) }
+
+// token is one output token of f from its engine's step.
+func (r *run) token(f *flight, u sched.Update) {
+	f.tokens = append(f.tokens, u.Token)
+	if u.First {
+		f.out.CachedTokens = u.CachedTokens
+		r.back(f, func() {
+			now := r.sim.clock()
+			f.out.TTFT = r.sim.now - f.out.Start
+			if f.kind != intake.Responses {
+				f.picker.router.FirstChunk(f.pick, now)
+			}
+			f.picker.router.FirstToken(f.pick, now)
+		})
+	}
+	if u.Finish != "" {
+		r.back(f, func() { r.done(f, http.StatusOK) })
+	}
+}
+
+// done ends f at the picker and answers its client.
+func (r *run) done(f *flight, status int) {
+	if f.pick != nil {
+		f.picker.router.Done(f.pick)
+	}
+	r.answer(f, status)
+}
+
+// answer ends f for its client with status and hands its session the
+// answer.
+func (r *run) answer(f *flight, status int) {
+	o := f.out
+	o.Status, o.End = status, r.sim.now
+	if o.TTFT == 0 && status == http.StatusOK {
+		o.TTFT = o.End - o.Start
+	}
+	r.inflight--
+	a := &workload.Answer{Endpoint: o.Endpoint, PromptTokens: o.PromptTokens, OK: status == http.StatusOK}
+	if a.OK {
+		a.Text = enginesim.Text(f.tokens)
+		if lt := r.last[o.Conversation]; o.Turn > lt.turn {
+			r.last[o.Conversation] = lastTurn{turn: o.Turn, endpoint: o.Endpoint}
+		}
+	}
+	r.next(f.sess, a)
+}
+
+// statusOf is a refusal's HTTP status.
+func statusOf(err error) int {
+	var ie *intake.Error
+	if errors.As(err, &ie) {
+		return ie.Status
+	}
+	return http.StatusInternalServerError
+}
