@@ -109,7 +109,7 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 		if err != nil {
 			return err
 		}
-		url := fmt.Sprintf("lab://engine-%04d", i)
+		url := engineURL(i)
 		id := fleet.Identity{Endpoint: url, Model: ecfg.Model, BlockSize: ecfg.BlockSize, NumGPUBlocks: ecfg.NumGPUBlocks,
 			HashAlgo: ecfg.HashAlgo, KeyFormat: blockkey.FormatV1, TokenizerFingerprint: "lab"}
 		sc, err := localfleet.NewSidecar(id, params)
@@ -261,3 +261,7 @@ func (r *run) reportLoads(e *engine) {
 		r.sim.after(r.cfg.Delays.LoadPeriod, func() { r.reportLoads(e) })
 	}
 }
+
+// engineURL names engine i. The scheme is no network's: nothing in the
+// lab dials an engine.
+func engineURL(i int) string { return fmt.Sprintf("lab://engine-%04d", i) }

@@ -1,8 +1,8 @@
 package lab
 
 import (
+	"bytes"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -98,5 +98,31 @@ func TestDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs of the same inputs differ")
 	}
-	fmt.Sprint()
+}
+
+// TestSweepBytes: a sweep's results.json is byte-identical run to run,
+// whatever the number of workers, and compares against the best peer.
+func TestSweepBytes(t *testing.T) {
+	s := Sweep{Scenario: convos{n: 8, turns: 3, engines: 3}, Policies: []string{"precise", "dynamo", "sglang"},
+		Seeds: []uint64{1, 2, 3}, Rates: []float64{1, 4}, Fleet: DefaultConfig()}
+	var out [][]byte
+	for _, w := range []int{1, 3} {
+		s.Workers = w
+		r, err := RunSweep(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+		if len(r.Runs) != 18 || len(r.Summary) != 6 || len(r.Goodput) != 3 || len(r.VsBestPeer) != 3*4*2 {
+			t.Fatalf("runs %d, summaries %d, goodput %d, ratios %d", len(r.Runs), len(r.Summary), len(r.Goodput), len(r.VsBestPeer))
+		}
+		t.Log("\n" + Table(r))
+	}
+	if !bytes.Equal(out[0], out[1]) {
+		t.Fatal("results.json differs between two runs of the same inputs")
+	}
 }

@@ -1,0 +1,153 @@
+package lab
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvroute/kvroute/test/lab/stats"
+)
+
+// Num is a figure in results.json: a number, or null when undefined
+// (NaN or infinite).
+type Num float64
+
+// MarshalJSON writes n, null when it is not finite, with the shortest
+// representation that reads back exactly.
+func (n Num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+// Figures are one run's figures, as the bench defines them: the hit rate
+// is the cached share of the prompt tokens of the requests that
+// completed; TTFTs are of those requests, in milliseconds of simulated
+// time, to the first output token at the client.
+type Figures struct {
+	Requests  int `json:"requests"`
+	Completed int `json:"completed"`
+	// Refused429 counts 429 answers; Failed every other non-200.
+	Refused429 int `json:"refused_429"`
+	Failed     int `json:"failed"`
+	HitRate    Num `json:"hit_rate"`
+	TTFTMean   Num `json:"ttft_mean_ms"`
+	TTFTP50    Num `json:"ttft_p50_ms"`
+	TTFTP90    Num `json:"ttft_p90_ms"`
+	TTFTP99    Num `json:"ttft_p99_ms"`
+	// Continuations are requests continuing an answered turn; a warm
+	// return lands where that turn went.
+	Continuations  int `json:"continuations"`
+	WarmReturnRate Num `json:"warm_return_rate"`
+	// LoadImbalance is the busiest engine's requests ÷ the mean.
+	LoadImbalance Num `json:"load_imbalance"`
+	// Duration is the run's simulated length, first send to last answer.
+	DurationS Num `json:"duration_s"`
+	// Resyncs counts summary deltas a picker took out of order (0 in a
+	// sound run).
+	Resyncs int `json:"resyncs,omitempty"`
+}
+
+// CompletedShare is the share of requests that completed.
+func (f *Figures) CompletedShare() float64 {
+	if f.Requests == 0 {
+		return math.NaN()
+	}
+	return float64(f.Completed) / float64(f.Requests)
+}
+
+// figuresOf sums a run's outcomes over its engines.
+func figuresOf(outs []Outcome, engines []string) Figures {
+	f := Figures{Requests: len(outs)}
+	var prompt, cached int
+	var ttft []float64
+	per := map[string]int{}
+	var first, last time.Duration = math.MaxInt64, 0
+	for i := range outs {
+		o := &outs[i]
+		first, last = min(first, o.Start), max(last, o.End)
+		switch {
+		case o.OK():
+		case o.Status == http.StatusTooManyRequests:
+			f.Refused429++
+			continue
+		default:
+			f.Failed++
+			continue
+		}
+		f.Completed++
+		prompt += o.PromptTokens
+		cached += o.CachedTokens
+		ttft = append(ttft, float64(o.TTFT)/float64(time.Millisecond))
+		per[o.Endpoint]++
+		if o.Turn > 1 && o.PrevEndpoint != "" {
+			f.Continuations++
+			if o.PrevEndpoint == o.Endpoint {
+				f.WarmReturnRate++
+			}
+		}
+	}
+	f.HitRate, f.WarmReturnRate = ratio(cached, prompt), Num(math.NaN())
+	if f.Continuations > 0 {
+		warm := 0
+		for i := range outs {
+			if o := &outs[i]; o.OK() && o.Turn > 1 && o.PrevEndpoint != "" && o.PrevEndpoint == o.Endpoint {
+				warm++
+			}
+		}
+		f.WarmReturnRate = ratio(warm, f.Continuations)
+	}
+	f.TTFTMean, f.TTFTP50, f.TTFTP90, f.TTFTP99 = Num(meanOf(ttft)), Num(stats.Quantile(ttft, 0.5)), Num(stats.Quantile(ttft, 0.9)), Num(stats.Quantile(ttft, 0.99))
+	mx, sum := 0, 0
+	for _, e := range engines {
+		mx, sum = max(mx, per[e]), sum+per[e]
+	}
+	f.LoadImbalance = Num(math.NaN())
+	if sum > 0 {
+		f.LoadImbalance = Num(float64(mx) / (float64(sum) / float64(len(engines))))
+	}
+	f.DurationS = Num(math.NaN())
+	if len(outs) > 0 {
+		f.DurationS = Num((last - first).Seconds())
+	}
+	return f
+}
+
+func ratio(a, b int) Num {
+	if b == 0 {
+		return Num(math.NaN())
+	}
+	return Num(float64(a) / float64(b))
+}
+
+func meanOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// figure names the figures compared across policies, and which way is
+// better.
+type figure struct {
+	name         string
+	higherBetter bool
+	of           func(*Figures) float64
+}
+
+// compared are the figures every comparison reports.
+func compared() []figure {
+	return []figure{
+		{"hit_rate", true, func(f *Figures) float64 { return float64(f.HitRate) }},
+		{"ttft_mean_ms", false, func(f *Figures) float64 { return float64(f.TTFTMean) }},
+		{"ttft_p90_ms", false, func(f *Figures) float64 { return float64(f.TTFTP90) }},
+		{"ttft_p99_ms", false, func(f *Figures) float64 { return float64(f.TTFTP99) }},
+	}
+}

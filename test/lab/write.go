@@ -1,0 +1,120 @@
+package lab
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+)
+
+// Encode is results.json's bytes: indented, deterministic.
+func Encode(r *Results) ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Write writes dir/results.json and dir/summary.txt.
+func Write(dir string, r *Results) error {
+	b, err := Encode(r)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(Table(r)), 0o644)
+}
+
+// Table is the sweep as text: per rate, each policy's figures with their
+// intervals, then the ratios to the best peer, then goodput.
+func Table(r *Results) string {
+	var b bytes.Buffer
+	claim := "tuning seeds (not for claims)"
+	if r.ClaimSeeds {
+		claim = "claim seeds"
+	}
+	fmt.Fprintf(&b, "scenario %s: %d engines × %d blocks, %d picker(s); seeds %s (%s); SLO p90 ≤ %s\n",
+		r.Scenario, r.Engines, r.GPUBlocks, r.Pickers, seedRange(r.Seeds), claim, msText(float64(r.SLOms)))
+	for _, rate := range r.Rates {
+		fmt.Fprintf(&b, "\nrate ×%g — mean over %d seeds [95%% interval]\n", rate, len(r.Seeds))
+		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "policy\thit rate\tTTFT mean\tTTFT p90\tTTFT p99\tcompleted\t429\t")
+		for _, s := range r.Summary {
+			if s.Rate != rate {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", label(r, s.Policy), ciText(s.HitRate, pctText), ciText(s.TTFTMean, msText),
+				ciText(s.TTFTP90, msText), ciText(s.TTFTP99, msText), ciText(s.CompletedShare, pctText), s.Refused429)
+		}
+		tw.Flush()
+		if len(r.VsBestPeer) > 0 {
+			fmt.Fprintf(&b, "\nrate ×%g — ÷ the best peer on each seed: mean ratio [bootstrap 95%%]\n", rate)
+			tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "policy\thit rate\tTTFT mean\tTTFT p90\tTTFT p99\t")
+			for _, p := range r.Policies {
+				row := []string{label(r, p)}
+				for _, fig := range compared() {
+					for _, x := range r.VsBestPeer {
+						if x.Rate == rate && x.Policy == p && x.Figure == fig.name {
+							row = append(row, ciText(x.Ratio, ratioText))
+						}
+					}
+				}
+				fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+			}
+			tw.Flush()
+		}
+	}
+	if len(r.Goodput) > 0 {
+		fmt.Fprintf(&b, "\ngoodput: the highest rate (× nominal) with p90 TTFT ≤ %s and ≥ 99%% completed, mean over seeds [95%%]\n", msText(float64(r.SLOms)))
+		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
+		for _, g := range r.Goodput {
+			fmt.Fprintf(tw, "%s\t%s\t\n", label(r, g.Policy), ciText(g.Goodput, func(x float64) string { return fmt.Sprintf("×%.2f", x) }))
+		}
+		tw.Flush()
+	}
+	return b.String()
+}
+
+// label is a policy's name in tables.
+func label(r *Results, p string) string { return p }
+
+func ciText(c CI, f func(float64) string) string {
+	if math.IsNaN(float64(c.Mean)) {
+		return "—"
+	}
+	if c.N < 2 || math.IsNaN(float64(c.Lo)) {
+		return f(float64(c.Mean))
+	}
+	return fmt.Sprintf("%s [%s, %s]", f(float64(c.Mean)), f(float64(c.Lo)), f(float64(c.Hi)))
+}
+
+func pctText(x float64) string   { return fmt.Sprintf("%.1f%%", 100*x) }
+func msText(x float64) string    { return fmt.Sprintf("%.0f ms", x) }
+func ratioText(x float64) string { return fmt.Sprintf("%.3f", x) }
+
+// seedRange writes seeds as A-B when they run on, else as a list.
+func seedRange(s []uint64) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	run := true
+	for i := 1; i < len(s); i++ {
+		run = run && s[i] == s[i-1]+1
+	}
+	if run && len(s) > 1 {
+		return fmt.Sprintf("%d-%d", s[0], s[len(s)-1])
+	}
+	var parts []string
+	for _, x := range s {
+		parts = append(parts, fmt.Sprint(x))
+	}
+	return strings.Join(parts, ",")
+}
