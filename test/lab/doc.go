@@ -1,0 +1,48 @@
+// Package lab is kvroute's virtual-time lab (DESIGN.md §14): a
+// scenario's requests (package test/workload, the same plans the
+// real-process bench sends) through N engines and M pickers, in virtual
+// time, one run in one goroutine, with no sockets.
+//
+// Contract:
+//   - Nothing is re-implemented. Engines are the simulated engine's
+//     scheduler core (test/enginesim/sched, with its paged cache) stepped
+//     on the virtual clock, their bodies parsed and rendered by the
+//     engine's own front end (enginesim.Front). Sidecars are the sidecar's
+//     cores (sidecar/index and the counting summaries, through
+//     picker/localfleet.Sidecar), one per engine, shared by the pickers.
+//     Pickers are picker.Router — its Prepare, Snapshot, Decide and Book
+//     steps, the fleet state, decision, scoring, peers' policies and
+//     bookings — each over its own in-process fleet (picker/localfleet)
+//     with its own bookings, on the virtual clock (picker.Config.Clock),
+//     rendering in process (picker.Config.Renderer). test/repo fails if the
+//     lab stops depending on those packages or holds a copy of one of
+//     their functions.
+//   - Only the shells are replaced: a clock and an event queue stand for
+//     sockets, timers and goroutines, and the delays between components
+//     are modelled (Delays: KV event to index, the sidecar's delta tick,
+//     summary and load report transit, the load report period, render,
+//     the picker-to-engine hop), each with a default measured in
+//     docs/benchmarks.md.
+//   - A request goes to a picker drawn at random (as a Kubernetes Service
+//     spreads connections), is decided there after the render time, is
+//     booked, reaches its engine a hop later, and is answered token by
+//     token at each step's end; its first chunk and first token reach the
+//     picker a hop after the engine made them (FirstChunk: a Responses
+//     stream's response.created at once, a chat or completions stream's
+//     first token; FirstToken), and its end ends the booking (Done). Its
+//     TTFT is the client's: from sending to the first output token.
+//   - Admission is off (policy comparisons run without it): every
+//     request is decided at once.
+//   - Deterministic: events at one instant run in the order they were
+//     scheduled, every random draw comes from the run's seed, and
+//     results.json holds no wall-clock time, so the same scenario, seeds,
+//     rates and flags give the same bytes. Runs of a sweep are independent
+//     and may run in parallel (Sweep.Workers) without changing them.
+//   - The protocol (Sweep): every policy on every seed at every rate, each
+//     run on a fresh fleet; per policy and rate the mean of each figure
+//     and its 95% interval over the seeds (package stats); against the
+//     best peer, per seed each policy's ratio to the best peer on that
+//     seed, and the mean ratio with a bootstrap 95% interval; with several
+//     rates, goodput. Defaults are tuned on seeds 1–10; claims use seeds
+//     from ClaimSeeds (101) up, and results.json says which.
+package lab
