@@ -5,13 +5,9 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-)
 
-// chartJS is Chart.js (MIT; assets/chart.js-LICENSE.md), inlined so the
-// report is one self-contained file that opens without a network.
-//
-//go:embed assets/chart.umd.min.js
-var chartJS string
+	"github.com/kvroute/kvroute/test/chartjs"
+)
 
 //go:embed report.html.tmpl
 var reportTemplate string
@@ -62,5 +58,5 @@ func WriteReport(w io.Writer, r *Results) error {
 		ChartJS       template.JS
 		Resources     bool
 		ResourcesNote string
-	}{r, rows, template.JS(chartJS), resources, note})
+	}{r, rows, template.JS(chartjs.Source()), resources, note})
 }

@@ -42,14 +42,20 @@ type pickerNode struct {
 }
 
 // renderer renders as the engines do, in process: every engine of the
-// lab's fleet runs the same configuration, so one front end serves.
-type renderer struct{ front *enginesim.Front }
+// lab's fleet runs the same configuration, so one front end serves. The
+// engine the request then goes to parses the same body to the same
+// generation, so the run keeps it (run.keep) rather than parse it twice.
+// The router may render concurrently (a conversation's anchor beside its
+// whole body), so the run keeps only the render of the body being
+// decided, under a lock.
+type renderer struct{ r *run }
 
-func (r renderer) Render(_ context.Context, _ string, kind intake.Kind, body []byte) (render.Rendered, error) {
-	g, err := r.front.Prepare(pathOf(kind), body)
+func (rd renderer) Render(_ context.Context, _ string, kind intake.Kind, body []byte) (render.Rendered, error) {
+	g, err := rd.r.front.Prepare(pathOf(kind), body)
 	if err != nil {
 		return render.Rendered{}, &render.RefusedError{Status: enginesim.StatusOf(err), Body: []byte(err.Error())}
 	}
+	rd.r.keep(body, &g)
 	return render.Rendered{TokenIDs: g.Prompt, CacheSalt: g.Salt, Via: "lab"}, nil
 }
 
@@ -122,7 +128,7 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 		r.byURL[url] = e
 	}
 	for k := 0; k < r.cfg.Pickers; k++ {
-		p, err := r.newPicker(params, front, k)
+		p, err := r.newPicker(params, k)
 		if err != nil {
 			return err
 		}
@@ -139,7 +145,7 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 // newPicker is picker k: a router as kvroute picker runs it, over an
 // in-process fleet on the virtual clock, rendering in process; admission
 // off (policy comparisons run without it).
-func (r *run) newPicker(params summary.Params, front *enginesim.Front, k int) (*pickerNode, error) {
+func (r *run) newPicker(params summary.Params, k int) (*pickerNode, error) {
 	lcfg := localfleet.DefaultConfig()
 	lcfg.Params, lcfg.Clock = params, r.sim.clock
 	lf, err := localfleet.New(lcfg)
@@ -148,7 +154,7 @@ func (r *run) newPicker(params summary.Params, front *enginesim.Front, k int) (*
 	}
 	pcfg := picker.DefaultConfig()
 	pcfg.Score.Policy = r.cfg.Policy
-	pcfg.Clock, pcfg.Renderer, pcfg.AccessLog = r.sim.clock, renderer{front}, 0
+	pcfg.Clock, pcfg.Renderer, pcfg.AccessLog = r.sim.clock, renderer{r}, 0
 	pcfg.PolicySeed = r.seed*1009 + uint64(k)
 	pcfg.Admission.MaxWaiting, pcfg.Admission.MaxKVUsage, pcfg.Admission.MaxPrefillTokens = 0, 0, 0
 	if r.cfg.Tune != nil {

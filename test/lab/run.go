@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/picker"
@@ -54,6 +55,20 @@ type run struct {
 	last        map[int]lastTurn // conversation → its latest answered turn
 	resyncs     int
 	err         error
+	// deciding is the body being decided; rendered its generation, once
+	// the picker's render made it (keep).
+	mu       sync.Mutex
+	deciding []byte
+	rendered *enginesim.Generation
+}
+
+// keep keeps g, the render of body, when body is the one being decided.
+func (r *run) keep(body []byte, g *enginesim.Generation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(body) > 0 && len(body) == len(r.deciding) && &body[0] == &r.deciding[0] {
+		r.rendered = g
+	}
 }
 
 type lastTurn struct {
@@ -81,7 +96,7 @@ type flight struct {
 	picker *pickerNode
 	pick   *picker.Pick
 	tokens []uint32
-	first  bool
+	gen    *enginesim.Generation // the body as the engine parses it, once rendered
 }
 
 func (r *run) fail(err error) {
@@ -223,7 +238,13 @@ func (r *run) decide(f *flight) {
 	rt := f.picker.router
 	now := r.sim.clock()
 	opt := picker.PickOptions{Carried: true}
+	r.mu.Lock()
+	r.deciding, r.rendered = f.req.Body, nil
+	r.mu.Unlock()
 	p, err := rt.Prepare(context.Background(), f.kind, f.req.Body)
+	r.mu.Lock()
+	f.gen, r.deciding, r.rendered = r.rendered, nil, nil
+	r.mu.Unlock()
 	if err != nil {
 		r.answer(f, statusOf(err))
 		return
@@ -247,10 +268,14 @@ func (r *run) decide(f *flight) {
 
 // arrive puts f in engine e, as the engine's HTTP front end does.
 func (r *run) arrive(e *engine, f *flight) {
-	g, err := r.front.Prepare(f.req.Path, f.req.Body)
-	if err != nil {
-		r.back(f, func() { r.done(f, enginesim.StatusOf(err)) })
-		return
+	g := f.gen
+	if g == nil {
+		gen, err := r.front.Prepare(f.req.Path, f.req.Body)
+		if err != nil {
+			r.back(f, func() { r.done(f, enginesim.StatusOf(err)) })
+			return
+		}
+		g = &gen
 	}
 	r.nextID++
 	id := r.nextID

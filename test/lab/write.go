@@ -20,7 +20,7 @@ func Encode(r *Results) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// Write writes dir/results.json and dir/summary.txt.
+// Write writes dir/results.json, dir/summary.txt and dir/report.html.
 func Write(dir string, r *Results) error {
 	b, err := Encode(r)
 	if err != nil {
@@ -29,7 +29,14 @@ func Write(dir string, r *Results) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(Table(r)), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(Table(r)), 0o644); err != nil {
+		return err
+	}
+	var page bytes.Buffer
+	if err := WriteReport(&page, r); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "report.html"), page.Bytes(), 0o644)
 }
 
 // Table is the sweep as text: per rate, each policy's figures with their
