@@ -47,8 +47,8 @@ func Default() Profile { return simDefault() }
 // step, 0.1 ms per decoding sequence, prefill linear at 10,000 tok/s (an
 // 8,192-token chunk takes 25 + 819.2 ms), 8,192 blocks of 16 tokens, a
 // budget of 8,192 tokens and a context of 32,768. engine-profiles.md §3
-// (last item) describes it; it is fitted to no row and understates
-// long-prefix costs against every one.
+// (last item) describes it; it is fitted to no row and, being linear,
+// understates long-prefix costs against every one.
 func simDefault() Profile {
 	return Profile{
 		Name:    SimDefault,
