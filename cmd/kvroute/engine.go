@@ -43,7 +43,6 @@ func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel, task, profileName string
 		loraModules                                                                    []string
 		numGPUBlocks                                                                   int
-		prefillTokensPerSecond                                                         float64
 		stepBase, stepPerSeq                                                           time.Duration
 	)
 	var cmd *cobra.Command
@@ -51,7 +50,7 @@ func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 	// environment vLLM reads, then validates it.
 	finish := func(cmd *cobra.Command) error {
 		fl := cmd.Flags()
-		if err := applyProfile(fl.Changed, &cfg, profileName, numGPUBlocks, prefillTokensPerSecond, stepBase, stepPerSeq); err != nil {
+		if err := applyProfile(fl.Changed, &cfg, profileName, numGPUBlocks, stepBase, stepPerSeq); err != nil {
 			return err
 		}
 		if fl.Changed("task") {
@@ -166,7 +165,7 @@ and POST /sim/restart.`,
 	f.StringVar(&replayLayout, "sim-replay-layout", "topic", "replay reply layout: topic (current vLLM) or legacy")
 	f.StringVar(&profileName, "profile", profile.SimDefault, "engine latency profile: "+strings.Join(profile.Names(), ", ")+
 		" (prefill, decode and step costs; the defaults of --block-size, --num-gpu-blocks-override, --max-num-batched-tokens and --max-model-len; see docs/profiles.md)")
-	f.Float64Var(&prefillTokensPerSecond, "sim-prefill-tokens-per-s", cfg.Sim.Latency.PrefillTokensPerSecond, "override the profile's linear prefill term: uncached prompt tokens per simulated second (a profile's quadratic term stays; sim-default's shown)")
+	f.Float64Var(&cfg.Sim.PrefillTokensPerSecond, "sim-prefill-tokens-per-s", 0, "override the profile's linear prefill term: uncached prompt tokens per simulated second (default: the profile's, 10000 for sim-default; its quadratic term stays)")
 	f.DurationVar(&stepBase, "sim-step-base", cfg.Sim.Latency.StepBase, "override the profile's simulated cost of every scheduler step (sim-default's shown)")
 	f.DurationVar(&stepPerSeq, "sim-step-per-seq", cfg.Sim.Latency.DecodePerSeq, "override the profile's simulated cost per decoding sequence in a step (sim-default's shown)")
 	f.Float64Var(&cfg.Sim.TimeScale, "sim-time-scale", cfg.Sim.TimeScale, "wall time per simulated time: 1 real time, 0.01 100× faster, 0 never sleep")
@@ -180,9 +179,10 @@ and POST /sim/restart.`,
 
 // applyProfile completes cfg from --profile: its latency model, and its
 // sizes for the flags not given (the KV capacity is the profile's tokens
-// at --block-size); then the --sim-* latency flags given override the
-// profile's terms.
-func applyProfile(changed func(flag string) bool, cfg *enginesim.Config, name string, numGPUBlocks int, prefillTokensPerSecond float64, stepBase, stepPerSeq time.Duration) error {
+// at --block-size); then --sim-step-base and --sim-step-per-seq, when
+// given, override the profile's terms (--sim-prefill-tokens-per-s is
+// SimConfig's own override).
+func applyProfile(changed func(flag string) bool, cfg *enginesim.Config, name string, numGPUBlocks int, stepBase, stepPerSeq time.Duration) error {
 	lat, err := profile.Named(name)
 	if err != nil {
 		return fmt.Errorf("--profile: %w", err)
@@ -201,9 +201,6 @@ func applyProfile(changed func(flag string) bool, cfg *enginesim.Config, name st
 	}
 	if !changed("max-model-len") {
 		cfg.MaxModelLen = lat.MaxModelLen
-	}
-	if changed("sim-prefill-tokens-per-s") {
-		lat.PrefillTokensPerSecond = prefillTokensPerSecond
 	}
 	if changed("sim-step-base") {
 		lat.StepBase = stepBase

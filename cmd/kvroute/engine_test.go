@@ -168,7 +168,7 @@ func TestEngineProfileFlag(t *testing.T) {
 	if err != nil || def.Sim.Latency.Name != profile.SimDefault || def.NumGPUBlocks != 8192 || def.BlockSize != 16 || def.MaxNumBatchedTokens != 8192 || def.MaxModelLen != 32768 {
 		t.Fatalf("defaults: %v, %+v", err, def)
 	}
-	if want := profile.Default(); def.Sim.Latency.StepBase != want.StepBase || def.Sim.Latency.PrefillTokensPerSecond != want.PrefillTokensPerSecond || def.Sim.Latency.DecodePerSeq != want.DecodePerSeq {
+	if want := profile.Default(); def.Sim.Profile().StepBase != want.StepBase || def.Sim.Profile().PrefillTokensPerSecond != want.PrefillTokensPerSecond || def.Sim.Profile().DecodePerSeq != want.DecodePerSeq {
 		t.Fatalf("default latency %+v, want sim-default's", def.Sim.Latency)
 	}
 	gpt, _ := profile.Named(profile.GPTOSS120BH200)
@@ -191,12 +191,12 @@ func TestEngineProfileFlag(t *testing.T) {
 			return c.NumGPUBlocks == 1000 && c.MaxNumBatchedTokens == glm.MaxNumBatchedTokens
 		}},
 		{[]string{"--profile", profile.GLM52Rank, "--sim-prefill-tokens-per-s", "3585", "--sim-step-base", "10ms", "--sim-step-per-seq", "1ms"}, func(c *enginesim.Config) bool {
-			l := c.Sim.Latency
+			l := c.Sim.Profile()
 			return l.PrefillTokensPerSecond == 3585 && l.StepBase == 10*time.Millisecond && l.DecodePerSeq == time.Millisecond &&
 				l.PrefillQuadratic == glm.PrefillQuadratic && l.DecodePerKVToken == glm.DecodePerKVToken
 		}},
 		{[]string{"--sim-prefill-tokens-per-s", "250"}, func(c *enginesim.Config) bool {
-			return c.Sim.Latency.Name == profile.SimDefault && c.Sim.Latency.PrefillTokensPerSecond == 250 && c.Sim.Latency.StepBase == 25*time.Millisecond
+			return c.Sim.Profile().Name == profile.SimDefault && c.Sim.Profile().PrefillTokensPerSecond == 250 && c.Sim.Profile().StepBase == 25*time.Millisecond
 		}},
 	} {
 		cfg, err := parseEngine(t, nil, c.args...)
@@ -213,7 +213,7 @@ func TestEngineProfileFlag(t *testing.T) {
 			t.Errorf("the error %q does not list %s", err, name)
 		}
 	}
-	for _, bad := range [][]string{{"--sim-prefill-tokens-per-s", "0"}, {"--sim-step-base", "-1ms"}, {"--profile", profile.Qwen332BH100TP2, "--sim-step-per-seq", "-1ms"}} {
+	for _, bad := range [][]string{{"--sim-prefill-tokens-per-s", "-5"}, {"--sim-step-base", "-1ms"}, {"--profile", profile.Qwen332BH100TP2, "--sim-step-per-seq", "-1ms"}} {
 		if _, err := parseEngine(t, nil, bad...); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

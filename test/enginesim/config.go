@@ -139,6 +139,10 @@ type SimConfig struct {
 	// the fields of Config; `kvroute engine --profile` takes the
 	// profile's as their defaults.
 	Latency profile.Profile
+	// PrefillTokensPerSecond, when positive, replaces the profile's linear
+	// prefill term 1/b (--sim-prefill-tokens-per-s); its quadratic term
+	// stays. 0 keeps the profile's.
+	PrefillTokensPerSecond float64
 	// TimeScale multiplies every simulated duration before sleeping: 1 is
 	// real time, 0.01 runs 100× faster, 0 never sleeps. Reported latencies
 	// stay in simulated time.
@@ -154,6 +158,16 @@ type SimConfig struct {
 	// chat.TemplateAlt another (role headers end with a blank line), to
 	// test that a replica with another template is caught.
 	ChatTemplate string
+}
+
+// Profile is the latency profile the engine runs: Latency, with the
+// PrefillTokensPerSecond override applied.
+func (s SimConfig) Profile() profile.Profile {
+	p := s.Latency
+	if s.PrefillTokensPerSecond > 0 {
+		p.PrefillTokensPerSecond = s.PrefillTokensPerSecond
+	}
+	return p
 }
 
 // The runners (--runner), as vLLM names them: auto resolves to generate
@@ -259,7 +273,8 @@ func (c *Config) Validate() error {
 		"--prefix-caching-hash-algo %q is not supported by the simulated engine (only sha256_cbor: the pickle-based sha256 and the xxhash variants are not implemented)", c.HashAlgo)
 	check(c.DataParallelSize >= 1, "--data-parallel-size %d must be at least 1", c.DataParallelSize)
 	check(len(c.LoRAModules) == 0 || c.EnableLoRA, "--lora-modules needs --enable-lora")
-	if err := c.Sim.Latency.Validate(); err != nil {
+	check(c.Sim.PrefillTokensPerSecond >= 0, "--sim-prefill-tokens-per-s %v: want a positive rate (0: the profile's)", c.Sim.PrefillTokensPerSecond)
+	if err := c.Sim.Profile().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--profile (with --sim-prefill-tokens-per-s, --sim-step-base, --sim-step-per-seq): %w", err))
 	}
 	check(c.Sim.TimeScale >= 0, "--sim-time-scale %v must not be negative", c.Sim.TimeScale)

@@ -78,7 +78,7 @@ func schedConfig(cfg *Config) sched.Config {
 		MaxModelLen:         cfg.MaxModelLen,
 		MaxNumSeqs:          cfg.MaxNumSeqs,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
-		Latency:             cfg.Sim.Latency,
+		Latency:             cfg.Sim.Profile(),
 	}
 }
 

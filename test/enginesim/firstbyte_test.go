@@ -21,7 +21,7 @@ func TestChatStreamBodyWaitsForPrefill(t *testing.T) {
 	cfg := testConfig()
 	// A prefill of ~16 s in steps of 64 tokens (~0.25 s each): the
 	// scheduler answers between steps, and the prefill lasts the test.
-	cfg.Sim.TimeScale, cfg.Sim.Latency.PrefillTokensPerSecond, cfg.MaxNumBatchedTokens = 1, 250, 64
+	cfg.Sim.TimeScale, cfg.Sim.PrefillTokensPerSecond, cfg.MaxNumBatchedTokens = 1, 250, 64
 	e := start(t, cfg).Engines()[0]
 	addr := strings.TrimPrefix(e.URL(), "http://")
 	conn, err := net.Dial("tcp", addr)
