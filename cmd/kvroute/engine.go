@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 )
 
 // newLogger returns a JSON logger at the given level (debug, info, warn, error).
@@ -38,17 +40,18 @@ func newEngineCommand() *cobra.Command {
 func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 	cfg := enginesim.DefaultConfig()
 	var (
-		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel, task string
-		loraModules                                                       []string
-		numGPUBlocks                                                      int
+		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel, task, profileName string
+		loraModules                                                                    []string
+		numGPUBlocks                                                                   int
+		stepBase, stepPerSeq                                                           time.Duration
 	)
 	var cmd *cobra.Command
 	// finish completes cfg from the flags that need parsing and from the
 	// environment vLLM reads, then validates it.
 	finish := func(cmd *cobra.Command) error {
 		fl := cmd.Flags()
-		if fl.Changed("num-gpu-blocks") {
-			cfg.NumGPUBlocks = numGPUBlocks
+		if err := applyProfile(fl.Changed, &cfg, profileName, numGPUBlocks, stepBase, stepPerSeq); err != nil {
+			return err
 		}
 		if fl.Changed("task") {
 			runner, err := runnerOfTask(task)
@@ -100,7 +103,8 @@ func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 the OpenAI-compatible HTTP API (chat, completions, Responses; streaming),
 render and tokenize endpoints, /metrics with vLLM's names, a paged prefix
 cache with vLLM's sha256_cbor block hashes, and KV-cache events over ZeroMQ
-with replay. No GPU: a latency model stands in for the model.
+with replay. No GPU: a latency profile stands in for the model (--profile:
+sim-default, or a profile calibrated from published figures; docs/profiles.md).
 
 Flags are named as vLLM names them; simulator-only flags start with --sim-.
 --runner pooling (older vLLM: --task embed) serves a pooling model instead
@@ -144,12 +148,12 @@ and POST /sim/restart.`,
 	f.StringSliceVar(&cfg.ServedModelNames, "served-model-name", nil, "names the model answers to (default: --model)")
 	f.StringVar(&cfg.Host, "host", "", "host to listen on (default: every interface)")
 	f.IntVar(&cfg.Port, "port", cfg.Port, "HTTP port; data-parallel rank r serves on port+r (0: ephemeral)")
-	f.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV block")
-	f.IntVar(&cfg.NumGPUBlocks, "num-gpu-blocks-override", cfg.NumGPUBlocks, "KV blocks per rank, including vLLM's null block")
+	f.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV block (default: the --profile's; sim-default's shown)")
+	f.IntVar(&cfg.NumGPUBlocks, "num-gpu-blocks-override", cfg.NumGPUBlocks, "KV blocks per rank, including vLLM's null block (default: the --profile's capacity at --block-size; sim-default's shown)")
 	f.IntVar(&numGPUBlocks, "num-gpu-blocks", cfg.NumGPUBlocks, "alias of --num-gpu-blocks-override")
-	f.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "context length, prompt plus output")
+	f.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "context length, prompt plus output (default: the --profile's; sim-default's shown)")
 	f.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "sequences per scheduler step")
-	f.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.MaxNumBatchedTokens, "tokens per scheduler step (chunked prefill beyond it)")
+	f.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.MaxNumBatchedTokens, "tokens per scheduler step, chunked prefill beyond it (default: the --profile's; sim-default's shown)")
 	f.StringVar(&cfg.HashAlgo, "prefix-caching-hash-algo", cfg.HashAlgo, "block hash algorithm; only sha256_cbor is simulated")
 	f.StringVar(&hashSeed, "hash-seed", "", "NONE_HASH seed string (default: $PYTHONHASHSEED, else \"vllm-none-hash\")")
 	f.StringVar(&kvEventsJSON, "kv-events-config", "", `KV events config, the JSON vLLM takes, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv@pod@model"}'`)
@@ -159,9 +163,11 @@ and POST /sim/restart.`,
 	f.StringSliceVar(&loraModules, "lora-modules", nil, "LoRA adapters as name=path (repeat the flag or separate with commas)")
 	f.StringVar(&eventLayout, "sim-event-layout", "map", "KV event encoding: map (vLLM ≥ 0.26) or array (older vLLM)")
 	f.StringVar(&replayLayout, "sim-replay-layout", "topic", "replay reply layout: topic (current vLLM) or legacy")
-	f.Float64Var(&cfg.Sim.PrefillTokensPerSecond, "sim-prefill-tokens-per-s", cfg.Sim.PrefillTokensPerSecond, "uncached prompt tokens computed per simulated second")
-	f.DurationVar(&cfg.Sim.StepBase, "sim-step-base", cfg.Sim.StepBase, "simulated cost of every scheduler step")
-	f.DurationVar(&cfg.Sim.StepPerSeq, "sim-step-per-seq", cfg.Sim.StepPerSeq, "simulated cost added per decoding sequence in a step")
+	f.StringVar(&profileName, "profile", profile.SimDefault, "engine latency profile: "+strings.Join(profile.Names(), ", ")+
+		" (prefill, decode and step costs; the defaults of --block-size, --num-gpu-blocks-override, --max-num-batched-tokens and --max-model-len; see docs/profiles.md)")
+	f.Float64Var(&cfg.Sim.PrefillTokensPerSecond, "sim-prefill-tokens-per-s", 0, "override the profile's linear prefill term: uncached prompt tokens per simulated second (default: the profile's, 10000 for sim-default; its quadratic term stays)")
+	f.DurationVar(&stepBase, "sim-step-base", cfg.Sim.Latency.StepBase, "override the profile's simulated cost of every scheduler step (sim-default's shown)")
+	f.DurationVar(&stepPerSeq, "sim-step-per-seq", cfg.Sim.Latency.DecodePerSeq, "override the profile's simulated cost per decoding sequence in a step (sim-default's shown)")
 	f.Float64Var(&cfg.Sim.TimeScale, "sim-time-scale", cfg.Sim.TimeScale, "wall time per simulated time: 1 real time, 0.01 100× faster, 0 never sleep")
 	f.Float64Var(&cfg.Sim.DropEventsPercent, "sim-drop-events-pct", 0, "fault: percent of event batches not sent live (still replayable)")
 	f.DurationVar(&cfg.Sim.EventDelay, "sim-delay-events", 0, "fault: hold every event batch back this long")
@@ -169,6 +175,41 @@ and POST /sim/restart.`,
 	f.StringVar(&cfg.Sim.ChatTemplate, "sim-chat-template", "", "fault: chat template variant (alt: role headers end with a blank line), as a replica with another template")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, func() error { return finish(cmd) }
+}
+
+// applyProfile completes cfg from --profile: its latency model, and its
+// sizes for the flags not given (the KV capacity is the profile's tokens
+// at --block-size); then --sim-step-base and --sim-step-per-seq, when
+// given, override the profile's terms (--sim-prefill-tokens-per-s is
+// SimConfig's own override).
+func applyProfile(changed func(flag string) bool, cfg *enginesim.Config, name string, numGPUBlocks int, stepBase, stepPerSeq time.Duration) error {
+	lat, err := profile.Named(name)
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	if !changed("block-size") {
+		cfg.BlockSize = lat.BlockSize
+	}
+	switch {
+	case changed("num-gpu-blocks"):
+		cfg.NumGPUBlocks = numGPUBlocks
+	case !changed("num-gpu-blocks-override"):
+		cfg.NumGPUBlocks = lat.BlocksAt(cfg.BlockSize)
+	}
+	if !changed("max-num-batched-tokens") {
+		cfg.MaxNumBatchedTokens = lat.MaxNumBatchedTokens
+	}
+	if !changed("max-model-len") {
+		cfg.MaxModelLen = lat.MaxModelLen
+	}
+	if changed("sim-step-base") {
+		lat.StepBase = stepBase
+	}
+	if changed("sim-step-per-seq") {
+		lat.DecodePerSeq = stepPerSeq
+	}
+	cfg.Sim.Latency = lat
+	return nil
 }
 
 // runnerOfTask maps older vLLM's --task to the runner it selects.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 )
 
 // parseEngine parses args with exactly env set (of the variables vLLM
@@ -155,5 +156,66 @@ func TestSidecarFlagsAndConfigFile(t *testing.T) {
 	_ = cmd.ParseFlags([]string{"--engine-url", "nope"})
 	if err := finish(); err == nil {
 		t.Error("bad engine URL accepted")
+	}
+}
+
+// TestEngineProfileFlag: --profile sets the latency model and, for the
+// flags not given, the sizes (the KV capacity in tokens kept at another
+// --block-size); the --sim-* latency flags override the profile's terms;
+// an unknown profile is an error naming the profiles.
+func TestEngineProfileFlag(t *testing.T) {
+	def, err := parseEngine(t, nil)
+	if err != nil || def.Sim.Latency.Name != profile.SimDefault || def.NumGPUBlocks != 8192 || def.BlockSize != 16 || def.MaxNumBatchedTokens != 8192 || def.MaxModelLen != 32768 {
+		t.Fatalf("defaults: %v, %+v", err, def)
+	}
+	if want := profile.Default(); def.Sim.Profile().StepBase != want.StepBase || def.Sim.Profile().PrefillTokensPerSecond != want.PrefillTokensPerSecond || def.Sim.Profile().DecodePerSeq != want.DecodePerSeq {
+		t.Fatalf("default latency %+v, want sim-default's", def.Sim.Latency)
+	}
+	gpt, _ := profile.Named(profile.GPTOSS120BH200)
+	glm, _ := profile.Named(profile.GLM52Rank)
+	for _, c := range []struct {
+		args  []string
+		check func(*enginesim.Config) bool
+	}{
+		{[]string{"--profile", profile.GPTOSS120BH200}, func(c *enginesim.Config) bool {
+			return c.Sim.Latency.Name == gpt.Name && c.Sim.Latency.PrefillQuadratic == gpt.PrefillQuadratic &&
+				c.NumGPUBlocks == gpt.NumGPUBlocks && c.BlockSize == gpt.BlockSize && c.MaxNumBatchedTokens == gpt.MaxNumBatchedTokens && c.MaxModelLen == gpt.MaxModelLen
+		}},
+		{[]string{"--profile", profile.GPTOSS120BH200, "--block-size", "32"}, func(c *enginesim.Config) bool {
+			return c.BlockSize == 32 && c.NumGPUBlocks == gpt.NumGPUBlocks/2
+		}},
+		{[]string{"--profile", profile.GPTOSS120BH200, "--num-gpu-blocks", "1000", "--max-num-batched-tokens", "512", "--max-model-len", "4096"}, func(c *enginesim.Config) bool {
+			return c.NumGPUBlocks == 1000 && c.MaxNumBatchedTokens == 512 && c.MaxModelLen == 4096 && c.Sim.Latency.StepBase == gpt.StepBase
+		}},
+		{[]string{"--num-gpu-blocks-override", "1000", "--profile", profile.GLM52Rank}, func(c *enginesim.Config) bool {
+			return c.NumGPUBlocks == 1000 && c.MaxNumBatchedTokens == glm.MaxNumBatchedTokens
+		}},
+		{[]string{"--profile", profile.GLM52Rank, "--sim-prefill-tokens-per-s", "3585", "--sim-step-base", "10ms", "--sim-step-per-seq", "1ms"}, func(c *enginesim.Config) bool {
+			l := c.Sim.Profile()
+			return l.PrefillTokensPerSecond == 3585 && l.StepBase == 10*time.Millisecond && l.DecodePerSeq == time.Millisecond &&
+				l.PrefillQuadratic == glm.PrefillQuadratic && l.DecodePerKVToken == glm.DecodePerKVToken
+		}},
+		{[]string{"--sim-prefill-tokens-per-s", "250"}, func(c *enginesim.Config) bool {
+			return c.Sim.Profile().Name == profile.SimDefault && c.Sim.Profile().PrefillTokensPerSecond == 250 && c.Sim.Profile().StepBase == 25*time.Millisecond
+		}},
+	} {
+		cfg, err := parseEngine(t, nil, c.args...)
+		if err != nil || !c.check(cfg) {
+			t.Errorf("%v: %v, %+v", c.args, err, cfg)
+		}
+	}
+	_, err = parseEngine(t, nil, "--profile", "h100")
+	if err == nil {
+		t.Fatal("an unknown profile was accepted")
+	}
+	for _, name := range profile.Names() {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("the error %q does not list %s", err, name)
+		}
+	}
+	for _, bad := range [][]string{{"--sim-prefill-tokens-per-s", "-5"}, {"--sim-step-base", "-1ms"}, {"--profile", profile.Qwen332BH100TP2, "--sim-step-per-seq", "-1ms"}} {
+		if _, err := parseEngine(t, nil, bad...); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }

@@ -82,7 +82,7 @@ func (p Phased) Fleet() FleetConfig {
 // engines engines.
 func (p Phased) Capacity(engines int) float64 {
 	p = p.withDefaults()
-	return float64(engines) * enginesim.DefaultConfig().Sim.PrefillTokensPerSecond / float64(p.UniqueTokens)
+	return float64(engines) * enginesim.DefaultConfig().Sim.Profile().PrefillTokensPerSecond / float64(p.UniqueTokens)
 }
 
 // PhaseList is the phases, for results.

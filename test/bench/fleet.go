@@ -16,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/picker/score"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 )
 
 // FleetConfig shapes a benchmark fleet.
@@ -40,6 +41,11 @@ type FleetConfig struct {
 	SaturationPrefillTokens *float64
 	// PolicySeed seeds a peer policy's random tie-breaks (the run's seed).
 	PolicySeed uint64
+	// Profile names the engines' latency profile (package
+	// test/enginesim/profile; "" is sim-default): their step, prefill
+	// and decode costs, chunk budget and context length cap. Their KV
+	// capacity stays GPUBlocks; the picker is told nothing of it.
+	Profile string
 }
 
 // Fleet is a running benchmark fleet.
@@ -159,11 +165,16 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	if cfg.SaturationPrefillTokens != nil {
 		pcfg.Router.Admission.MaxPrefillTokens = *cfg.SaturationPrefillTokens
 	}
+	lat, err := profile.Named(cmp.Or(cfg.Profile, profile.SimDefault))
+	if err != nil {
+		return fail(err)
+	}
 	for i := 0; i < cfg.Engines; i++ {
 		ecfg := enginesim.DefaultConfig()
 		ecfg.Host, ecfg.Port = "127.0.0.1", 0
 		ecfg.NumGPUBlocks, ecfg.BlockSize = cfg.GPUBlocks, cfg.BlockSize
-		ecfg.MaxModelLen = cmp.Or(cfg.MaxModelLen, min(32768, (cfg.GPUBlocks-1)*cfg.BlockSize))
+		ecfg.MaxModelLen = cmp.Or(cfg.MaxModelLen, min(lat.MaxModelLen, (cfg.GPUBlocks-1)*cfg.BlockSize))
+		ecfg.Sim.Latency, ecfg.MaxNumBatchedTokens = lat, lat.MaxNumBatchedTokens
 		ecfg.Sim.TimeScale = cfg.TimeScale
 		ecfg.EnableScaleOutEndpoints, ecfg.EnablePromptTokensDetails = true, true
 		replay := "tcp://127.0.0.1:*"

@@ -38,6 +38,10 @@ type procFleetConfig struct {
 	DrainDelay  time.Duration // the pickers' --drain-delay
 	LogDir      string        // each process's output, a file each
 	Ready       time.Duration // bound on the fleet coming up
+	// Profile is the engines' --profile ("" leaves the engine's default,
+	// sim-default); their capacity and context stay GPUBlocks and
+	// MaxModelLen.
+	Profile string
 }
 
 // proc is one process, restartable with the same arguments.
@@ -240,9 +244,13 @@ func startProcFleet(ctx context.Context, cfg procFleetConfig) (*procFleet, error
 		}
 		e := &procEngine{url: fmt.Sprintf("http://127.0.0.1:%d", pp[0]), sidecarDebug: fmt.Sprintf("http://127.0.0.1:%d", pp[3])}
 		kv := fmt.Sprintf(`{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:%d"}`, pp[1], pp[2])
-		if e.engine, err = newProc(fmt.Sprint("engine-", i), "engine", "--host", "127.0.0.1", "--port", strconv.Itoa(pp[0]),
+		args := []string{"--host", "127.0.0.1", "--port", strconv.Itoa(pp[0]),
 			"--sim-time-scale", strconv.FormatFloat(cfg.TimeScale, 'g', -1, 64), "--num-gpu-blocks", capacity,
-			"--max-model-len", strconv.Itoa(cfg.MaxModelLen), "--kv-events-config", kv, "--enable-prompt-tokens-details", "--log-level", "warn"); err != nil {
+			"--max-model-len", strconv.Itoa(cfg.MaxModelLen), "--kv-events-config", kv, "--enable-prompt-tokens-details", "--log-level", "warn"}
+		if cfg.Profile != "" {
+			args = append(args, "--profile", cfg.Profile)
+		}
+		if e.engine, err = newProc(fmt.Sprint("engine-", i), append([]string{"engine"}, args...)...); err != nil {
 			return fail(err)
 		}
 		if e.sidecar, err = newProc(fmt.Sprint("sidecar-", i), "sidecar", "--engine-url", e.url,

@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 )
 
 // KVEventsConfig is vLLM's --kv-events-config, field for field.
@@ -131,12 +132,17 @@ type SimConfig struct {
 	EventLayout kvevents.Layout
 	// ReplayLayout is the replay reply shape: with topic (current) or legacy.
 	ReplayLayout kvevents.ReplayLayout
-	// PrefillTokensPerSecond is the uncached prompt throughput.
+	// Latency is the latency profile (--profile, package profile): a
+	// step's base, its prefill chunks' and decodes' costs. The default is
+	// sim-default (25 ms a step, 0.1 ms per decoding sequence, prefill at
+	// 10,000 tok/s: ≈ 30 ms steps at 50 sequences). The engine's sizes are
+	// the fields of Config; `kvroute engine --profile` takes the
+	// profile's as their defaults.
+	Latency profile.Profile
+	// PrefillTokensPerSecond, when positive, replaces the profile's linear
+	// prefill term 1/b (--sim-prefill-tokens-per-s); its quadratic term
+	// stays. 0 keeps the profile's.
 	PrefillTokensPerSecond float64
-	// StepBase is the fixed cost of one engine step; StepPerSeq is added per
-	// decoding sequence. The defaults give ≈ 30 ms steps at 50 sequences.
-	StepBase   time.Duration
-	StepPerSeq time.Duration
 	// TimeScale multiplies every simulated duration before sleeping: 1 is
 	// real time, 0.01 runs 100× faster, 0 never sleeps. Reported latencies
 	// stay in simulated time.
@@ -152,6 +158,16 @@ type SimConfig struct {
 	// chat.TemplateAlt another (role headers end with a blank line), to
 	// test that a replica with another template is caught.
 	ChatTemplate string
+}
+
+// Profile is the latency profile the engine runs: Latency, with the
+// PrefillTokensPerSecond override applied.
+func (s SimConfig) Profile() profile.Profile {
+	p := s.Latency
+	if s.PrefillTokensPerSecond > 0 {
+		p.PrefillTokensPerSecond = s.PrefillTokensPerSecond
+	}
+	return p
 }
 
 // The runners (--runner), as vLLM names them: auto resolves to generate
@@ -211,28 +227,27 @@ type Config struct {
 }
 
 // DefaultConfig returns defaults resembling one H100 serving an 8B–20B
-// model with vLLM's own defaults.
+// model with vLLM's own defaults: the sim-default profile and its sizes.
 func DefaultConfig() Config {
+	lat := profile.Default()
 	return Config{
 		Model:               "Qwen/Qwen3-0.6B",
 		Runner:              RunnerAuto,
 		Port:                8000,
-		BlockSize:           16,
-		NumGPUBlocks:        8192,
-		MaxModelLen:         32768,
+		BlockSize:           lat.BlockSize,
+		NumGPUBlocks:        lat.NumGPUBlocks,
+		MaxModelLen:         lat.MaxModelLen,
 		MaxNumSeqs:          256,
-		MaxNumBatchedTokens: 8192,
+		MaxNumBatchedTokens: lat.MaxNumBatchedTokens,
 		HashAlgo:            blockkey.HashAlgoSHA256CBOR,
 		HashSeed:            blockkey.DefaultSeed,
 		KVEvents:            DefaultKVEventsConfig(),
 		DataParallelSize:    1,
 		IntBlockHashes:      true,
 		Sim: SimConfig{
-			PrefillTokensPerSecond: 10_000,
-			StepBase:               25 * time.Millisecond,
-			StepPerSeq:             100 * time.Microsecond,
-			TimeScale:              1,
-			Seed:                   1,
+			Latency:   lat,
+			TimeScale: 1,
+			Seed:      1,
 		},
 	}
 }
@@ -258,8 +273,10 @@ func (c *Config) Validate() error {
 		"--prefix-caching-hash-algo %q is not supported by the simulated engine (only sha256_cbor: the pickle-based sha256 and the xxhash variants are not implemented)", c.HashAlgo)
 	check(c.DataParallelSize >= 1, "--data-parallel-size %d must be at least 1", c.DataParallelSize)
 	check(len(c.LoRAModules) == 0 || c.EnableLoRA, "--lora-modules needs --enable-lora")
-	check(c.Sim.PrefillTokensPerSecond > 0, "--sim-prefill-tokens-per-s must be positive")
-	check(c.Sim.StepBase >= 0 && c.Sim.StepPerSeq >= 0, "--sim-step-base and --sim-step-per-seq must not be negative")
+	check(c.Sim.PrefillTokensPerSecond >= 0, "--sim-prefill-tokens-per-s %v: want a positive rate (0: the profile's)", c.Sim.PrefillTokensPerSecond)
+	if err := c.Sim.Profile().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--profile (with --sim-prefill-tokens-per-s, --sim-step-base, --sim-step-per-seq): %w", err))
+	}
 	check(c.Sim.TimeScale >= 0, "--sim-time-scale %v must not be negative", c.Sim.TimeScale)
 	check(c.Sim.ChatTemplate == "" || c.Sim.ChatTemplate == chat.TemplateAlt, "--sim-chat-template %q: want empty (the default) or %s", c.Sim.ChatTemplate, chat.TemplateAlt)
 	check(c.Sim.DropEventsPercent >= 0 && c.Sim.DropEventsPercent <= 100, "--sim-drop-events-pct %v: want 0..100", c.Sim.DropEventsPercent)

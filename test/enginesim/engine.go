@@ -75,12 +75,10 @@ func schedConfig(cfg *Config) sched.Config {
 			RawHashes:  !cfg.IntBlockHashes,
 			EmitEvents: cfg.KVEvents.Enabled() || cfg.EventSink != nil,
 		},
-		MaxModelLen:            cfg.MaxModelLen,
-		MaxNumSeqs:             cfg.MaxNumSeqs,
-		MaxNumBatchedTokens:    cfg.MaxNumBatchedTokens,
-		PrefillTokensPerSecond: cfg.Sim.PrefillTokensPerSecond,
-		StepBase:               cfg.Sim.StepBase,
-		StepPerSeq:             cfg.Sim.StepPerSeq,
+		MaxModelLen:         cfg.MaxModelLen,
+		MaxNumSeqs:          cfg.MaxNumSeqs,
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
+		Latency:             cfg.Sim.Profile(),
 	}
 }
 

@@ -120,3 +120,111 @@ func TestBoundariesBite(t *testing.T) {
 		}
 	}
 }
+
+// profilePackage holds the simulated engine's latency profiles: constants
+// of the engine model only (docs/profiles.md).
+const profilePackage = "test/enginesim/profile"
+
+// policyRoots hold the routing policies and everything they are built on.
+var policyRoots = []string{"picker", "sidecar", "internal"}
+
+// moduleImports returns the packages of the module the non-test sources
+// in dir import, remembering each directory's in seen.
+func moduleImports(t *testing.T, dir string, seen map[string][]string) []string {
+	t.Helper()
+	if imps, ok := seen[dir]; ok {
+		return imps
+	}
+	var imps []string
+	for _, f := range sources(t, dir) {
+		for path := range importsOf(f) {
+			if rel, ok := strings.CutPrefix(path, module); ok && !slices.Contains(imps, rel) {
+				imps = append(imps, rel)
+			}
+		}
+	}
+	slices.Sort(imps)
+	seen[dir] = imps
+	return imps
+}
+
+// importChain returns a shortest chain of imports (non-test sources) from
+// the package in dir to the package target, dir and target included; nil
+// when there is none.
+func importChain(t *testing.T, dir, target string, seen map[string][]string) []string {
+	t.Helper()
+	from := map[string]string{dir: ""}
+	queue := []string{dir}
+	for len(queue) > 0 {
+		at := queue[0]
+		queue = queue[1:]
+		if at == target {
+			var chain []string
+			for p := at; p != ""; p = from[p] {
+				chain = append([]string{p}, chain...)
+			}
+			return chain
+		}
+		for _, imp := range moduleImports(t, at, seen) {
+			if _, ok := from[imp]; !ok {
+				from[imp] = at
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return nil
+}
+
+// TestPoliciesReadNoProfile: no package under picker/, sidecar/ or
+// internal/ imports the engine's latency profiles, directly or through
+// other packages (test files aside: a test may start an engine with a
+// profile, or print a learned value beside the true one). A policy learns
+// prefill rates, capacities and costs from what engines report and from
+// probes, as real routers do; one that read the simulator's constants
+// would win circularly (engine-profiles.md §1).
+func TestPoliciesReadNoProfile(t *testing.T) {
+	seen := map[string][]string{}
+	checked := 0
+	for _, root := range policyRoots {
+		for _, dir := range packageDirs(t, root) {
+			checked++
+			if chain := importChain(t, dir, profilePackage, seen); chain != nil {
+				t.Errorf("%s reaches the engine's latency profiles (%s): routing policies must learn from engine reports and probes, never read a profile", dir, strings.Join(chain, " → "))
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d package directories checked: the walk is broken", checked)
+	}
+	if _, err := os.Stat(filepath.Join(top, profilePackage)); err != nil {
+		t.Fatalf("the profile package moved: %v (update the rule)", err)
+	}
+}
+
+// TestProfileRuleBites: a planted import of the profile package is
+// caught, directly and through the engine's scheduler, and a test file's
+// is not held against its package.
+func TestProfileRuleBites(t *testing.T) {
+	dir := t.TempDir()
+	rel := relToTop(t, dir)
+	write := func(name, src string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.go", "package a\n\nimport _ \""+module+profilePackage+"\"\n")
+	if got := importChain(t, rel, profilePackage, map[string][]string{}); len(got) != 2 || got[1] != profilePackage {
+		t.Errorf("a direct import: chain %q", got)
+	}
+	write("a.go", "package a\n\nimport _ \""+module+"test/enginesim/sched\"\n")
+	if got := importChain(t, rel, profilePackage, map[string][]string{}); len(got) != 3 || got[1] != "test/enginesim/sched" {
+		t.Errorf("an import through the scheduler: chain %q", got)
+	}
+	if err := os.Rename(filepath.Join(dir, "a.go"), filepath.Join(dir, "a_test.go")); err != nil {
+		t.Fatal(err)
+	}
+	write("b.go", "package a\n\nimport _ \""+module+"internal/blockkey\"\n")
+	if got := importChain(t, rel, profilePackage, map[string][]string{}); got != nil {
+		t.Errorf("a test file's import was held against the package: %q", got)
+	}
+}

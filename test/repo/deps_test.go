@@ -43,6 +43,7 @@ var cores = []string{
 	"sidecar/streamhealth",
 	"test/enginesim/chat",
 	"test/enginesim/kvcache",
+	"test/enginesim/profile",
 	"test/enginesim/sched",
 	"test/lab/stats",
 }

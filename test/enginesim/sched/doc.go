@@ -20,9 +20,13 @@
 //   - A cancelled request leaves when the step reaches it (a running one
 //     during the running pass, its blocks freed; a waiting one when it is
 //     at the head of the queue), reported in Step.Dropped, with no update.
-//   - The step's duration is the latency model's: a base, plus a cost per
-//     decoding sequence, plus the uncached prompt tokens it prefills at a
-//     fixed throughput. A step that schedules nothing lasts 0.
+//   - The step's duration is the latency profile's (package profile): a
+//     base, plus each prefill chunk's cost at its context offset (b·n +
+//     2c·n·(s + n/2) for n new tokens after s computed or cached ones),
+//     plus a cost per decoding sequence and per token of their contexts.
+//     With sim-default it is the engine's historical model, exactly: 25 ms,
+//     0.1 ms per decoding sequence, the uncached prompt tokens at
+//     10,000 tok/s. A step that schedules nothing lasts 0.
 //   - Every request whose prefill is complete samples one token per step;
 //     the first comes with the cached tokens of its first admission (vLLM's
 //     num_cached_tokens) and its time to first token (step end − arrival).

@@ -8,6 +8,7 @@ import (
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/test/enginesim/kvcache"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 )
 
 // Config sizes the engine and its latency model; fields are named after
@@ -24,25 +25,24 @@ type Config struct {
 	// MaxNumBatchedTokens is --max-num-batched-tokens: one step's token
 	// budget (a decode takes one, a prefill chunk the rest).
 	MaxNumBatchedTokens int
-	// PrefillTokensPerSecond is the uncached prompt throughput.
-	PrefillTokensPerSecond float64
-	// StepBase is the fixed cost of a step; StepPerSeq is added per
-	// decoding sequence.
-	StepBase   time.Duration
-	StepPerSeq time.Duration
+	// Latency is the latency model (package profile): a step's base, its
+	// prefill chunks' and its decodes' costs. Only its costs are read
+	// here; the sizes are the fields above (a shell takes its defaults
+	// from the profile).
+	Latency profile.Profile
 }
 
-// DefaultConfig returns the simulated engine's defaults: one H100 serving
-// an 8B–20B model with vLLM's own defaults, without KV events.
+// DefaultConfig returns the simulated engine's defaults: the sim-default
+// profile (one H100 serving an 8B–20B model with vLLM's own defaults, as
+// the engine has always modelled it), without KV events.
 func DefaultConfig() Config {
+	p := profile.Default()
 	return Config{
-		Cache:                  kvcache.Config{NumBlocks: 8192, BlockSize: 16, Seed: blockkey.DefaultSeed},
-		MaxModelLen:            32768,
-		MaxNumSeqs:             256,
-		MaxNumBatchedTokens:    8192,
-		PrefillTokensPerSecond: 10_000,
-		StepBase:               25 * time.Millisecond,
-		StepPerSeq:             100 * time.Microsecond,
+		Cache:               kvcache.Config{NumBlocks: p.NumGPUBlocks, BlockSize: p.BlockSize, Seed: blockkey.DefaultSeed},
+		MaxModelLen:         p.MaxModelLen,
+		MaxNumSeqs:          256,
+		MaxNumBatchedTokens: p.MaxNumBatchedTokens,
+		Latency:             p,
 	}
 }
 
@@ -56,11 +56,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("sched: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d: want all positive",
 			c.MaxModelLen, c.MaxNumSeqs, c.MaxNumBatchedTokens))
 	}
-	if !(c.PrefillTokensPerSecond > 0) {
-		errs = append(errs, fmt.Errorf("sched: prefill throughput %v must be positive", c.PrefillTokensPerSecond))
-	}
-	if c.StepBase < 0 || c.StepPerSeq < 0 {
-		errs = append(errs, fmt.Errorf("sched: step costs %v, %v must not be negative", c.StepBase, c.StepPerSeq))
+	if err := c.Latency.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sched: latency: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -153,6 +150,7 @@ type Scheduler struct {
 	waiting []*request
 	running []*request
 	byID    map[ID]*request
+	chunks  []profile.Chunk // a step's prefills, reused
 }
 
 // New returns an idle scheduler with an empty cache.
@@ -357,18 +355,22 @@ func (s *Scheduler) admitWaiting(out *Step, batch []work, budget int) []work {
 	return batch
 }
 
-// duration is the latency model's cost of a batch.
+// duration is the latency model's cost of a batch: each prefill is a
+// chunk at its context offset (the tokens computed or cached before it),
+// each decode a sequence whose context is read.
 func (s *Scheduler) duration(batch []work) time.Duration {
-	prefill, decodes := 0, 0
+	chunks := s.chunks[:0]
+	decodes, kvTokens := 0, 0
 	for _, w := range batch {
 		if w.decode {
 			decodes++
+			kvTokens += w.r.seq.Computed() + w.n
 		} else {
-			prefill += w.n
+			chunks = append(chunks, profile.Chunk{Offset: w.r.seq.Computed(), Tokens: w.n})
 		}
 	}
-	return s.cfg.StepBase + time.Duration(decodes)*s.cfg.StepPerSeq +
-		time.Duration(float64(prefill)/s.cfg.PrefillTokensPerSecond*float64(time.Second))
+	s.chunks = chunks
+	return s.cfg.Latency.StepCost(chunks, decodes, kvTokens)
 }
 
 // apply commits a scheduled batch at the step's end: KV computed, a token

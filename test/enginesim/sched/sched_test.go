@@ -100,7 +100,7 @@ func ids(updates []sched.Update) []sched.ID {
 
 // prefill is the latency model's cost of n prompt tokens.
 func prefill(cfg sched.Config, n int) time.Duration {
-	return time.Duration(float64(n) / cfg.PrefillTokensPerSecond * float64(time.Second))
+	return time.Duration(float64(n) / cfg.Latency.PrefillTokensPerSecond * float64(time.Second))
 }
 
 // TestChunkedPrefill: a prompt longer than the step's token budget
@@ -127,7 +127,7 @@ func TestChunkedPrefill(t *testing.T) {
 			done := 0
 			for i, chunk := range c.chunks {
 				st := e.step()
-				if want := cfg.StepBase + prefill(cfg, chunk); st.Duration != want {
+				if want := cfg.Latency.StepBase + prefill(cfg, chunk); st.Duration != want {
 					t.Fatalf("step %d lasted %v, want %v (a chunk of %d)", i, st.Duration, want, chunk)
 				}
 				ttft += st.Duration
@@ -148,7 +148,7 @@ func TestChunkedPrefill(t *testing.T) {
 				}
 			}
 			st := e.step() // a decode
-			if len(st.Updates) != 1 || st.Updates[0].First || st.Duration != cfg.StepBase+cfg.StepPerSeq {
+			if len(st.Updates) != 1 || st.Updates[0].First || st.Duration != cfg.Latency.StepBase+cfg.Latency.DecodePerSeq {
 				t.Fatalf("the step after the prefill: %v, %+v", st.Duration, st.Updates)
 			}
 		})
@@ -240,7 +240,7 @@ func TestCachedPrefixAdmission(t *testing.T) {
 			if st.PromptTokens != len(r.Prompt) || st.CachedTokens != c.cached {
 				t.Fatalf("prompt figures %d, %d cached; want %d, %d", st.PromptTokens, st.CachedTokens, len(r.Prompt), c.cached)
 			}
-			if want := cfg.StepBase + prefill(cfg, len(r.Prompt)-c.cached); st.Duration != want {
+			if want := cfg.Latency.StepBase + prefill(cfg, len(r.Prompt)-c.cached); st.Duration != want {
 				t.Fatalf("the step lasted %v, want %v (%d tokens to prefill)", st.Duration, want, len(r.Prompt)-c.cached)
 			}
 		})
