@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/lab"
 	"github.com/kvroute/kvroute/test/workload"
 )
@@ -63,6 +64,7 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	f.DurationVar(&l.slo, "slo", 0, "the p90 TTFT objective of goodput (0: the scenario's)")
 	f.IntVar(&l.engines, "engines", 0, "engines (0: the scenario's)")
 	f.IntVar(&l.gpuBlocks, "gpu-blocks", 0, "KV blocks per engine (0: the scenario's)")
+	f.StringVar(&l.profile, "profile", profile.SimDefault, "the engines' latency profile: "+strings.Join(profile.Names(), ", "))
 	f.IntVar(&l.pickers, "pickers", 1, "pickers; requests are spread over them at random, as a Service does")
 	f.IntVar(&l.workers, "workers", 0, "runs at once (0: one per CPU); results do not depend on it")
 	f.StringVar(&l.out, "out", "", "the output directory (required)")
@@ -98,7 +100,7 @@ func (l *labFlags) sweep() (lab.Sweep, error) {
 		pols = append(pols, p)
 	}
 	cfg := lab.DefaultConfig()
-	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays = l.engines, l.gpuBlocks, l.pickers, l.delays
+	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile = l.engines, l.gpuBlocks, l.pickers, l.delays, l.profile
 	if err := (lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, Fleet: cfg}).Validate(); err != nil {
 		return lab.Sweep{}, err
 	}

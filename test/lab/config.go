@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 )
 
 // Delays are the modelled delays between the components, in simulated
@@ -112,6 +113,11 @@ func (c Config) Validate() error {
 	}
 	if _, err := score.ParsePolicy(string(c.Policy)); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Profile != "" {
+		if _, err := profile.Named(c.Profile); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.Horizon <= 0 {
 		errs = append(errs, fmt.Errorf("horizon %v: want > 0", c.Horizon))

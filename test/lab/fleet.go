@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/sidecar/index"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/enginesim/sched"
 )
 
@@ -84,23 +85,34 @@ func kindOf(path string) (intake.Kind, error) {
 }
 
 // engineConfig is the lab's engine configuration, as the bench sizes its
-// engines: n blocks, context as long as the cache less a block (at most
-// 32,768) unless set.
-func engineConfig(blocks, maxModelLen int) enginesim.Config {
+// engines: the profile's latency and chunk budget, n blocks (the
+// scenario's capacity, not the profile's), context as long as the cache
+// less a block (at most 32,768) unless set.
+func engineConfig(prof string, blocks, maxModelLen int) (enginesim.Config, error) {
 	ecfg := enginesim.DefaultConfig()
+	if prof != "" {
+		p, err := profile.Named(prof)
+		if err != nil {
+			return ecfg, err
+		}
+		ecfg.Sim.Latency, ecfg.MaxNumBatchedTokens = p, p.MaxNumBatchedTokens
+	}
 	ecfg.NumGPUBlocks = blocks
 	ecfg.MaxModelLen = maxModelLen
 	if ecfg.MaxModelLen == 0 {
 		ecfg.MaxModelLen = min(32768, (blocks-1)*ecfg.BlockSize)
 	}
 	ecfg.EnablePromptTokensDetails = true
-	return ecfg
+	return ecfg, nil
 }
 
 // build makes the fleet: n engines with their sidecars, and m pickers
 // each following every sidecar.
 func (r *run) build(n, blocks, maxModelLen int) error {
-	ecfg := engineConfig(blocks, maxModelLen)
+	ecfg, err := engineConfig(r.cfg.Profile, blocks, maxModelLen)
+	if err != nil {
+		return err
+	}
 	front, err := enginesim.NewFront(ecfg)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/lab/stats"
 	"github.com/kvroute/kvroute/test/workload"
 )
@@ -103,6 +104,7 @@ type Results struct {
 	Engines   int        `json:"engines"`
 	GPUBlocks int        `json:"gpu_blocks"`
 	Pickers   int        `json:"pickers"`
+	Profile   string     `json:"profile"`
 	Delays    delaysJSON `json:"delays_ms"`
 	Policies  []string   `json:"policies"`
 	Peers     []string   `json:"peers"`
@@ -247,7 +249,7 @@ func engineURLs(cfg Config, sc workload.Scenario) []string {
 func compare(s Sweep, runs []RunResult) *Results {
 	f := s.Scenario.Fleet()
 	res := &Results{Scenario: s.Scenario.Name(), Engines: cmpOr(s.Fleet.Engines, f.Engines), GPUBlocks: cmpOr(s.Fleet.GPUBlocks, f.GPUBlocks),
-		Pickers: s.Fleet.Pickers, Delays: delaysOf(s.Fleet.Delays), Policies: slices.Clone(s.Policies), Seeds: slices.Clone(s.Seeds),
+		Pickers: s.Fleet.Pickers, Profile: profileName(s.Fleet.Profile), Delays: delaysOf(s.Fleet.Delays), Policies: slices.Clone(s.Policies), Seeds: slices.Clone(s.Seeds),
 		Rates: slices.Clone(s.Rates), SLOms: Num(float64(s.SLO) / float64(time.Millisecond)), Runs: runs, ClaimSeeds: true}
 	for _, seed := range s.Seeds {
 		if seed < ClaimSeeds {
@@ -366,4 +368,12 @@ func goodputOf(p string, s Sweep, fs [][]*Figures) Goodput {
 	}
 	g.Goodput = ciOf(stats.MeanCI(v))
 	return g
+}
+
+// profileName is the profile a run's engines use.
+func profileName(p string) string {
+	if p == "" {
+		return profile.SimDefault
+	}
+	return p
 }

@@ -47,8 +47,8 @@ func Table(r *Results) string {
 	if r.ClaimSeeds {
 		claim = "claim seeds"
 	}
-	fmt.Fprintf(&b, "scenario %s: %d engines × %d blocks, %d picker(s); seeds %s (%s); SLO p90 ≤ %s\n",
-		r.Scenario, r.Engines, r.GPUBlocks, r.Pickers, seedRange(r.Seeds), claim, msText(float64(r.SLOms)))
+	fmt.Fprintf(&b, "scenario %s: %d engines × %d blocks (profile %s), %d picker(s); seeds %s (%s); SLO p90 ≤ %s\n",
+		r.Scenario, r.Engines, r.GPUBlocks, r.Profile, r.Pickers, seedRange(r.Seeds), claim, msText(float64(r.SLOms)))
 	for _, rate := range r.Rates {
 		fmt.Fprintf(&b, "\nrate ×%g — mean over %d seeds [95%% interval]\n", rate, len(r.Seeds))
 		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
