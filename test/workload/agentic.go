@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -257,11 +258,15 @@ func (a AgenticPressure) Plan(o Options) (Plan, error) {
 	types, ss := a.Draw(rng)
 	r := &agenticRun{a: a, types: types, maxModelLen: o.MaxModelLen, forks: map[agenticForkKey]*agenticFork{}}
 	for t := 0; t < a.Tenants; t++ {
-		r.salts = append(r.salts, fmt.Sprintf("tenant-%d-%016x", t, rng.Uint64()))
+		r.salts = append(r.salts, agenticJSON(fmt.Sprintf("tenant-%d-%016x", t, rng.Uint64())))
 	}
-	if a.Chat {
-		for _, t := range types {
-			r.chatTools = append(r.chatTools, t.chatTools())
+	for _, t := range types {
+		if a.Chat {
+			r.system = append(r.system, agenticJSON(map[string]any{"role": "system", "content": t.Instructions}))
+			r.tools = append(r.tools, agenticJSON(t.chatTools()))
+		} else {
+			r.system = append(r.system, agenticJSON(t.Instructions))
+			r.tools = append(r.tools, agenticJSON(t.Tools))
 		}
 	}
 	forkAt := make([]map[int]bool, len(ss))
@@ -290,11 +295,13 @@ func (a AgenticPressure) Plan(o Options) (Plan, error) {
 // forks branches start from, written by one session's driver and read by
 // another's (so guarded by mu).
 type agenticRun struct {
-	a           AgenticPressure
-	types       []AgentType
-	chatTools   [][]any // by type, with Chat
-	salts       []string
-	maxModelLen int
+	a     AgenticPressure
+	types []AgentType
+	// The bodies' constant parts, encoded: by tenant its cache_salt, by
+	// type its instructions (Responses) or system message (chat) and its
+	// tools in the form's shape.
+	salts, system, tools []json.RawMessage
+	maxModelLen          int
 
 	mu    sync.Mutex
 	forks map[agenticForkKey]*agenticFork
@@ -305,7 +312,7 @@ type agenticForkKey struct{ session, turn int }
 // agenticFork is a session's history after a turn's call, before its
 // output: where a branch starts.
 type agenticFork struct {
-	history  []any // the input items or chat messages (the system message aside)
+	history  []json.RawMessage // the input items or chat messages (the system message aside)
 	endpoint string
 	tokens   int // the history's prompt tokens (≈, less the template's markers)
 }
@@ -319,8 +326,8 @@ type agenticSession struct {
 	rng     *rand.Rand
 	turn    int // the last turn sent (0: none yet)
 	over    bool
-	history []any  // input items (Responses) or messages after the system message (chat)
-	prev    string // the endpoint of the last answer
+	history []json.RawMessage // input items (Responses) or messages after the system message (chat)
+	prev    string            // the endpoint of the last answer
 }
 
 // Next returns the session's first turn (a root's task, or a branch's
@@ -364,7 +371,7 @@ func (s *agenticSession) first() (Request, time.Duration, bool) {
 	r := s.run
 	s.rng = rand.New(rand.NewPCG(s.s.Seed, uint64(s.s.ID)))
 	if s.s.Parent < 0 {
-		s.history = []any{map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", s.s.ID) + Text(s.rng, 60+s.rng.IntN(200))}}
+		s.history = []json.RawMessage{agenticJSON(map[string]any{"role": "user", "content": fmt.Sprintf("Task %d: ", s.s.ID) + Text(s.rng, 60+s.rng.IntN(200))})}
 		s.turn = 1
 		return r.request(s.s, 1, s.history, ""), 0, false
 	}
@@ -391,43 +398,70 @@ func (s *agenticSession) end() (Request, time.Duration, bool) {
 // answerItems is a turn's answer in the history: its text and its tool
 // call — a message and a function_call item (Responses), or an assistant
 // message with a tool_calls entry (chat).
-func (r *agenticRun) answerItems(text, call, name, args string) []any {
+func (r *agenticRun) answerItems(text, call, name, args string) []json.RawMessage {
 	if r.a.Chat {
-		return []any{map[string]any{"role": "assistant", "content": text, "tool_calls": []any{
-			map[string]any{"id": call, "type": "function", "function": map[string]any{"name": name, "arguments": args}}}}}
+		return []json.RawMessage{agenticJSON(map[string]any{"role": "assistant", "content": text, "tool_calls": []any{
+			map[string]any{"id": call, "type": "function", "function": map[string]any{"name": name, "arguments": args}}}})}
 	}
-	return []any{
-		map[string]any{"type": "message", "role": "assistant", "content": text},
-		map[string]any{"type": "function_call", "call_id": call, "name": name, "arguments": args}}
+	return []json.RawMessage{
+		agenticJSON(map[string]any{"type": "message", "role": "assistant", "content": text}),
+		agenticJSON(map[string]any{"type": "function_call", "call_id": call, "name": name, "arguments": args})}
 }
 
 // outputItem is a tool's output in the history: a function_call_output
 // item (Responses) or a tool message (chat).
-func (r *agenticRun) outputItem(call, out string) any {
+func (r *agenticRun) outputItem(call, out string) json.RawMessage {
 	if r.a.Chat {
-		return map[string]any{"role": "tool", "tool_call_id": call, "content": out}
+		return agenticJSON(map[string]any{"role": "tool", "tool_call_id": call, "content": out})
 	}
-	return map[string]any{"type": "function_call_output", "call_id": call, "output": out}
+	return agenticJSON(map[string]any{"type": "function_call_output", "call_id": call, "output": out})
 }
 
 // request is s's turn with history: a streaming Responses request with
 // the type's instructions and tools, or a chat one with the system
 // message first and usage asked for; the tenant's cache_salt either way.
-func (r *agenticRun) request(s AgenticSession, turn int, history []any, prev string) Request {
-	t := r.types[s.Type]
-	body := map[string]any{"model": agenticModel, "cache_salt": r.salts[s.Tenant], "stream": true}
+// The body is assembled from the encoded parts, in the bytes json.Marshal
+// gives for the body as a map (keys sorted), without encoding the history
+// again each turn.
+func (r *agenticRun) request(s AgenticSession, turn int, history []json.RawMessage, prev string) Request {
+	n := 256 + len(r.salts[s.Tenant]) + len(r.system[s.Type]) + len(r.tools[s.Type])
+	for _, h := range history {
+		n += len(h) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(append(b, `{"cache_salt":`...), r.salts[s.Tenant]...)
+	// items appends the history, each item after a comma or the first
+	// after none.
+	items := func(b []byte, first bool) []byte {
+		for _, h := range history {
+			if !first {
+				b = append(b, ',')
+			}
+			b, first = append(b, h...), false
+		}
+		return append(b, ']')
+	}
 	path := "/v1/responses"
 	if r.a.Chat {
 		path = "/v1/chat/completions"
-		body["messages"] = append([]any{map[string]any{"role": "system", "content": t.Instructions}}, history...)
-		body["tools"], body["max_tokens"] = r.chatTools[s.Type], r.a.OutputTokens
-		body["stream_options"] = map[string]any{"include_usage": true}
+		b = strconv.AppendInt(append(b, `,"max_tokens":`...), int64(r.a.OutputTokens), 10)
+		b = items(append(append(b, `,"messages":[`...), r.system[s.Type]...), false)
+		b = append(b, `,"model":"`+agenticModel+`","stream":true,"stream_options":{"include_usage":true},"tools":`...)
 	} else {
-		body["instructions"], body["tools"], body["input"], body["max_output_tokens"] = t.Instructions, t.Tools, history, r.a.OutputTokens
+		b = items(append(b, `,"input":[`...), true)
+		b = append(append(b, `,"instructions":`...), r.system[s.Type]...)
+		b = strconv.AppendInt(append(b, `,"max_output_tokens":`...), int64(r.a.OutputTokens), 10)
+		b = append(b, `,"model":"`+agenticModel+`","stream":true,"tools":`...)
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		panic(err) // maps of strings and numbers always encode
-	}
+	b = append(append(b, r.tools[s.Type]...), '}')
 	return Request{Path: path, Body: b, Conversation: s.ID, Turn: turn, Prev: prev}
+}
+
+// agenticJSON is v encoded.
+func agenticJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // strings, numbers and maps of them always encode
+	}
+	return b
 }
