@@ -20,6 +20,7 @@ import (
 	"github.com/kvroute/kvroute/picker/admit"
 	"github.com/kvroute/kvroute/picker/score"
 	"github.com/kvroute/kvroute/test/bench"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // benchFlags are the settings of one bench run.
@@ -46,7 +47,11 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 		}
 		return bench.SeedConcurrent{}, nil
 	case "agentic-pressure":
-		return bench.AgenticPressure{}, nil
+		return bench.Plan(workload.AgenticPressure{}, b.seed, 1), nil
+	case "agentic-chat":
+		return bench.Plan(workload.AgenticChat(), b.seed, 1), nil
+	case "demo":
+		return bench.Plan(workload.Demo(), b.seed, 1), nil
 	case "shared-prefix":
 		return bench.SharedPrefix{}, nil
 	case "overload":
@@ -68,7 +73,7 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 		}
 		return bench.Trace{Path: b.trace, Limit: b.limit, Rate: b.traceRate}, nil
 	}
-	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, shared-prefix, trace, faults, overload or tenants", b.scenario)
+	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, agentic-chat, demo, shared-prefix, trace, faults, overload or tenants", b.scenario)
 }
 
 func newBenchCommand() *cobra.Command {
@@ -105,6 +110,12 @@ Scenarios:
                      (2k–6k-token system prompts with tools), 5–20 tool-call
                      turns with 200–2,000-token outputs, branches, 4 tenants
                      with their own salts; working set ≈ 1.7× the fleet's KV.
+  agentic-chat       agentic-pressure's conversations (the same for a seed)
+                     sent to /v1/chat/completions: the whole message history
+                     each turn, tools in chat form, tool calls and tool
+                     messages.
+  demo               kvroute demo's workload: 4 engines, 16 agent sessions of
+                     4 types, 4–8 tool-call turns, 2 tenants.
   shared-prefix      8 engines, 150 customers × 6,000-token prefix, 5 users
                      each with a 1,200-token question, QPS stepped 3, 6, 10,
                      15, 20 for 30 s each; working set ≈ 73% of the fleet's
@@ -213,7 +224,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&b.scenario, "scenario", "seed-continuation", "scenario: seed-continuation, agentic-pressure, shared-prefix, trace, faults (real processes, a fault matrix), overload (4× capacity: admission) or tenants (a light tenant beside one sending 10×)")
+	f.StringVar(&b.scenario, "scenario", "seed-continuation", "scenario: seed-continuation, agentic-pressure, agentic-chat, demo, shared-prefix, trace, faults (real processes, a fault matrix), overload (4× capacity: admission) or tenants (a light tenant beside one sending 10×)")
 	f.BoolVar(&b.sequential, "sequential", false, "with --scenario seed-continuation: its sequential form (2 engines, conversations one after another)")
 	f.StringVar(&b.trace, "trace", "", "Mooncake-format JSONL file for --scenario trace")
 	f.IntVar(&b.limit, "limit", 0, "replay only the trace's first N records (0: all)")

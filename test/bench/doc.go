@@ -66,4 +66,18 @@
 // memory and goroutine samples and their growth — the bench process's own
 // for in-process fleets, each picker's and sidecar's for the process
 // fleet.
+//
+// Scenarios written as workload plans (test/workload: agentic-pressure,
+// agentic-chat, the demo) run through the plan driver (plan.go), so the
+// bench and the lab (virtual time) send the same requests for a seed:
+// Plan(s, seed, rate) is a Scenario whose Run draws s's plan
+// (workload.Options: the seed, the rate, the fleet's context length) and
+// RunPlan drives it on the real clock — a goroutine per session, a root
+// at its Start, a branch once its parent has been handed the answer to its
+// turn or has ended, each wait (simulated time) through Client.Wait, each
+// request through Client.Send (the Responses, chat and completions
+// streams), its answer handed back to the session. An outcome's
+// PrevEndpoint is the request's Prev or, when that is empty on a later
+// turn, the endpoint of the conversation's latest answered turn at send
+// time. A --duration repeat plans a seed drawn from its own stream.
 package bench

@@ -161,26 +161,99 @@ func (c *Client) Responses(ctx context.Context, body map[string]any) (Outcome, s
 	body["stream"] = true
 	b, _ := json.Marshal(body)
 	o := Outcome{Path: "/v1/responses", Body: b}
+	answer := c.exchange(ctx, &o)
+	return o, answer
+}
+
+// Send sends r, a streaming request to any of the three OpenAI paths, and
+// returns its outcome, labelled from r (conversation, turn, step, tenant,
+// the endpoint it continues, its token ids), and the answer as the
+// scenario sees it.
+func (c *Client) Send(ctx context.Context, r workload.Request) (Outcome, workload.Answer) {
+	if c.done != nil {
+		defer c.done()
+	}
+	o := Outcome{Conversation: r.Conversation, Turn: r.Turn, Step: r.Step, Tenant: r.Tenant, PrevEndpoint: r.Prev,
+		Path: r.Path, Body: r.Body, Tokens: r.Tokens}
+	text := c.exchange(ctx, &o)
+	return o, workload.Answer{Endpoint: o.Endpoint, Text: text, PromptTokens: o.PromptTokens, OK: o.Err == nil}
+}
+
+// exchange streams o's request and returns the output text, reading the
+// events of o.Path: response.output_text.delta and the usage of
+// response.completed (/v1/responses), choices[0].delta.content
+// (/v1/chat/completions) or choices[0].text (/v1/completions) and the last
+// chunk's usage (include_usage). TTFT is at the first text.
+func (c *Client) exchange(ctx context.Context, o *Outcome) string {
 	var answer strings.Builder
-	c.stream(ctx, &o, func(data string) {
-		var ev struct {
-			Type  string `json:"type"`
-			Delta string `json:"delta"`
+	text := func(s string) {
+		if s != "" && o.TTFT == 0 {
+			o.TTFT = time.Since(o.Start)
 		}
-		if json.Unmarshal([]byte(data), &ev) != nil {
-			return
-		}
-		switch ev.Type {
-		case "response.output_text.delta":
-			if o.TTFT == 0 {
-				o.TTFT = time.Since(o.Start)
+		answer.WriteString(s)
+	}
+	var event func(data string)
+	switch o.Path {
+	case "/v1/responses":
+		event = func(data string) {
+			var ev struct {
+				Type  string `json:"type"`
+				Delta string `json:"delta"`
 			}
-			answer.WriteString(ev.Delta)
-		case "response.completed":
-			o.usage(openai.UsageOf([]byte(data)))
+			if json.Unmarshal([]byte(data), &ev) != nil {
+				return
+			}
+			switch ev.Type {
+			case "response.output_text.delta":
+				text(ev.Delta)
+			case "response.completed":
+				o.usage(openai.UsageOf([]byte(data)))
+			}
 		}
-	})
-	return o, answer.String()
+	case "/v1/chat/completions":
+		event = func(data string) {
+			var ch struct {
+				Choices []struct {
+					Delta struct {
+						Content string `json:"content"`
+					} `json:"delta"`
+				} `json:"choices"`
+			}
+			if json.Unmarshal([]byte(data), &ch) != nil {
+				return
+			}
+			if len(ch.Choices) > 0 {
+				text(ch.Choices[0].Delta.Content)
+			}
+			if strings.Contains(data, `"usage"`) { // the last chunk's, with include_usage
+				o.usage(openai.UsageOf([]byte(data)))
+			}
+		}
+	case "/v1/completions":
+		event = func(data string) {
+			var ch struct {
+				Choices []struct {
+					Text string `json:"text"`
+				} `json:"choices"`
+			}
+			if json.Unmarshal([]byte(data), &ch) != nil {
+				return
+			}
+			if len(ch.Choices) > 0 {
+				text(ch.Choices[0].Text)
+			}
+			if strings.Contains(data, `"usage"`) { // the last chunk's, with include_usage
+				o.usage(openai.UsageOf([]byte(data)))
+			}
+		}
+	default:
+		o.Start = time.Now()
+		o.End = o.Start
+		o.Err = fmt.Errorf("path %q: want /v1/responses, /v1/chat/completions or /v1/completions", o.Path)
+		return ""
+	}
+	c.stream(ctx, o, event)
+	return answer.String()
 }
 
 // stream sends o's request (o.Path, o.Body) in a request slot, fills in
@@ -354,21 +427,6 @@ func (c *Client) completions(ctx context.Context, o Outcome) Outcome {
 	if c.done != nil {
 		defer c.done()
 	}
-	c.stream(ctx, &o, func(data string) {
-		var ch struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal([]byte(data), &ch) != nil {
-			return
-		}
-		if o.TTFT == 0 && len(ch.Choices) > 0 && ch.Choices[0].Text != "" {
-			o.TTFT = time.Since(o.Start)
-		}
-		if strings.Contains(data, `"usage"`) { // the last chunk's, with include_usage
-			o.usage(openai.UsageOf([]byte(data)))
-		}
-	})
+	c.exchange(ctx, &o)
 	return o
 }
