@@ -6,6 +6,8 @@ import (
 	"html/template"
 	"io"
 
+	"github.com/kvroute/kvroute/test/lab"
+
 	"github.com/kvroute/kvroute/test/chartjs"
 )
 
@@ -52,11 +54,18 @@ func WriteReport(w io.Writer, r *Results) error {
 			resources, note = true, row.R.Resources.Note
 		}
 	}
+	var labSection template.HTML
+	if r.Lab != nil {
+		if labSection, err = lab.Section(r.Lab); err != nil {
+			return err
+		}
+	}
 	return t.Execute(w, struct {
 		Results       *Results
 		Rows          []reportRow
 		ChartJS       template.JS
 		Resources     bool
 		ResourcesNote string
-	}{r, rows, template.JS(chartjs.Source()), resources, note})
+		Lab           template.HTML
+	}{r, rows, template.JS(chartjs.Source()), resources, note, labSection})
 }

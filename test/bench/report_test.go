@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/kvroute/kvroute/test/lab"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // syntheticResults is a three-policy result (two of kvroute's, a peer's)
@@ -93,15 +95,24 @@ func TestReportInChromium(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.html")
 	var b bytes.Buffer
-	if err := WriteReport(&b, syntheticResults()); err != nil {
+	r := syntheticResults()
+	// A short lab sweep of the demo: two policies, a seed, two rates.
+	lr, err := lab.RunSweep(lab.Sweep{Scenario: workload.Demo(), Policies: []string{"precise", "dynamo"}, Seeds: []uint64{1},
+		Rates: []float64{1, 2}, Fleet: lab.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Lab = lr
+	if err := WriteReport(&b, r); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The three charts, two timelines per policy, the faults timeline, the
-	// memory and goroutine charts.
-	checkReportInChromium(t, path, "report-synthetic.png", 3+2*3+1+2)
+	// memory and goroutine charts, and the lab's four (TTFT p50 and p90 and
+	// hit rate against the offered rate, goodput).
+	checkReportInChromium(t, path, "report-synthetic.png", 3+2*3+1+2+4)
 }
 
 // checkReportInChromium loads the report at path and checks that charts

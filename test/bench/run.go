@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/test/lab"
+
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -26,7 +28,10 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Scenario  Scenario
+	Scenario Scenario
+	// Lab, when set, is a lab sweep to show in the same results and
+	// report (the demo's).
+	Lab       *lab.Results
 	Policies  []score.Policy // default: all four
 	Engines   int            // default: the scenario's
 	GPUBlocks int            // default: the scenario's, else 2048
@@ -261,6 +266,9 @@ type Results struct {
 	Faults *FaultsResult `json:"faults,omitempty"`
 	// DurationSeconds is --duration, when the run was for a fixed time.
 	DurationSeconds float64 `json:"duration_s,omitempty"`
+	// Lab, when set, is a virtual-time sweep of the same scenario (the
+	// demo's lab section), shown in the same report.
+	Lab *lab.Results `json:"lab,omitempty"`
 
 	requests []policyOutcomes // for requests.jsonl
 	scale    float64          // wall time ÷ simulated time
@@ -307,7 +315,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if scale <= 0 {
 		scale = 1 // no simulated waiting: wall time is all there is
 	}
-	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale}
+	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale, Lab: o.Lab}
 	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
 	res.WarmReturnChance = 1 / float64(o.Engines)
 	for i, p := range o.Policies {

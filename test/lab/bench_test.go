@@ -14,3 +14,13 @@ func BenchmarkRunConvos(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAgenticPressure: one policy, one seed of agentic-pressure
+// (8 engines, 713 requests) — the 5 s target.
+func BenchmarkAgenticPressure(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if _, err := Run(DefaultConfig(), workload.AgenticPressure{}, workload.Options{Seed: 1, Rate: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -13,12 +13,18 @@ type NamedOptions struct {
 
 // Names lists the scenarios both clocks run, by name.
 func Names() []string {
-	return []string{}
+	return []string{"agentic-pressure", "agentic-chat", "demo"}
 }
 
 // Named returns the scenario called name.
 func Named(name string, o NamedOptions) (Scenario, error) {
 	switch name {
+	case "agentic-pressure":
+		return AgenticPressure{}, nil
+	case "agentic-chat":
+		return AgenticChat(), nil
+	case "demo":
+		return Demo(), nil
 	}
 	return nil, fmt.Errorf("scenario %q: want one of %s", name, strings.Join(Names(), ", "))
 }
