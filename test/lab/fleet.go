@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zeebo/xxh3"
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -52,12 +53,37 @@ type pickerNode struct {
 type renderer struct{ r *run }
 
 func (rd renderer) Render(_ context.Context, _ string, kind intake.Kind, body []byte) (render.Rendered, error) {
-	g, err := rd.r.front.Prepare(pathOf(kind), body)
+	g, err := rd.r.prepare(pathOf(kind), body)
 	if err != nil {
 		return render.Rendered{}, &render.RefusedError{Status: enginesim.StatusOf(err), Body: []byte(err.Error())}
 	}
-	rd.r.keep(body, &g)
+	rd.r.keep(body, g)
 	return render.Rendered{TokenIDs: g.Prompt, CacheSalt: g.Salt, Via: "lab"}, nil
+}
+
+// renderKey names a body on a path: its 128-bit hash.
+type renderKey xxh3.Uint128
+
+// prepare is the engine front end's Prepare, remembered for the run: a
+// body's generation is a pure function of its bytes, and a conversation's
+// anchor is rendered again at every turn. Safe for the router's
+// concurrent renders.
+func (r *run) prepare(path string, body []byte) (*enginesim.Generation, error) {
+	k := renderKey(xxh3.Hash128Seed(body, uint64(len(path))*0x9e3779b97f4a7c15^xxh3.HashString(path)))
+	r.mu.Lock()
+	g, ok := r.renders[k]
+	r.mu.Unlock()
+	if ok {
+		return g, nil
+	}
+	gen, err := r.front.Prepare(path, body)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.renders[k] = &gen
+	r.mu.Unlock()
+	return &gen, nil
 }
 
 // pathOf is the generate path of a request kind.

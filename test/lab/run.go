@@ -60,6 +60,7 @@ type run struct {
 	mu       sync.Mutex
 	deciding []byte
 	rendered *enginesim.Generation
+	renders  map[renderKey]*enginesim.Generation // every body rendered (prepare)
 }
 
 // keep keeps g, the render of body, when body is the one being decided.
@@ -127,7 +128,7 @@ func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error)
 	if maxLen == 0 {
 		maxLen = f.MaxModelLen
 	}
-	r := &run{cfg: cfg, seed: o.Seed, byURL: map[string]*engine{}, last: map[int]lastTurn{},
+	r := &run{cfg: cfg, seed: o.Seed, byURL: map[string]*engine{}, last: map[int]lastTurn{}, renders: map[renderKey]*enginesim.Generation{},
 		sim: sim{base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
 		rng: rand.New(rand.NewPCG(o.Seed, 0x6c6162))}
 	if err := r.build(n, blocks, maxLen); err != nil {
@@ -270,12 +271,11 @@ func (r *run) decide(f *flight) {
 func (r *run) arrive(e *engine, f *flight) {
 	g := f.gen
 	if g == nil {
-		gen, err := r.front.Prepare(f.req.Path, f.req.Body)
-		if err != nil {
+		var err error
+		if g, err = r.prepare(f.req.Path, f.req.Body); err != nil {
 			r.back(f, func() { r.done(f, enginesim.StatusOf(err)) })
 			return
 		}
-		g = &gen
 	}
 	r.nextID++
 	id := r.nextID
