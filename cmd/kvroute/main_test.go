@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-var subcommands = []string{"engine", "sidecar", "picker", "bench", "demo", "inject", "verify"}
+var subcommands = []string{"engine", "sidecar", "picker", "bench", "lab", "demo", "inject", "verify"}
 
 func runArgs(args ...string) (int, string, string) {
 	var out, errOut bytes.Buffer
