@@ -1,0 +1,491 @@
+package workload
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/test/enginesim/chat"
+)
+
+// answerText is what the test driver answers every request with.
+const answerText = "a fixed answer from the test driver"
+
+// sent is one request the test driver sent.
+type sent struct {
+	session int
+	start   time.Duration // the session's start
+	wait    time.Duration // the wait Next returned before it
+	req     Request
+	// With analyze: the decoded body, the prompt's rendered length and
+	// its full blocks' chained keys (the first block's first).
+	body   body
+	prompt int
+	keys   []uint64
+}
+
+// drive walks a plan as a driver would, answering every request OK with
+// answerText, and returns the requests session by session, each
+// session's in order; analyze renders every prompt (the answers then
+// carry its length) and keys its blocks.
+func drive(t testing.TB, p Plan, analyze bool) []sent {
+	t.Helper()
+	var out []sent
+	for i, ps := range p.Sessions {
+		if ps.After != nil {
+			t.Fatalf("session %d: an After dependency, which these scenarios do not use", i)
+		}
+		var prev *Answer
+		memo := map[chatMessage][]uint32{}
+		for n := 0; ; n++ {
+			req, wait, done := ps.Session.Next(prev)
+			if done {
+				break
+			}
+			if n > 1000 {
+				t.Fatalf("session %d: more than 1000 requests", i)
+			}
+			s := sent{session: i, start: ps.Start, wait: wait, req: req}
+			if analyze {
+				s.body = decodeBody(t, req.Body)
+				toks := promptTokens(t, s.body, memo)
+				s.prompt = len(toks)
+				s.keys = blockKeys(s.body.CacheSalt, toks)
+			}
+			out = append(out, s)
+			prev = &Answer{Endpoint: fmt.Sprintf("engine-%d", i%8), Text: answerText, PromptTokens: s.prompt, OK: true}
+		}
+		if _, _, done := ps.Session.Next(prev); !done {
+			t.Fatalf("session %d: a request after done", i)
+		}
+	}
+	return out
+}
+
+// chatMessage is a chat message as these scenarios send them: text only.
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// body is what the tests read of a request body.
+type body struct {
+	Model         string          `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	Messages      []chatMessage   `json:"messages"`
+	MaxTokens     int             `json:"max_tokens"`
+	IgnoreEOS     bool            `json:"ignore_eos"`
+	CacheSalt     string          `json:"cache_salt"`
+	Stream        bool            `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+func decodeBody(t testing.TB, raw []byte) body {
+	t.Helper()
+	var b body
+	if err := json.Unmarshal(raw, &b); err != nil {
+		t.Fatalf("body: %v", err)
+	}
+	return b
+}
+
+// promptTokens renders a body's prompt as the simulated engine does: a
+// text prompt tokenized, token ids as they are, chat messages through the
+// template with the generation prompt (each message renders on its own,
+// so memo keeps a session's messages rendered).
+func promptTokens(t testing.TB, b body, memo map[chatMessage][]uint32) []uint32 {
+	t.Helper()
+	switch {
+	case len(b.Messages) > 0:
+		var toks []uint32
+		for _, m := range b.Messages {
+			r, ok := memo[m]
+			if !ok {
+				var err error
+				if r, err = chat.Render([]chat.Message{{Role: m.Role, Content: m.Content}}, nil, chat.RenderOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				memo[m] = r
+			}
+			toks = append(toks, r...)
+		}
+		gen, err := chat.Render(nil, nil, chat.RenderOptions{AddGenerationPrompt: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(toks, gen...)
+	case len(b.Prompt) > 0 && b.Prompt[0] == '"':
+		var s string
+		if err := json.Unmarshal(b.Prompt, &s); err != nil {
+			t.Fatal(err)
+		}
+		return chat.Encode(s)
+	default:
+		var toks []uint32
+		if err := json.Unmarshal(b.Prompt, &toks); err != nil {
+			t.Fatal(err)
+		}
+		return toks
+	}
+}
+
+// blockKeys are the chained keys of the full blocks of a prompt under
+// salt (FNV-1a over the salt, then each token).
+func blockKeys(salt string, toks []uint32) []uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(salt); i++ {
+		h = (h ^ uint64(salt[i])) * prime
+	}
+	keys := make([]uint64, 0, len(toks)/blockTokens)
+	for k := 0; k+blockTokens <= len(toks); k += blockTokens {
+		for _, tok := range toks[k : k+blockTokens] {
+			h = (h ^ uint64(tok)) * prime
+		}
+		keys = append(keys, h)
+	}
+	return keys
+}
+
+// shape is a plan's generated statistics.
+type shape struct {
+	sessions, requests, convs  int
+	meanPrompt                 float64
+	minPrompt, p90, maxPrompt  int
+	prefixes                   int     // distinct first blocks (16 tokens, with the salt)
+	shared                     float64 // share of requests whose first block another request has too
+	rate                       float64 // sessions started a second
+	meanOutput                 float64 // max_tokens
+	workingSet, reused         int     // distinct full blocks × 16 tokens; those in more than one request
+	maxPromptPlusOutput, turns int     // the longest prompt with its output; the most turns of a conversation
+}
+
+// blockTokens is the simulated engines' block size.
+const blockTokens = 16
+
+// measure drives p and computes its shape; every body is checked for the
+// fields every scenario sends.
+func measure(t testing.TB, p Plan) (shape, []sent) {
+	t.Helper()
+	reqs := drive(t, p, true)
+	s := shape{sessions: len(p.Sessions), requests: len(reqs), minPrompt: math.MaxInt}
+	firsts := map[uint64]int{}
+	blocks := map[uint64]int{}
+	convs := map[int]bool{}
+	var lens []int
+	for _, r := range reqs {
+		b := r.body
+		if b.Model != servedModel || !b.Stream || !b.StreamOptions.IncludeUsage || b.MaxTokens < 1 {
+			t.Fatalf("body: model %q, stream %v, include_usage %v, max_tokens %d", b.Model, b.Stream, b.StreamOptions.IncludeUsage, b.MaxTokens)
+		}
+		if (len(b.Messages) > 0) != (r.req.Path == "/v1/chat/completions") || (len(b.Prompt) > 0) != (r.req.Path == "/v1/completions") {
+			t.Fatalf("path %s for a body with messages %v, prompt %v", r.req.Path, len(b.Messages) > 0, len(b.Prompt) > 0)
+		}
+		lens = append(lens, r.prompt)
+		s.meanPrompt += float64(r.prompt)
+		s.minPrompt, s.maxPrompt = min(s.minPrompt, r.prompt), max(s.maxPrompt, r.prompt)
+		s.maxPromptPlusOutput = max(s.maxPromptPlusOutput, r.prompt+b.MaxTokens)
+		s.meanOutput += float64(b.MaxTokens)
+		s.turns = max(s.turns, r.req.Turn)
+		convs[r.req.Conversation] = true
+		if len(r.keys) > 0 {
+			firsts[r.keys[0]]++
+		}
+		for _, k := range r.keys {
+			blocks[k]++
+		}
+	}
+	s.convs, s.prefixes = len(convs), len(firsts)
+	for _, n := range blocks {
+		s.workingSet += blockTokens
+		if n > 1 {
+			s.reused += blockTokens
+		}
+	}
+	if n := float64(len(reqs)); n > 0 {
+		s.meanPrompt /= n
+		s.meanOutput /= n
+		slices.Sort(lens)
+		s.p90 = lens[int(0.9*n)]
+		shared := 0
+		for _, r := range reqs {
+			if len(r.keys) > 0 && firsts[r.keys[0]] > 1 {
+				shared++
+			}
+		}
+		s.shared = float64(shared) / n
+	}
+	if n := len(p.Sessions); n > 1 {
+		starts := make([]time.Duration, n)
+		for i, ps := range p.Sessions {
+			starts[i] = ps.Start
+		}
+		slices.Sort(starts)
+		s.rate = float64(n-1) / (starts[n-1] - starts[0]).Seconds()
+	}
+	return s, reqs
+}
+
+func (s shape) String() string {
+	return fmt.Sprintf("sessions %d, requests %d, conversations %d (≤ %d turns), prompt mean %.0f [%d, p90 %d, %d], distinct first blocks %d, shared %.1f%%, %.2f sessions/s, output mean %.1f, working set %d tokens (%d reused)",
+		s.sessions, s.requests, s.convs, s.turns, s.meanPrompt, s.minPrompt, s.p90, s.maxPrompt, s.prefixes, 100*s.shared, s.rate, s.meanOutput, s.workingSet, s.reused)
+}
+
+// within reports whether got is within frac of want.
+func within(got, want, frac float64) bool { return math.Abs(got-want) <= frac*math.Abs(want) }
+
+// digest fingerprints a plan's driven requests: starts, waits, labels and
+// body bytes, in order.
+func digest(reqs []sent) [32]byte {
+	h := sha256.New()
+	for _, r := range reqs {
+		fmt.Fprintf(h, "%d %d %d %s %s %d %d %q %d\n", r.session, r.start, r.wait, r.req.Path, r.req.Tenant, r.req.Conversation, r.req.Turn, r.req.Prev, len(r.req.Body))
+		h.Write(r.req.Body)
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
+}
+
+// synthetic are the scenarios without a trace file, at their defaults.
+func synthetic() []Scenario {
+	return []Scenario{B2BSaaS{}, HotPrefix{}, CodingAgent{}, UniformPool{}}
+}
+
+// TestShapes draws each synthetic scenario at seed 1, rate 1 and checks
+// its generated statistics against the shape its doc comment states.
+func TestShapes(t *testing.T) {
+	type want struct {
+		requests                   [2]int  // bounds
+		meanPrompt                 float64 // ± 5%
+		minPrompt, maxPrompt       [2]int  // bounds
+		prefixes                   [2]int
+		shared                     [2]float64
+		rate                       float64 // ± 10%
+		meanOutput                 float64 // ± 10%
+		kvPerEngine, kvPerFleet    [2]float64
+		maxPromptPlusOutput, convs int // ≤; = (0: unchecked)
+		sessions                   int
+		checkTurns                 bool
+	}
+	for _, c := range []struct {
+		sc   Scenario
+		want want
+	}{
+		// 150 × 5 prompts of ≈ 3,600 tokens; the prompts' blocks 3.5× an
+		// engine, 0.44× the fleet; 11 a second; 100 out.
+		{B2BSaaS{}, want{sessions: 3000, requests: [2]int{3000, 3000}, meanPrompt: 3615, minPrompt: [2]int{3590, 3650}, maxPrompt: [2]int{3590, 3650},
+			prefixes: [2]int{150, 150}, shared: [2]float64{1, 1}, rate: 11, meanOutput: 100, convs: 150,
+			kvPerEngine: [2]float64{3.2, 3.8}, kvPerFleet: [2]float64{0.4, 0.48}}},
+		// 32 prefixes of 8,000 plus 128–384; 60 a second; 128 out; the
+		// prefixes' blocks 2.5× an engine (the suffixes add 3,000 × 256).
+		{HotPrefix{}, want{sessions: 3000, requests: [2]int{3000, 3000}, meanPrompt: 8266, minPrompt: [2]int{8130, 8160}, maxPrompt: [2]int{8390, 8420},
+			prefixes: [2]int{32, 32}, shared: [2]float64{0.99, 1}, rate: 60, meanOutput: 128, convs: 32,
+			kvPerEngine: [2]float64{2.4, 2.6}, kvPerFleet: [2]float64{0.3, 0.33}}},
+		// 400 conversations of 2–20 turns (≈ 5.9), prompts ≈ 15–17K up to
+		// the context, 4/3 conversations a second, ≈ 100 out, no overlap.
+		{CodingAgent{}, want{sessions: 400, requests: [2]int{2000, 2600}, meanPrompt: 15500, minPrompt: [2]int{700, 4000}, maxPrompt: [2]int{28000, 32768},
+			prefixes: [2]int{400, 400}, shared: [2]float64{0.99, 1}, rate: 4.0 / 3, meanOutput: 100, convs: 400, maxPromptPlusOutput: 32768, checkTurns: true}},
+		// 64 prefixes of 6,000 plus 256; 12 a second; 64 out; the pool 5×
+		// an engine, 0.63× the fleet.
+		{UniformPool{}, want{sessions: 2400, requests: [2]int{2400, 2400}, meanPrompt: 6270, minPrompt: [2]int{6250, 6290}, maxPrompt: [2]int{6250, 6295},
+			prefixes: [2]int{64, 64}, shared: [2]float64{1, 1}, rate: 12, meanOutput: 64, convs: 64,
+			kvPerEngine: [2]float64{4.9, 5.3}, kvPerFleet: [2]float64{0.6, 0.67}}},
+	} {
+		t.Run(c.sc.Name(), func(t *testing.T) {
+			t.Parallel()
+			p, err := c.sc.Plan(Options{Seed: 1, Rate: 1, MaxModelLen: c.sc.Fleet().MaxModelLen})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, reqs := measure(t, p)
+			f := c.sc.Fleet()
+			engineKV := float64(f.GPUBlocks * blockTokens)
+			t.Logf("%s: %v; fleet %d × %d blocks; reused blocks %.2f× an engine, %.2f× the fleet; SLO %v", c.sc.Name(), s, f.Engines, f.GPUBlocks,
+				float64(s.reused)/engineKV, float64(s.reused)/engineKV/float64(f.Engines), c.sc.SLO())
+			w := c.want
+			in := func(v int, b [2]int) bool { return v >= b[0] && v <= b[1] }
+			inF := func(v float64, b [2]float64) bool { return v >= b[0] && v <= b[1] }
+			if s.sessions != w.sessions || !in(s.requests, w.requests) || !within(s.meanPrompt, w.meanPrompt, 0.05) ||
+				!in(s.minPrompt, w.minPrompt) || !in(s.maxPrompt, w.maxPrompt) || !in(s.prefixes, w.prefixes) ||
+				!inF(s.shared, w.shared) || !within(s.rate, w.rate, 0.1) || !within(s.meanOutput, w.meanOutput, 0.1) || s.convs != w.convs {
+				t.Errorf("shape %v, want %+v", s, w)
+			}
+			if w.kvPerEngine[1] > 0 {
+				// The distinct blocks more than one request has, against
+				// one engine's KV and the fleet's.
+				if e := float64(s.reused) / engineKV; !inF(e, w.kvPerEngine) || !inF(e/float64(f.Engines), w.kvPerFleet) {
+					t.Errorf("reused blocks %d tokens: %.2f× an engine, %.2f× the fleet; want %v, %v", s.reused, e, e/float64(f.Engines), w.kvPerEngine, w.kvPerFleet)
+				}
+			}
+			if w.maxPromptPlusOutput > 0 && s.maxPromptPlusOutput > w.maxPromptPlusOutput {
+				t.Errorf("a prompt with its output takes %d tokens, over %d", s.maxPromptPlusOutput, w.maxPromptPlusOutput)
+			}
+			if w.checkTurns && (s.turns < 15 || s.turns > 20) {
+				t.Errorf("the longest conversation has %d turns, want 15–20", s.turns)
+			}
+			checkLabels(t, reqs)
+		})
+	}
+}
+
+// checkLabels checks that every conversation's turns run 1, 2, … in
+// arrival order and that Prev is the previous answer's endpoint in a
+// closed-loop session and "" (for the driver) otherwise.
+func checkLabels(t *testing.T, reqs []sent) {
+	t.Helper()
+	type key struct{ session, conv int }
+	order := slices.Clone(reqs)
+	slices.SortStableFunc(order, func(x, y sent) int { return int(x.start - y.start) })
+	next := map[int]int{}
+	perSession := map[int]int{}
+	for _, r := range order {
+		next[r.req.Conversation]++
+		if r.req.Turn != next[r.req.Conversation] {
+			t.Fatalf("conversation %d: turn %d, want %d", r.req.Conversation, r.req.Turn, next[r.req.Conversation])
+		}
+		perSession[r.session]++
+		closedLoop := perSession[r.session] > 1
+		if want := fmt.Sprintf("engine-%d", r.session%8); closedLoop && r.req.Prev != want || !closedLoop && r.req.Prev != "" {
+			t.Fatalf("session %d turn %d: prev %q", r.session, r.req.Turn, r.req.Prev)
+		}
+	}
+}
+
+// TestDeterminism: the same seed gives byte-identical requests in the
+// same order; another seed another workload (other bodies and, open-loop,
+// other arrival times).
+func TestDeterminism(t *testing.T) {
+	for _, sc := range synthetic() {
+		t.Run(sc.Name(), func(t *testing.T) {
+			t.Parallel()
+			run := func(seed uint64) ([32]byte, Plan, []sent) {
+				p, err := sc.Plan(Options{Seed: seed, Rate: 1, MaxModelLen: sc.Fleet().MaxModelLen})
+				if err != nil {
+					t.Fatal(err)
+				}
+				reqs := drive(t, p, false)
+				return digest(reqs), p, reqs
+			}
+			a, pa, ra := run(7)
+			if b, _, _ := run(7); a != b {
+				t.Fatal("seed 7 twice: different requests")
+			}
+			c, pc, rc := run(8)
+			if a == c {
+				t.Fatal("seeds 7 and 8: the same requests")
+			}
+			sameStarts := 0
+			for i := range min(len(pa.Sessions), len(pc.Sessions)) {
+				if pa.Sessions[i].Start == pc.Sessions[i].Start {
+					sameStarts++
+				}
+			}
+			sameBodies := 0
+			for i := range min(len(ra), len(rc)) {
+				if bytes.Equal(ra[i].req.Body, rc[i].req.Body) {
+					sameBodies++
+				}
+			}
+			if sameStarts > 1 || sameBodies > 0 {
+				t.Fatalf("seeds 7 and 8: %d equal starts, %d equal bodies", sameStarts, sameBodies)
+			}
+		})
+	}
+}
+
+// TestRate: Rate 2 halves every start offset and leaves the requests and
+// the waits inside a session as they were.
+func TestRate(t *testing.T) {
+	for _, sc := range append(synthetic(), CodingAgent{Conversations: 40, Think: 1500 * time.Millisecond}) {
+		t.Run(sc.Name(), func(t *testing.T) {
+			t.Parallel()
+			var plans [2]Plan
+			var reqs [2][]sent
+			for i, rate := range []float64{1, 2} {
+				p, err := sc.Plan(Options{Seed: 3, Rate: rate, MaxModelLen: sc.Fleet().MaxModelLen})
+				if err != nil {
+					t.Fatal(err)
+				}
+				plans[i], reqs[i] = p, drive(t, p, false)
+			}
+			if len(plans[0].Sessions) != len(plans[1].Sessions) || len(reqs[0]) != len(reqs[1]) {
+				t.Fatalf("rate 2: %d sessions, %d requests; rate 1: %d, %d", len(plans[1].Sessions), len(reqs[1]), len(plans[0].Sessions), len(reqs[0]))
+			}
+			for i := range plans[0].Sessions {
+				if d := plans[0].Sessions[i].Start - 2*plans[1].Sessions[i].Start; d < -2 || d > 2 {
+					t.Fatalf("session %d: start %v at rate 1, %v at rate 2", i, plans[0].Sessions[i].Start, plans[1].Sessions[i].Start)
+				}
+			}
+			waits := 0
+			for i := range reqs[0] {
+				x, y := reqs[0][i], reqs[1][i]
+				if x.wait != y.wait || !bytes.Equal(x.req.Body, y.req.Body) {
+					t.Fatalf("request %d: wait %v / %v, bodies equal %v", i, x.wait, y.wait, bytes.Equal(x.req.Body, y.req.Body))
+				}
+				if x.wait > 0 {
+					waits++
+				}
+			}
+			if cs, ok := sc.(CodingAgent); ok && cs.Think > 0 && waits == 0 {
+				t.Fatal("no think time inside a session")
+			}
+		})
+	}
+}
+
+// TestOptionErrors: a rate that is not positive, and a context too short
+// for a single-turn shape, fail the plan.
+func TestOptionErrors(t *testing.T) {
+	for _, sc := range synthetic() {
+		for _, rate := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+			if _, err := sc.Plan(Options{Seed: 1, Rate: rate}); err == nil {
+				t.Errorf("%s: rate %v accepted", sc.Name(), rate)
+			}
+		}
+	}
+	for _, sc := range []Scenario{B2BSaaS{}, HotPrefix{}, UniformPool{}} {
+		if _, err := sc.Plan(Options{Seed: 1, Rate: 1, MaxModelLen: 2048}); err == nil || !strings.Contains(err.Error(), "fit") {
+			t.Errorf("%s: context 2048: %v", sc.Name(), err)
+		}
+	}
+	if _, err := (HotPrefix{SuffixMin: 10, SuffixMax: 5}).Plan(Options{Seed: 1, Rate: 1}); err == nil {
+		t.Error("hot-prefix: suffix bounds reversed accepted")
+	}
+}
+
+// TestZipf: the hot prefix's picks follow k^-1.1 over 32 ranks (the
+// hottest ≈ 28%).
+func TestZipf(t *testing.T) {
+	cdf := zipfCDF(32, 1.1)
+	if top := cdf[0] / cdf[31]; !within(top, 0.284, 0.01) {
+		t.Fatalf("top share %.3f", top)
+	}
+	p, err := HotPrefix{}.Plan(Options{Seed: 1, Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int, 32)
+	for _, ps := range p.Sessions {
+		req, _, _ := ps.Session.Next(nil)
+		counts[req.Conversation]++
+	}
+	n := float64(len(p.Sessions))
+	for k, c := range counts[:4] {
+		want := cdf[k] / cdf[31]
+		if k > 0 {
+			want = (cdf[k] - cdf[k-1]) / cdf[31]
+		}
+		if !within(float64(c)/n, want, 0.15) {
+			t.Errorf("prefix %d: %.3f of the requests, want %.3f", k, float64(c)/n, want)
+		}
+	}
+}
