@@ -43,17 +43,20 @@ import (
 //     of mean 94, capped at 500: mean ≈ 100 (ignore_eos, so exactly that
 //     many; the answer goes back into the history).
 //   - prompts ≈ 70K on average, 307K KV tokens per pod (≈ 4.4 prompts)
-//     | prompts ≈ 15–17K; 4,800 blocks of 16 (76.8K tokens, ≈ 4.5
-//     prompts) per engine; context 32,768 (longer conversations end
-//     early).
+//     | prompts ≈ 15K on average (p90 22K); 4,800 blocks of 16 (76.8K
+//     tokens, ≈ 5 prompts) per engine; context 32,768 (longer
+//     conversations end early).
 //   - concurrency 10→100 (knee 60 with affinity, 30 without, on 10
-//     pods) | 400 conversations (≈ 2,300 turns) starting at 4/3 a second
-//     (≈ 300 s): a conversation lasts ≈ 20–25 s when its turns hit
-//     (mostly decode), so ≈ 30 run at once at rate 1 — about what the
-//     fleet's KV holds (≈ 4 per engine), with all hits ≈ 30% of the
-//     fleet's prefill and all misses past it; Rate 2 doubles the
-//     conversations in flight past the KV, where every policy's hits
-//     collapse, as in the source.
+//     pods) | 400 conversations (≈ 2,300 turns; a few end early at the
+//     context) starting at 4/3 a second (≈ 300 s). A conversation whose
+//     turns hit lasts ≈ 17 s (a 1.4 s cold first prefill, then ≈ 2.7 s
+//     a turn, mostly decode), so ≈ 23 run at once at rate 1: ≈ 3 per
+//     engine, within what its KV holds (4–5 contexts), their prefill
+//     ≈ 28% of the fleet's (1.33 × (13,750 + 5.7 × 475) tokens a
+//     second), while missing every turn would need ≈ 110K tokens a
+//     second, past the fleet's 80K. Rate 2 puts ≈ 46 or more in
+//     flight, past the fleet's KV, where every policy's hits collapse,
+//     as in the source. (Estimates from the default engine's costs.)
 //
 // Zero fields take the defaults in brackets.
 type CodingAgent struct {
