@@ -22,8 +22,8 @@ import (
 //
 // Source and scaling (source | here): the peers' hot set (P2P
 // benchmarking README: 64 × 48K prefixes, 2.5× a pod's KV, 16 pods,
-// 512-token outputs, 12–48 requests a second) with the brief's Zipf skew
-// (s ≈ 1.1) in place of uniform picks |
+// 512-token outputs, 12–48 requests a second), with Zipf picks (s ≈ 1.1,
+// issue 34) in place of uniform ones |
 //   - 32 prefixes (4 per engine, as the source's 64 over 16 pods) of
 //     8,000 tokens: a cold prefix costs ≈ 0.8 s at the default engine's
 //     10,000 tokens a second (the source's 48K ≈ 1.7 s at ≈ 29K).
@@ -36,9 +36,9 @@ import (
 //   - nominal 60 requests a second: the hottest prefix's suffixes alone
 //     (0.28 × 60 × 256 ≈ 4.4K tokens a second) use ≈ 45% of one
 //     engine's prefill, so an owner-only policy saturates near Rate 2;
-//     a cache-blind one re-prefills the tail (≈ 25–30% of the requests miss
-//     at 8,000 tokens when every engine sees every prefix) and saturates
-//     below Rate 1. A sweep of Rate 0.5–3 spans both.
+//     a cache-blind one re-prefills the tail (≈ 25–30% of the requests
+//     miss, at 8,000 tokens, when every engine sees every prefix) and
+//     saturates below Rate 1. A sweep of Rate 0.5–3 spans both.
 //   - 3,000 requests (50 s at rate 1). Rate divides the arrival offsets.
 //
 // Zero fields take the defaults in brackets.
@@ -47,7 +47,7 @@ type HotPrefix struct {
 	GPUBlocks    int     // KV blocks of 16 tokens per engine [6400]
 	Prefixes     int     // [32]
 	PrefixTokens int     // [8000]
-	Skew         float64 // the Zipf exponent [1.1]
+	Skew         float64 // the Zipf exponent, > 0 [1.1]
 	// SuffixMin and SuffixMax bound a request's own suffix [128, 384].
 	SuffixMin, SuffixMax int
 	OutputTokens         int     // per request [128]
@@ -84,7 +84,7 @@ func (h HotPrefix) Plan(o Options) (Plan, error) {
 	if err := checkOptions("hot-prefix", o); err != nil {
 		return Plan{}, err
 	}
-	if h.Engines < 1 || h.GPUBlocks < 2 || h.Prefixes < 1 || h.PrefixTokens < 1 || !(h.Skew >= 0) || math.IsInf(h.Skew, 1) ||
+	if h.Engines < 1 || h.GPUBlocks < 2 || h.Prefixes < 1 || h.PrefixTokens < 1 || !(h.Skew > 0) || math.IsInf(h.Skew, 1) ||
 		h.SuffixMin < 1 || h.SuffixMax < h.SuffixMin || h.OutputTokens < 1 || h.Requests < 1 || !(h.QPS > 0) {
 		return Plan{}, fmt.Errorf("hot-prefix: bad shape %+v", h)
 	}

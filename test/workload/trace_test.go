@@ -189,6 +189,7 @@ func TestTraceSeeds(t *testing.T) {
 	}
 	sc := workload.Trace{Path: smallTrace}
 	digests := map[[32]byte]uint64{}
+	keptSets, startSets := map[string]uint64{}, map[string]uint64{}
 	for _, seed := range []uint64{1, 2, 3} {
 		p, err := sc.Plan(workload.Options{Seed: seed, Rate: 1})
 		if err != nil {
@@ -234,6 +235,25 @@ func TestTraceSeeds(t *testing.T) {
 		}
 		if slices.Min(shifts) == slices.Max(shifts) {
 			t.Fatalf("seed %d: no jitter", seed)
+		}
+		// Another seed keeps other conversations, at other times.
+		var keptIDs []uint64
+		for h := range kept {
+			keptIDs = append(keptIDs, h)
+		}
+		slices.Sort(keptIDs)
+		var starts []time.Duration
+		for _, ps := range p.Sessions {
+			starts = append(starts, ps.Start)
+		}
+		for _, c := range []struct {
+			set map[string]uint64
+			key string
+		}{{keptSets, fmt.Sprint(keptIDs)}, {startSets, fmt.Sprint(starts)}} {
+			if other, ok := c.set[c.key]; ok {
+				t.Fatalf("seeds %d and %d: the same subsample or arrival times", other, seed)
+			}
+			c.set[c.key] = seed
 		}
 		d := planDigest(reqs)
 		if other, ok := digests[d]; ok {
