@@ -302,7 +302,8 @@ func TestTraceShape(t *testing.T) {
 	}
 	span := time.Duration(recs[len(recs)-1].Timestamp-recs[0].Timestamp) * time.Millisecond
 	rate := float64(len(recs)-1) / span.Seconds()
-	p, err := workload.Trace{Path: smallTrace}.Plan(workload.Options{Seed: 1, Rate: 1})
+	var sc workload.Scenario = workload.Trace{Path: smallTrace}
+	p, err := sc.Plan(workload.Options{Seed: 1, Rate: 1, MaxModelLen: sc.Fleet().MaxModelLen})
 	if err != nil {
 		t.Fatal(err)
 	}
