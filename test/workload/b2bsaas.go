@@ -32,13 +32,17 @@ import (
 //     900K tokens) are 3.5× one engine and 0.44× the fleet, so the fleet
 //     holds them partitioned and no engine holds them all: placement
 //     decides between a stable partition (hits) and eviction churn.
-//   - Poisson ramp 3→60 QPS | one rate per plan: nominal 11 requests a
-//     second, where the prompts, were every request a miss, would use
-//     ≈ 50% of the fleet's prefill (11 × 3,600 ≈ 40K of 8 × 10K tokens a
-//     second); a sweep of Rate 0.5–2 crosses saturation for a policy
-//     without hits, while one that keeps the partition stays far below
-//     it (a hit prefills only the question).
-//   - ≈ 15,000 requests per ramp | 3,000 per plan (≈ 270 s at rate 1;
+//   - Poisson ramp 3→60 QPS (knee 38 for llm-d, 18 for round robin;
+//     their all-miss prefill capacity ≈ 18–22 QPS) | one rate per plan:
+//     nominal 20 requests a second, where the prompts, were every
+//     request a miss, would use ≈ 90% of the fleet's prefill (20 × 3,600
+//     = 72K of 8 × 10K tokens a second). A policy without placement
+//     still hits on part of each system prompt (≈ 34% of the tokens,
+//     from the engines' LRU) and so crosses its knee between Rate 1 and
+//     2; policies that keep the partition hit 80–90%, and the best of
+//     them crosses between 2 and 3 (the lab, seed 1). A sweep of Rate
+//     0.5–3 spans both, as the source's ramp did.
+//   - ≈ 15,000 requests per ramp | 3,000 per plan (≈ 150 s at rate 1;
 //     each group ≈ 20 times, each prompt ≈ 4 times). Rate divides the
 //     arrival offsets: the same requests, compressed.
 //
@@ -52,14 +56,14 @@ type B2BSaaS struct {
 	SystemTokens, QuestionTokens int
 	OutputTokens                 int     // per request [100]
 	Requests                     int     // [3000]
-	QPS                          float64 // nominal arrivals a second [11]
+	QPS                          float64 // nominal arrivals a second [20]
 }
 
 func (b B2BSaaS) withDefaults() B2BSaaS {
 	b.Engines, b.GPUBlocks = cmp.Or(b.Engines, 8), cmp.Or(b.GPUBlocks, 16000)
 	b.Groups, b.Questions = cmp.Or(b.Groups, 150), cmp.Or(b.Questions, 5)
 	b.SystemTokens, b.QuestionTokens = cmp.Or(b.SystemTokens, 3000), cmp.Or(b.QuestionTokens, 600)
-	b.OutputTokens, b.Requests, b.QPS = cmp.Or(b.OutputTokens, 100), cmp.Or(b.Requests, 3000), cmp.Or(b.QPS, 11)
+	b.OutputTokens, b.Requests, b.QPS = cmp.Or(b.OutputTokens, 100), cmp.Or(b.Requests, 3000), cmp.Or(b.QPS, 20)
 	return b
 }
 

@@ -29,40 +29,40 @@ import (
 // open-loop.
 //
 // Source and scaling (sticky blog's code-generation replay, 10 ×
-// Qwen3-32B TP2 H100 | here, 8 engines). Token lengths are scaled by ¼,
-// to fit the default engine's 32K context and its KV with the source's
-// ratios (a context costs at 10,000 tokens a second about what the
-// source's did at 16–20K, ×½):
-//   - system prompt 3K–100K, mean ≈ 55K | triangular over 750–25,000
-//     with mode 15,500: mean 13,750.
+// Qwen3-32B TP2 H100 | here, 8 engines). Every token length is scaled by
+// ⅛, which keeps the source's ratio of prefill to decode tokens (its
+// 70K-token prompts to 800-token answers) and fits the default engine's
+// context; a context then costs at 10,000 tokens a second about a quarter
+// of what the source's did at 16–20K:
+//   - system prompt 3K–100K, mean ≈ 55K | triangular over 375–12,500
+//     with mode 7,750: mean 6,875.
 //   - 2–20 turns, mean 6 | 2 + a geometric count (p = 0.2) capped at 18:
-//     mean ≈ 5.9.
-//   - new input per turn 100–10K, mean 1,500 | 25 + exponential of mean
-//     350, capped at 2,500: mean ≈ 375.
-//   - output per turn 50–4K, mean 800 | ⅛ for run time: 6 + exponential
-//     of mean 94, capped at 500: mean ≈ 100 (ignore_eos, so exactly that
-//     many; the answer goes back into the history).
-//   - prompts ≈ 70K on average, 307K KV tokens per pod (≈ 4.4 prompts)
-//     | prompts ≈ 15K on average (p90 22K); 4,800 blocks of 16 (76.8K
-//     tokens, ≈ 5 prompts) per engine; context 32,768 (longer
-//     conversations end early).
-//   - concurrency 10→100 (knee 60 with affinity, 30 without, on 10
-//     pods) | 400 conversations (≈ 2,300 turns; a few end early at the
-//     context) starting at 4/3 a second (≈ 300 s). A conversation whose
-//     turns hit lasts ≈ 17 s (a 1.4 s cold first prefill, then ≈ 2.7 s
-//     a turn, mostly decode), so ≈ 23 run at once at rate 1: ≈ 3 per
-//     engine, within what its KV holds (4–5 contexts), their prefill
-//     ≈ 28% of the fleet's (1.33 × (13,750 + 5.7 × 475) tokens a
-//     second), while missing every turn would need ≈ 110K tokens a
-//     second, past the fleet's 80K. Rate 2 puts ≈ 46 or more in
-//     flight, past the fleet's KV, where every policy's hits collapse,
-//     as in the source. (Estimates from the default engine's costs.)
+//     mean ≈ 5.9 (5.7 at seed 1).
+//   - new input per turn 100–10K, mean 1,500 | 12 + exponential of mean
+//     175, capped at 1,250: mean ≈ 187.
+//   - output per turn 50–4K, mean 800 | 6 + exponential of mean 94,
+//     capped at 500: mean ≈ 100 (ignore_eos, so exactly that many; the
+//     answer goes back into the history).
+//   - prompts ≈ 70K on average | ≈ 7.7K (p90 11.1K, max ≈ 15K).
+//   - 307K KV tokens per pod (≈ 4.4 prompts; hits were 48% at
+//     concurrency 20 and collapsed for every policy beyond) | 4,800
+//     blocks of 16 per engine (76.8K tokens, ≈ 10 prompts): twice the
+//     source's room, so that below the knee an owner keeps its
+//     conversations resident and the knee is set by placement, not by
+//     KV thrash. (With 2,400 blocks, the source's ratio, every policy's
+//     hits collapse by Rate 1.)
+//   - concurrency 10→100 (knee 60 with affinity, 30 without) | 400
+//     conversations (≈ 2,300 turns) starting at 4/3 a second (≈ 300 s);
+//     a conversation whose turns hit lasts ≈ 15 s (mostly decode), so
+//     ≈ 20 run at once at rate 1, ≈ 2.5 per engine. In the lab (seed 1)
+//     cache-blind policies pass their knee below Rate 1 (hits ≈ 15–25%),
+//     prefix affinity between 1 and 1.5, precise between 1.5 and 2
+//     (hits ≈ 80% below it): a sweep of Rate 0.5–2 crosses them all.
 //
 // Zero fields take the defaults in brackets.
 type CodingAgent struct {
 	Engines       int // [8]
 	GPUBlocks     int // KV blocks of 16 tokens per engine [4800]
-	MaxModelLen   int // the fleet's context [32768]
 	Conversations int // [400]
 	// ConversationsPerSecond is the nominal rate conversations start at
 	// [4/3].
@@ -73,17 +73,17 @@ type CodingAgent struct {
 }
 
 // The coding agent's per-conversation distributions, in tokens (the
-// source's ¼, outputs ⅛; see CodingAgent).
+// source's ⅛; see CodingAgent).
 const (
-	codingSystemMin, codingSystemMode, codingSystemMax = 750, 15_500, 25_000
+	codingSystemMin, codingSystemMode, codingSystemMax = 375, 7_750, 12_500
 	codingMinTurns, codingMaxTurns                     = 2, 20
 	codingMoreTurnP                                    = 0.8 // a geometric count of further turns: mean 4
-	codingInputMin, codingInputMean, codingInputMax    = 25, 350, 2_500
+	codingInputMin, codingInputMean, codingInputMax    = 12, 175, 1_250
 	codingOutputMin, codingOutputMean, codingOutputMax = 6, 94, 500
 )
 
 func (c CodingAgent) withDefaults() CodingAgent {
-	c.Engines, c.GPUBlocks, c.MaxModelLen = cmp.Or(c.Engines, 8), cmp.Or(c.GPUBlocks, 4800), cmp.Or(c.MaxModelLen, 32768)
+	c.Engines, c.GPUBlocks = cmp.Or(c.Engines, 8), cmp.Or(c.GPUBlocks, 4800)
 	c.Conversations, c.ConversationsPerSecond = cmp.Or(c.Conversations, 400), cmp.Or(c.ConversationsPerSecond, 4.0/3)
 	return c
 }
@@ -94,14 +94,14 @@ func (CodingAgent) Name() string { return "coding-agent" }
 // Fleet is the fleet the scenario is defined for.
 func (c CodingAgent) Fleet() Fleet {
 	c = c.withDefaults()
-	return Fleet{Engines: c.Engines, GPUBlocks: c.GPUBlocks, MaxModelLen: c.MaxModelLen}
+	return Fleet{Engines: c.Engines, GPUBlocks: c.GPUBlocks}
 }
 
-// SLO is 5 s: twice the cold prefill of the p90 prompt (≈ 22K tokens ≈
-// 2.2 s plus three 25 ms steps), rounded up: a conversation's first turn
-// meets it on an idle engine, and a later turn that misses (re-prefilling
-// its whole context) behind another such miss does not.
-func (CodingAgent) SLO() time.Duration { return 5 * time.Second }
+// SLO is 2.5 s: twice the cold prefill of the p90 prompt (≈ 11.1K
+// tokens ≈ 1.1 s plus two 25 ms steps), rounded up: a conversation's
+// first turn meets it on an idle engine, and a later turn that misses
+// (re-prefilling its whole context) behind another such miss does not.
+func (CodingAgent) SLO() time.Duration { return 2500 * time.Millisecond }
 
 // Plan draws the conversations for o; their texts are drawn as they run.
 func (c CodingAgent) Plan(o Options) (Plan, error) {
@@ -109,7 +109,7 @@ func (c CodingAgent) Plan(o Options) (Plan, error) {
 	if err := checkOptions("coding-agent", o); err != nil {
 		return Plan{}, err
 	}
-	if c.Engines < 1 || c.GPUBlocks < 2 || c.MaxModelLen < 1 || c.Conversations < 1 || !(c.ConversationsPerSecond > 0) ||
+	if c.Engines < 1 || c.GPUBlocks < 2 || c.Conversations < 1 || !(c.ConversationsPerSecond > 0) ||
 		math.IsInf(c.ConversationsPerSecond, 1) || c.Think < 0 {
 		return Plan{}, fmt.Errorf("coding-agent: bad shape %+v", c)
 	}

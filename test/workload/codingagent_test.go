@@ -68,14 +68,14 @@ func TestCodingAgentClosedLoop(t *testing.T) {
 		t.Fatal("a turn after a failed answer")
 	}
 
-	// A 12K context: every prompt with its output fits, and conversations
+	// A 6K context: every prompt with its output fits, and conversations
 	// whose system prompt alone is longer send nothing.
-	p, _ = workload.CodingAgent{Conversations: 60}.Plan(workload.Options{Seed: 4, Rate: 1, MaxModelLen: 12_000})
+	p, _ = workload.CodingAgent{Conversations: 60}.Plan(workload.Options{Seed: 4, Rate: 1, MaxModelLen: 6_000})
 	reqs := drivePlan(t, p, true)
 	silent := len(p.Sessions)
 	seen := map[int]bool{}
 	for _, r := range reqs {
-		if r.prompt+r.body.MaxTokens > 12_000 {
+		if r.prompt+r.body.MaxTokens > 6_000 {
 			t.Fatalf("conversation %d turn %d: %d + %d tokens", r.req.Conversation, r.req.Turn, r.prompt, r.body.MaxTokens)
 		}
 		if !seen[r.session] {

@@ -33,13 +33,17 @@ import (
 //     128 tokens (512 ÷ 4, for run time).
 //   - 8 engines × 6,400 blocks of 16 (102K tokens): the prefixes (256K
 //     tokens) are 2.5× one engine, as in the source, and 0.31× the fleet.
-//   - nominal 60 requests a second: the hottest prefix's suffixes alone
-//     (0.28 × 60 × 256 ≈ 4.4K tokens a second) use ≈ 45% of one
-//     engine's prefill, so an owner-only policy saturates near Rate 2;
-//     a cache-blind one re-prefills the tail (≈ 25–30% of the requests
-//     miss, at 8,000 tokens, when every engine sees every prefix) and
-//     saturates below Rate 1. A sweep of Rate 0.5–3 spans both.
-//   - 3,000 requests (50 s at rate 1). Rate divides the arrival offsets.
+//   - nominal 30 requests a second: the hottest prefix's suffixes alone
+//     (0.28 × 30 × 256 ≈ 2.2K tokens a second) are ≈ 22% of one
+//     engine's prefill, its whole traffic ≈ 8.5 requests a second with
+//     their decode. A cache-blind policy re-prefills the tail (≈ 35% of
+//     the tokens miss when every engine sees every prefix) and is past
+//     its knee already at Rate 0.5; prefix-aware ones cross theirs
+//     between Rate 1 and 2, where holding the hot prefix on one owner
+//     and spreading it (re-prefilling it elsewhere) trade off (the lab,
+//     seed 1). A sweep of Rate 0.5–2 spans them.
+//   - 3,000 requests (100 s at rate 1). Rate divides the arrival
+//     offsets.
 //
 // Zero fields take the defaults in brackets.
 type HotPrefix struct {
@@ -52,14 +56,14 @@ type HotPrefix struct {
 	SuffixMin, SuffixMax int
 	OutputTokens         int     // per request [128]
 	Requests             int     // [3000]
-	QPS                  float64 // nominal arrivals a second [60]
+	QPS                  float64 // nominal arrivals a second [30]
 }
 
 func (h HotPrefix) withDefaults() HotPrefix {
 	h.Engines, h.GPUBlocks = cmp.Or(h.Engines, 8), cmp.Or(h.GPUBlocks, 6400)
 	h.Prefixes, h.PrefixTokens, h.Skew = cmp.Or(h.Prefixes, 32), cmp.Or(h.PrefixTokens, 8000), cmp.Or(h.Skew, 1.1)
 	h.SuffixMin, h.SuffixMax = cmp.Or(h.SuffixMin, 128), cmp.Or(h.SuffixMax, 384)
-	h.OutputTokens, h.Requests, h.QPS = cmp.Or(h.OutputTokens, 128), cmp.Or(h.Requests, 3000), cmp.Or(h.QPS, 60)
+	h.OutputTokens, h.Requests, h.QPS = cmp.Or(h.OutputTokens, 128), cmp.Or(h.Requests, 3000), cmp.Or(h.QPS, 30)
 	return h
 }
 

@@ -276,36 +276,36 @@ func smallScenarios() []workload.Scenario {
 // its generated statistics against the shape its doc comment states.
 func TestShapes(t *testing.T) {
 	type want struct {
-		requests                   [2]int  // bounds
-		meanPrompt                 float64 // ± 5%
-		minPrompt, maxPrompt       [2]int  // bounds
-		prefixes                   [2]int
-		shared                     [2]float64
-		rate                       float64 // ± 10%
-		meanOutput                 float64 // ± 10%
-		kvPerEngine, kvPerFleet    [2]float64
-		maxPromptPlusOutput, convs int // ≤; = (0: unchecked)
-		sessions                   int
-		checkTurns                 bool
+		requests                [2]int  // bounds
+		meanPrompt              float64 // ± 5%
+		minPrompt, maxPrompt    [2]int  // bounds
+		prefixes                [2]int
+		shared                  [2]float64
+		rate                    float64 // ± 10%
+		meanOutput              float64 // ± 10%
+		kvPerEngine, kvPerFleet [2]float64
+		convs                   int
+		sessions                int
+		checkTurns              bool
 	}
 	for _, c := range []struct {
 		sc   workload.Scenario
 		want want
 	}{
 		// 150 × 5 prompts of ≈ 3,600 tokens; the prompts' blocks 3.5× an
-		// engine, 0.44× the fleet; 11 a second; 100 out.
+		// engine, 0.44× the fleet; 20 a second; 100 out.
 		{workload.B2BSaaS{}, want{sessions: 3000, requests: [2]int{3000, 3000}, meanPrompt: 3615, minPrompt: [2]int{3590, 3650}, maxPrompt: [2]int{3590, 3650},
-			prefixes: [2]int{150, 150}, shared: [2]float64{1, 1}, rate: 11, meanOutput: 100, convs: 150,
+			prefixes: [2]int{150, 150}, shared: [2]float64{1, 1}, rate: 20, meanOutput: 100, convs: 150,
 			kvPerEngine: [2]float64{3.2, 3.8}, kvPerFleet: [2]float64{0.4, 0.48}}},
-		// 32 prefixes of 8,000 plus 128–384; 60 a second; 128 out; the
+		// 32 prefixes of 8,000 plus 128–384; 30 a second; 128 out; the
 		// prefixes' blocks 2.5× an engine (the suffixes add 3,000 × 256).
 		{workload.HotPrefix{}, want{sessions: 3000, requests: [2]int{3000, 3000}, meanPrompt: 8266, minPrompt: [2]int{8130, 8160}, maxPrompt: [2]int{8390, 8420},
-			prefixes: [2]int{32, 32}, shared: [2]float64{0.99, 1}, rate: 60, meanOutput: 128, convs: 32,
+			prefixes: [2]int{32, 32}, shared: [2]float64{0.99, 1}, rate: 30, meanOutput: 128, convs: 32,
 			kvPerEngine: [2]float64{2.4, 2.6}, kvPerFleet: [2]float64{0.3, 0.33}}},
-		// 400 conversations of 2–20 turns (≈ 5.9), prompts ≈ 15–17K up to
-		// the context, 4/3 conversations a second, ≈ 100 out, no overlap.
-		{workload.CodingAgent{}, want{sessions: 400, requests: [2]int{2000, 2600}, meanPrompt: 15500, minPrompt: [2]int{700, 4000}, maxPrompt: [2]int{28000, 32768},
-			prefixes: [2]int{400, 400}, shared: [2]float64{0.99, 1}, rate: 4.0 / 3, meanOutput: 100, convs: 400, maxPromptPlusOutput: 32768, checkTurns: true}},
+		// 400 conversations of 2–20 turns (≈ 5.9), prompts ≈ 7.7K, 4/3
+		// conversations a second, ≈ 100 out, no overlap.
+		{workload.CodingAgent{}, want{sessions: 400, requests: [2]int{2000, 2600}, meanPrompt: 7700, minPrompt: [2]int{380, 2000}, maxPrompt: [2]int{12000, 20000},
+			prefixes: [2]int{400, 400}, shared: [2]float64{0.99, 1}, rate: 4.0 / 3, meanOutput: 100, convs: 400, checkTurns: true}},
 		// 64 prefixes of 6,000 plus 256; 12 a second; 64 out; the pool 5×
 		// an engine, 0.63× the fleet.
 		{workload.UniformPool{}, want{sessions: 2400, requests: [2]int{2400, 2400}, meanPrompt: 6270, minPrompt: [2]int{6250, 6290}, maxPrompt: [2]int{6250, 6295},
@@ -338,8 +338,14 @@ func TestShapes(t *testing.T) {
 					t.Errorf("reused blocks %d tokens: %.2f× an engine, %.2f× the fleet; want %v, %v", s.reused, e, e/float64(f.Engines), w.kvPerEngine, w.kvPerFleet)
 				}
 			}
-			if w.maxPromptPlusOutput > 0 && s.maxPromptPlusOutput > w.maxPromptPlusOutput {
-				t.Errorf("a prompt with its output takes %d tokens, over %d", s.maxPromptPlusOutput, w.maxPromptPlusOutput)
+			// Every prompt with its output fits the fleet's context (the
+			// driver's default: the cache less a block, at most 32,768).
+			ctx := f.MaxModelLen
+			if ctx == 0 {
+				ctx = min(32768, (f.GPUBlocks-1)*simBlockTokens)
+			}
+			if s.maxPromptPlusOutput > ctx {
+				t.Errorf("a prompt with its output takes %d tokens, over the fleet's %d", s.maxPromptPlusOutput, ctx)
 			}
 			if w.checkTurns && (s.turns < 15 || s.turns > 20) {
 				t.Errorf("the longest conversation has %d turns, want 15–20", s.turns)
