@@ -13,7 +13,7 @@ type NamedOptions struct {
 
 // Names lists the scenarios both clocks run, by name.
 func Names() []string {
-	return []string{"agentic-pressure", "agentic-chat", "demo"}
+	return []string{"agentic-pressure", "agentic-chat", "b2b-saas", "hot-prefix", "coding-agent", "trace", "uniform-pool", "demo"}
 }
 
 // Named returns the scenario called name.
@@ -25,6 +25,19 @@ func Named(name string, o NamedOptions) (Scenario, error) {
 		return AgenticChat(), nil
 	case "demo":
 		return Demo(), nil
+	case "b2b-saas":
+		return B2BSaaS{}, nil
+	case "hot-prefix":
+		return HotPrefix{}, nil
+	case "coding-agent":
+		return CodingAgent{}, nil
+	case "uniform-pool":
+		return UniformPool{}, nil
+	case "trace":
+		if o.Trace == "" {
+			return nil, fmt.Errorf("scenario trace needs a Mooncake JSONL file (--trace FILE)")
+		}
+		return Trace{Path: o.Trace}, nil
 	}
 	return nil, fmt.Errorf("scenario %q: want one of %s", name, strings.Join(Names(), ", "))
 }
