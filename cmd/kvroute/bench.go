@@ -71,9 +71,12 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 		if b.limit < 0 {
 			return nil, fmt.Errorf("--limit %d: want ≥ 0", b.limit)
 		}
-		return bench.Trace{Path: b.trace, Limit: b.limit, Rate: b.traceRate}, nil
+		return bench.Plan(workload.Trace{Path: b.trace, Limit: b.limit}, b.seed, b.traceRate), nil
 	}
-	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, agentic-chat, demo, shared-prefix, trace, faults, overload or tenants", b.scenario)
+	if sc, err := workload.Named(b.scenario, workload.NamedOptions{}); err == nil {
+		return bench.Plan(sc, b.seed, 1), nil
+	}
+	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, agentic-chat, demo, shared-prefix, trace, b2b-saas, hot-prefix, coding-agent, uniform-pool, faults, overload or tenants", b.scenario)
 }
 
 func newBenchCommand() *cobra.Command {
@@ -124,6 +127,13 @@ Scenarios:
                      token-id prompts, each hash id a fixed run of 512 tokens,
                      on 8 engines of 65,536 blocks (--limit N: the first N
                      records; --trace-rate R: R times the trace's rate).
+                     The seed is the workload's: --seed 0 replays the trace
+                     as recorded; another seed keeps 80% of its
+                     conversations, jitters arrivals by up to half the mean
+                     gap and salts the token runs, a different workload.
+  b2b-saas, hot-prefix, coding-agent, uniform-pool
+                     the lab's scenarios (kvroute lab --help), on the real
+                     clock: the same plans, seeds and bytes.
   overload           2 engines, streaming completions (a 256-token shared
                      prefix, 2,000 uncached tokens, 8 out) at 0.5× the fleet's
                      prefill-bound capacity for 30 s, 4× for 60 s, 0.5× for

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute/picker/score"
 	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/workload"
 )
 
 // TestSeedContinuation runs the seed scenario (4 conversations, no
@@ -313,9 +314,10 @@ func TestSharedPrefix(t *testing.T) {
 // machine keeps the simulated clock): every request answered, and precise
 // reaches most of the pooled bound.
 func TestTrace(t *testing.T) {
-	sc := Trace{Path: "testdata/mooncake-short-3868-3981.jsonl", Engines: 2, GPUBlocks: 4096}
+	// Seed 0: the trace as recorded.
+	sc := Plan(workload.Trace{Path: "testdata/mooncake-short-3868-3981.jsonl", Engines: 2, GPUBlocks: 4096}, 0, 1)
 	res, err := Run(context.Background(), Options{Scenario: sc, Policies: []score.Policy{score.Precise, score.RoundRobin},
-		TimeScale: 0.2, Seed: 1, SampleEvery: 100 * time.Millisecond})
+		TimeScale: 0.2, Seed: 0, SampleEvery: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,40 +328,6 @@ func TestTrace(t *testing.T) {
 	}
 	if res.PooledBoundHitRate < 0.2 || p.HitRate < 0.75*res.PooledBoundHitRate || p.HitRate < rr.HitRate {
 		t.Fatalf("hit rates: precise %.3f, round-robin %.3f, pooled bound %.3f", p.HitRate, rr.HitRate, res.PooledBoundHitRate)
-	}
-}
-
-// TestReadTrace checks the trace parser's validation, each error naming
-// its line, and the token runs: equal hash ids give equal tokens.
-func TestReadTrace(t *testing.T) {
-	good := `{"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [1, 2]}` + "\n" +
-		`{"timestamp": 5, "input_length": 600, "output_length": 1, "hash_ids": [1, 3]}` + "\n"
-	recs, err := ReadTrace(strings.NewReader(good), 0)
-	if err != nil || len(recs) != 2 {
-		t.Fatalf("%v %+v", err, recs)
-	}
-	if one, _ := ReadTrace(strings.NewReader(good), 1); len(one) != 1 {
-		t.Fatalf("limit 1: %d records", len(one))
-	}
-	a, b := TraceTokens(nil, recs[0]), TraceTokens(nil, recs[1])
-	if len(a) != 700 || len(b) != 600 || !slices.Equal(a[:512], b[:512]) || slices.Equal(a[512:600], b[512:600]) {
-		t.Fatalf("token runs: %d, %d tokens", len(a), len(b))
-	}
-	for name, in := range map[string]string{
-		"not json":        `{"timestamp": 0,`,
-		"time goes back":  good + `{"timestamp": 4, "input_length": 1, "output_length": 1, "hash_ids": [9]}`,
-		"no blocks":       `{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": []}`,
-		"input too long":  `{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [1]}`,
-		"no output":       `{"timestamp": 0, "input_length": 5, "output_length": 0, "hash_ids": [1]}`,
-		"negative time":   `{"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [1]}`,
-		"empty":           ``,
-		"too many blocks": `{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [` + strings.Repeat("1,", 5000) + `1]}`,
-	} {
-		if _, err := ReadTrace(strings.NewReader(in), 0); err == nil {
-			t.Errorf("%s: accepted", name)
-		} else if name != "empty" && !strings.Contains(err.Error(), "line") {
-			t.Errorf("%s: %v does not name the line", name, err)
-		}
 	}
 }
 
