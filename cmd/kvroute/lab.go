@@ -19,7 +19,7 @@ import (
 // labFlags are the settings of one lab sweep.
 type labFlags struct {
 	scenario, trace, policies, seeds, rates, out, profile string
-	engines, gpuBlocks, pickers, workers                  int
+	engines, gpuBlocks, pickers, workers, capacity        int
 	slo                                                   time.Duration
 	delays                                                lab.Delays
 }
@@ -66,6 +66,7 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	f.IntVar(&l.gpuBlocks, "gpu-blocks", 0, "KV blocks per engine (0: the scenario's)")
 	f.StringVar(&l.profile, "profile", profile.SimDefault, "the engines' latency profile: "+strings.Join(profile.Names(), ", "))
 	f.IntVar(&l.pickers, "pickers", 1, "pickers; requests are spread over them at random, as a Service does")
+	f.IntVar(&l.capacity, "capacity", 0, "the summaries' capacity in blocks, as sidecar and picker --capacity (0: their default, 65536)")
 	f.IntVar(&l.workers, "workers", 0, "runs at once (0: one per CPU); results do not depend on it")
 	f.StringVar(&l.out, "out", "", "the output directory (required)")
 	f.DurationVar(&l.delays.EventToIndex, "event-to-index", l.delays.EventToIndex, "KV event to the sidecar's index")
@@ -100,7 +101,7 @@ func (l *labFlags) sweep() (lab.Sweep, error) {
 		pols = append(pols, p)
 	}
 	cfg := lab.DefaultConfig()
-	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile = l.engines, l.gpuBlocks, l.pickers, l.delays, l.profile
+	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile, cfg.Capacity = l.engines, l.gpuBlocks, l.pickers, l.delays, l.profile, l.capacity
 	if err := (lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, Fleet: cfg}).Validate(); err != nil {
 		return lab.Sweep{}, err
 	}

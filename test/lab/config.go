@@ -81,6 +81,11 @@ type Config struct {
 	// Profile names the engines' latency profile ("" the engine's
 	// default).
 	Profile string
+	// Capacity sizes the sidecars' and pickers' summaries, in blocks, as
+	// kvroute sidecar and picker --capacity do (0: their default,
+	// 65,536). An operator sizes it to the engines' KV blocks; the lab's
+	// default is the bench's, the flag's default.
+	Capacity int
 	// Pickers is how many pickers share the fleet; requests are spread
 	// over them at random, as a Kubernetes Service does. Default 1.
 	Pickers int
@@ -105,8 +110,8 @@ func DefaultConfig() Config {
 // Validate checks c.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Engines < 0 || c.GPUBlocks < 0 || c.MaxModelLen < 0 {
-		errs = append(errs, fmt.Errorf("engines %d, GPU blocks %d, max model len %d: want ≥ 0 (0: the scenario's)", c.Engines, c.GPUBlocks, c.MaxModelLen))
+	if c.Engines < 0 || c.GPUBlocks < 0 || c.MaxModelLen < 0 || c.Capacity < 0 {
+		errs = append(errs, fmt.Errorf("engines %d, GPU blocks %d, max model len %d, capacity %d: want ≥ 0 (0: the default)", c.Engines, c.GPUBlocks, c.MaxModelLen, c.Capacity))
 	}
 	if c.Pickers < 1 {
 		errs = append(errs, fmt.Errorf("--pickers %d: want ≥ 1", c.Pickers))

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -61,6 +62,10 @@ func (rd renderer) Render(_ context.Context, _ string, kind intake.Kind, body []
 	return render.Rendered{TokenIDs: g.Prompt, CacheSalt: g.Salt, Via: "lab"}, nil
 }
 
+// maxRenders bounds the renders a run remembers (a 6,000-token prompt's
+// generation is ≈ 24 KB).
+const maxRenders = 2048
+
 // renderKey names a body on a path: its 128-bit hash.
 type renderKey xxh3.Uint128
 
@@ -81,6 +86,9 @@ func (r *run) prepare(path string, body []byte) (*enginesim.Generation, error) {
 		return nil, err
 	}
 	r.mu.Lock()
+	if len(r.renders) >= maxRenders {
+		clear(r.renders) // bounded: a conversation's anchor comes back soon, or not at all
+	}
 	r.renders[k] = &gen
 	r.mu.Unlock()
 	return &gen, nil
@@ -146,7 +154,7 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 	r.front, r.maxModelLen = front, ecfg.MaxModelLen
 	scfg := front.Sched()
 	scfg.Cache.EmitEvents = true
-	params := summary.ForCapacity(index.DefaultCapacity)
+	params := summary.ForCapacity(cmp.Or(r.cfg.Capacity, index.DefaultCapacity))
 	now := r.sim.clock()
 	for i := 0; i < n; i++ {
 		core, err := sched.New(scfg)
