@@ -13,14 +13,23 @@
 //     gets reproducible runs. test/repo's dependency test holds it to that.
 //   - A Policy holds its own state — the cache model a peer builds from
 //     its own routing decisions, its load bookings — and is not safe for
-//     concurrent use: the caller serialises Pick, Dispatched, FirstToken,
-//     Done and Forget (the picker under its router lock).
+//     concurrent use: the caller serialises Pick, Dispatched, FirstChunk,
+//     FirstToken, Done and Forget (the picker under its router lock).
 //   - The lifecycle is the peers': Pick chooses, Dispatched books the
 //     request on the chosen endpoint (llm-d's PreRequest, Dynamo's
-//     add_request, SMG's insert), FirstToken marks the first streamed
-//     chunk (prefill done), Done its end — answered, failed or abandoned —
-//     which also ends a prefill that FirstToken never marked (a
-//     non-streaming answer). Forget drops an endpoint that left the pool.
+//     add_request, SMG's insert), FirstChunk marks the first chunk of a
+//     streamed answer reaching the client, whatever it carries, FirstToken
+//     the engine's first output token (prefill done), Done its end —
+//     answered, failed or abandoned — which also ends what neither marked.
+//     The two differ on /v1/responses streams, whose first events
+//     (response.created, response.in_progress) come before prefill; each
+//     policy listens to the signal its peer uses: llm-d's inflight-load
+//     producer releases its tokens at FirstChunk, Dynamo's A_w ends at
+//     FirstToken, SMG and llm-d-precise use neither. Forget drops an
+//     endpoint that left the pool.
+//   - Calibration helpers for llm-d's load gate (CalibratedPeak and the
+//     recipe's constants) are pure too: the caller sends the probes and
+//     hands over their TTFTs.
 //   - What kvroute's fleet can give a policy is in Request and Candidate;
 //     where a policy needs an input that differs from the peer's own, the
 //     substitution is written in that policy's doc comment (and in

@@ -90,8 +90,11 @@ func (c DynamoConfig) Validate() error {
 // has not come, D_w the distinct prompt blocks of w's booked requests,
 // N_w this request's prompt blocks not among them, R_w w's booked
 // requests. Its bookings are its own routing decisions: Dispatched adds
-// L − O_dev·B (at least 0) to A_w, which FirstToken (or Done, when no
-// first token came) removes; the prompt's blocks join D_w, reference
+// L − O_dev·B (at least 0) to A_w, which FirstToken — the first output
+// token, as mark_prefill_completed — (or Done, when no first token came)
+// removes; FirstChunk, a streamed answer's first chunk, does nothing: on
+// /v1/responses it is response.created, sent before prefill. The
+// prompt's blocks join D_w, reference
 // counted across requests, until Done; a booking older than StaleAfter
 // is dropped at the next Pick or Dispatched, in dispatch order (if now
 // ever goes back, an old booking waits behind a fresher one). Output
@@ -191,6 +194,13 @@ func (p *DynamoPolicy) Dispatched(req *Request, endpoint string, now time.Time) 
 	p.expire(now)
 	return p.book(req, endpoint, p.pickedOverlap(req, endpoint), now)
 }
+
+// FirstChunk does nothing: A_w ends at the first output token.
+func (p *DynamoPolicy) FirstChunk(Ticket, time.Time) {}
+
+// ActivePrefill is A_w: the endpoint's booked prefill tokens whose first
+// output token has not come.
+func (p *DynamoPolicy) ActivePrefill(endpoint string) int { return p.workers[endpoint].activePrefill() }
 
 // FirstToken ends the booking's prefill: its tokens leave A_w.
 func (p *DynamoPolicy) FirstToken(t Ticket, now time.Time) {

@@ -235,21 +235,34 @@ func TestDynamoBlocksReleasedAtDoneOnly(t *testing.T) {
 func TestDynamoPrefillRelease(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
+		firstChunk bool
 		firstToken bool
 		afterFirst float64 // A/16 + D after FirstToken (or not)
+		activeA    int     // ActivePrefill then
 	}{
-		{"first token releases prefill", true, 2},
-		{"no first token: prefill held until done", false, 32/16.0 + 2},
+		{"first token releases prefill", false, true, 2, 0},
+		{"first chunk and token (a chat stream)", true, true, 2, 0},
+		{"first chunk alone (response.created) keeps A_w", true, false, 32/16.0 + 2, 32},
+		{"no first token: prefill held until done", false, false, 32/16.0 + 2, 32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := dynNew(t, peers.DefaultDynamoConfig())
 			tk := dynBook(p, dynReq(32, 1, 2), "a", 0, dynT0)
+			if got := p.ActivePrefill("a"); got != 32 {
+				t.Fatalf("booked A_w %d, want 32", got)
+			}
+			if tc.firstChunk {
+				p.FirstChunk(tk, dynT0)
+			}
 			if tc.firstToken {
 				p.FirstToken(tk, dynT0)
 				p.FirstToken(tk, dynT0) // twice: released once
 			}
 			if got := dynLoad(p, "a", dynT0); !dynNear(got, tc.afterFirst) {
 				t.Fatalf("before done: load %v, want %v", got, tc.afterFirst)
+			}
+			if got := p.ActivePrefill("a"); got != tc.activeA {
+				t.Fatalf("before done: A_w %d, want %d", got, tc.activeA)
 			}
 			p.Done(tk, dynT0)
 			if got := dynLoad(p, "a", dynT0); got != 0 {

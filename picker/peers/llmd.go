@@ -54,15 +54,20 @@ type LLMDConfig struct {
 	// (16); MinBlockSize is the least block size hashed (64).
 	DefaultBlockSize, MinBlockSize int
 	// MaxPrefixTokens bounds the hashed prefix: at most MaxPrefixTokens/B
-	// blocks (131072).
+	// blocks (the guide's 40960; the plugin's own default is 131072).
 	MaxPrefixTokens int
 	// LRUCapacity is an endpoint's modelled cache size in blocks when it
 	// has not reported its KV cache size (31,250).
 	LRUCapacity int
 }
 
-// DefaultLLMDConfig is llm-d's default profile, every plugin at its
-// default parameters.
+// DefaultLLMDConfig is llm-d's default profile as its guide configures
+// it (optimized-baseline): the plugins' defaults, but for the approximate
+// producer's maxPrefixTokensToMatch, 40960 (the plugin's is 131072). The
+// guide's filter values are those of the earlier token-form interface
+// (maxTokensInFlightPenalty 286720, maxTTFTPenaltyMs 0); the time form's
+// defaults, kept here, give the same τ = 15928 tok/s × 18 s to within 16
+// tokens (copying maxTTFTPenaltyMs 0 alone would never break stickiness).
 func DefaultLLMDConfig() LLMDConfig {
 	return LLMDConfig{
 		AffinityThreshold:      0.80,
@@ -73,7 +78,7 @@ func DefaultLLMDConfig() LLMDConfig {
 		TokenLoadCap:           4194304,
 		DefaultBlockSize:       16,
 		MinBlockSize:           64,
-		MaxPrefixTokens:        131072,
+		MaxPrefixTokens:        40960,
 		LRUCapacity:            31250,
 	}
 }
@@ -106,21 +111,29 @@ func (c LLMDConfig) Validate() error {
 //   - Approximate producer: the prompt's tokens are cut into blocks of B
 //     tokens, the last partial block included, B being the engines'
 //     block size (16 when unknown) raised to at least 64; at most
-//     131072/B blocks are hashed, in a chain seeded with the model and
-//     the cache salt. A pick walks the blocks from the first and stops at
-//     the first that no endpoint holds; an endpoint's M is how many of
-//     the walked blocks it holds, T the blocks hashed, hit = M/T. At
-//     Dispatched every block joins the chosen endpoint's LRU.
+//     40960/B blocks are hashed (the guide's bound), in a chain seeded
+//     with the model and the cache salt. A pick walks the blocks from
+//     the first and stops at the first that no endpoint holds; an
+//     endpoint's M is how many of the walked blocks it holds, T the
+//     blocks hashed, hit = M/T. At
+//     Dispatched every block joins the chosen endpoint's LRU, in order,
+//     block 0 first (upstream's indexer order), so within one request
+//     block 0 ends the least recently used and leaves first.
 //   - Inflight-load producer: at Dispatched the chosen endpoint books
 //     uncachedReq = max(0, (T−M)·B) + max(0, L−T·B) tokens (L the prompt
-//     tokens) and one request. The tokens are released at FirstToken, or
-//     at Done for a request that had none; the request at Done.
+//     tokens) and one request. The tokens are released at FirstChunk (the
+//     first streamed chunk, whatever it carries: on /v1/responses that is
+//     response.created, before prefill, as upstream), or at Done for a
+//     request that had none (non-streaming); the request at Done.
+//     FirstToken does nothing.
 //   - Filter, among the healthy candidates: all of them when there is at
 //     most one, when the threshold is 0, or with the exploration
 //     probability; else the sticky ones (hit ≥ 0.80), unless there are
 //     none (all), or the least loaded sticky one's estimated TTFT
 //     (in-flight tokens / 15928 tok/s) exceeds the least loaded other
 //     one's by more than 18 s (all: about 286,704 tokens of difference).
+//     The peak and the 18 s are per run (SetLoadGate): llm-d calls them
+//     hardware constants, to be measured per engine (CalibratedPeak).
 //   - Token-load scorer: x = in-flight tokens + uncachedReq, score
 //     1 − min(1, x/4,194,304); the picker shuffles the set, stable-sorts
 //     it by score, highest first, and takes the top: ties are random.
@@ -140,10 +153,11 @@ func (c LLMDConfig) Validate() error {
 //   - An endpoint's LRU capacity is the last Candidate.NumGPUBlocks Pick
 //     saw for it (autoTune's reported KV block count), else 31,250; it is
 //     fixed when the LRU is created, on the endpoint's first Dispatched.
-//     Blocks are added last first, so the first block is the most recent.
+//     The update is synchronous, at Dispatched; upstream's is
+//     asynchronous.
 //   - Departed endpoints are purged when the caller calls Forget, not by
 //     a sweep every 2 minutes.
-//   - The first streamed chunk is FirstToken; end of stream is Done,
+//   - The first streamed chunk is FirstChunk; end of stream is Done,
 //     which also covers failed and abandoned requests.
 //   - Only Healthy candidates are filtered and scored (llm-d schedules
 //     among its ready pods); the walk still counts every endpoint the
@@ -172,7 +186,7 @@ type llmdLoad struct{ tokens, requests int }
 type llmdBooking struct {
 	endpoint string
 	tokens   int  // its uncached tokens
-	released bool // its tokens are released (FirstToken, or Done)
+	released bool // its tokens are released (FirstChunk, or Done)
 }
 
 // NewLLMD returns the policy with empty state, or c's problems.
@@ -267,6 +281,25 @@ func (p *LLMDPolicy) score(endpoint string, uncached int) float64 {
 	return p.cfg.TokenLoadWeight * llmdClamp(1-min(1, x/p.cfg.TokenLoadCap))
 }
 
+// InflightTokens is the endpoint's booked tokens not yet released: the
+// inflight-load producer's token counter.
+func (p *LLMDPolicy) InflightTokens(endpoint string) int { return p.inflightTokens(endpoint) }
+
+// SetLoadGate sets the affinity filter's load gate for the rest of the
+// run: the peak prefill throughput (tokens/s) that turns in-flight tokens
+// into an estimated TTFT, and the TTFT penalty (ms) past which stickiness
+// breaks (0: never), τ = peak × penalty. The state is kept; an invalid
+// value changes nothing.
+func (p *LLMDPolicy) SetLoadGate(peakPrefillThroughput, maxTTFTPenaltyMs float64) error {
+	c := p.cfg
+	c.PeakPrefillThroughput, c.MaxTTFTPenaltyMs = peakPrefillThroughput, maxTTFTPenaltyMs
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	p.cfg = c
+	return nil
+}
+
 // inflightTokens is the endpoint's booked tokens not yet released.
 func (p *LLMDPolicy) inflightTokens(endpoint string) int {
 	if l, ok := p.load[endpoint]; ok {
@@ -307,14 +340,18 @@ func (p *LLMDPolicy) cache(endpoint string) *llmdLRU {
 	return l
 }
 
-// FirstToken releases the booking's tokens: its prefill is done.
-func (p *LLMDPolicy) FirstToken(t Ticket, _ time.Time) {
+// FirstChunk releases the booking's tokens: the first streamed chunk
+// came (as the producer counts it, prefill done, whatever the chunk).
+func (p *LLMDPolicy) FirstChunk(t Ticket, _ time.Time) {
 	if b, ok := p.bookings[t]; ok {
 		p.release(b)
 	}
 }
 
-// Done releases the booking's tokens, if FirstToken did not, and its
+// FirstToken does nothing: llm-d's producer listens to the first chunk.
+func (p *LLMDPolicy) FirstToken(Ticket, time.Time) {}
+
+// Done releases the booking's tokens, if FirstChunk did not, and its
 // request.
 func (p *LLMDPolicy) Done(t Ticket, _ time.Time) {
 	b, ok := p.bookings[t]
@@ -340,7 +377,7 @@ func (p *LLMDPolicy) release(b *llmdBooking) {
 }
 
 // Forget drops the endpoint's LRU, its reported size, its counters and
-// its bookings (whose FirstToken and Done then do nothing).
+// its bookings (whose FirstChunk and Done then do nothing).
 func (p *LLMDPolicy) Forget(endpoint string) {
 	delete(p.caches, endpoint)
 	delete(p.gpuBlocks, endpoint)
@@ -454,11 +491,12 @@ func (l *llmdLRU) has(h uint64) bool {
 	return ok
 }
 
-// addAll adds a request's blocks, the last first, so that the first block
-// is the most recent.
+// addAll adds a request's blocks in order, block 0 first, as upstream's
+// indexer does: within the request, block 0 ends the least recent, the
+// last block the most recent.
 func (l *llmdLRU) addAll(hashes []uint64) {
-	for i := len(hashes) - 1; i >= 0; i-- {
-		l.add(hashes[i])
+	for _, h := range hashes {
+		l.add(h)
 	}
 }
 
@@ -646,6 +684,9 @@ func (p *LLMDPrecisePolicy) Dispatched(_ *Request, _ string, _ time.Time) Ticket
 	p.last++
 	return p.last
 }
+
+// FirstChunk does nothing.
+func (p *LLMDPrecisePolicy) FirstChunk(Ticket, time.Time) {}
 
 // FirstToken does nothing.
 func (p *LLMDPrecisePolicy) FirstToken(Ticket, time.Time) {}

@@ -139,9 +139,10 @@ func TestLLMDBlocks(t *testing.T) {
 		{"unknown block size: 16 raised to 64", 0, 100, 64, 2, true},
 		{"engine block 128 kept", 128, 200, 128, 2, true},
 		{"engine block 128, full blocks", 128, 256, 128, 2, false},
-		{"at the 131072-token cap", 16, 131072, 64, 2048, false},
-		{"past the cap", 16, 140000, 64, 2048, false},
-		{"cap at B=256", 256, 140000, 256, 512, false},
+		{"at the guide's 40960-token cap", 16, 40960, 64, 640, false},
+		{"past the cap", 16, 140000, 64, 640, false},
+		{"past the cap, partial last block cut", 16, 40961, 64, 640, false},
+		{"cap at B=256", 256, 140000, 256, 160, false},
 	}
 	c := DefaultLLMDConfig()
 	for _, tc := range cases {
@@ -285,22 +286,61 @@ func TestLLMDHitRatio(t *testing.T) {
 
 func TestLLMDLRU(t *testing.T) {
 	l := newLLMDLRU(3)
-	l.addAll([]uint64{1, 2}) // 1 is the most recent
-	l.addAll([]uint64{3, 4}) // 3, 4, 1, 2: 2 goes
-	for h, want := range map[uint64]bool{1: true, 2: false, 3: true, 4: true} {
+	l.addAll([]uint64{1, 2}) // in order: 2 is the most recent
+	l.addAll([]uint64{3, 4}) // 4, 3, 2, 1: 1 goes
+	for h, want := range map[uint64]bool{1: false, 2: true, 3: true, 4: true} {
 		if l.has(h) != want {
 			t.Errorf("after filling: has(%d) = %v", h, !want)
 		}
 	}
-	l.add(1) // refreshed: 1, 3, 4
-	l.add(5) // 5, 1, 3: 4 goes
-	for h, want := range map[uint64]bool{1: true, 3: true, 4: false, 5: true} {
+	l.add(2) // refreshed: 2, 4, 3
+	l.add(5) // 5, 2, 4: 3 goes
+	for h, want := range map[uint64]bool{2: true, 3: false, 4: true, 5: true} {
 		if l.has(h) != want {
 			t.Errorf("after refresh: has(%d) = %v", h, !want)
 		}
 	}
 	if l.order.Len() != 3 || len(l.at) != 3 {
 		t.Errorf("size %d/%d, want 3", l.order.Len(), len(l.at))
+	}
+}
+
+// TestLLMDLRUInsertOrder: a request's blocks join the LRU in upstream's
+// order, block 0 first, so within one request block 0 is the least
+// recent and the first evicted. Each case fills an LRU with one request
+// and then adds others; the port's old order (last block first) would
+// keep block 0 and evict the tail instead.
+func TestLLMDLRUInsertOrder(t *testing.T) {
+	cases := []struct {
+		name     string
+		capacity int
+		requests [][]uint64 // added in turn, each in block order
+		held     []uint64
+		evicted  []uint64
+	}{
+		{"one request past capacity: its head goes", 3, [][]uint64{{1, 2, 3, 4}}, []uint64{2, 3, 4}, []uint64{1}},
+		{"a second request evicts the first's head", 4, [][]uint64{{1, 2, 3}, {7, 8}}, []uint64{2, 3, 7, 8}, []uint64{1}},
+		{"block 0 then block 1 go, in that order", 3, [][]uint64{{1, 2, 3}, {7}, {8}}, []uint64{3, 7, 8}, []uint64{1, 2}},
+		{"a shared head re-added is refreshed, then the tail is oldest", 3, [][]uint64{{1, 2, 3}, {1}, {9}},
+			[]uint64{1, 3, 9}, []uint64{2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLLMDLRU(tc.capacity)
+			for _, r := range tc.requests {
+				l.addAll(r)
+			}
+			for _, h := range tc.held {
+				if !l.has(h) {
+					t.Errorf("block %d was evicted, want it held", h)
+				}
+			}
+			for _, h := range tc.evicted {
+				if l.has(h) {
+					t.Errorf("block %d is held, want it evicted", h)
+				}
+			}
+		})
 	}
 }
 
@@ -325,13 +365,15 @@ func TestLLMDLRUCapacity(t *testing.T) {
 	if got := p.caches["small"].capacity; got != 3 {
 		t.Fatalf("capacity %d after a new report, want 3", got)
 	}
-	// small held first's 2 blocks; second's 2 evict first's last block.
+	// small held first's 2 blocks, block 0 the least recent; second's 2
+	// evict first's block 0.
 	h := p.cfg.prompt(first).hashes
-	if !p.caches["small"].has(h[0]) || p.caches["small"].has(h[1]) {
-		t.Fatal("eviction at capacity did not drop the least recent block")
+	if p.caches["small"].has(h[0]) || !p.caches["small"].has(h[1]) {
+		t.Fatal("eviction at capacity did not drop the least recent block, the request's block 0")
 	}
-	if p.matches(p.cfg.prompt(first).hashes)["small"] != 1 {
-		t.Fatal("the evicted block still matches")
+	p.Forget("unknown")
+	if m := p.matches(h)["small"]; m != 0 {
+		t.Fatalf("small matches %d blocks without its block 0, want 0", m)
 	}
 }
 
@@ -504,18 +546,19 @@ func TestLLMDTokenLoadArgmin(t *testing.T) {
 
 func TestLLMDRelease(t *testing.T) {
 	type step struct {
-		op                   string // "first" or "done"
+		op                   string // "chunk", "token" or "done"
 		wantTokens, wantReqs int
 	}
 	cases := []struct {
 		name  string
 		steps []step
 	}{
-		{"streaming: tokens at FirstToken, request at Done",
-			[]step{{"first", 0, 1}, {"done", 0, 0}}},
+		{"streaming: tokens at FirstChunk, request at Done",
+			[]step{{"chunk", 0, 1}, {"done", 0, 0}}},
 		{"non-streaming: both at Done", []step{{"done", 0, 0}}},
-		{"FirstToken twice releases once", []step{{"first", 0, 1}, {"first", 0, 1}, {"done", 0, 0}}},
-		{"after Done nothing more", []step{{"done", 0, 0}, {"done", 0, 0}, {"first", 0, 0}}},
+		{"FirstToken releases nothing", []step{{"token", 320, 1}, {"chunk", 0, 1}, {"token", 0, 1}, {"done", 0, 0}}},
+		{"FirstChunk twice releases once", []step{{"chunk", 0, 1}, {"chunk", 0, 1}, {"done", 0, 0}}},
+		{"after Done nothing more", []step{{"done", 0, 0}, {"done", 0, 0}, {"chunk", 0, 0}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -526,9 +569,12 @@ func TestLLMDRelease(t *testing.T) {
 				t.Fatalf("booked %d tokens, %d requests; want 448, 2", tok, n)
 			}
 			for _, s := range tc.steps {
-				if s.op == "first" {
+				switch s.op {
+				case "chunk":
+					p.FirstChunk(tk, llmdNow)
+				case "token":
 					p.FirstToken(tk, llmdNow)
-				} else {
+				default:
 					p.Done(tk, llmdNow)
 				}
 				if tok, n := p.counters("a"); tok != 128+s.wantTokens || n != 1+s.wantReqs {
@@ -565,7 +611,7 @@ func TestLLMDForget(t *testing.T) {
 	if tok, n := p.counters("a"); tok != 0 || n != 0 {
 		t.Fatal("the counters survived Forget")
 	}
-	p.FirstToken(tk, llmdNow)
+	p.FirstChunk(tk, llmdNow)
 	p.Done(tk, llmdNow)
 	if tok, n := p.counters("a"); tok != 0 || n != 0 {
 		t.Fatalf("a forgotten booking changed the counters: %d %d", tok, n)
@@ -809,6 +855,7 @@ func TestLLMDPreciseTiesAndHealth(t *testing.T) {
 	}
 	// No bookings.
 	tk := p.Dispatched(req, "a", llmdNow)
+	p.FirstChunk(tk, llmdNow)
 	p.FirstToken(tk, llmdNow)
 	p.Done(tk, llmdNow)
 	p.Forget("a")
@@ -868,6 +915,7 @@ func FuzzLLMDPick(f *testing.F) {
 				tickets[k] = append(tickets[k], p.Dispatched(req, cands[ch.Index].ID, llmdNow))
 				switch mid := tickets[k][len(tickets[k])/2]; b % 4 {
 				case 0:
+					p.FirstChunk(mid, llmdNow)
 					p.FirstToken(mid, llmdNow)
 				case 1:
 					p.Done(mid, llmdNow)

@@ -68,7 +68,7 @@ type Choice struct {
 	Scores []float64
 }
 
-// Ticket names a booking, for FirstToken and Done.
+// Ticket names a booking, for FirstChunk, FirstToken and Done.
 type Ticket uint64
 
 // Policy is one peer's algorithm and its state. See the package doc for
@@ -80,9 +80,18 @@ type Policy interface {
 	Pick(req *Request, cands []Candidate, rnd uint64, now time.Time) Choice
 	// Dispatched books req on endpoint, the one Pick chose.
 	Dispatched(req *Request, endpoint string, now time.Time) Ticket
-	// FirstToken marks the booking's first streamed chunk.
+	// FirstChunk marks the first chunk of a streamed answer reaching the
+	// client, whatever it carries: on a /v1/responses stream that is
+	// response.created, sent before the prompt is scheduled. Never called
+	// for a non-streamed answer.
+	FirstChunk(t Ticket, now time.Time)
+	// FirstToken marks the engine's first output token: the prefill is
+	// done. On chat and completion streams the first chunk carries it (the
+	// caller calls FirstChunk, then FirstToken); on a /v1/responses stream
+	// it is the first event after the opening ones; on a non-streamed
+	// answer, the answer.
 	FirstToken(t Ticket, now time.Time)
-	// Done ends the booking (FirstToken or not).
+	// Done ends the booking (FirstChunk and FirstToken or not).
 	Done(t Ticket, now time.Time)
 	// Forget drops what the policy holds of an endpoint that left.
 	Forget(endpoint string)

@@ -241,6 +241,9 @@ func (p *SGLangPolicy) Dispatched(req *Request, endpoint string, now time.Time) 
 	return p.next
 }
 
+// FirstChunk does nothing: SMG's load counts the whole request.
+func (p *SGLangPolicy) FirstChunk(Ticket, time.Time) {}
+
 // FirstToken does nothing: SMG's load counts the whole request.
 func (p *SGLangPolicy) FirstToken(Ticket, time.Time) {}
 

@@ -281,8 +281,8 @@ func TestSGLangHealth(t *testing.T) {
 }
 
 // TestSGLangLoadBookkeeping: Dispatched +1, Done -1 and processed +1,
-// FirstToken nothing; an unknown or repeated Done is ignored. Scores are
-// the loads, 0 for the unhealthy.
+// FirstChunk and FirstToken nothing; an unknown or repeated Done is
+// ignored. Scores are the loads, 0 for the unhealthy.
 func TestSGLangLoadBookkeeping(t *testing.T) {
 	p := sglNew(t, nil)
 	c := sglCands("A", "B", "C!")
@@ -293,9 +293,10 @@ func TestSGLangLoadBookkeeping(t *testing.T) {
 	if got := scores(); !slices.Equal(got, []float64{2, 1, 0}) {
 		t.Errorf("after dispatch: %v", got)
 	}
+	p.FirstChunk(ta[0], sglT0)
 	p.FirstToken(ta[0], sglT0)
 	if got := scores(); !slices.Equal(got, []float64{2, 1, 0}) {
-		t.Errorf("after FirstToken: %v", got)
+		t.Errorf("after FirstChunk and FirstToken: %v", got)
 	}
 	p.Done(ta[0], sglT0)
 	p.Done(ta[0], sglT0)
