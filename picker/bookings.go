@@ -19,6 +19,9 @@ type bookings struct {
 	mu   sync.Mutex
 	b    *inflight.Bookings
 	peer *peerPolicy // nil: kvroute's own policies
+	// admitAll: admission is told of no routable endpoint's load, so it
+	// never judges a group saturated (Router.AdmitAll).
+	admitAll bool
 }
 
 // book records p's pick of its endpoint at now: uncached prompt tokens,
@@ -54,6 +57,9 @@ func (k *bookings) admitLoads(eps []fleet.Endpoint, now time.Time, health fleet.
 	out := make([]admit.Load, 0, len(eps))
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.admitAll {
+		return nil // no load: never saturated (admit.Config.Saturated)
+	}
 	for i := range eps {
 		e := &eps[i]
 		if !e.HealthAt(now, health).Routable() {
@@ -104,7 +110,19 @@ func (k *bookings) withPeer(f func(pp *peerPolicy)) {
 	f(k.peer)
 }
 
-// peerFirstToken marks p's first streamed chunk for its peer booking.
+// peerFirstChunk marks the first chunk of p's streamed answer for its
+// peer booking (Router.FirstChunk).
+func (k *bookings) peerFirstChunk(p *Pick, now time.Time) {
+	if k.peer == nil || !p.peer.ok {
+		return
+	}
+	k.mu.Lock()
+	k.peer.policy.FirstChunk(p.peer.t, now)
+	k.mu.Unlock()
+}
+
+// peerFirstToken marks the engine's first output token of p for its peer
+// booking (Router.FirstToken).
 func (k *bookings) peerFirstToken(p *Pick, now time.Time) {
 	if k.peer == nil || !p.peer.ok {
 		return
@@ -112,6 +130,20 @@ func (k *bookings) peerFirstToken(p *Pick, now time.Time) {
 	k.mu.Lock()
 	k.peer.policy.FirstToken(p.peer.t, now)
 	k.mu.Unlock()
+}
+
+// AdmitAll turns admission's saturation check off for the rest of the
+// router's life: every request is admitted at once, as when every
+// Config.Admission limit (--saturation-*) is 0. For comparison runs that
+// measure routing alone (kvroute bench without --admission), whose fleet
+// configuration sets only some of the limits; a router built with the
+// limits at 0 needs no call.
+func (r *Router) AdmitAll() {
+	k := &r.bookings
+	k.mu.Lock()
+	k.admitAll = true
+	k.mu.Unlock()
+	r.admit.poke() // waiters, if any, are released
 }
 
 // peerDone ends p's peer booking alone: the decision API's, whose request

@@ -25,7 +25,9 @@
 //   - With a peer's policy (Config.Score.Policy llm-d, llm-d-precise,
 //     dynamo or sglang: comparison baselines, picker/peers), the same
 //     candidates go to that policy instead of picker/score; it books each
-//     pick at dispatch, at the first streamed chunk and at the end (the
+//     pick at dispatch, at the first streamed chunk (Router.FirstChunk),
+//     at the first output token (Router.FirstToken: on /v1/responses
+//     streams the first event after the opening ones) and at the end (the
 //     decision API's picks end at once), under the router's lock, its
 //     tie-breaks drawn from a source seeded by Config.PolicySeed. The
 //     prediction the outcome metrics judge stays the fleet index's.
@@ -83,7 +85,8 @@
 //     The endpoint picker passes admission the same way (its request
 //     headers give the fairness key and priority; a refusal is an
 //     immediate response with Retry-After); the decision API answers at
-//     once.
+//     once. Router.AdmitAll turns the saturation check off (comparison
+//     runs that measure routing alone).
 //   - Every refusal is an OpenAI error body ({"error": {message, type,
 //     param, code}}): unrouted paths 404, wrong methods 405 with Allow,
 //     bodies over MaxBodyBytes 413 after a bounded drain of the rest.

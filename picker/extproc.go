@@ -154,8 +154,9 @@ type eppExchange struct {
 
 	status int // the answer's, from its headers
 	sn     *sniffer
-	first  bool // a chunk of the answer was seen
-	ended  bool // the answer was seen whole
+	out    *outputWatch // the answer's first output token, for FirstToken
+	first  bool         // a chunk of the answer was seen
+	ended  bool         // the answer was seen whole
 }
 
 // Process serves one HTTP request's exchange. The exchange runs in its own
@@ -423,6 +424,7 @@ func (x *eppExchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extpr
 		served = v
 	}
 	x.sn = &sniffer{sse: strings.HasPrefix(contentType, "text/event-stream"), kind: x.pick.kind, limit: 4 << 20}
+	x.out = newOutputWatch(x.pick.kind, x.sn.sse)
 	r := x.s.r
 	served = strings.TrimSpace(served)
 	k := -1
@@ -458,10 +460,10 @@ func (x *eppExchange) responseBody(chunk []byte) {
 		return
 	}
 	if len(chunk) > 0 && !x.first {
-		x.s.r.prefillDone(x.pick)
-		if x.sn.sse {
-			x.s.r.peerFirstToken(x.pick) // prefill done, as the peers count it
-		}
+		x.s.r.firstChunk(x.pick) // kvroute's prefill in flight ends; llm-d's tokens too
+	}
+	if x.out.see(chunk) {
+		x.s.r.peerFirstToken(x.pick) // the first output token: Dynamo's prefill ends
 	}
 	x.first = x.first || len(chunk) > 0
 	_, _ = x.sn.Write(chunk)

@@ -1,6 +1,9 @@
 package picker
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -23,8 +26,9 @@ type peerPolicy struct {
 
 // peerTicket is a pick's booking with the peer policy.
 type peerTicket struct {
-	t  peers.Ticket
-	ok bool
+	t      peers.Ticket
+	ok     bool
+	stream bool // the request asked for a stream: its first chunk is FirstChunk
 }
 
 func newPeerPolicy(name string, seed uint64) (*peerPolicy, error) {
@@ -56,6 +60,9 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 	req := &peers.Request{Model: modelOf(p.eps), CacheSalt: p.req.CacheSalt, Tokens: p.tokens, BlockSize: bs, Keys: p.chain, Stream: p.req.Stream}
 	if r.cfg.Score.Policy == score.SGLang {
 		req.Text = intake.Text(p.kind, p.body)
+		if p.kind == intake.Responses {
+			req.Text = peers.SGLangResponsesText(p.body) // SMG's own: no function calls or outputs
+		}
 	}
 	var ch peers.Choice
 	var ticket peerTicket
@@ -63,7 +70,7 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 		pp.forgetGone(p.group, snap.Endpoints)
 		ch = pp.policy.Pick(req, pc, pp.rng.Uint64(), now)
 		if ch.Index >= 0 {
-			ticket = peerTicket{t: pp.policy.Dispatched(req, pc[ch.Index].ID, now), ok: true}
+			ticket = peerTicket{t: pp.policy.Dispatched(req, pc[ch.Index].ID, now), ok: true, stream: req.Stream}
 		}
 	})
 	d := decide.Decision{Policy: r.cfg.Score.Policy, Reason: score.Reason(ch.Reason)}
@@ -114,9 +121,13 @@ func (pp *peerPolicy) forgetGone(group string, eps []fleet.Endpoint) {
 	pp.known[group] = now
 }
 
-// peerFirstToken marks a pick's first streamed chunk for its peer
-// policy's booking.
+// peerFirstToken is FirstToken at the router's now: the proxy's and the
+// endpoint picker's, at the answer's first output token (outputWatch).
 func (r *Router) peerFirstToken(p *Pick) { r.bookings.peerFirstToken(p, r.now()) }
+
+// firstChunk is FirstChunk at the router's now: the proxy's and the endpoint picker's, at
+// the answer's first byte.
+func (r *Router) firstChunk(p *Pick) { r.FirstChunk(p, r.now()) }
 
 func modelOf(eps []fleet.Endpoint) string {
 	if len(eps) == 0 {
@@ -128,3 +139,164 @@ func modelOf(eps []fleet.Endpoint) string {
 // peerDone ends a pick's peer booking: the decision API's, whose request
 // the picker never sees (a peer policy books it and lets it go at once).
 func (r *Router) peerDone(p *Pick) { r.bookings.peerDone(p, r.now()) }
+
+// FirstChunk is the first chunk of p's answer reaching the client at now
+// (for a stream, its first SSE chunk, whatever event it carries; for a
+// whole answer, its first byte). It ends p's prefill in kvroute's own
+// bookings — the prefill tokens in flight that admission and kvroute's
+// policies count (inflight.Bookings.FirstByte) — and, when the request
+// streams, gives its peer policy the first-chunk signal: llm-d's
+// inflight-load producer releases the request's tokens (peers.Policy
+// FirstChunk). It does not end Dynamo's A_w: FirstToken does. The proxy
+// and the endpoint picker call it at the answer's first byte; a caller
+// that runs engines in virtual time calls it when the first chunk would
+// reach the client (on chat and completion streams, the engine's first
+// output token, then FirstToken). Idempotent per pick.
+func (r *Router) FirstChunk(p *Pick, now time.Time) {
+	r.prefillDone(p)
+	if p.peer.stream {
+		r.bookings.peerFirstChunk(p, now)
+	}
+}
+
+// FirstToken is the engine's first output token for p at now: the
+// prefill is done as the peers count it. It gives p's peer policy the
+// first-token signal (peers.Policy FirstToken): Dynamo's active prefill
+// tokens A_w end. Nothing else: kvroute's own bookings end at FirstChunk,
+// llm-d's tokens too. The proxy and the endpoint picker call it at the
+// chunk that carries the first output (outputWatch): on chat and
+// completion streams the first chunk, on /v1/responses streams the first
+// event after the opening ones, on a whole answer its first byte; a
+// caller that runs engines in virtual time calls it at the engine's
+// first output token. Idempotent per pick.
+func (r *Router) FirstToken(p *Pick, now time.Time) { r.bookings.peerFirstToken(p, now) }
+
+// SetLLMDLoadGate sets the llm-d policy's load gate (the
+// prefix-cache-affinity filter's) for the rest of the router's life: the
+// peak prefill throughput in tokens per second and the TTFT penalty past
+// which stickiness breaks (0: never), τ = peak × maxPenalty. The policy's
+// state is kept. An error when the router does not run llm-d or a value
+// is out of range. kvroute picker sets it from --llmd-peak-prefill-
+// throughput and --llmd-max-ttft-penalty, kvroute bench from its
+// calibration probe.
+func (r *Router) SetLLMDLoadGate(peak float64, maxPenalty time.Duration) error {
+	err := fmt.Errorf("the llm-d load gate: the router runs %s, not %s", r.cfg.Score.Policy, peers.LLMD)
+	r.bookings.withPeer(func(pp *peerPolicy) {
+		if pp == nil {
+			return
+		}
+		if l, ok := pp.policy.(*peers.LLMDPolicy); ok {
+			err = l.SetLoadGate(peak, float64(maxPenalty)/float64(time.Millisecond))
+		}
+	})
+	return err
+}
+
+// WithPeerPolicy runs f on the router's peer policy under the router's
+// lock, for a look at its state (tests, the lab); nil when kvroute's own
+// policies route. f must not keep the policy nor call the router.
+func (r *Router) WithPeerPolicy(f func(peers.Policy)) {
+	r.bookings.withPeer(func(pp *peerPolicy) {
+		if pp == nil {
+			f(nil)
+			return
+		}
+		f(pp.policy)
+	})
+}
+
+// outputWatch finds the first output token in an answer as it streams,
+// for FirstToken. On a /v1/responses stream it reads the SSE events and
+// fires at the first whose type is not an opening one: response.created,
+// response.in_progress and response.queued come before prefill, and
+// response.output_item.added and response.content_part.added precede the
+// first delta (vLLM sends the pair with the first output token itself,
+// the simulated engine with the opening events), so the first
+// response.output_text.delta (or reasoning, or function-call arguments,
+// or a terminal event) fires it. On any other answer it fires at the
+// first byte: a chat or completion stream's first chunk carries the first
+// token, a whole answer comes after it.
+type outputWatch struct {
+	responses bool   // an SSE Responses stream: wait past the opening events
+	fired     bool   // the first output was seen
+	named     bool   // the current event had an event: line
+	over      bool   // the current line is past the bound: skipped
+	line      []byte // the current line, until its newline
+}
+
+// outputLineLimit bounds a line outputWatch holds (a data line without an
+// event: line before it, whose type it must parse).
+const outputLineLimit = 4 << 20
+
+func newOutputWatch(kind intake.Kind, sse bool) *outputWatch {
+	return &outputWatch{responses: sse && kind == intake.Responses}
+}
+
+// see reads the answer's next chunk: true once, at the chunk holding the
+// first output.
+func (w *outputWatch) see(chunk []byte) bool {
+	if w == nil || w.fired || len(chunk) == 0 {
+		return false
+	}
+	w.fired = !w.responses || w.scan(chunk)
+	return w.fired
+}
+
+// scan reads chunk's lines: true at the first line showing an event that
+// is not an opening one.
+func (w *outputWatch) scan(chunk []byte) bool {
+	for len(chunk) > 0 {
+		i := bytes.IndexByte(chunk, '\n')
+		if i < 0 {
+			if !w.over && len(w.line)+len(chunk) <= outputLineLimit {
+				w.line = append(w.line, chunk...)
+			} else {
+				w.line, w.over = w.line[:0], true
+			}
+			return false
+		}
+		line := chunk[:i]
+		if len(w.line) > 0 {
+			line = append(w.line, line...)
+		}
+		skip := w.over
+		w.line, w.over, chunk = w.line[:0], false, chunk[i+1:]
+		if !skip && w.output(bytes.TrimRight(line, "\r")) {
+			return true
+		}
+	}
+	return false
+}
+
+// output reads one SSE line: true when it shows a non-opening event.
+func (w *outputWatch) output(l []byte) bool {
+	name, value, _ := bytes.Cut(l, []byte(":"))
+	value = bytes.TrimSpace(value)
+	switch {
+	case len(l) == 0: // the event is dispatched
+		w.named = false
+	case string(name) == "event":
+		w.named = true
+		return !openingEvent(value)
+	case string(name) == "data" && !w.named:
+		var ev struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(value, &ev) != nil || ev.Type == "" {
+			return true // not an opening event: whatever it is, output or an end
+		}
+		return !openingEvent([]byte(ev.Type))
+	}
+	return false
+}
+
+// openingEvent reports whether a Responses stream event of type t comes
+// before the first output token.
+func openingEvent(t []byte) bool {
+	switch string(t) {
+	case "response.created", "response.in_progress", "response.queued",
+		"response.output_item.added", "response.content_part.added":
+		return true
+	}
+	return false
+}

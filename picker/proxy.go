@@ -209,6 +209,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 	w.WriteHeader(resp.StatusCode)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	sn := &sniffer{sse: sse, kind: kind, limit: 4 << 20}
+	watch := newOutputWatch(kind, sse)
 	rc := http.NewResponseController(w) // reaches the Flusher through wrappers
 	bp, _ := r.bufs.Get().(*[]byte)
 	if bp == nil {
@@ -225,10 +226,10 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if first {
-				r.prefillDone(p)
-				if sse {
-					r.peerFirstToken(p) // prefill done, as the peers count it
-				}
+				r.firstChunk(p) // kvroute's prefill in flight ends; llm-d's tokens too
+			}
+			if watch.see(buf[:n]) {
+				r.peerFirstToken(p) // the first output token: Dynamo's prefill ends
 			}
 			first = false
 			_, _ = sn.Write(buf[:n])
