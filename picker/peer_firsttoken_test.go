@@ -258,3 +258,41 @@ func startGated(t *testing.T, cfg picker.Config) (*fleet, *gate) {
 	f.serve(t, cfg, "")
 	return f, g
 }
+
+// TestPeerSGLangResponsesText: through the picker, SMG's policy reads a
+// /v1/responses body as SMG does, without function_call arguments and
+// function_call_output outputs: a second turn whose new tool output is
+// ten times the task still matches the first turn's text whole and goes
+// where it ran (cache_hit). Were the output part of the text, the match
+// rate would fall under 0.3 and the least-loaded endpoint that has
+// processed fewer requests — another one — would get it (min_load).
+func TestPeerSGLangResponsesText(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.Score.Policy = score.SGLang
+	f := startFleet(t, 3, cfg, "")
+	task := map[string]any{"role": "user", "content": strings.Repeat("List the files and summarise them. ", 20)}
+	body := func(input ...any) string {
+		b, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "instructions": "You are terse.", "input": input,
+			"max_output_tokens": 4, "cache_salt": "sgl-responses"})
+		return string(b)
+	}
+	resp, err := http.Post(f.api.URL+"/v1/responses", "application/json", strings.NewReader(body(task)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	warm := resp.Header.Get("X-Kvroute-Endpoint")
+	if resp.StatusCode != http.StatusOK || warm == "" {
+		t.Fatalf("turn 1: %d", resp.StatusCode)
+	}
+	call := map[string]any{"type": "function_call", "call_id": "c1", "name": "ls", "arguments": `{"dir":"."}`}
+	output := map[string]any{"type": "function_call_output", "call_id": "c1", "output": strings.Repeat("file-0001.txt 4096 bytes\n", 300)}
+	code, a, raw := f.pick(t, body(task, call, output), nil, "")
+	if code != http.StatusOK {
+		t.Fatalf("turn 2: %d %s", code, raw)
+	}
+	if a.Reason != "cache_hit" || a.Endpoint != warm {
+		t.Fatalf("turn 2: %s to %s, want cache_hit to %s (turn 1's)", a.Reason, a.Endpoint, warm)
+	}
+}
