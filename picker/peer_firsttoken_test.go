@@ -296,3 +296,39 @@ func TestPeerSGLangResponsesText(t *testing.T) {
 		t.Fatalf("turn 2: %s to %s, want cache_hit to %s (turn 1's)", a.Reason, a.Endpoint, warm)
 	}
 }
+
+// TestPeerLLMDLoadGate: SetLLMDLoadGate reaches the llm-d policy (peak
+// and penalty, kept for the router's life), refuses values out of range
+// without a change, and is refused by a router running another policy.
+func TestPeerLLMDLoadGate(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.Score.Policy = score.LLMD
+	f := startFleet(t, 1, cfg, "")
+	gate := func() (peak, ms float64) {
+		f.router.WithPeerPolicy(func(p peers.Policy) { peak, ms = p.(*peers.LLMDPolicy).LoadGate() })
+		return peak, ms
+	}
+	if peak, ms := gate(); peak != 15928 || ms != 18000 {
+		t.Fatalf("defaults %v tok/s, %v ms; want the guide's 15928, 18000", peak, ms)
+	}
+	if err := f.router.SetLLMDLoadGate(9706, 18*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if peak, ms := gate(); peak != 9706 || ms != 18000 {
+		t.Fatalf("set: %v tok/s, %v ms", peak, ms)
+	}
+	if err := f.router.SetLLMDLoadGate(0, time.Second); err == nil {
+		t.Fatal("a peak of 0 accepted")
+	}
+	if peak, ms := gate(); peak != 9706 || ms != 18000 {
+		t.Fatalf("a refused value changed the gate: %v tok/s, %v ms", peak, ms)
+	}
+	cfg.Score.Policy = score.Dynamo
+	if err := startFleet(t, 1, cfg, "").router.SetLLMDLoadGate(9706, time.Second); err == nil {
+		t.Fatal("a dynamo router took an llm-d load gate")
+	}
+	cfg.Score.Policy = score.Precise
+	if err := startFleet(t, 1, cfg, "").router.SetLLMDLoadGate(9706, time.Second); err == nil {
+		t.Fatal("a precise router took an llm-d load gate")
+	}
+}

@@ -3,18 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/extproc"
+	"github.com/kvroute/kvroute/picker/peers"
 	"github.com/kvroute/kvroute/picker/score"
 )
 
@@ -30,6 +34,7 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 	gcfg := gossip.DefaultConfig()
 	var policy, configFile, logLevel, gossipBind, gossipAdvertise, tokenFile, engineKeyFile, eppMode string
 	var cmd *cobra.Command
+	gate := newLLMDGateFlags()
 	finish := func() error {
 		if configFile != "" {
 			if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
@@ -41,6 +46,9 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 			return fmt.Errorf("--policy: %w", err)
 		}
 		cfg.Router.Score.Policy = p
+		if err := gate.check(p, cmd.Flags().Changed); err != nil {
+			return err
+		}
 		if cfg.ExtProc.Assume, err = extproc.ParseMode(eppMode); err != nil {
 			return fmt.Errorf("--ext-proc-assume-body-mode: %w", err)
 		}
@@ -107,6 +115,10 @@ and ?explain=true on the decision API.`,
 			if err != nil {
 				return err
 			}
+			if err := gate.apply(cfg.Router.Score.Policy, s.Router()); err != nil {
+				s.Close()
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "picker on http://%s, admin on http://%s", s.Addr(), s.AdminAddr())
 			if a := s.GRPCAddr(); a != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), ", gRPC on %s", a)
@@ -144,6 +156,7 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, nodeNameHelp)
 	f.StringVar(&policy, "policy", string(score.Precise), "routing policy: precise, prefix-hash, least-loaded or round-robin (the last three are baselines); llm-d, llm-d-precise, dynamo or sglang re-implement the peers' policies, for comparison")
 	f.Uint64Var(&r.PolicySeed, "policy-seed", r.PolicySeed, "seed of a peer policy's random tie-breaks (reproducible comparison runs)")
+	gate.register(f)
 	f.Float64Var(&r.Score.Epsilon, "load-epsilon", r.Score.Epsilon, "bounded-load factor ε: no endpoint above ⌈(1+ε)·mean⌉ in flight while another is under it")
 	f.IntVar(&r.Score.MinCap, "min-load-cap", r.Score.MinCap, "the load cap never goes below this many requests in flight")
 	f.DurationVar(&r.TokenizeTimeout, "tokenize-timeout", r.TokenizeTimeout, "bound on one render call; past it the request is placed by consistent hashing (counted)")
@@ -191,4 +204,63 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	return cmd, &cfg, finish
+}
+
+// llmdGateFlags are --policy llm-d's load gate (the prefix-cache-affinity
+// filter's): the peak prefill throughput and the TTFT penalty, τ = peak ×
+// penalty, at llm-d's guide's values unless given.
+type llmdGateFlags struct {
+	peak    float64
+	penalty time.Duration
+}
+
+// The gate's flags.
+const (
+	flagLLMDPeak    = "llmd-peak-prefill-throughput"
+	flagLLMDPenalty = "llmd-max-ttft-penalty"
+)
+
+func newLLMDGateFlags() *llmdGateFlags {
+	d := peers.DefaultLLMDConfig()
+	return &llmdGateFlags{peak: d.PeakPrefillThroughput, penalty: time.Duration(d.MaxTTFTPenaltyMs * float64(time.Millisecond))}
+}
+
+func (g *llmdGateFlags) register(f *pflag.FlagSet) {
+	f.Float64Var(&g.peak, flagLLMDPeak, g.peak, "with --policy llm-d: the prefix-cache-affinity filter's peakPrefillThroughput, in prompt tokens per second, "+
+		"which turns an endpoint's in-flight tokens into an estimated TTFT; the default is llm-d's guide's (Qwen3-32B on H100, TP 2, 8,192-token chunks): "+
+		"measure your engines' own (kvroute bench's llm-d-calibrated does, by llm-d's recipe)")
+	f.DurationVar(&g.penalty, flagLLMDPenalty, g.penalty, "with --policy llm-d: the filter's maxTTFTPenaltyMs: stickiness breaks once the least loaded sticky "+
+		"endpoint's estimated TTFT exceeds the least loaded other one's by more, i.e. past τ = peak × this in-flight tokens (0: never breaks)")
+}
+
+// check refuses the gate's flags given with another policy, and values
+// the llm-d policy would refuse.
+func (g *llmdGateFlags) check(policy score.Policy, changed func(string) bool) error {
+	if policy != score.LLMD {
+		for _, name := range []string{flagLLMDPeak, flagLLMDPenalty} {
+			if changed(name) {
+				return fmt.Errorf("--%s is for --policy llm-d, not %s", name, policy)
+			}
+		}
+		return nil
+	}
+	if !(g.peak > 0) || math.IsInf(g.peak, 0) {
+		return fmt.Errorf("--%s %v: want a positive number of tokens per second", flagLLMDPeak, g.peak)
+	}
+	if g.penalty < 0 {
+		return fmt.Errorf("--%s %v: want a duration, 0 to never break stickiness", flagLLMDPenalty, g.penalty)
+	}
+	return nil
+}
+
+// apply sets the gate on a router running llm-d (after it started: the
+// router takes no peer settings at its construction).
+func (g *llmdGateFlags) apply(policy score.Policy, r *picker.Router) error {
+	if policy != score.LLMD {
+		return nil
+	}
+	if err := r.SetLLMDLoadGate(g.peak, g.penalty); err != nil {
+		return fmt.Errorf("--%s, --%s: %w", flagLLMDPeak, flagLLMDPenalty, err)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/extproc"
@@ -46,6 +47,11 @@ func TestPickerFlags(t *testing.T) {
 		{"--gossip-bind= --sidecars 127.0.0.1:9090 --models a,,b", "--models"},
 		{"--gossip-bind= --sidecars 127.0.0.1:9090 --max-group-endpoints 0", "--max-group-endpoints"},
 		{"--gossip-bind= --sidecars 127.0.0.1:9090 --max-group-endpoints 16385", "--max-group-endpoints"},
+		{"--policy llm-d --llmd-peak-prefill-throughput 0", "--llmd-peak-prefill-throughput 0: want a positive"},
+		{"--policy llm-d --llmd-peak-prefill-throughput -5", "--llmd-peak-prefill-throughput"},
+		{"--policy llm-d --llmd-max-ttft-penalty -1s", "--llmd-max-ttft-penalty -1s"},
+		{"--policy dynamo --llmd-max-ttft-penalty 5s", "--llmd-max-ttft-penalty is for --policy llm-d, not dynamo"},
+		{"--llmd-peak-prefill-throughput 9000", "--llmd-peak-prefill-throughput is for --policy llm-d, not precise"},
 	} {
 		cmd, _, finish := pickerCommand()
 		if err := cmd.ParseFlags(strings.Fields(tc.args)); err != nil {
@@ -53,6 +59,34 @@ func TestPickerFlags(t *testing.T) {
 		}
 		if err := finish(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v", tc.args, err)
+		}
+	}
+}
+
+// TestPickerLLMDGateFlags: --llmd-peak-prefill-throughput and
+// --llmd-max-ttft-penalty default to llm-d's guide's values and take
+// others with --policy llm-d (0 s: stickiness never breaks).
+func TestPickerLLMDGateFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    string
+		peak    float64
+		penalty time.Duration
+	}{
+		{"--policy llm-d", 15928, 18 * time.Second},
+		{"--policy llm-d --llmd-peak-prefill-throughput 9706 --llmd-max-ttft-penalty 18s", 9706, 18 * time.Second},
+		{"--policy llm-d --llmd-max-ttft-penalty 0s", 15928, 0},
+	} {
+		cmd, _, finish := pickerCommand()
+		if err := cmd.ParseFlags(append(strings.Fields(tc.args), "--gossip-bind=", "--sidecars", "127.0.0.1:9090")); err != nil {
+			t.Fatal(err)
+		}
+		if err := finish(); err != nil {
+			t.Fatalf("%s: %v", tc.args, err)
+		}
+		peak, _ := cmd.Flags().GetFloat64("llmd-peak-prefill-throughput")
+		penalty, _ := cmd.Flags().GetDuration("llmd-max-ttft-penalty")
+		if peak != tc.peak || penalty != tc.penalty {
+			t.Errorf("%s: peak %v, penalty %v; want %v, %v", tc.args, peak, penalty, tc.peak, tc.penalty)
 		}
 	}
 }

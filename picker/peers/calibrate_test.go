@@ -93,6 +93,9 @@ func TestLLMDLoadGate(t *testing.T) {
 	if err := p.SetLoadGate(1000, 10000); err != nil {
 		t.Fatal(err)
 	}
+	if peak, ms := p.LoadGate(); peak != 1000 || ms != 10000 {
+		t.Fatalf("LoadGate %v, %v after SetLoadGate(1000, 10000)", peak, ms)
+	}
 	if got := pick(); got != "gate_broken" {
 		t.Fatalf("τ 10,000: %s, want gate_broken", got)
 	}

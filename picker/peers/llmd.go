@@ -300,6 +300,12 @@ func (p *LLMDPolicy) SetLoadGate(peakPrefillThroughput, maxTTFTPenaltyMs float64
 	return nil
 }
 
+// LoadGate is the affinity filter's load gate as set: the peak prefill
+// throughput (tokens/s) and the TTFT penalty (ms).
+func (p *LLMDPolicy) LoadGate() (peakPrefillThroughput, maxTTFTPenaltyMs float64) {
+	return p.cfg.PeakPrefillThroughput, p.cfg.MaxTTFTPenaltyMs
+}
+
 // inflightTokens is the endpoint's booked tokens not yet released.
 func (p *LLMDPolicy) inflightTokens(endpoint string) int {
 	if l, ok := p.load[endpoint]; ok {
