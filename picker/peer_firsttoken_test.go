@@ -245,7 +245,6 @@ func startGated(t *testing.T, cfg picker.Config) (*fleet, *gate) {
 		arrived: make(chan struct{}, 1), open: make(chan struct{}), delta: make(chan struct{})}
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { g.release(g.open); g.release(g.delta) }) // before srv.Close: no handler left waiting
 	g.url = srv.URL
 	gateURL.Store(&g.url)
 	id := fleetpkg.Identity{Endpoint: g.url, Model: servedName(&ecfg), BlockSize: ecfg.BlockSize, NumGPUBlocks: ecfg.NumGPUBlocks,
@@ -256,6 +255,9 @@ func startGated(t *testing.T, cfg picker.Config) (*fleet, *gate) {
 	lf.SetLoad(g.url, fleetpkg.Load{}, time.Now())
 	f := &fleet{view: lf, local: lf, engines: []*enginesim.Engine{e}}
 	f.serve(t, cfg, "")
+	// First of the cleanups: no answer is left held while the servers
+	// close (they wait for their requests).
+	t.Cleanup(func() { g.release(g.open); g.release(g.delta) })
 	return f, g
 }
 
@@ -330,5 +332,42 @@ func TestPeerLLMDLoadGate(t *testing.T) {
 	cfg.Score.Policy = score.Precise
 	if err := startFleet(t, 1, cfg, "").router.SetLLMDLoadGate(9706, time.Second); err == nil {
 		t.Fatal("a precise router took an llm-d load gate")
+	}
+}
+
+// TestAdmitAll: with admission's limits set so that one request's
+// prefill in flight saturates the only endpoint and nothing may queue,
+// a second request is refused (429); after AdmitAll it is admitted at
+// once, the first still in flight.
+func TestAdmitAll(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.Admission.MaxWaiting, cfg.Admission.MaxKVUsage, cfg.Admission.MaxPrefillTokens, cfg.Admission.QueueSize = 0, 0, 1, 0
+	f, g := startGated(t, cfg)
+	send := func() <-chan int {
+		code := make(chan int, 1)
+		go func() {
+			resp, err := http.Post(f.api.URL+"/v1/responses", "application/json", strings.NewReader(gatedBody("/v1/responses")))
+			if err != nil {
+				code <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			code <- resp.StatusCode
+		}()
+		return code
+	}
+	first := send()
+	awaitChan(t, g.arrived, "the first request at the engine") // its prefill is in flight: saturated
+	if code := <-send(); code != http.StatusTooManyRequests {
+		t.Fatalf("a second request while saturated: %d, want 429", code)
+	}
+	f.router.AdmitAll()
+	second := send()
+	awaitChan(t, g.arrived, "the second request at the engine, admitted at once")
+	g.release(g.open)
+	g.release(g.delta)
+	if a, b := <-first, <-second; a != http.StatusOK || b != http.StatusOK {
+		t.Fatalf("answers %d, %d", a, b)
 	}
 }

@@ -29,7 +29,7 @@ type benchFlags struct {
 	engines, gpuBlocks, limit                int
 	timeScale, traceRate, epsilon            float64
 	seed                                     uint64
-	sequential, peers                        bool
+	sequential, peers, admission             bool
 	duration, faultGap, faultWarmup          time.Duration
 	faults                                   string
 	prefillTokens                            float64
@@ -91,12 +91,29 @@ write DIR/results.json, DIR/summary.txt and DIR/report.html.
 
 Policies (--policies, comma-separated): kvroute's own — precise,
 prefix-hash, least-loaded, round-robin — and the peers' routing,
-re-implemented in the picker as baselines — llm-d, llm-d-precise, dynamo,
-sglang. --peers is shorthand for the four peers, precise and round-robin:
+re-implemented in the picker as baselines — llm-d, llm-d-calibrated,
+llm-d-precise, dynamo, sglang. llm-d runs its load gate at the guide's
+values (15,928 prompt tokens/s, measured on H100s, × 18 s);
+llm-d-calibrated first measures the peak prefill throughput of its own
+engines by llm-d's recipe (5 warm-up then 20 completions of exactly
+max_num_batched_tokens random token ids, through the picker; peak = chunk ÷
+median TTFT) and runs with it and 18 s; the measured peak is in
+results.json and the tables. --peers is shorthand for the peers, precise
+and round-robin:
   --policies ` + peersShorthand + `
 When a peer ran, every policy is also set against the best peer: its hit
 rate, mean TTFT and p99 TTFT ÷ the best peer's (results.json vs_best_peer,
-summary.txt, report.html).
+summary.txt, report.html). llm-d counts once there: the stronger of its two
+runs on mean TTFT, named. On a scenario that sends /v1/responses,
+llm-d-precise is labelled "llm-d-precise (given tokens)": upstream llm-d
+cannot tokenize Responses requests, the picker hands it exact tokens.
+
+Admission control is off (--admission to turn it on): a comparison
+measures routing alone, since admission rescues load-blind policies and
+drops its 429s from the TTFTs. With --admission, the picker's defaults (or
+--saturation-prefill-tokens) apply to every policy and each policy's 429s
+are reported beside its figures. The overload and tenants scenarios, which
+test admission, run with it unless --admission=false.
 
 Scenarios:
   seed-continuation  4 engines × 3,072 blocks, 64 of the seed run's two-turn
@@ -215,9 +232,11 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d\n", sc.Name(), b.policies, b.timeScale, b.seed)
+			admission := b.admissionOn(cmd.Flags().Changed("admission"))
+			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d, admission control %s\n", sc.Name(), b.policies, b.timeScale, b.seed,
+				map[bool]string{true: "on", false: "off"}[admission])
 			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks,
-				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration}
+				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission}
 			if cmd.Flags().Changed("load-epsilon") {
 				if b.epsilon < 0 || b.epsilon > 100 {
 					return usageError(fmt.Errorf("--load-epsilon %v: want 0..100", b.epsilon))
@@ -225,6 +244,9 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 				o.LoadEpsilon = &b.epsilon
 			}
 			if cmd.Flags().Changed("saturation-prefill-tokens") {
+				if !o.Admission {
+					return usageError(fmt.Errorf("--saturation-prefill-tokens is admission's limit: give --admission too"))
+				}
 				if !(b.prefillTokens >= 0) {
 					return usageError(fmt.Errorf("--saturation-prefill-tokens %v: want a number of tokens, 0 to not check", b.prefillTokens))
 				}
@@ -239,13 +261,15 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.StringVar(&b.trace, "trace", "", "Mooncake-format JSONL file for --scenario trace")
 	f.IntVar(&b.limit, "limit", 0, "replay only the trace's first N records (0: all)")
 	f.Float64Var(&b.traceRate, "trace-rate", 1, "scale the trace's request rate (0.5: half the rate, for a smaller fleet)")
-	f.StringVar(&b.policies, "policies", "round-robin,least-loaded,prefix-hash,precise", "policies to compare, comma-separated: kvroute's (precise, prefix-hash, least-loaded, round-robin) or peers' (llm-d, llm-d-precise, dynamo, sglang)")
+	f.StringVar(&b.policies, "policies", "round-robin,least-loaded,prefix-hash,precise", "policies to compare, comma-separated: kvroute's (precise, prefix-hash, least-loaded, round-robin) or peers' (llm-d, llm-d-calibrated, llm-d-precise, dynamo, sglang)")
 	f.BoolVar(&b.peers, "peers", false, "shorthand for --policies "+peersShorthand)
+	f.BoolVar(&b.admission, "admission", false, "run the picker's admission control (saturated groups queue, then shed 429s, reported per policy); "+
+		"off by default so that policies are compared on routing alone, except for --scenario overload and tenants, admission's own tests")
 	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
 	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
 	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")
-	f.Float64Var(&b.prefillTokens, "saturation-prefill-tokens", admit.DefaultConfig().MaxPrefillTokens, "the picker's admission limit on prefill tokens in flight per endpoint (as kvroute picker --saturation-prefill-tokens)")
+	f.Float64Var(&b.prefillTokens, "saturation-prefill-tokens", admit.DefaultConfig().MaxPrefillTokens, "with --admission: the picker's admission limit on prefill tokens in flight per endpoint (as kvroute picker --saturation-prefill-tokens)")
 	f.Uint64Var(&b.seed, "seed", 1, "workload seed")
 	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
 	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
@@ -264,7 +288,7 @@ const faultsTimeScale = 0.5
 // runFaults runs --scenario faults.
 func (b *benchFlags) runFaults(cmd *cobra.Command) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon", "saturation-prefill-tokens"} {
+	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon", "saturation-prefill-tokens", "admission"} {
 		if fl.Changed(name) {
 			return usageError(fmt.Errorf("--%s is not for --scenario faults", name))
 		}
@@ -324,15 +348,32 @@ func (b *benchFlags) runFaults(cmd *cobra.Command) error {
 	return nil
 }
 
-// peersShorthand is what --peers stands for: the peers' policies, then
-// kvroute's precise and round-robin.
+// peersShorthand is what --peers stands for: the peers' policies (llm-d
+// twice: at the guide's load gate, then calibrated), then kvroute's
+// precise and round-robin.
 var peersShorthand = func() string {
 	var names []string
 	for _, p := range append(score.PeerPolicies(), score.Precise, score.RoundRobin) {
 		names = append(names, string(p))
+		if p == score.LLMD {
+			names = append(names, string(bench.LLMDCalibrated))
+		}
 	}
 	return strings.Join(names, ",")
 }()
+
+// admissionScenarios are the scenarios that test admission control: they
+// run with it unless --admission=false.
+var admissionScenarios = []string{"overload", "tenants"}
+
+// admissionOn is whether the run has admission control: --admission as
+// given, else on for admission's own scenarios only.
+func (b *benchFlags) admissionOn(given bool) bool {
+	if given {
+		return b.admission
+	}
+	return slices.Contains(admissionScenarios, b.scenario)
+}
 
 // policyList is the policies to run: --policies, or what --peers stands
 // for (not both; policiesSet says whether --policies was given).
@@ -346,13 +387,17 @@ func (b *benchFlags) policyList(policiesSet bool) ([]score.Policy, error) {
 	return parsePolicies(b.policies)
 }
 
-// parsePolicies parses a comma-separated policy list.
+// parsePolicies parses a comma-separated policy list: the picker's
+// policies and the bench's llm-d-calibrated.
 func parsePolicies(s string) ([]score.Policy, error) {
 	var ps []score.Policy
 	for _, name := range strings.Split(s, ",") {
-		p, err := score.ParsePolicy(strings.TrimSpace(name))
+		p, err := score.Policy(strings.TrimSpace(name)), error(nil)
+		if p != bench.LLMDCalibrated {
+			p, err = score.ParsePolicy(string(p))
+		}
 		if err != nil {
-			return nil, fmt.Errorf("--policies: %w", err)
+			return nil, fmt.Errorf("--policies: %w (or %s)", err, bench.LLMDCalibrated)
 		}
 		if slices.Contains(ps, p) {
 			return nil, fmt.Errorf("--policies: %s twice", p)
@@ -363,7 +408,8 @@ func parsePolicies(s string) ([]score.Policy, error) {
 }
 
 // runBench runs o with progress on w, writes the results to out, prints the
-// table, and fails if any request failed.
+// table, and fails if any request failed: with admission on, its 429s are
+// answers, reported, not failures.
 func runBench(ctx context.Context, w io.Writer, o bench.Options, out string) error {
 	o.Progress = progress(w, isTerminal(w))
 	res, err := bench.Run(ctx, o)
@@ -390,7 +436,11 @@ func runBench(ctx context.Context, w io.Writer, o bench.Options, out string) err
 			}
 			continue
 		}
-		if n := pr.Errors; n > 0 {
+		n := pr.Errors
+		if pr.Shed429 != nil {
+			n -= *pr.Shed429
+		}
+		if n > 0 {
 			failed = append(failed, fmt.Sprintf("%s: %d of %d requests failed (%s)", p, n, pr.Requests,
 				strings.Join(pr.ErrorSamples, "; ")))
 		}

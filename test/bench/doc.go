@@ -19,6 +19,20 @@
 //     peers' re-implemented as baselines (score.PeerPolicies: llm-d,
 //     llm-d-precise, dynamo, sglang) run alike; a peer is only special in
 //     that, when one ran, every policy is set against the best peer.
+//     LLMDCalibrated is the bench's own name: the picker's llm-d, its load
+//     gate set from llm-d's calibration recipe run through the picker on
+//     the policy's fresh fleet before its scenario (calibrateLLMD; the
+//     arithmetic is picker/peers.CalibratedPeak), where llm-d keeps the
+//     guide's values.
+//   - Admission control is off unless Options.Admission: every request is
+//     admitted at once (picker Router.AdmitAll), so a comparison measures
+//     routing alone; with it, each policy's 429s are counted
+//     ("shed_429") and shown beside its figures.
+//   - Tables and charts name policies by Results.Label: on a scenario that
+//     sent /v1/responses, "llm-d-precise (given tokens)" (upstream llm-d
+//     cannot tokenize Responses; the picker hands the arm exact tokens),
+//     and "llm-d (default)" beside llm-d-calibrated. results.json keys
+//     stay the names; "policy_labels" lists the labels that differ.
 //
 // results.json, besides each policy's figures (PolicyResult):
 //   - "vs_best_peer" (PeerComparison), present when a peer policy ran:
@@ -26,8 +40,14 @@
 //     "hit_rate", the lowest "ttft_mean", the lowest "ttft_p99" — "best"
 //     holds those values (TTFTs in ms), and "ratios" maps every policy of
 //     the run to its figure ÷ the best peer's ({"hit_rate", "ttft_mean",
-//     "ttft_p99"}; null where undefined). summary.txt and report.html show
-//     the same as a block and a table.
+//     "ttft_p99"}; null where undefined). llm-d is one peer there: with
+//     both its runs, the stronger on "primary_figure" (the mean TTFT),
+//     named in "llm_d". summary.txt and report.html show the same as a
+//     block and a table.
+//   - "admission" (whether admission control ran), "sends_responses",
+//     "policy_labels"; per policy "shed_429" (with admission) and, for
+//     llm-d-calibrated, "llm_d_calibration" (LLMDCalibration: the probes'
+//     TTFTs, the measured peak and τ), also in summary.txt.
 //   - "warm_return_chance": 1 ÷ the engines, the warm-return share of
 //     routing at random, against which each policy's "warm_return_rate"
 //     (warm returns ÷ continuations) is judged ("vs chance" in the table).

@@ -14,10 +14,11 @@ import (
 //go:embed report.html.tmpl
 var reportTemplate string
 
-// reportRow is one policy's line of the report's table.
+// reportRow is one policy's line of the report's table: its label
+// (Results.Label) and its key in results.json.
 type reportRow struct {
-	Name string
-	R    *PolicyResult
+	Name, Key string
+	R         *PolicyResult
 }
 
 // WriteReport writes report.html for r: the table, the policies against
@@ -30,6 +31,8 @@ func WriteReport(w io.Writer, r *Results) error {
 		"pct":      func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
 		"ms":       func(f float64) string { return fmt.Sprintf("%.0f ms", f) },
 		"ratio":    ratioText,
+		"label":    r.Label,
+		"figure":   figureName,
 		"vschance": func(x *PolicyResult) string { return vsChance(x, r.WarmReturnChance) },
 		"secs": func(s *float64) string {
 			if s == nil {
@@ -44,7 +47,7 @@ func WriteReport(w io.Writer, r *Results) error {
 	var rows []reportRow
 	for _, p := range r.Order {
 		if pr := r.Policies[p]; pr != nil {
-			rows = append(rows, reportRow{p, pr})
+			rows = append(rows, reportRow{r.Label(p), p, pr})
 		}
 	}
 	// The resource charts: when some policy has samples.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,10 +32,13 @@ type Options struct {
 	Scenario Scenario
 	// Lab, when set, is a lab sweep to show in the same results and
 	// report (the demo's).
-	Lab       *lab.Results
-	Policies  []score.Policy // default: all four
-	Engines   int            // default: the scenario's
-	GPUBlocks int            // default: the scenario's, else 2048
+	Lab *lab.Results
+	// Policies are the policies to run, in order: the picker's
+	// (score.Policies, score.PeerPolicies) and LLMDCalibrated; default
+	// kvroute's four (score.Policies).
+	Policies  []score.Policy
+	Engines   int // default: the scenario's
+	GPUBlocks int // default: the scenario's, else 2048
 	// TimeScale is the engines' time scale (1 real time, 0.1 ten times
 	// faster, 0 no waiting); scenarios scale their own waits by it and
 	// latencies are reported in simulated time (wall time / TimeScale).
@@ -42,8 +46,15 @@ type Options struct {
 	Seed      uint64
 	// LoadEpsilon, when set, is the picker's bounded-load factor.
 	LoadEpsilon *float64
+	// Admission runs the picker's admission control (its default limits,
+	// or SaturationPrefillTokens): saturated groups queue and shed 429s,
+	// counted per policy (PolicyResult.Shed429). Off (the default), every
+	// request is admitted at once (Router.AdmitAll), so a comparison
+	// measures routing alone: admission rescues load-blind policies and
+	// drops its 429s from the TTFTs.
+	Admission bool
 	// SaturationPrefillTokens, when set, is the picker's admission limit
-	// on prefill tokens in flight per endpoint.
+	// on prefill tokens in flight per endpoint (with Admission).
 	SaturationPrefillTokens *float64
 	// SampleEvery is the period of the per-engine timeline; default 250 ms
 	// of wall time, doubled as needed to keep ≤ 400 samples.
@@ -119,6 +130,11 @@ type PolicyResult struct {
 	// CutAtDeadline are the requests in flight when --duration ended the
 	// run, cancelled and left out of every figure.
 	CutAtDeadline int `json:"cut_at_deadline,omitempty"`
+	// Shed429 are the requests the picker refused with 429 (counted in
+	// Errors), present when admission ran (Results.Admission).
+	Shed429 *int `json:"shed_429,omitempty"`
+	// LLMDCalibration is the load gate's calibration, for LLMDCalibrated.
+	LLMDCalibration *LLMDCalibration `json:"llm_d_calibration,omitempty"`
 	// Repeats is how many times the scenario ran (--duration).
 	Repeats int `json:"repeats,omitempty"`
 }
@@ -258,6 +274,16 @@ type Results struct {
 	WarmReturnChance float64                  `json:"warm_return_chance"`
 	Policies         map[string]*PolicyResult `json:"policies"`
 	Order            []string                 `json:"policy_order"`
+	// Labels are the policies' names in tables and charts where they
+	// differ from their keys (Results.Label): "llm-d-precise (given
+	// tokens)" when SendsResponses, "llm-d (default)" beside
+	// llm-d-calibrated.
+	Labels map[string]string `json:"policy_labels,omitempty"`
+	// SendsResponses: the scenario sent /v1/responses requests.
+	SendsResponses bool `json:"sends_responses"`
+	// Admission: the picker's admission control ran (Options.Admission);
+	// each policy's 429s are then in its "shed_429".
+	Admission bool `json:"admission"`
 	// VsBestPeer sets every policy against the best of the peer policies
 	// that ran (llm-d, llm-d-precise, dynamo, sglang); absent when none
 	// did.
@@ -315,7 +341,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if scale <= 0 {
 		scale = 1 // no simulated waiting: wall time is all there is
 	}
-	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale, Lab: o.Lab}
+	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale, Lab: o.Lab,
+		Admission: o.Admission}
 	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
 	res.WarmReturnChance = 1 / float64(o.Engines)
 	for i, p := range o.Policies {
@@ -324,9 +351,14 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			mml = min(mml, (o.GPUBlocks-1)*16) // --gpu-blocks may shrink the cache
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
-			TimeScale: o.TimeScale, Policy: p, Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed,
+			TimeScale: o.TimeScale, Policy: pickerPolicy(p), Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed,
 			SaturationPrefillTokens: o.SaturationPrefillTokens})
 		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		cal, err := setUpFleet(ctx, o, f, p, scale)
+		if err != nil {
+			f.Close()
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		client := NewClient(f.PickerURL())
@@ -369,8 +401,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		for k := range outcomes { // keep the figures, not the bodies
 			outcomes[k].Body, outcomes[k].Tokens = nil, nil
+			res.SendsResponses = res.SendsResponses || outcomes[k].Path == "/v1/responses"
 		}
 		pr := summarize(outcomes, engines, elapsed, scale)
+		pr.LLMDCalibration = cal
+		if o.Admission {
+			pr.Shed429 = shed429(outcomes)
+		}
 		pr.Timeline, pr.Resources, pr.CutAtDeadline = timeline, <-resources, cut
 		if o.Duration > 0 {
 			pr.Repeats = repeats
@@ -404,8 +441,20 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.Order = append(res.Order, string(p))
 	}
 	res.VsBestPeer = ComparePeers(res)
+	res.Labels = policyLabels(res)
 	res.DurationSeconds = o.Duration.Seconds()
 	return res, nil
+}
+
+// shed429 counts the requests refused with 429.
+func shed429(outs []Outcome) *int {
+	n := 0
+	for _, o := range outs {
+		if o.Status == http.StatusTooManyRequests {
+			n++
+		}
+	}
+	return &n
 }
 
 // runScenario runs o's scenario once, or with o.Duration again and again
@@ -755,23 +804,28 @@ func Table(r *Results) string {
 		fmt.Fprintf(&b, "scenario %s, %d engines × %d blocks, seed %d; working set %.2f× the fleet's KV; pooled-cache bound hit rate %.1f%%\n",
 			r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, r.WorkingSetRatio, 100*r.PooledBoundHitRate)
 	}
-	fmt.Fprintf(&b, "warm returns by chance (a pick at random among %d engines): %.1f%%\n\n", r.Fleet.Engines, 100*r.WarmReturnChance)
-	fmt.Fprintf(&b, "%-13s %8s %6s %8s %9s %11s %11s %11s %11s %9s %9s\n", "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "vs chance", "imbalance")
+	fmt.Fprintf(&b, "warm returns by chance (a pick at random among %d engines): %.1f%%\n", r.Fleet.Engines, 100*r.WarmReturnChance)
+	if r.Admission {
+		fmt.Fprintf(&b, "admission control on: 429s are counted in errors and shown apart\n")
+	}
+	w := nameWidth(r)
+	fmt.Fprintf(&b, "\n%-*s %8s %6s %8s %9s %11s %11s %11s %11s %9s %9s%s\n", w, "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "vs chance", "imbalance", shedHeader(r))
 	for _, p := range r.Order {
 		x := r.Policies[p]
 		vs := vsChance(x, r.WarmReturnChance)
-		fmt.Fprintf(&b, "%-13s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %5d/%-5d %9s %9.2f\n", p, x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
-			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Continuations, vs, x.LoadImbalance)
+		fmt.Fprintf(&b, "%-*s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %5d/%-5d %9s %9.2f%s\n", w, r.Label(p), x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
+			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Continuations, vs, x.LoadImbalance, shedCell(r, x))
 	}
 	if len(r.Order) > 0 && len(r.Policies[r.Order[0]].Steps) > 0 {
-		fmt.Fprintf(&b, "\nper load step\n%-13s %4s %6s %8s %8s %11s %11s %11s %10s\n", "policy", "step", "qps", "requests", "hit", "ttft p50", "ttft p90", "ttft p99", "answered/s")
+		fmt.Fprintf(&b, "\nper load step\n%-*s %4s %6s %8s %8s %11s %11s %11s %10s\n", w, "policy", "step", "qps", "requests", "hit", "ttft p50", "ttft p90", "ttft p99", "answered/s")
 		for _, p := range r.Order {
 			for _, st := range r.Policies[p].Steps {
-				fmt.Fprintf(&b, "%-13s %4d %6.1f %8d %7.1f%% %9.0fms %9.0fms %9.0fms %10.1f\n", p, st.Step, st.QPS, st.Requests, 100*st.HitRate,
+				fmt.Fprintf(&b, "%-*s %4d %6.1f %8d %7.1f%% %9.0fms %9.0fms %9.0fms %10.1f\n", w, r.Label(p), st.Step, st.QPS, st.Requests, 100*st.HitRate,
 					st.TTFTms.P50, st.TTFTms.P90, st.TTFTms.P99, st.ThroughputRPS)
 			}
 		}
 	}
+	b.WriteString(calibrationTable(r))
 	b.WriteString(phaseTable(r))
 	b.WriteString(peerTable(r))
 	b.WriteString(faultsTable(r))
@@ -780,10 +834,10 @@ func Table(r *Results) string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "\npick overhead, arrival to dispatch (wall time): the mean is exact; p50 and p99 are histogram bucket bounds, not raw-sample quantiles\n")
-	fmt.Fprintf(&b, "%-13s %8s %10s %14s %14s\n", "policy", "samples", "mean", "p50 (bucket)", "p99 (bucket)")
+	fmt.Fprintf(&b, "%-*s %8s %10s %14s %14s\n", w, "policy", "samples", "mean", "p50 (bucket)", "p99 (bucket)")
 	for _, p := range r.Order {
 		o := r.Policies[p].PickOverheadUs
-		fmt.Fprintf(&b, "%-13s %8d %7.0f µs %14s %14s\n", p, o.Samples, o.Mean, o.P50Text(), o.P99Text())
+		fmt.Fprintf(&b, "%-*s %8d %7.0f µs %14s %14s\n", w, r.Label(p), o.Samples, o.Mean, o.P50Text(), o.P99Text())
 	}
 	return b.String()
 }
