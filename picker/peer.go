@@ -150,8 +150,11 @@ func (r *Router) peerDone(p *Pick) { r.bookings.peerDone(p, r.now()) }
 // FirstChunk). It does not end Dynamo's A_w: FirstToken does. The proxy
 // and the endpoint picker call it at the answer's first byte; a caller
 // that runs engines in virtual time calls it when the first chunk would
-// reach the client (on chat and completion streams, the engine's first
-// output token, then FirstToken). Idempotent per pick.
+// reach the client: on chat and completion streams at the engine's first
+// output token (then FirstToken), on /v1/responses streams when the
+// engine takes the request (response.created goes out before it is
+// scheduled), on a whole answer at its end (before Done). Idempotent per
+// pick; Done ends whatever it did not.
 func (r *Router) FirstChunk(p *Pick, now time.Time) {
 	r.prefillDone(p)
 	if p.peer.stream {
