@@ -115,10 +115,10 @@ func (c LLMDConfig) Validate() error {
 //     with the model and the cache salt. A pick walks the blocks from
 //     the first and stops at the first that no endpoint holds; an
 //     endpoint's M is how many of the walked blocks it holds, T the
-//     blocks hashed, hit = M/T. At
-//     Dispatched every block joins the chosen endpoint's LRU, in order,
-//     block 0 first (upstream's indexer order), so within one request
-//     block 0 ends the least recently used and leaves first.
+//     blocks hashed, hit = M/T. At Dispatched every block joins the
+//     chosen endpoint's LRU, in order, block 0 first (upstream's indexer
+//     order), so within one request block 0 ends the least recently used
+//     and leaves first.
 //   - Inflight-load producer: at Dispatched the chosen endpoint books
 //     uncachedReq = max(0, (T−M)·B) + max(0, L−T·B) tokens (L the prompt
 //     tokens) and one request. The tokens are released at FirstChunk (the
