@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvroute/kvroute/picker/score"
 	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/lab"
 	"github.com/kvroute/kvroute/test/workload"
@@ -25,7 +24,7 @@ type labFlags struct {
 }
 
 // labPolicies is the default comparison: kvroute against the four peers.
-const labPolicies = "precise,llm-d,llm-d-precise,dynamo,sglang"
+const labPolicies = "precise,llm-d,llm-d-calibrated,llm-d-precise,dynamo,sglang"
 
 func newLabCommand() *cobra.Command {
 	l := labFlags{delays: lab.DefaultDelays()}
@@ -95,9 +94,6 @@ func (l *labFlags) sweep() (lab.Sweep, error) {
 	var pols []string
 	for _, p := range strings.Split(l.policies, ",") {
 		p = strings.TrimSpace(p)
-		if _, err := score.ParsePolicy(p); err != nil {
-			return lab.Sweep{}, fmt.Errorf("--policies: %w", err)
-		}
 		pols = append(pols, p)
 	}
 	cfg := lab.DefaultConfig()

@@ -1,6 +1,3 @@
-// Package chartjs provides Chart.js (MIT; LICENSE.md), to inline in the
-// bench's and the lab's HTML reports, so each report is one
-// self-contained file that opens without a network.
 package chartjs
 
 import _ "embed"

@@ -96,6 +96,11 @@ type Config struct {
 	// Horizon bounds a run in simulated time: a run still going then is
 	// an error. Default 6 h.
 	Horizon time.Duration
+	// LLMDPeak, when positive, is llm-d's calibrated peak prefill
+	// throughput (tokens a second) for its load gate, with the recipe's
+	// 18 s TTFT penalty (Calibrate; the llm-d-calibrated runs). Only
+	// with Policy llm-d.
+	LLMDPeak float64
 	// Tune adjusts each picker's configuration (flags such as the
 	// bounded-load factor) after the lab's own settings; nil leaves them.
 	Tune func(*picker.Config)
@@ -123,6 +128,9 @@ func (c Config) Validate() error {
 		if _, err := profile.Named(c.Profile); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.LLMDPeak < 0 || (c.LLMDPeak > 0 && c.Policy != score.LLMD) {
+		errs = append(errs, fmt.Errorf("llm-d peak %v with policy %s: want a positive peak with llm-d only", c.LLMDPeak, c.Policy))
 	}
 	if c.Horizon <= 0 {
 		errs = append(errs, fmt.Errorf("horizon %v: want > 0", c.Horizon))

@@ -28,7 +28,9 @@ func (n Num) MarshalJSON() ([]byte, error) {
 // completed; TTFTs are of those requests, in milliseconds of simulated
 // time, to the first output token at the client.
 type Figures struct {
-	Requests  int `json:"requests"`
+	Requests int `json:"requests"`
+	// Responses counts the requests sent to /v1/responses.
+	Responses int `json:"responses_requests"`
 	Completed int `json:"completed"`
 	// Refused429 counts 429 answers; Failed every other non-200.
 	Refused429 int `json:"refused_429"`
@@ -69,6 +71,9 @@ func figuresOf(outs []Outcome, engines []string) Figures {
 	for i := range outs {
 		o := &outs[i]
 		first, last = min(first, o.Start), max(last, o.End)
+		if o.Path == "/v1/responses" {
+			f.Responses++
+		}
 		switch {
 		case o.OK():
 		case o.Status == http.StatusTooManyRequests:

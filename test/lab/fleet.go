@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/localfleet"
+	"github.com/kvroute/kvroute/picker/peers"
 	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/sidecar/index"
 	"github.com/kvroute/kvroute/test/enginesim"
@@ -210,6 +211,11 @@ func (r *run) newPicker(params summary.Params, k int) (*pickerNode, error) {
 	router, err := picker.NewRouter(pcfg, lf, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {
 		return nil, err
+	}
+	if r.cfg.LLMDPeak > 0 {
+		if err := router.SetLLMDLoadGate(r.cfg.LLMDPeak, peers.CalibrationTMax); err != nil {
+			return nil, err
+		}
 	}
 	return &pickerNode{router: router, fleet: lf}, nil
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -124,5 +125,43 @@ func TestSweepBytes(t *testing.T) {
 	}
 	if !bytes.Equal(out[0], out[1]) {
 		t.Fatal("results.json differs between two runs of the same inputs")
+	}
+}
+
+// TestCalibrate: llm-d's recipe on the default engine measures its cold
+// prefill of a whole chunk — 25 ms + 8,192 tokens at 10,000 a second, plus
+// the picker's render and the two hops — so the peak is ≈ 9,583 tokens a
+// second, and τ = peak × 18 s.
+func TestCalibrate(t *testing.T) {
+	c, err := Calibrate(DefaultConfig(), convos{n: 1, turns: 1, engines: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ChunkTokens != 8192 || len(c.TTFTms) != 20 {
+		t.Fatalf("%+v", c)
+	}
+	want := 25 + 819.2 + 10 + 0.6
+	for _, x := range c.TTFTms {
+		if math.Abs(float64(x)-want) > 0.01 {
+			t.Fatalf("probe TTFT %v ms, want %v", x, want)
+		}
+	}
+	if p := float64(c.PeakPrefillThroughput); p != math.Floor(8192/(want/1000)) || float64(c.TauTokens) != p*18 {
+		t.Fatalf("peak %v, τ %v", c.PeakPrefillThroughput, c.TauTokens)
+	}
+}
+
+// TestLabels: llm-d-precise on a Responses scenario is labelled as given
+// tokens; llm-d is "(default)" beside llm-d-calibrated.
+func TestLabels(t *testing.T) {
+	r := &Results{GivenTokens: true, LLMDCalibration: &Calibration{}}
+	if got := label(r, "llm-d-precise"); got != "llm-d-precise (given tokens)" {
+		t.Error(got)
+	}
+	if got := label(r, "llm-d"); got != "llm-d (default)" {
+		t.Error(got)
+	}
+	if got := label(&Results{}, "llm-d-precise"); got != "llm-d-precise" {
+		t.Error(got)
 	}
 }

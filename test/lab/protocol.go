@@ -116,7 +116,14 @@ type Results struct {
 	Runs       []RunResult `json:"runs"`
 	Summary    []Summary   `json:"summary"`
 	VsBestPeer []Ratio     `json:"vs_best_peer,omitempty"`
-	Goodput    []Goodput   `json:"goodput,omitempty"`
+	// GivenTokens: the scenario sends /v1/responses, which upstream llm-d
+	// cannot tokenize (it scores prefix 0 there); its llm-d-precise here
+	// is handed kvroute's exact tokens, and is labelled so.
+	GivenTokens bool `json:"given_tokens,omitempty"`
+	// LLMDCalibration is llm-d's recipe run on the lab's engines, when
+	// llm-d-calibrated ran.
+	LLMDCalibration *Calibration `json:"llm_d_calibration,omitempty"`
+	Goodput         []Goodput    `json:"goodput,omitempty"`
 }
 
 type delaysJSON struct {
@@ -143,7 +150,7 @@ func (s Sweep) Validate() error {
 		errs = append(errs, errors.New("lab: no policy"))
 	}
 	for _, p := range s.Policies {
-		if _, err := score.ParsePolicy(p); err != nil {
+		if _, err := policyOf(p); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -173,6 +180,14 @@ func RunSweep(s Sweep) (*Results, error) {
 	}
 	if s.SLO == 0 {
 		s.SLO = s.Scenario.SLO()
+	}
+	var cal *Calibration
+	if slices.Contains(s.Policies, LLMDCalibrated) {
+		c, err := Calibrate(s.Fleet, s.Scenario)
+		if err != nil {
+			return nil, err
+		}
+		cal = &c
 	}
 	type job struct {
 		policy string
@@ -204,7 +219,10 @@ func RunSweep(s Sweep) (*Results, error) {
 			for i := range next {
 				j := jobs[i]
 				cfg := s.Fleet
-				cfg.Policy = score.Policy(j.policy)
+				cfg.Policy, _ = policyOf(j.policy)
+				if j.policy == LLMDCalibrated {
+					cfg.LLMDPeak = float64(cal.PeakPrefillThroughput)
+				}
 				outs, err := Run(cfg, s.Scenario, workload.Options{Seed: j.seed, Rate: j.rate})
 				if err != nil {
 					errs[i] = fmt.Errorf("%s, seed %d, rate %v: %w", j.policy, j.seed, j.rate, err)
@@ -228,8 +246,22 @@ func RunSweep(s Sweep) (*Results, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return compare(s, runs), nil
+	res := compare(s, runs)
+	res.LLMDCalibration = cal
+	return res, nil
 }
+
+// policyOf is the picker's policy a policy name runs: its own, or llm-d
+// for llm-d-calibrated.
+func policyOf(name string) (score.Policy, error) {
+	if name == LLMDCalibrated {
+		return score.LLMD, nil
+	}
+	return score.ParsePolicy(name)
+}
+
+// isPeer: name is a peer's policy (llm-d-calibrated included).
+func isPeer(name string) bool { return name == LLMDCalibrated || score.Policy(name).IsPeer() }
 
 // engineURLs are the URLs of the fleet's engines, as build names them.
 func engineURLs(cfg Config, sc workload.Scenario) []string {
@@ -256,8 +288,11 @@ func compare(s Sweep, runs []RunResult) *Results {
 			res.ClaimSeeds = false
 		}
 	}
+	for i := range runs {
+		res.GivenTokens = res.GivenTokens || runs[i].Figures.Responses > 0
+	}
 	for _, p := range s.Policies {
-		if score.Policy(p).IsPeer() {
+		if isPeer(p) {
 			res.Peers = append(res.Peers, p)
 		}
 	}

@@ -21,6 +21,7 @@ type Outcome struct {
 	Conversation int    `json:"conversation"`
 	Turn         int    `json:"turn"`
 	Step         int    `json:"step,omitempty"`
+	Path         string `json:"path"`
 	Picker       int    `json:"picker"`
 	Endpoint     string `json:"endpoint,omitempty"`
 	PrevEndpoint string `json:"prev_endpoint,omitempty"`
@@ -215,7 +216,7 @@ func (r *run) release(s *session, all bool) {
 // send sends a session's request through a picker chosen at random.
 func (r *run) send(s *session, req workload.Request) {
 	s.turn = req.Turn
-	o := &Outcome{Conversation: req.Conversation, Turn: req.Turn, Step: req.Step, Start: r.sim.now, PrevEndpoint: req.Prev}
+	o := &Outcome{Conversation: req.Conversation, Turn: req.Turn, Step: req.Step, Path: req.Path, Start: r.sim.now, PrevEndpoint: req.Prev}
 	if o.PrevEndpoint == "" && req.Turn > 1 {
 		o.PrevEndpoint = r.last[req.Conversation].endpoint
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/kvroute/kvroute/picker/score"
 )
 
 // Encode is results.json's bytes: indented, deterministic.
@@ -90,8 +92,19 @@ func Table(r *Results) string {
 	return b.String()
 }
 
-// label is a policy's name in tables.
-func label(r *Results, p string) string { return p }
+// label is a policy's name in tables: llm-d-precise on a Responses
+// scenario is "llm-d-precise (given tokens)" (upstream llm-d cannot
+// tokenize Responses; peer-policies.md §1.1); llm-d is "llm-d (default)"
+// beside llm-d-calibrated.
+func label(r *Results, p string) string {
+	switch {
+	case p == string(score.LLMDPrecise) && r.GivenTokens:
+		return p + " (given tokens)"
+	case p == string(score.LLMD) && r.LLMDCalibration != nil:
+		return p + " (default)"
+	}
+	return p
+}
 
 func ciText(c CI, f func(float64) string) string {
 	if math.IsNaN(float64(c.Mean)) {
