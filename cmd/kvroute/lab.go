@@ -18,7 +18,7 @@ import (
 // labFlags are the settings of one lab sweep.
 type labFlags struct {
 	scenario, trace, policies, seeds, rates, out, profile string
-	engines, gpuBlocks, pickers, workers, capacity        int
+	engines, gpuBlocks, pickers, workers, capacity, limit int
 	slo                                                   time.Duration
 	delays                                                lab.Delays
 }
@@ -57,6 +57,7 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	f := cmd.Flags()
 	f.StringVar(&l.scenario, "scenario", "agentic-pressure", "the scenario: "+strings.Join(workload.Names(), ", "))
 	f.StringVar(&l.trace, "trace", "", "the Mooncake JSONL file of --scenario trace")
+	f.IntVar(&l.limit, "limit", 0, "with --scenario trace: replay only the first N records (0: all)")
 	f.StringVar(&l.policies, "policies", labPolicies, "routing policies, comma-separated")
 	f.StringVar(&l.seeds, "seeds", "101-120", "seeds: A-B or a comma-separated list (claims use 101 and up; tune on 1-10)")
 	f.StringVar(&l.rates, "rates", "1", "offered rates, comma-separated multiples of the scenario's nominal rate")
@@ -79,7 +80,7 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 
 // sweep builds the sweep from the flags.
 func (l *labFlags) sweep() (lab.Sweep, error) {
-	sc, err := workload.Named(l.scenario, workload.NamedOptions{Trace: l.trace})
+	sc, err := workload.Named(l.scenario, workload.NamedOptions{Trace: l.trace, TraceLimit: l.limit})
 	if err != nil {
 		return lab.Sweep{}, err
 	}

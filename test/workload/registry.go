@@ -7,8 +7,10 @@ import (
 
 // NamedOptions are what a named scenario may need besides its name.
 type NamedOptions struct {
-	// Trace is the Mooncake JSONL file of the trace scenario.
-	Trace string
+	// Trace is the Mooncake JSONL file of the trace scenario; TraceLimit,
+	// when positive, replays only its first TraceLimit records.
+	Trace      string
+	TraceLimit int
 }
 
 // Names lists the scenarios both clocks run, by name.
@@ -37,7 +39,7 @@ func Named(name string, o NamedOptions) (Scenario, error) {
 		if o.Trace == "" {
 			return nil, fmt.Errorf("scenario trace needs a Mooncake JSONL file (--trace FILE)")
 		}
-		return Trace{Path: o.Trace}, nil
+		return Trace{Path: o.Trace, Limit: o.TraceLimit}, nil
 	}
 	return nil, fmt.Errorf("scenario %q: want one of %s", name, strings.Join(Names(), ", "))
 }
