@@ -86,6 +86,10 @@ type Config struct {
 	// 65,536). An operator sizes it to the engines' KV blocks; the lab's
 	// default is the bench's, the flag's default.
 	Capacity int
+	// EngineURLs, when set, name the engines (one each; default
+	// lab://engine-0000, …): decisions that hash endpoints (rendezvous,
+	// tie-breaks) then match a fleet of those URLs.
+	EngineURLs []string
 	// Pickers is how many pickers share the fleet; requests are spread
 	// over them at random, as a Kubernetes Service does. Default 1.
 	Pickers int
@@ -117,6 +121,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Engines < 0 || c.GPUBlocks < 0 || c.MaxModelLen < 0 || c.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("engines %d, GPU blocks %d, max model len %d, capacity %d: want ≥ 0 (0: the default)", c.Engines, c.GPUBlocks, c.MaxModelLen, c.Capacity))
+	}
+	if c.EngineURLs != nil && c.Engines != len(c.EngineURLs) {
+		errs = append(errs, fmt.Errorf("%d engine URLs for %d engines: set Engines to their number", len(c.EngineURLs), c.Engines))
 	}
 	if c.Pickers < 1 {
 		errs = append(errs, fmt.Errorf("--pickers %d: want ≥ 1", c.Pickers))

@@ -163,6 +163,9 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 			return err
 		}
 		url := engineURL(i)
+		if r.cfg.EngineURLs != nil {
+			url = r.cfg.EngineURLs[i]
+		}
 		id := fleet.Identity{Endpoint: url, Model: ecfg.Model, BlockSize: ecfg.BlockSize, NumGPUBlocks: ecfg.NumGPUBlocks,
 			HashAlgo: ecfg.HashAlgo, KeyFormat: blockkey.FormatV1, TokenizerFingerprint: "lab"}
 		sc, err := localfleet.NewSidecar(id, params)

@@ -269,6 +269,9 @@ func engineURLs(cfg Config, sc workload.Scenario) []string {
 	if n == 0 {
 		n = sc.Fleet().Engines
 	}
+	if cfg.EngineURLs != nil {
+		return cfg.EngineURLs
+	}
 	out := make([]string, n)
 	for i := range out {
 		out[i] = engineURL(i)
