@@ -20,7 +20,8 @@ import (
 )
 
 // TestDemo runs `kvroute demo` as a user would (with simulated time not
-// waited for, to keep the test short), with --keep-running: it prints the
+// waited for and without its lab section, to keep the test short), with
+// --keep-running: it prints the
 // table of all four policies, writes the report, then leaves a fleet up
 // whose picker answers the official OpenAI SDK at the printed URL, and
 // exits 0 on SIGTERM.
@@ -28,7 +29,11 @@ func TestDemo(t *testing.T) {
 	bin := buildKvroute(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "demo-report")
-	cmd := exec.Command(bin, "demo", "--time-scale", "0", "--out", out, "--keep-running")
+	// --lab=false: the demo's lab section (150 virtual-time runs) would add
+	// half a minute to this package, the longest of make test; the lab and
+	// the report's lab section have their own tests (test/lab,
+	// cmd/kvroute's TestLabCommand, test/bench's TestReportInChromium).
+	cmd := exec.Command(bin, "demo", "--time-scale", "0", "--out", out, "--keep-running", "--lab=false")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
