@@ -20,6 +20,7 @@ import (
 	"github.com/kvroute/kvroute/picker/admit"
 	"github.com/kvroute/kvroute/picker/score"
 	"github.com/kvroute/kvroute/test/bench"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/workload"
 )
 
@@ -31,7 +32,7 @@ type benchFlags struct {
 	seed                                     uint64
 	sequential, peers, admission             bool
 	duration, faultGap, faultWarmup          time.Duration
-	faults                                   string
+	faults, profile                          string
 	prefillTokens                            float64
 }
 
@@ -213,6 +214,9 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			if err != nil {
 				return usageError(err)
 			}
+			if _, err := profile.Named(b.profile); err != nil {
+				return usageError(fmt.Errorf("--profile: %w", err))
+			}
 			ps, err := b.policyList(cmd.Flags().Changed("policies"))
 			if err != nil {
 				return usageError(err)
@@ -236,7 +240,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d, admission control %s\n", sc.Name(), b.policies, b.timeScale, b.seed,
 				map[bool]string{true: "on", false: "off"}[admission])
 			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks,
-				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission}
+				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission, Profile: b.profile}
 			if cmd.Flags().Changed("load-epsilon") {
 				if b.epsilon < 0 || b.epsilon > 100 {
 					return usageError(fmt.Errorf("--load-epsilon %v: want 0..100", b.epsilon))
@@ -271,6 +275,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")
 	f.Float64Var(&b.prefillTokens, "saturation-prefill-tokens", admit.DefaultConfig().MaxPrefillTokens, "with --admission: the picker's admission limit on prefill tokens in flight per endpoint (as kvroute picker --saturation-prefill-tokens)")
 	f.Uint64Var(&b.seed, "seed", 1, "workload seed")
+	f.StringVar(&b.profile, "profile", profile.SimDefault, "the engines' latency profile: "+strings.Join(profile.Names(), ", "))
 	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
 	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	f.DurationVar(&b.duration, "duration", 0, "run for this long (wall time, each policy): the scenario repeats until then, requests in flight at the end are left out; picker and sidecar memory and goroutines are sampled for soak figures (0: the scenario once)")

@@ -54,7 +54,7 @@ func TestBinaryExitCode(t *testing.T) {
 		main()
 		return
 	}
-	for args, want := range map[string]int{"verify": 2, "verify --picker http://127.0.0.1:1": 2, "inject": 2, "inject -f /nonexistent": 1, "inject -f - --data-parallel-size 200": 2, "demo --time-scale -1": 2, "bench --scenario nope": 2, "bench --scenario trace --out x": 2, "bench --policies precise,precise --out x": 2, "bench --load-epsilon -1 --out x": 2, "bench --scenario trace --trace /nonexistent --out x": 2, "--help": 0, "nosuch": 2, "engine --block-size 0": 2, "picker --policy nope": 2} {
+	for args, want := range map[string]int{"verify": 2, "verify --picker http://127.0.0.1:1": 2, "inject": 2, "inject -f /nonexistent": 1, "inject -f - --data-parallel-size 200": 2, "demo --time-scale -1": 2, "bench --scenario nope": 2, "bench --profile nope --out x": 2, "lab --profile nope --out x": 2, "bench --scenario trace --out x": 2, "bench --policies precise,precise --out x": 2, "bench --load-epsilon -1 --out x": 2, "bench --scenario trace --trace /nonexistent --out x": 2, "--help": 0, "nosuch": 2, "engine --block-size 0": 2, "picker --policy nope": 2} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestBinaryExitCode$")
 		cmd.Env = append(os.Environ(), "KVROUTE_TEST_MAIN=1", "KVROUTE_TEST_ARGS="+args)
 		err := cmd.Run()

@@ -53,6 +53,9 @@ type Options struct {
 	// measures routing alone: admission rescues load-blind policies and
 	// drops its 429s from the TTFTs.
 	Admission bool
+	// Profile names the engines' latency profile (--profile; "" the
+	// engine's default, sim-default).
+	Profile string
 	// SaturationPrefillTokens, when set, is the picker's admission limit
 	// on prefill tokens in flight per endpoint (with Admission).
 	SaturationPrefillTokens *float64
@@ -352,7 +355,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
 			TimeScale: o.TimeScale, Policy: pickerPolicy(p), Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed,
-			SaturationPrefillTokens: o.SaturationPrefillTokens})
+			SaturationPrefillTokens: o.SaturationPrefillTokens, Profile: o.Profile})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
