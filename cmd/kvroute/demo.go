@@ -33,7 +33,7 @@ and summary.txt). About a minute at the default time scale.
 
 Before that, the lab (kvroute lab: the same cores in virtual time) runs the
 same workload with kvroute's precise policy against the four peers' —
-llm-d, llm-d-precise, dynamo, sglang — on seeds ` + demoLabSeeds + ` at ×` + demoLabRates + ` the
+llm-d (default and calibrated), llm-d-precise, dynamo, sglang — on seeds ` + demoLabSeeds + ` at ×` + demoLabRates + ` the
 nominal rate, and the report gains its section: each figure's mean with a
 95% interval, each policy ÷ the best peer per seed, and goodput.
 
@@ -107,7 +107,7 @@ Ctrl-C stops it.
 const (
 	demoLabSeeds    = "101-110"
 	demoLabRates    = "1,2,4"
-	demoLabPolicies = "precise,llm-d,llm-d-precise,dynamo,sglang"
+	demoLabPolicies = "precise,llm-d,llm-d-calibrated,llm-d-precise,dynamo,sglang"
 )
 
 // demoLab runs the demo's lab sweep and prints its table.
