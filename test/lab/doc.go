@@ -33,6 +33,14 @@
 //     TTFT is the client's: from sending to the first output token.
 //   - Admission is off (policy comparisons run without it): every
 //     request is decided at once.
+//   - llm-d-calibrated (LLMDCalibrated) is llm-d with its load gate at the
+//     peak prefill throughput llm-d's own recipe measures on the lab's
+//     engines (Calibrate: probes through a picker, never the profile's
+//     constants), once per sweep; llm-d-precise on a scenario sending
+//     /v1/responses is labelled as given tokens.
+//   - The summaries are sized by Config.Capacity (the sidecar's
+//     --capacity; default 65,536 blocks) and the engines named by
+//     Config.EngineURLs when set (decisions hash endpoint names).
 //   - Deterministic: events at one instant run in the order they were
 //     scheduled, every random draw comes from the run's seed, and
 //     results.json holds no wall-clock time, so the same scenario, seeds,
