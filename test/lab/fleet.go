@@ -36,6 +36,7 @@ type engine struct {
 	phase   time.Duration
 	flights map[sched.ID]*flight
 	served  int
+	load    sched.Load // the last finished step's, as the engine publishes it
 }
 
 // pickerNode is one picker: the real router over its own in-process
@@ -205,6 +206,9 @@ func (r *run) newPicker(params summary.Params, k int) (*pickerNode, error) {
 	pcfg := picker.DefaultConfig()
 	pcfg.Score.Policy = r.cfg.Policy
 	pcfg.Clock, pcfg.Renderer, pcfg.AccessLog = r.sim.clock, renderer{r}, 0
+	// Renders are in process and instant in virtual time: no wall-clock
+	// timeout may change a decision (a starved machine would).
+	pcfg.TokenizeTimeout = 24 * time.Hour
 	pcfg.PolicySeed = r.seed*1009 + uint64(k)
 	pcfg.Admission.MaxWaiting, pcfg.Admission.MaxKVUsage, pcfg.Admission.MaxPrefillTokens = 0, 0, 0
 	if r.cfg.Tune != nil {
@@ -248,6 +252,7 @@ func (r *run) step(e *engine) {
 // stepped publishes a step's events to the sidecar and its tokens to the
 // pickers and clients, as the engine does at the step's end.
 func (r *run) stepped(e *engine, st sched.Step) {
+	e.load = st.Load
 	if len(st.Events) > 0 {
 		b := kvevents.Batch{TS: r.sim.now.Seconds(), Events: st.Events}
 		r.sim.after(r.cfg.Delays.EventToIndex, func() {
@@ -311,7 +316,7 @@ func (r *run) receive(p *pickerNode, e *engine, ups []localfleet.Update) {
 // reportLoads gives every picker each engine's load, every LoadPeriod
 // (each engine at its own phase), while the run is live.
 func (r *run) reportLoads(e *engine) {
-	l := e.core.Load()
+	l := e.load // the engine's /metrics: its last finished step, not the core mid-step
 	load := fleet.Load{Waiting: float64(l.Waiting), Running: float64(l.Running), KVCacheUsage: l.KVUsage}
 	r.sim.after(r.cfg.Delays.SummaryToPicker, func() {
 		for _, p := range r.pickers {
