@@ -119,7 +119,7 @@ func realDecisions(t *testing.T, sc convos, pol score.Policy) ([]string, []strin
 		urls, engines = append(urls, u), append(engines, e)
 	}
 	pcfg := picker.DefaultConfig()
-	pcfg.Score.Policy, pcfg.AccessLog, pcfg.PolicySeed = pol, 0, 1*1009
+	pcfg.Score.Policy, pcfg.AccessLog, pcfg.PolicySeed = pol, 0, 1
 	pcfg.Admission.MaxWaiting, pcfg.Admission.MaxKVUsage, pcfg.Admission.MaxPrefillTokens = 0, 0, 0
 	rt, err := picker.NewRouter(pcfg, lf, zap.NewNop(), prometheus.NewRegistry())
 	if err != nil {

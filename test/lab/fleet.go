@@ -209,7 +209,7 @@ func (r *run) newPicker(params summary.Params, k int) (*pickerNode, error) {
 	// Renders are in process and instant in virtual time: no wall-clock
 	// timeout may change a decision (a starved machine would).
 	pcfg.TokenizeTimeout = 24 * time.Hour
-	pcfg.PolicySeed = r.seed*1009 + uint64(k)
+	pcfg.PolicySeed = r.seed + uint64(k)*1009 // picker 0 draws as the bench's picker does (--policy-seed = the seed)
 	pcfg.Admission.MaxWaiting, pcfg.Admission.MaxKVUsage, pcfg.Admission.MaxPrefillTokens = 0, 0, 0
 	if r.cfg.Tune != nil {
 		r.cfg.Tune(&pcfg)
