@@ -49,6 +49,31 @@ type Load struct {
 	// DrainReason (such as "SIGTERM").
 	Draining    bool
 	DrainReason string
+	// Engine are the engine's own request figures, cumulative, as its
+	// /metrics last had them.
+	Engine EngineStats
+}
+
+// EngineStats are an engine's own cumulative request figures from its
+// /metrics: the sums and counts of vLLM's request histograms and its
+// prompt counters. The picker learns from their growth between reports
+// (what every picker's requests cost there, not just its own). Have is
+// false when the engine (or its sidecar) reports none; a counter that
+// went down is an engine restart.
+type EngineStats struct {
+	Have bool
+	// QueueSeconds and QueueCount: vllm:request_queue_time_seconds (time
+	// waiting before first scheduled).
+	QueueSeconds, QueueCount float64
+	// PrefillSeconds and PrefillCount: vllm:request_prefill_time_seconds
+	// (first scheduled to first token).
+	PrefillSeconds, PrefillCount float64
+	// TTFTSeconds and TTFTCount: vllm:time_to_first_token_seconds.
+	TTFTSeconds, TTFTCount float64
+	// PromptTokens and CachedTokens: vllm:prompt_tokens_total and
+	// vllm:prefix_cache_hits_total (prompt tokens found in the prefix
+	// cache).
+	PromptTokens, CachedTokens float64
 }
 
 // Endpoint is one engine rank as the fleet state knows it: a value,
