@@ -8,8 +8,9 @@ import "time"
 // carries to the engine (a proxied request, the endpoint picker's) until
 // their first byte. It is not safe for concurrent use.
 type Bookings struct {
-	ledger  *Ledger
-	prefill map[string]float64 // endpoint → uncached prompt tokens of carried picks before their first byte
+	ledger   *Ledger
+	prefill  map[string]float64 // endpoint → uncached prompt tokens of carried picks before their first byte
+	prefillN map[string]int     // endpoint → how many such picks
 }
 
 // Booking is one pick as booked: where, its Ledger record, and the
@@ -26,7 +27,7 @@ func NewBookings(cfg Config) (*Bookings, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bookings{ledger: l, prefill: map[string]float64{}}, nil
+	return &Bookings{ledger: l, prefill: map[string]float64{}, prefillN: map[string]int{}}, nil
 }
 
 // Book records a pick of endpoint at now with uncached prompt tokens; a
@@ -37,6 +38,7 @@ func (b *Bookings) Book(endpoint string, uncached float64, carried bool, now tim
 	if carried && uncached > 0 {
 		bk.Prefill = uncached
 		b.prefill[endpoint] += uncached
+		b.prefillN[endpoint]++
 	}
 	return bk
 }
@@ -47,10 +49,12 @@ func (b *Bookings) FirstByte(bk *Booking) {
 	if bk.Prefill <= 0 {
 		return
 	}
-	if left := b.prefill[bk.Endpoint] - bk.Prefill; left > 0.5 {
+	if left := b.prefill[bk.Endpoint] - bk.Prefill; left > 0.5 && b.prefillN[bk.Endpoint] > 1 {
 		b.prefill[bk.Endpoint] = left
+		b.prefillN[bk.Endpoint]--
 	} else {
 		delete(b.prefill, bk.Endpoint)
+		delete(b.prefillN, bk.Endpoint)
 	}
 	bk.Prefill = 0
 }
@@ -71,9 +75,13 @@ func (b *Bookings) Move(bk *Booking, endpoint string, uncached float64, now time
 }
 
 // Pending is what endpoint has in flight at now from this picker, given
-// its last load report arrived at reported (Ledger.Pending).
+// its last load report arrived at reported (Ledger.Pending), with the
+// carried picks still before their first byte (PrefillCount,
+// PrefillTokens), reported or not.
 func (b *Bookings) Pending(endpoint string, reported, now time.Time) Pending {
-	return b.ledger.Pending(endpoint, reported, now)
+	p := b.ledger.Pending(endpoint, reported, now)
+	p.PrefillCount, p.PrefillTokens = b.prefillN[endpoint], b.prefill[endpoint]
+	return p
 }
 
 // Prefill is the prefill work of the carried picks to endpoint before

@@ -54,3 +54,24 @@ func TestBookings(t *testing.T) {
 		t.Fatalf("a fully cached pick counted prefill: %+v", z)
 	}
 }
+
+// TestPendingCountsPrefill: Pending carries the carried picks before their
+// first byte, reported or not, and their tokens; a first byte ends one.
+func TestPendingCountsPrefill(t *testing.T) {
+	b, err := NewBookings(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(100, 0)
+	x := b.Book("e", 1000, true, t0)
+	b.Book("e", 500, true, t0)
+	b.Book("e", 700, false, t0) // a decision API pick: not carried
+	p := b.Pending("e", t0.Add(time.Second), t0.Add(2*time.Second)) // a report covers all three
+	if p.Count != 0 || p.PrefillCount != 2 || p.PrefillTokens != 1500 {
+		t.Fatalf("covered: %+v, want no uncovered pick and 2 carried (1,500 tokens) before their first byte", p)
+	}
+	b.FirstByte(&x)
+	if p := b.Pending("e", t0, t0); p.PrefillCount != 1 || p.PrefillTokens != 500 {
+		t.Fatalf("after one first byte: %+v", p)
+	}
+}

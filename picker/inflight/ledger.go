@@ -57,8 +57,13 @@ type send struct {
 
 // Pending is what an endpoint has in flight from this picker.
 type Pending struct {
-	Count  int     // picks
+	Count  int     // picks no load report covers yet
 	Tokens float64 // their remaining prefill work, aged
+	// PrefillCount and PrefillTokens are the carried picks before their
+	// first byte, whether a report covers them or not, and their uncached
+	// prompt tokens (Bookings.Pending; the Ledger leaves them 0).
+	PrefillCount  int
+	PrefillTokens float64
 }
 
 // New returns an empty ledger.

@@ -36,16 +36,16 @@ func TestPending(t *testing.T) {
 		want     Pending
 	}{
 		{"nothing", nil, time.Time{}, at(0), Pending{}},
-		{"one pick, no report yet", []rec{{0, 1000}}, time.Time{}, at(0), Pending{1, 1000}},
-		{"aged at the prefill rate", []rec{{0, 1000}}, time.Time{}, at(100), Pending{1, 500}},
-		{"aged past zero counts, with no work", []rec{{0, 1000}}, time.Time{}, at(1000), Pending{1, 0}},
-		{"negative tokens count as none", []rec{{0, -5}}, time.Time{}, at(0), Pending{1, 0}},
+		{"one pick, no report yet", []rec{{0, 1000}}, time.Time{}, at(0), Pending{Count: 1, Tokens: 1000}},
+		{"aged at the prefill rate", []rec{{0, 1000}}, time.Time{}, at(100), Pending{Count: 1, Tokens: 500}},
+		{"aged past zero counts, with no work", []rec{{0, 1000}}, time.Time{}, at(1000), Pending{Count: 1, Tokens: 0}},
+		{"negative tokens count as none", []rec{{0, -5}}, time.Time{}, at(0), Pending{Count: 1, Tokens: 0}},
 		{"a report after the pick covers it", []rec{{0, 1000}}, at(10), at(20), Pending{}},
 		{"a report at the same instant covers it", []rec{{10, 1000}}, at(10), at(20), Pending{}},
-		{"a report before the pick does not", []rec{{10, 1000}}, at(5), at(10), Pending{1, 1000}},
-		{"older than Forget is dropped", []rec{{0, 1000}, {25_000, 100}}, time.Time{}, at(30_001), Pending{1, 0}},
-		{"exactly Forget still counts", []rec{{0, 10}}, time.Time{}, at(30_000), Pending{1, 0}},
-		{"several, some covered", []rec{{0, 100}, {50, 1000}, {60, 1000}}, at(40), at(60), Pending{2, 1950}},
+		{"a report before the pick does not", []rec{{10, 1000}}, at(5), at(10), Pending{Count: 1, Tokens: 1000}},
+		{"older than Forget is dropped", []rec{{0, 1000}, {25_000, 100}}, time.Time{}, at(30_001), Pending{Count: 1, Tokens: 0}},
+		{"exactly Forget still counts", []rec{{0, 10}}, time.Time{}, at(30_000), Pending{Count: 1, Tokens: 0}},
+		{"several, some covered", []rec{{0, 100}, {50, 1000}, {60, 1000}}, at(40), at(60), Pending{Count: 2, Tokens: 1950}},
 	} {
 		l := ledger(t, nil)
 		for _, p := range tc.picks {
@@ -89,10 +89,10 @@ func TestDone(t *testing.T) {
 	l.Done("a", a1)  // twice: ignored
 	l.Done("a", b1)  // another endpoint's id: ignored
 	l.Done("c", 999) // unknown: ignored
-	if p := l.Pending("a", time.Time{}, at(0)); p != (Pending{1, 200}) {
+	if p := l.Pending("a", time.Time{}, at(0)); p != (Pending{Count: 1, Tokens: 200}) {
 		t.Fatalf("a: %+v", p)
 	}
-	if p := l.Pending("b", time.Time{}, at(0)); p != (Pending{1, 300}) {
+	if p := l.Pending("b", time.Time{}, at(0)); p != (Pending{Count: 1, Tokens: 300}) {
 		t.Fatalf("b: %+v", p)
 	}
 }

@@ -7,23 +7,23 @@
 //   - Pure: no I/O, clocks, randomness or logging. The same Request,
 //     candidates and Config give the same Decision, in any process — two
 //     picker replicas that see the same state agree without talking.
-//   - Precise: each candidate's cached tokens are its matched tokens per
-//     tier, weighted (GPU 1, CPU and storage less: they must be loaded
-//     back); its estimated time to first token is the uncached prompt
-//     tokens plus the work queued ahead of it, in prefill tokens. The
-//     lowest estimate wins among the candidates under the bounded-load cap
-//     ⌈(1+ε)·mean⌉ in-flight requests (mean over healthy candidates,
-//     counting this request; never below MinCap, so that at low load a
-//     conversation is not scattered); an endpoint at the cap is skipped while any
-//     is under it, and skipping the best-cached one is reported as a load
-//     override with the tokens it cost. For a cache hit the cap binds
-//     only on a saturated engine (Config.SaturationWaiting,
-//     SaturationKVUsage), and moves the request only to an endpoint whose
-//     estimated cost is at most Config.OverrideCost times the warm one's.
-//   - Cold prefixes (no candidate holds MinMatchTokens of the prompt) are
-//     placed by rendezvous hashing with bounded loads on the request's
-//     anchor, so siblings of a new prefix co-locate before any KV event
-//     arrives. Requests without an anchor go to the least-loaded endpoint.
+//   - Precise: each candidate carries the request's predicted time to
+//     first token there (Candidate.Predicted: picker/predict's model,
+//     priced by picker/decide), in which its cached prefix, its queue and
+//     its running decodes already weigh. The fastest wins among the
+//     candidates under the bounded-load cap ⌈(1+ε)·mean⌉ in-flight
+//     requests (mean over healthy candidates, counting this request;
+//     never below MinCap), a safety net the predictions seldom reach;
+//     candidates predicted within Config.TieRatio of the fastest are tied,
+//     and the rendezvous weight on the request's anchor breaks the tie, so
+//     that a new prefix's siblings co-locate before any KV event arrives
+//     and replicas with slightly different bookings agree. With an SLO
+//     (Request.SLO), the candidate holding most of the prefix among those
+//     predicted within it wins; when none is, the fastest. Choosing
+//     another than the best-cached candidate is reported as a load
+//     override with the tokens it cost.
+//   - Weighted cached tokens (GPU 1, CPU and storage less) are what the
+//     decision reports and books; they do not choose.
 //   - Ties break by the rendezvous weight of the anchor (or of the
 //     request's first key; of the request count for load-only choices, so
 //     the least-loaded baseline has no accidental affinity), never by

@@ -57,7 +57,8 @@ type Reason string
 
 // The reasons.
 const (
-	ReasonCacheHit     Reason = "cache_hit"      // precise: a candidate holds a useful prefix
+	ReasonCacheHit     Reason = "cache_hit"      // precise: the fastest predicted holds a useful prefix
+	ReasonWithinSLO    Reason = "within_slo"     // precise: the most cached of those predicted within the request's SLO
 	ReasonColdAnchor   Reason = "cold_anchor"    // precise: nobody does; rendezvous on the anchor
 	ReasonColdNoAnchor Reason = "cold_no_anchor" // precise: nobody does and there is no anchor
 	ReasonLoadOnly     Reason = "load_only"      // the request's identity is unresolved: load only
@@ -73,9 +74,9 @@ type Config struct {
 	Policy Policy
 	// Epsilon is the bounded-load factor: no candidate above ⌈(1+ε)·mean⌉
 	// requests in flight while another is under it. Default 1: a hard cap
-	// at twice the mean, a safety net behind the cost, which spreads load
-	// by itself through RunningTokens (0.25 moved sessions off their warm
-	// engines too often: docs/benchmarks.md, issue 16).
+	// at twice the mean, a safety net behind the predicted TTFT, which
+	// spreads load by itself (0.25 moved sessions off their warm engines
+	// too often: docs/benchmarks.md, issue 16).
 	Epsilon float64
 	// MinCap is the least the cap may be. At low load ⌈(1+ε)·mean⌉ is 1,
 	// and a conversation whose previous turn the picker still counts in
@@ -89,40 +90,18 @@ type Config struct {
 	// TierWeights credit a matched token by tier: a GPU block is free, CPU
 	// and storage blocks must be loaded back. Default 1, 0.8, 0.5.
 	TierWeights [tier.Count]float64
-	// WaitingTokens is the prefill work assumed for a waiting request the
-	// picker knows nothing about (another picker's). Default 1024.
-	WaitingTokens float64
-	// SaturationWaiting and SaturationKVUsage gate the bounded-load cap
-	// for cache hits: the cap moves a request off the endpoint holding its
-	// prefix only when that engine is saturated — it reports at least
-	// SaturationWaiting requests waiting (it queues, not just batches), or
-	// its live requests hold at least SaturationKVUsage of its KV cache
-	// (more sessions would evict cached prefixes). An engine with room
-	// keeps its warm sessions; the cost (RunningTokens, the picks in
-	// flight) still weighs its load. Either at 0 lets the cap bind on the
-	// count alone. Defaults 1 and 0.25 (chosen on the agentic-pressure and
-	// shared-prefix benches, docs/benchmarks.md).
-	SaturationWaiting, SaturationKVUsage float64
-	// RunningTokens is the prefill-token equivalent of the slowdown one
-	// running request adds (its decode steps share the batch, its KV
-	// crowds the cache). Default 512: calibrated on the agentic-pressure
-	// bench, where 32 left the cost blind to how many sessions an engine
-	// already serves (docs/benchmarks.md, issue 16).
-	RunningTokens float64
-	// OverrideCost bounds what the cap may cost a cache hit: it moves a
-	// request off the endpoint holding its prefix only to one whose
-	// estimated cost is at most OverrideCost times the warm one's. Past
-	// that the move costs more prefill than the queue it escapes, and
-	// leaves a duplicate of the prefix behind. Default 1.5 (on the trace
-	// bench, unbounded moves cost 2–3 points of hit rate:
-	// docs/benchmarks.md, issue 16); 0 lets the cap move any cache hit.
-	OverrideCost float64
+	// TieRatio: candidates predicted within this share of the fastest
+	// are tied, and the rendezvous weight on the request's anchor breaks
+	// the tie, so that siblings of a new prefix land together and picker
+	// replicas that see slightly different bookings still agree. Default
+	// 0.1 (docs/benchmarks.md, "Predicted TTFT": measured against 0 on
+	// the tuning seeds).
+	TieRatio float64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Policy: Precise, Epsilon: 1, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5},
-		WaitingTokens: 1024, RunningTokens: 512, SaturationWaiting: 1, SaturationKVUsage: 0.25, OverrideCost: 1.5}
+	return Config{Policy: Precise, Epsilon: 1, MinCap: 4, MinMatchTokens: 16, TierWeights: [tier.Count]float64{1, 0.8, 0.5}, TieRatio: 0.1}
 }
 
 // Validate checks c.
@@ -145,17 +124,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("tier %d weight %v: want 0..1", t, w))
 		}
 	}
-	if !(c.SaturationWaiting >= 0) || math.IsInf(c.SaturationWaiting, 0) {
-		errs = append(errs, fmt.Errorf("saturation waiting %v: want a finite count ≥ 0", c.SaturationWaiting))
-	}
-	if !(c.SaturationKVUsage >= 0 && c.SaturationKVUsage <= 1) {
-		errs = append(errs, fmt.Errorf("saturation KV usage %v: want 0..1", c.SaturationKVUsage))
-	}
-	if !(c.OverrideCost == 0 || (c.OverrideCost >= 1 && c.OverrideCost <= 1000)) {
-		errs = append(errs, fmt.Errorf("override cost factor %v: want 0 (unbounded) or 1..1000", c.OverrideCost))
-	}
-	if !(c.WaitingTokens >= 0) || !(c.RunningTokens >= 0) || math.IsInf(c.WaitingTokens, 0) || math.IsInf(c.RunningTokens, 0) {
-		errs = append(errs, errors.New("waiting and running token costs must be finite and non-negative"))
+	if !(c.TieRatio >= 0 && c.TieRatio <= 10) {
+		errs = append(errs, fmt.Errorf("tie ratio %v: want 0..10", c.TieRatio))
 	}
 	return errors.Join(errs...)
 }
@@ -174,6 +144,10 @@ type Candidate struct {
 	// tokens) this picker sent the endpoint since that report.
 	Sent       int
 	SentTokens float64
+	// Predicted is the request's predicted TTFT there, in seconds, and
+	// Ahead the prefill work in tokens it would wait behind (precise
+	// decides by them; picker/predict and picker/decide compute them).
+	Predicted, Ahead float64
 }
 
 // Request is what the decision needs of a request.
@@ -190,6 +164,10 @@ type Request struct {
 	LoadOnly bool
 	// Counter is the round-robin position (the caller's request count).
 	Counter uint64
+	// SLO is the request's TTFT target in seconds (0: none): precise
+	// chooses, among the candidates predicted within it, the one that
+	// keeps the fleet's cache best.
+	SLO float64
 }
 
 // Decision is the choice and its reasons.
@@ -217,6 +195,8 @@ type Explain struct {
 	InFlight float64         `json:"in_flight"`
 	Queued   float64         `json:"queued_tokens"`
 	Cost     float64         `json:"estimated_cost_tokens"`
+	// Predicted is the predicted TTFT in seconds (precise).
+	Predicted float64 `json:"-"`
 	UnderCap bool            `json:"under_load_cap"`
 	Why      string          `json:"why"`
 }
@@ -228,7 +208,9 @@ type cand struct {
 	inFlight float64
 	queued   float64
 	cost     float64
-	weight   uint64 // rendezvous weight for the request's key
+	// predicted is the predicted TTFT (seconds)
+	predicted float64
+	weight    uint64 // rendezvous weight for the request's key
 	underCap bool
 }
 
@@ -249,10 +231,10 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 	total := 0.0
 	for i := range cs {
 		c := &cs[i]
-		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c),
-			queued: c.Waiting*cfg.WaitingTokens + c.Running*cfg.RunningTokens + c.SentTokens, weight: Weight(key, c.ID)}
+		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c), queued: c.Ahead,
+			predicted: c.Predicted, weight: Weight(key, c.ID)}
 		x.cost = float64(r.PromptTokens) - x.cached + x.queued
-		d.Explain[i] = Explain{ID: c.ID, Matched: c.Matched, Cached: x.cached, InFlight: x.inFlight, Queued: x.queued, Cost: x.cost}
+		d.Explain[i] = Explain{ID: c.ID, Matched: c.Matched, Cached: x.cached, InFlight: x.inFlight, Queued: x.queued, Cost: x.cost, Predicted: x.predicted}
 		if !c.Healthy {
 			d.Explain[i].Why = "unhealthy"
 			continue
@@ -293,38 +275,21 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 			pick, d.Reason = leastLoaded(healthy), ReasonLeastLoaded
 		}
 	default:
-		best := bestCached(healthy)
-		switch {
-		case healthy[best].cached >= float64(cfg.MinMatchTokens):
-			for j := range healthy { // the cap binds only on engines that queue
-				if !cfg.saturated(cs[healthy[j].i]) {
-					healthy[j].underCap = true
-					d.Explain[healthy[j].i].UnderCap = true
-				}
-			}
-			pick, d.Reason = cheapest(healthy), ReasonCacheHit
-			if !healthy[best].underCap && cfg.OverrideCost > 0 && healthy[pick].cost > cfg.OverrideCost*healthy[best].cost {
-				pick = best // moving would cost more than the queue it escapes
-			}
-			if !healthy[best].underCap && healthy[best].cached > healthy[pick].cached {
-				d.Override = &Override{Index: healthy[best].i, TokensLost: healthy[best].cached - healthy[pick].cached}
-			}
-		case r.HasAnchor:
-			pick, d.Reason = rendezvous(healthy), ReasonColdAnchor
-		default:
-			pick, d.Reason = leastLoaded(healthy), ReasonColdNoAnchor
+		pick, d.Reason = cfg.precise(r, healthy)
+		if best := bestCached(healthy); healthy[best].cached > healthy[pick].cached && healthy[best].cached >= float64(cfg.MinMatchTokens) {
+			d.Override = &Override{Index: healthy[best].i, TokensLost: healthy[best].cached - healthy[pick].cached}
 		}
 	}
 	chosen := healthy[pick]
 	d.Index, d.Cached = chosen.i, chosen.cached
 	for _, x := range healthy {
-		d.Explain[x.i].Why = why(&d, x, chosen)
+		d.Explain[x.i].Why = why(&d, x, chosen, cfg.TieRatio)
 	}
 	return d
 }
 
 // why words one candidate's outcome.
-func why(d *Decision, x, chosen cand) string {
+func why(d *Decision, x, chosen cand, tie float64) string {
 	switch {
 	case x.i == chosen.i:
 		return "chosen: " + string(d.Reason)
@@ -332,12 +297,17 @@ func why(d *Decision, x, chosen cand) string {
 		return "over the load cap"
 	}
 	switch d.Reason {
-	case ReasonCacheHit:
-		if x.cost > chosen.cost {
-			return "higher estimated cost"
+	case ReasonCacheHit, ReasonColdAnchor, ReasonColdNoAnchor:
+		if x.predicted > chosen.predicted*(1+tie) {
+			return "higher predicted TTFT"
 		}
-		return "equal cost, lower tie-break weight"
-	case ReasonColdAnchor, ReasonPrefixHash:
+		return "predicted as fast, lower tie-break weight"
+	case ReasonWithinSLO:
+		if x.cached < chosen.cached {
+			return "holds less of the prefix"
+		}
+		return "predicted past the SLO, or equal, lower tie-break weight"
+	case ReasonPrefixHash:
 		return "lower rendezvous weight for the anchor"
 	case ReasonRoundRobin:
 		return "not its turn"
@@ -346,13 +316,6 @@ func why(d *Decision, x, chosen cand) string {
 		return "more requests in flight"
 	}
 	return "equal load, lower tie-break weight"
-}
-
-// saturated reports whether the bounded-load cap binds on c's engine for
-// a cache hit (SaturationWaiting, SaturationKVUsage).
-func (cfg *Config) saturated(c Candidate) bool {
-	return cfg.SaturationWaiting == 0 || cfg.SaturationKVUsage == 0 ||
-		c.Waiting >= cfg.SaturationWaiting || c.KVUsage >= cfg.SaturationKVUsage
 }
 
 func inFlight(c *Candidate) float64 {
@@ -414,8 +377,41 @@ func rendezvous(cs []cand) int { return argmin(cs, false, func(cand) float64 { r
 // leastLoaded picks the fewest in flight (under the cap by construction).
 func leastLoaded(cs []cand) int { return argmin(cs, false, func(x cand) float64 { return x.inFlight }) }
 
-// cheapest picks the lowest estimated cost under the cap.
-func cheapest(cs []cand) int { return argmin(cs, false, func(x cand) float64 { return x.cost }) }
+// precise is the decision by predicted TTFT: the fastest candidate under
+// the cap, those within TieRatio of it tied and broken by the rendezvous
+// weight; with an SLO, of the candidates predicted within it, the one
+// holding most of the prefix (ties by weight).
+func (cfg *Config) precise(r Request, cs []cand) (int, Reason) {
+	fastest := argmin(cs, false, func(x cand) float64 { return x.predicted })
+	if r.SLO > 0 {
+		within := -1
+		for j, x := range cs {
+			if !x.underCap || x.predicted > r.SLO {
+				continue
+			}
+			if within < 0 || x.cached > cs[within].cached || (x.cached == cs[within].cached && x.weight > cs[within].weight) {
+				within = j
+			}
+		}
+		if within >= 0 {
+			return within, ReasonWithinSLO
+		}
+	}
+	bound := cs[fastest].predicted * (1 + cfg.TieRatio)
+	pick := -1
+	for j, x := range cs {
+		if x.underCap && x.predicted <= bound && (pick < 0 || x.weight > cs[pick].weight) {
+			pick = j
+		}
+	}
+	switch {
+	case cs[pick].cached >= float64(cfg.MinMatchTokens):
+		return pick, ReasonCacheHit
+	case r.HasAnchor:
+		return pick, ReasonColdAnchor
+	}
+	return pick, ReasonColdNoAnchor
+}
 
 // bestCached is the candidate holding most, cap or not.
 func bestCached(cs []cand) int { return argmin(cs, true, func(x cand) float64 { return -x.cached }) }

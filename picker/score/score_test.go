@@ -11,6 +11,9 @@ import (
 
 func gpu(n int) [tier.Count]int { return [tier.Count]int{n, 0, 0} }
 
+// pred is c with its predicted TTFT.
+func pred(c Candidate, seconds float64) Candidate { c.Predicted = seconds; return c }
+
 func healthy(id string, matched [tier.Count]int, running float64) Candidate {
 	return Candidate{ID: id, Healthy: true, Matched: matched, Running: running}
 }
@@ -20,9 +23,6 @@ func TestDecideRules(t *testing.T) {
 	def := DefaultConfig()
 	policy := func(p Policy) *Config { c := DefaultConfig(); c.Policy = p; return &c }
 	epsilon := func(e float64) *Config { c := DefaultConfig(); c.Epsilon, c.MinCap = e, 1; return &c }
-	// queueing is c with the candidate's engine reporting waiting requests:
-	// the bounded-load cap binds only on an engine that queues.
-	queueing := func(c Candidate, waiting float64) Candidate { c.Waiting, c.KVUsage = waiting, 0.1; return c }
 	def.MinCap = 1 // the formula alone; TestMinCap covers the floor
 	anchored := Request{PromptTokens: 4096, Anchor: 42, HasAnchor: true}
 	// The anchor's rendezvous order over a, b, c, d.
@@ -42,39 +42,30 @@ func TestDecideRules(t *testing.T) {
 		reason   Reason
 		override string
 	}{
-		{"longest match wins", &def, anchored,
-			[]Candidate{healthy("a", gpu(1024), 1), healthy("b", gpu(3072), 1), healthy("c", gpu(0), 1)}, "b", ReasonCacheHit, ""},
-		{"GPU beats the same prefix on CPU", &def, anchored,
-			[]Candidate{healthy("a", [tier.Count]int{0, 2048, 0}, 1), healthy("b", gpu(2048), 1)}, "b", ReasonCacheHit, ""},
-		{"CPU tier still beats nothing", &def, anchored,
-			[]Candidate{healthy("a", [tier.Count]int{0, 2048, 0}, 1), healthy("b", gpu(0), 1)}, "a", ReasonCacheHit, ""},
-		{"a deeper CPU prefix adds to the GPU one", &def, anchored,
-			[]Candidate{healthy("a", [tier.Count]int{1024, 3072, 0}, 1), healthy("b", gpu(2048), 1)}, "a", ReasonCacheHit, ""},
-		{"queued work outweighs a short match", &def, anchored,
-			[]Candidate{{ID: "a", Healthy: true, Matched: gpu(256), Waiting: 2, Running: 2}, healthy("b", gpu(0), 2)}, "b", ReasonCacheHit, ""},
-		{"tokens this picker sent count as queued work", &def, anchored,
-			[]Candidate{{ID: "a", Healthy: true, Matched: gpu(1024), Sent: 1, SentTokens: 4000}, healthy("b", gpu(512), 0)}, "b", ReasonCacheHit, ""},
-		{"the best-cached endpoint at the cap is skipped when its engine queues", epsilon(0), anchored,
-			[]Candidate{queueing(healthy("a", gpu(4000), 6), 1), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, order2("b", "c"), ReasonCacheHit, "a"},
-		{"the cap does not move a long warm prompt where it would cost over 1.5× the warm estimate", epsilon(0), Request{PromptTokens: 40000, Anchor: 42, HasAnchor: true},
-			[]Candidate{queueing(healthy("a", gpu(39000), 6), 1), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, "a", ReasonCacheHit, ""},
-		{"the best-cached endpoint at the cap is skipped when its live requests hold half its KV", epsilon(0), anchored,
-			[]Candidate{func() Candidate { c := healthy("a", gpu(4000), 6); c.KVUsage = 0.5; return c }(), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)},
-			order2("b", "c"), ReasonCacheHit, "a"},
-		{"the best-cached endpoint over the cap keeps the request while its engine has room", epsilon(0), anchored,
-			[]Candidate{healthy("a", gpu(4000), 6), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, "a", ReasonCacheHit, ""},
-		{"with the gate off (SaturationWaiting 0) the count alone binds", func() *Config { c := epsilon(0); c.SaturationWaiting = 0; return c }(), anchored,
-			[]Candidate{healthy("a", gpu(4000), 6), healthy("b", gpu(0), 1), healthy("c", gpu(0), 1)}, order2("b", "c"), ReasonCacheHit, "a"},
-		{"at ε=0.25 the same endpoint is within the cap", &def, anchored,
-			[]Candidate{healthy("a", gpu(4000), 3), healthy("b", gpu(0), 2), healthy("c", gpu(0), 2)}, "a", ReasonCacheHit, ""},
+		{"the lowest predicted TTFT wins", &def, anchored,
+			[]Candidate{pred(healthy("a", gpu(1024), 1), 0.5), pred(healthy("b", gpu(3072), 1), 0.3), pred(healthy("c", gpu(0), 1), 0.8)}, "b", ReasonCacheHit, ""},
+		{"a faster cold endpoint beats a slow warm one; the skipped cache is recorded", &def, anchored,
+			[]Candidate{pred(healthy("a", gpu(4000), 1), 2.0), pred(healthy("b", gpu(0), 1), 0.5)}, "b", ReasonColdAnchor, "a"},
+		{"within TieRatio of the fastest, the anchor's rendezvous breaks the tie", &def, anchored,
+			[]Candidate{pred(healthy(order[1], gpu(0), 0), 1.0), pred(healthy(order[0], gpu(0), 0), 1.09), pred(healthy(order[2], gpu(0), 0), 1.2)}, order[0], ReasonColdAnchor, ""},
+		{"beyond TieRatio the fastest wins", &def, anchored,
+			[]Candidate{pred(healthy(order[1], gpu(0), 0), 1.0), pred(healthy(order[0], gpu(0), 0), 1.2)}, order[1], ReasonColdAnchor, ""},
+		{"with TieRatio 0 only equal predictions tie", func() *Config { c := DefaultConfig(); c.TieRatio = 0; return &c }(), anchored,
+			[]Candidate{pred(healthy(order[1], gpu(0), 0), 1.0), pred(healthy(order[0], gpu(0), 0), 1.01)}, order[1], ReasonColdAnchor, ""},
+		{"with an SLO, the most cached of those predicted within it", &def, Request{PromptTokens: 4096, Anchor: 42, HasAnchor: true, SLO: 1},
+			[]Candidate{pred(healthy("a", gpu(4000), 1), 0.9), pred(healthy("b", gpu(1024), 0), 0.2), pred(healthy("c", gpu(4000), 0), 1.5)}, "a", ReasonWithinSLO, ""},
+		{"with an SLO none meets, the fastest", &def, Request{PromptTokens: 4096, Anchor: 42, HasAnchor: true, SLO: 1},
+			[]Candidate{pred(healthy("a", gpu(4000), 1), 2.0), pred(healthy("b", gpu(1024), 0), 1.5)}, "b", ReasonCacheHit, "a"},
+		{"the cap is a safety net: the fastest over it is skipped", epsilon(0), anchored,
+			[]Candidate{pred(healthy("a", gpu(4000), 6), 0.1), pred(healthy("b", gpu(0), 1), 0.5), pred(healthy("c", gpu(0), 1), 0.6)}, "b", ReasonColdAnchor, "a"},
 		{"a match under MinMatchTokens is cold", &def, anchored,
 			[]Candidate{healthy("a", gpu(0), 0), healthy("b", gpu(0), 0), healthy("c", gpu(0), 0), healthy("d", gpu(8), 0)}, order[0], ReasonColdAnchor, ""},
-		{"cold: rendezvous on the anchor", &def, anchored,
+		{"cold and predicted alike: rendezvous on the anchor", &def, anchored,
 			[]Candidate{healthy("d", gpu(0), 0), healthy("c", gpu(0), 0), healthy("b", gpu(0), 0), healthy("a", gpu(0), 0)}, order[0], ReasonColdAnchor, ""},
 		{"cold: the anchor's first choice at the cap gives way to its second", epsilon(0), anchored,
 			[]Candidate{{ID: order[0], Healthy: true, Running: 3}, healthy(order[1], gpu(0), 0), healthy(order[2], gpu(0), 1), healthy(order[3], gpu(0), 1)}, order[1], ReasonColdAnchor, ""},
-		{"cold without an anchor: least loaded", &def, Request{PromptTokens: 100, TieKey: 7},
-			[]Candidate{healthy("a", gpu(0), 3), healthy("b", gpu(0), 1), healthy("c", gpu(0), 2)}, "b", ReasonColdNoAnchor, ""},
+		{"cold without an anchor: the fastest", &def, Request{PromptTokens: 100, TieKey: 7},
+			[]Candidate{pred(healthy("a", gpu(0), 3), 3), pred(healthy("b", gpu(0), 1), 1), pred(healthy("c", gpu(0), 2), 2)}, "b", ReasonColdNoAnchor, ""},
 		{"unhealthy endpoints are never chosen", &def, anchored,
 			[]Candidate{{ID: "a", Matched: gpu(4096)}, healthy("b", gpu(0), 5)}, "b", ReasonColdAnchor, ""},
 		{"none healthy", &def, anchored, []Candidate{{ID: "a"}}, "", ReasonNoneHealthy, ""},
@@ -156,9 +147,8 @@ func TestMinCap(t *testing.T) {
 	cs := []Candidate{{ID: "warm", Healthy: true, Matched: gpu(960), Sent: 1, SentTokens: 40}, healthy("b", gpu(0), 0), healthy("c", gpu(0), 0)}
 	r := Request{PromptTokens: 1000, Anchor: 1, HasAnchor: true}
 	cfg := DefaultConfig()
-	cfg.Epsilon = 0.25        // a cap tight enough for the floor to matter
-	cfg.SaturationWaiting = 0 // and binding on the count alone
-	cfg.OverrideCost = 0      // whatever the move costs
+	cfg.Epsilon = 0.25 // a cap tight enough for the floor to matter
+	cs[0].Predicted, cs[1].Predicted, cs[2].Predicted = 0.1, 0.5, 0.5
 	if d := Decide(&cfg, r, cs); cs[d.Index].ID != "warm" || d.Cap != 4 {
 		t.Fatalf("with the floor: chose %s, cap %d", cs[d.Index].ID, d.Cap)
 	}
@@ -235,10 +225,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.MinMatchTokens = 0 },
 		func(c *Config) { c.MinCap = 0 },
 		func(c *Config) { c.TierWeights[tier.CPU] = 2 },
-		func(c *Config) { c.WaitingTokens = -1 },
-		func(c *Config) { c.SaturationWaiting = -1 },
-		func(c *Config) { c.SaturationKVUsage = 1.5 },
-		func(c *Config) { c.OverrideCost = 0.5 },
+		func(c *Config) { c.TieRatio = -0.1 },
+		func(c *Config) { c.TieRatio = 11 },
 	} {
 		c := DefaultConfig()
 		mod(&c)
