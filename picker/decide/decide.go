@@ -9,6 +9,7 @@ import (
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/inflight"
+	"github.com/kvroute/kvroute/picker/predict"
 	"github.com/kvroute/kvroute/picker/score"
 )
 
@@ -19,11 +20,14 @@ type Config struct {
 	// Health holds the limits endpoint health is judged by (staleness,
 	// the sidecar grace period).
 	Health fleet.HealthConfig
+	// Predict is the TTFT model's learning; its prior prices a group
+	// nothing has been learned of yet.
+	Predict predict.Config
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Score: score.DefaultConfig(), Health: fleet.DefaultHealthConfig()}
+	return Config{Score: score.DefaultConfig(), Health: fleet.DefaultHealthConfig(), Predict: predict.DefaultConfig()}
 }
 
 // Validate checks c.
@@ -33,6 +37,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Health.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Predict.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -61,8 +68,16 @@ type Snapshot struct {
 	// none).
 	Matched [tier.Count]map[string]int
 	// InFlight is, per endpoint URL, this picker's picks its last load
-	// report does not cover (absent: none).
+	// report does not cover, and its carried picks before their first
+	// byte (absent: none).
 	InFlight map[string]inflight.Pending
+	// Model is the group's TTFT fit (nil: Config.Predict's prior);
+	// Learned, per endpoint URL, its speed factor and the uncached prompt
+	// assumed for a request waiting there that this picker did not send
+	// (absent: speed 1 and MeanTokens).
+	Model      *predict.Coefficients
+	Learned    map[string]predict.Endpoint
+	MeanTokens float64
 }
 
 // Decision is the choice, its reason and its explanation.
@@ -87,6 +102,11 @@ type Decision struct {
 	LoadOnly bool
 	// Override is set when the best-cached candidate was skipped for load.
 	Override *score.Override
+	// Predicted is the chosen endpoint's predicted TTFT, by term, and
+	// Features what it was predicted from (what the model learns from
+	// when the first token comes).
+	Predicted predict.Terms
+	Features  predict.Features
 	// Explain is every candidate as the decision saw it, in snapshot order.
 	Explain []score.Explain
 }
@@ -100,7 +120,7 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	if req.Policy != "" {
 		sc.Policy = req.Policy
 	}
-	cands := Candidates(cfg, req, snap, now)
+	cands, feats := candidates(cfg, req, snap, now)
 	sd := score.Decide(&sc, req.Request, cands)
 	d := Decision{Policy: sc.Policy, Reason: sd.Reason, Override: sd.Override, Explain: sd.Explain}
 	if sd.Index < 0 {
@@ -108,6 +128,8 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	}
 	chosen := cands[sd.Index]
 	d.Endpoint = chosen.ID
+	d.Features = feats[sd.Index]
+	d.Predicted = cfg.price(snap, chosen.ID, d.Features)
 	d.LoadOnly = snap.Endpoints[sd.Index].HealthAt(now, cfg.Health).State == fleet.LoadOnly
 	d.MatchedTokens = chosen.Matched[tier.GPU]
 	if req.BlockSize > 0 {
@@ -125,10 +147,17 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 
 // Candidates is the scoring input: per endpoint of the snapshot, its
 // matched tokens per tier (none for a load-only endpoint: its cache is
-// unknown), its load and this picker's picks in flight, and whether it may
-// be chosen (routable, not excluded).
+// unknown), its load and this picker's picks in flight, whether it may be
+// chosen (routable, not excluded), and the request's predicted TTFT
+// there.
 func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.Candidate {
+	out, _ := candidates(cfg, req, snap, now)
+	return out
+}
+
+func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score.Candidate, []predict.Features) {
 	out := make([]score.Candidate, 0, len(snap.Endpoints))
+	feats := make([]predict.Features, 0, len(snap.Endpoints))
 	for i := range snap.Endpoints {
 		e := &snap.Endpoints[i]
 		h := e.HealthAt(now, cfg.Health)
@@ -143,9 +172,56 @@ func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.
 		}
 		p := snap.InFlight[e.URL]
 		c.Sent, c.SentTokens = p.Count, p.Tokens
+		f := cfg.features(req, snap, &c, p)
+		c.Ahead = f.Ahead
+		c.Predicted = cfg.price(snap, e.URL, f).Total()
 		out = append(out, c)
+		feats = append(feats, f)
 	}
-	return out
+	return out, feats
+}
+
+// features are what the TTFT model needs of req on c: the tail past its
+// longest matched prefix (any tier: loading lower tiers back is priced
+// at 0 until the tiers are measured), the work queued ahead — this
+// picker's carried picks before their first byte (or, for picks it does
+// not carry, the unreported ones' aged tokens), plus the requests the
+// engine reports waiting beyond this picker's, at the mean uncached
+// prompt learned for the endpoint (until one is, this request's prompt)
+// — and the decodes running there.
+func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p inflight.Pending) predict.Features {
+	matched := 0
+	for _, m := range c.Matched {
+		matched = max(matched, m)
+	}
+	matched = min(matched, req.PromptTokens)
+	mean := snap.MeanTokens
+	if mean <= 0 { // nothing learned yet: as long as this one
+		mean = float64(req.PromptTokens)
+	}
+	if l, ok := snap.Learned[c.ID]; ok && l.MeanTokens > 0 {
+		mean = l.MeanTokens
+	}
+	others := max(0, c.Waiting-float64(max(0, p.PrefillCount-p.Count)))
+	return predict.Features{
+		Tail:    float64(req.PromptTokens - matched),
+		Context: float64(matched),
+		Ahead:   max(p.PrefillTokens, p.Tokens) + others*mean,
+		Running: c.Running + float64(p.Count),
+	}
+}
+
+// price is f's predicted TTFT on endpoint url.
+func (cfg *Config) price(snap Snapshot, url string, f predict.Features) predict.Terms {
+	coef := predict.Coefficients(cfg.Predict.Prior)
+	if snap.Model != nil {
+		coef = *snap.Model
+	}
+	speed := 1.0
+	if l, ok := snap.Learned[url]; ok && l.Speed > 0 {
+		speed = l.Speed
+	}
+	return coef.Terms(f, speed)
 }
 
 // RenderOrder orders the engines that may render a request's tokens:

@@ -1,12 +1,14 @@
 package decide
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/inflight"
+	"github.com/kvroute/kvroute/picker/predict"
 	"github.com/kvroute/kvroute/picker/score"
 )
 
@@ -138,7 +140,7 @@ func TestDecide(t *testing.T) {
 			snap: Snapshot{},
 			want: "", reason: score.ReasonNoneHealthy},
 		{name: "picks in flight count as load: the bounded-load cap moves the request",
-			cfg: func(c *Config) { c.Score.MinCap, c.Score.Epsilon, c.Score.SaturationWaiting = 1, 0.25, 0 },
+			cfg: func(c *Config) { c.Score.MinCap, c.Score.Epsilon = 1, 0.25 },
 			snap: Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh), ep("b", 0, 0, fresh)}, Matched: gpu(map[string]int{"a": 40}),
 				InFlight: map[string]inflight.Pending{"a": {Count: 3, Tokens: 500}}},
 			want: "b",
@@ -238,18 +240,81 @@ func TestCandidates(t *testing.T) {
 	req := anchored()
 	req.Exclude = map[string]bool{"a": true}
 	cs := Candidates(&cfg, req, snap, now)
+	// At the prior (50 ms, 10,000 tokens a second for the tail and the
+	// work ahead, 1 ms a running decode), nothing learned: a's 2 waiting
+	// requests are priced as long as this one.
 	want := []score.Candidate{
-		{ID: "a", Healthy: false, Matched: [tier.Count]int{64, 96, 0}, Waiting: 2, Running: 3},
-		{ID: "b", Healthy: true, Matched: [tier.Count]int{0, 32, 16}, Sent: 2, SentTokens: 300},
-		{ID: "c", Healthy: false},
+		{ID: "a", Healthy: false, Matched: [tier.Count]int{64, 96, 0}, Waiting: 2, Running: 3, Ahead: 2048, Predicted: 0.05 + 0.0928 + 0.2048 + 0.003},
+		{ID: "b", Healthy: true, Matched: [tier.Count]int{0, 32, 16}, Sent: 2, SentTokens: 300, Ahead: 300, Predicted: 0.05 + 0.0992 + 0.03 + 0.002},
+		{ID: "c", Healthy: false, Predicted: 0.05 + 0.1024},
 	}
 	if len(cs) != len(want) {
 		t.Fatalf("%d candidates", len(cs))
 	}
 	for i := range want {
-		if cs[i] != want[i] {
-			t.Errorf("candidate %d: %+v, want %+v", i, cs[i], want[i])
+		got := cs[i]
+		if math.Abs(got.Predicted-want[i].Predicted) > 1e-9 {
+			t.Errorf("candidate %d: predicted %v, want %v", i, got.Predicted, want[i].Predicted)
 		}
+		got.Predicted = want[i].Predicted
+		if got != want[i] {
+			t.Errorf("candidate %d: %+v, want %+v", i, got, want[i])
+		}
+	}
+}
+
+// TestPredictions: the snapshot's model prices each candidate — the queue
+// (this picker's carried prefill, the engine's other waiting requests at
+// the learned mean), the tail past the longest match, the running decodes
+// and the endpoint's speed — and the decision goes to the fastest.
+func TestPredictions(t *testing.T) {
+	cfg := DefaultConfig()
+	fresh := time.Second
+	coef := predict.Coefficients{0.01, 0.1, 0, 0.1, 0.002, 0}
+	base := func() Snapshot {
+		return Snapshot{Endpoints: []fleet.Endpoint{ep("a", 0, 0, fresh), ep("b", 0, 0, fresh)}, Model: &coef, MeanTokens: 500}
+	}
+	for _, tc := range []struct {
+		name   string
+		mod    func(*Snapshot)
+		want   string
+		wantS  float64 // the chosen one's predicted seconds
+		reason score.Reason
+	}{
+		{"a cached prefix shortens the tail", func(s *Snapshot) { s.Matched = gpu(map[string]int{"b": 48}) }, "b", 0.01 + 0.1*0.256, score.ReasonCacheHit},
+		{"this picker's carried prefill is waited for", func(s *Snapshot) {
+			s.Matched = gpu(map[string]int{"b": 48})
+			s.InFlight = map[string]inflight.Pending{"b": {PrefillCount: 1, PrefillTokens: 8000}}
+		}, "a", 0.01 + 0.1*1.024, score.ReasonColdAnchor},
+		{"the engine's other waiting requests, at the learned mean", func(s *Snapshot) {
+			s.Endpoints[1] = ep("b", 4, 0, fresh)
+			s.Matched = gpu(map[string]int{"b": 48})
+		}, "a", 0.01 + 0.1*1.024, score.ReasonColdAnchor},
+		{"an endpoint's own mean replaces the group's", func(s *Snapshot) {
+			s.Endpoints[1] = ep("b", 4, 0, fresh)
+			s.Matched = gpu(map[string]int{"b": 48})
+			s.Learned = map[string]predict.Endpoint{"b": {Speed: 1, MeanTokens: 100}}
+		}, "b", 0.01 + 0.1*0.256 + 0.1*0.4, score.ReasonCacheHit},
+		{"running decodes slow the step", func(s *Snapshot) {
+			s.Endpoints[1] = ep("b", 0, 200, fresh)
+			s.Matched = gpu(map[string]int{"b": 48})
+		}, "a", 0.01 + 0.1*1.024, score.ReasonColdAnchor},
+		{"a slow engine's speed factor", func(s *Snapshot) {
+			s.Matched = gpu(map[string]int{"b": 48})
+			s.Learned = map[string]predict.Endpoint{"b": {Speed: 5}}
+		}, "a", 0.01 + 0.1*1.024, score.ReasonColdAnchor},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base()
+			tc.mod(&s)
+			d := Decide(&cfg, anchored(), s, now)
+			if d.Endpoint != tc.want || d.Reason != tc.reason || math.Abs(d.Predicted.Total()-tc.wantS) > 1e-9 {
+				t.Fatalf("chose %s (%s) predicted %+v (%.4f s), want %s (%s) at %.4f s", d.Endpoint, d.Reason, d.Predicted, d.Predicted.Total(), tc.want, tc.reason, tc.wantS)
+			}
+			if d.Features.Tail+d.Features.Context != 1024 {
+				t.Errorf("features %+v do not add up to the prompt", d.Features)
+			}
+		})
 	}
 }
 

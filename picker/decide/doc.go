@@ -16,6 +16,13 @@
 //   - Scoring is picker/score's: matched blocks become tokens at the
 //     group's block size; the load is the engine's last report plus this
 //     picker's picks the report does not cover yet (picker/inflight).
+//     Each candidate's predicted TTFT is priced here, by the snapshot's
+//     fit of picker/predict (Snapshot.Model, Learned; the prior when none
+//     is given): the tail past the longest match, the work ahead (this
+//     picker's carried prefill, the engine's other waiting requests at the
+//     learned mean uncached prompt), the running decodes. The Decision
+//     carries the chosen one's prediction and the features it came from,
+//     for the shell to learn from when the first token comes.
 //   - The Decision carries everything the shell needs afterwards — the
 //     figures for the answer, for the metrics (recorded by the shell in one
 //     place) and for the in-flight record — so the shell never re-derives
