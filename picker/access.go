@@ -42,6 +42,10 @@ type reqRecord struct {
 	matched  int    // GPU tokens the chosen engine held, as predicted
 	cached   int    // cached tokens the engine reported (-1: no report)
 	attempts int    // engines tried
+	// predictedMs is the TTFT precise predicted (0: none); observedTTFT
+	// the time from dispatch to the first output token, when learned.
+	predictedMs  float64
+	observedTTFT time.Duration
 }
 
 type recordKey struct{}
@@ -208,6 +212,12 @@ func (r *Router) finish(req *http.Request, w *recorder, rec *reqRecord, start ti
 	if rec.cached >= 0 {
 		fields = append(fields, zap.Int("cached_tokens", rec.cached))
 	}
+	if rec.predictedMs > 0 {
+		fields = append(fields, zap.Float64("predicted_ttft_ms", rec.predictedMs))
+		if rec.observedTTFT > 0 {
+			fields = append(fields, zap.Float64("ttft_ms", float64(rec.observedTTFT.Microseconds())/1000))
+		}
+	}
 	if aborted {
 		fields = append(fields, zap.Bool("aborted", true))
 	}
@@ -228,7 +238,13 @@ func setDecisionHeaders(h http.Header, mode string, p *Pick) {
 	if p.PrefixHash != "" {
 		h.Set("X-Kvroute-Prefix-Hash", p.PrefixHash)
 	}
+	if p.PredictedTTFTMs > 0 {
+		h.Set("X-Kvroute-Predicted-Ttft-Ms", predictedMs(p))
+	}
 }
+
+// predictedMs is p's predicted TTFT in milliseconds, to a tenth.
+func predictedMs(p *Pick) string { return strconv.FormatFloat(p.PredictedTTFTMs, 'f', 1, 64) }
 
 // validResponseHeaders checks a --response-headers mode.
 func validResponseHeaders(mode string) error {

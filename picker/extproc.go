@@ -270,7 +270,7 @@ func (x *eppExchange) take(req *extprocv3.ProcessingRequest) (extproc.Event, err
 			switch k := h.GetKey(); {
 			case strings.EqualFold(k, "x-kvroute-cache"):
 				x.cacheOff = strings.EqualFold(strings.TrimSpace(string(h.GetRawValue())+h.GetValue()), "off")
-			case strings.EqualFold(k, x.s.r.cfg.FairnessHeader), strings.EqualFold(k, PriorityHeader):
+			case strings.EqualFold(k, x.s.r.cfg.FairnessHeader), strings.EqualFold(k, PriorityHeader), strings.EqualFold(k, SLOHeader):
 				if x.fair == nil {
 					x.fair = http.Header{}
 				}
@@ -359,12 +359,16 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 		}
 	} else {
 		fair, err := fairnessOf(x.fair, r.cfg.FairnessHeader)
+		var slo time.Duration
+		if err == nil {
+			slo, err = sloOf(x.fair)
+		}
 		if err != nil {
 			r.m.refused.WithLabelValues("bad_request").Inc()
 			return refuse(eppRefused, err)
 		}
 		p, err = r.Route(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff,
-			Admit: true, Fairness: fair, Carried: true})
+			Admit: true, Fairness: fair, Carried: true, SLO: slo})
 		var ie *intake.Error
 		switch {
 		case err == nil:
@@ -463,7 +467,7 @@ func (x *eppExchange) responseBody(chunk []byte) {
 		x.s.r.firstChunk(x.pick) // kvroute's prefill in flight ends; llm-d's tokens too
 	}
 	if x.out.see(chunk) {
-		x.s.r.peerFirstToken(x.pick) // the first output token: Dynamo's prefill ends
+		x.s.r.firstToken(x.pick, x.sn.sse) // the first output token: Dynamo's prefill ends; the TTFT model learns
 	}
 	x.first = x.first || len(chunk) > 0
 	_, _ = x.sn.Write(chunk)
@@ -498,6 +502,9 @@ func (x *eppExchange) decisionHeaders() []*corev3.HeaderValueOption {
 	out := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-kvroute-matched-tokens", RawValue: []byte(strconv.Itoa(x.pick.MatchedTokens))}}}
 	if x.pick.PrefixHash != "" {
 		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-kvroute-prefix-hash", RawValue: []byte(x.pick.PrefixHash)}})
+	}
+	if x.pick.PredictedTTFTMs > 0 {
+		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-kvroute-predicted-ttft-ms", RawValue: []byte(predictedMs(x.pick))}})
 	}
 	return out
 }

@@ -3,8 +3,10 @@ package picker
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -63,16 +65,22 @@ func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickRes
 			return nil, grpcError(err)
 		}
 	}
-	p, err := g.r.Route(ctx, intake.Any, body, PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain()})
+	slo := req.GetSloTtftMs()
+	if slo < 0 || slo > float64(maxSLO/time.Millisecond) || math.IsNaN(slo) {
+		return nil, status.Errorf(codes.InvalidArgument, "slo_ttft_ms %v: want 0 (none) or a number of milliseconds up to %d", slo, maxSLO/time.Millisecond)
+	}
+	p, err := g.r.Route(ctx, intake.Any, body, PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain(),
+		SLO: time.Duration(slo * float64(time.Millisecond))})
 	if err != nil {
 		return nil, grpcError(err)
 	}
 	out := &pb.PickResponse{Endpoint: p.Endpoint, EndpointId: p.EndpointID, Model: p.Model, PromptTokens: int32(p.PromptTokens),
-		MatchedTokens: int32(p.MatchedTokens), MatchedBlocks: int32(p.MatchedBlocks), PrefixHash: p.PrefixHash, Policy: p.Policy, Reason: p.Reason}
+		MatchedTokens: int32(p.MatchedTokens), MatchedBlocks: int32(p.MatchedBlocks), PrefixHash: p.PrefixHash, Policy: p.Policy, Reason: p.Reason,
+		PredictedTtftMs: p.PredictedTTFTMs}
 	for _, c := range p.Candidates {
 		out.Candidates = append(out.Candidates, &pb.PickCandidate{Endpoint: c.Endpoint, MatchedTokens: int32(c.MatchedTokens),
 			CpuMatchedTokens: int32(c.CPUTokens), StorageMatchedTokens: int32(c.StorageTokens), InFlight: c.InFlight,
-			EstimatedCostTokens: c.Cost, UnderLoadCap: c.UnderCap, Why: c.Why})
+			EstimatedCostTokens: c.Cost, UnderLoadCap: c.UnderCap, Why: c.Why, PredictedTtftMs: c.PredictedTTFTMs})
 	}
 	return out, nil
 }

@@ -223,7 +223,13 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		return
 	}
 	explain := req.URL.Query().Get("explain") == "true"
-	p, err := r.Route(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain})
+	slo, err := sloOf(req.Header)
+	if err != nil {
+		r.m.refused.WithLabelValues("bad_request").Inc()
+		writeError(w, err)
+		return
+	}
+	p, err := r.Route(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain, SLO: slo})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -264,7 +270,13 @@ func (r *Router) readiness(ready func() error) error {
 // endpoint with its health at now, and the fleet's diagnostics when it
 // has them.
 func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, self debugapi.Picker) {
-	doc := debugapi.Document{Endpoints: []debugapi.Endpoint{}, Picker: self, Refused: []debugapi.Refusal{}, SidecarsFailing: []debugapi.SidecarFailing{}}
+	doc := debugapi.Document{Endpoints: []debugapi.Endpoint{}, Picker: self, Refused: []debugapi.Refusal{}, SidecarsFailing: []debugapi.SidecarFailing{},
+		TTFTModels: map[string]debugapi.TTFTModel{}}
+	models := r.learn.state()
+	for g, m := range models {
+		doc.TTFTModels[g] = debugapi.TTFTModel{Coefficients: m.Coefficients, Observations: m.Observations,
+			MedianRelativeError: m.MedianRelativeError, MeanUncachedTokens: m.MeanUncachedTokens}
+	}
 	for _, e := range r.fleet.Endpoints() {
 		d := debugapi.Endpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}
 		d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
@@ -282,6 +294,10 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, se
 			d.NeverUpdated = true
 		} else {
 			d.StaleSecs = time.Since(e.LastUpdate).Seconds()
+		}
+		if t, ok := models[e.Group].Endpoints[e.URL]; ok {
+			d.TTFT = &debugapi.TTFTEndpoint{SpeedFactor: t.Speed, Observations: t.Observations, MeanUncachedTokens: t.MeanUncachedTokens,
+				MeanQueueSeconds: t.MeanQueueSeconds, MeanPrefillSeconds: t.MeanPrefillSeconds, MeanTTFTSeconds: t.MeanTTFTSeconds}
 		}
 		doc.Endpoints = append(doc.Endpoints, d)
 	}

@@ -36,6 +36,9 @@ type metrics struct {
 	eppRequests    *prometheus.CounterVec   // endpoint picker (ext_proc) requests, by result
 	eppServed      *prometheus.CounterVec   // endpoint picker answers, by the endpoint that served them
 	chosen         sync.Map                 // endpoints picked at least once: their per-endpoint series exist
+	ttftError      prometheus.Histogram     // |predicted − observed| ÷ observed
+	ttftObserved   prometheus.Histogram
+	ttftPredicted  prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -83,13 +86,21 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		eppRequests: prometheus.NewCounterVec(opts("extproc_requests_total", "Requests the endpoint picker (ext_proc) answered, by result: picked (a destination sent), no_endpoint (503: none ready), "+
 			"subset_empty (503: none of the gateway's subset hint is an endpoint here), shed (429: every candidate saturated), refused (another refusal: unknown model 404, bad request 400, body too large 413, …), "+
 			"error (the stream ended in a gRPC error: a protocol violation, the body timeout)."), []string{"result"}),
+		ttftError: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "ttft_prediction_error_ratio",
+			Help:    "Per request learned from (the first token of a request the picker carried, routed by precise): |predicted − observed| ÷ observed time to first token, from the dispatch.",
+			Buckets: []float64{0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5}}),
+		ttftObserved: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "ttft_observed_seconds",
+			Help: "Time from the dispatch to the first output token of the requests the TTFT model learned from.", Buckets: latencyBuckets()}),
+		ttftPredicted: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "ttft_predicted_seconds",
+			Help: "The TTFT predicted for the same requests, at their decision.", Buckets: latencyBuckets()}),
 		eppServed: prometheus.NewCounterVec(opts("extproc_served_total", "Endpoint picker answers by the endpoint the gateway reports served them: picked, fallback (a later one of the list), "+
 			"other (not in the list), unreported (no x-gateway-destination-endpoint-served)."), []string{"as"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors, m.coalesced,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
-			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, m.eppRequests, m.eppServed, endpointsByGroup{r})
+			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, m.eppRequests, m.eppServed, endpointsByGroup{r},
+			m.ttftError, m.ttftObserved, m.ttftPredicted, ttftModels{r})
 	}
 	// Series the alerts and the dashboard divide by or watch for a first
 	// increase exist from the start, at 0.
@@ -186,5 +197,41 @@ func (e endpointsByGroup) Collect(ch chan<- prometheus.Metric) {
 	}
 	for g, c := range n {
 		ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(c), g)
+	}
+}
+
+// ttftModels exports the learned TTFT models at scrape time.
+type ttftModels struct{ r *Router }
+
+var (
+	ttftCoefDesc = prometheus.NewDesc("kvroute_picker_ttft_model_coefficient",
+		"The learned TTFT model's coefficients, by identity group and term (overhead_s, tail_s_per_ktok, attention_s_per_mtok2, ahead_s_per_ktok, running_s_per_seq, running_tail_s_per_seq_ktok).",
+		[]string{"group", "term"}, nil)
+	ttftObsDesc = prometheus.NewDesc("kvroute_picker_ttft_model_observations", "Requests the TTFT model learned from, by identity group.", []string{"group"}, nil)
+	ttftErrDesc = prometheus.NewDesc("kvroute_picker_ttft_model_median_error_ratio",
+		"Median of |predicted − observed| ÷ observed over the TTFT model's last 512 requests, by identity group.", []string{"group"}, nil)
+	ttftSpeedDesc = prometheus.NewDesc("kvroute_picker_ttft_speed_factor",
+		"Each endpoint's learned speed against its group's TTFT curve (2: twice as slow), by engine (its URL).", []string{"engine"}, nil)
+)
+
+func (t ttftModels) Describe(ch chan<- *prometheus.Desc) {
+	ch <- ttftCoefDesc
+	ch <- ttftObsDesc
+	ch <- ttftErrDesc
+	ch <- ttftSpeedDesc
+}
+
+func (t ttftModels) Collect(ch chan<- prometheus.Metric) {
+	for g, m := range t.r.learn.state() {
+		for term, v := range m.Coefficients {
+			ch <- prometheus.MustNewConstMetric(ttftCoefDesc, prometheus.GaugeValue, v, g, term)
+		}
+		ch <- prometheus.MustNewConstMetric(ttftObsDesc, prometheus.GaugeValue, float64(m.Observations), g)
+		if m.MedianRelativeError != nil {
+			ch <- prometheus.MustNewConstMetric(ttftErrDesc, prometheus.GaugeValue, *m.MedianRelativeError, g)
+		}
+		for url, e := range m.Endpoints {
+			ch <- prometheus.MustNewConstMetric(ttftSpeedDesc, prometheus.GaugeValue, e.Speed, url)
+		}
 	}
 }

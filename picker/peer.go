@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -125,6 +126,18 @@ func (pp *peerPolicy) forgetGone(group string, eps []fleet.Endpoint) {
 // endpoint picker's, at the answer's first output token (outputWatch).
 func (r *Router) peerFirstToken(p *Pick) { r.bookings.peerFirstToken(p, r.now()) }
 
+// firstToken is FirstToken at the router's now, from the proxy and the
+// endpoint picker: the TTFT model learns only from a streamed answer,
+// whose first output chunk is its first token; a whole answer's first
+// byte comes after its last token.
+func (r *Router) firstToken(p *Pick, streamed bool) {
+	now := r.now()
+	r.bookings.peerFirstToken(p, now)
+	if streamed {
+		r.learnTTFT(p, now)
+	}
+}
+
 // firstChunk is FirstChunk at the router's now: the proxy's and the endpoint picker's, at
 // the answer's first byte.
 func (r *Router) firstChunk(p *Pick) { r.FirstChunk(p, r.now()) }
@@ -172,7 +185,31 @@ func (r *Router) FirstChunk(p *Pick, now time.Time) {
 // event after the opening ones, on a whole answer its first byte; a
 // caller that runs engines in virtual time calls it at the engine's
 // first output token. Idempotent per pick.
-func (r *Router) FirstToken(p *Pick, now time.Time) { r.bookings.peerFirstToken(p, now) }
+//
+// For a pick precise predicted, it is also the observation the TTFT model
+// learns from: the time from the booking to now, against the prediction
+// (once per pick; Pick.ObservedTTFT holds it after).
+func (r *Router) FirstToken(p *Pick, now time.Time) {
+	r.bookings.peerFirstToken(p, now)
+	r.learnTTFT(p, now)
+}
+
+// learnTTFT teaches p's group's model its TTFT at now, once.
+func (r *Router) learnTTFT(p *Pick, now time.Time) {
+	if !p.predicted || p.dispatched.IsZero() {
+		return
+	}
+	p.predicted = false
+	p.ObservedTTFT = now.Sub(p.dispatched)
+	observed := p.ObservedTTFT.Seconds()
+	if !(observed > 0) {
+		return
+	}
+	predicted := r.learn.observe(p.group, p.Endpoint, p.features, p.ObservedTTFT)
+	r.m.ttftError.Observe(math.Abs(predicted-observed) / observed)
+	r.m.ttftObserved.Observe(observed)
+	r.m.ttftPredicted.Observe(predicted)
+}
 
 // SetLLMDLoadGate sets the llm-d policy's load gate (the
 // prefix-cache-affinity filter's) for the rest of the router's life: the

@@ -53,12 +53,16 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			return
 		}
 		fair, err := fairnessOf(req.Header, r.cfg.FairnessHeader)
+		var slo time.Duration
+		if err == nil {
+			slo, err = sloOf(req.Header)
+		}
 		if err != nil {
 			r.m.refused.WithLabelValues("bad_request").Inc()
 			writeError(w, err)
 			return
 		}
-		opt := PickOptions{CacheOff: cacheOff(req.Header), Fairness: fair, Carried: true}
+		opt := PickOptions{CacheOff: cacheOff(req.Header), Fairness: fair, Carried: true, SLO: slo}
 		var waited time.Duration
 		r.relay(w, req, kind, path, body, func(tried map[string]bool) (*Pick, error) {
 			opt.Exclude, opt.Admit = tried, len(tried) == 0 // admitted once
@@ -97,6 +101,7 @@ func (r *Router) relay(w http.ResponseWriter, req *http.Request, kind intake.Kin
 		inFlight.Inc()
 		done, err := r.forward(w, req, p, kind, path, body)
 		inFlight.Dec()
+		rec.predictedMs, rec.observedTTFT = p.PredictedTTFTMs, p.ObservedTTFT
 		r.Done(p)
 		if done {
 			var cut *cutAnswer
@@ -229,7 +234,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 				r.firstChunk(p) // kvroute's prefill in flight ends; llm-d's tokens too
 			}
 			if watch.see(buf[:n]) {
-				r.peerFirstToken(p) // the first output token: Dynamo's prefill ends
+				r.firstToken(p, sse) // the first output token: Dynamo's prefill ends; the TTFT model learns
 			}
 			first = false
 			_, _ = sn.Write(buf[:n])

@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
+	"github.com/kvroute/kvroute/picker/score"
 )
 
 // Route places a request of kind (intake.Any: told by its fields). It
@@ -74,6 +75,7 @@ func (r *Router) Admit(ctx context.Context, p *Prepared, opt PickOptions) (leave
 // and the bookings and never blocks on I/O.
 func (r *Router) Snapshot(p *Prepared, opt PickOptions, now time.Time) decide.Snapshot {
 	p.dreq.Exclude = opt.Exclude
+	p.dreq.SLO = opt.SLO.Seconds()
 	if opt.Only != nil {
 		p.eps = slices.DeleteFunc(p.eps, func(e fleet.Endpoint) bool { return !opt.Only[e.URL] })
 	}
@@ -89,6 +91,7 @@ func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
 		}
 	}
 	s.InFlight = r.bookings.pending(p.eps, now)
+	r.learn.into(&s, p.group)
 	return s
 }
 
@@ -121,7 +124,11 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 	pick := &Pick{Answer: pickapi.Answer{Model: p.req.Model, Policy: string(d.Policy), Reason: string(d.Reason), PromptTokens: p.dreq.PromptTokens,
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached,
-		waited: p.waited, peer: ticket}
+		waited: p.waited, peer: ticket, group: p.group}
+	if d.Policy == score.Precise && !d.LoadOnly && p.dreq.Policy == "" && r.bookings.peer == nil {
+		pick.PredictedTTFTMs = d.Predicted.Total() * 1000
+		pick.features, pick.predicted = d.Features, true
+	}
 	if opt.Fallbacks > 0 {
 		pick.fallbacks = r.rankFallbacks(p, d, snap, opt, now)
 	}
@@ -135,7 +142,7 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 		for _, e := range d.Explain {
 			pick.Candidates = append(pick.Candidates, Candidate{Endpoint: e.ID, MatchedTokens: e.Matched[tier.GPU],
 				CPUTokens: e.Matched[tier.CPU], StorageTokens: e.Matched[tier.Storage], InFlight: e.InFlight,
-				Cost: e.Cost, UnderCap: e.UnderCap, Why: e.Why})
+				Cost: e.Cost, PredictedTTFTMs: e.Predicted * 1000, UnderCap: e.UnderCap, Why: e.Why})
 		}
 	}
 	return pick, d, nil
@@ -166,4 +173,5 @@ func (r *Router) rankFallbacks(p *Prepared, d decide.Decision, snap decide.Snaps
 // as prefill until its first byte). It never blocks on I/O.
 func (r *Router) Book(pick *Pick, opt PickOptions, now time.Time) {
 	r.bookings.book(pick, pick.uncached, opt.Carried, now)
+	pick.dispatched = now
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/picker/inflight"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
+	"github.com/kvroute/kvroute/picker/predict"
 	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/picker/score"
 	"github.com/kvroute/kvroute/picker/tenant"
@@ -37,6 +38,9 @@ const (
 // is the one exception: empty sends none).
 type Config struct {
 	Score score.Config
+	// Predict is how the TTFT model learns (picker/predict): its prior,
+	// forgetting and robustness.
+	Predict predict.Config
 	// AnchorTokens is the anchor of a raw prompt (completions, token ids):
 	// its first AnchorTokens tokens. Default 1024.
 	AnchorTokens int
@@ -112,7 +116,7 @@ type Renderer interface {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Score: score.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
+	return Config{Score: score.DefaultConfig(), Predict: predict.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
 		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000,
 		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1, Admission: admit.DefaultConfig(), FairnessHeader: "x-kvroute-tenant",
 		Clock: time.Now}
@@ -122,6 +126,9 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	var errs []error
 	if err := c.Score.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Predict.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.AnchorTokens < 1 {
@@ -213,6 +220,7 @@ type Router struct {
 	admit *admission // the queue for saturated groups
 
 	bookings bookings // picks in flight and a peer policy's state, under the router's one lock
+	learn    *learner // the TTFT models, under their own lock
 }
 
 // NewRouter returns a router over a fleet (a fleetview.View, or an
@@ -230,7 +238,7 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health}, log: log, fleet: fl,
+	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health, Predict: cfg.Predict}, log: log, fleet: fl, learn: newLearner(cfg.Predict),
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
 		proxy:  &http.Client{Transport: newProxyTransport()}, accessLog: log.Named("access")}
 	r.bookings.b = books
@@ -286,6 +294,17 @@ type Pick struct {
 	uncached        float64       // the prompt tokens left to prefill, as booked
 	fallbacks       []fallback    // the next best endpoints (PickOptions.Fallbacks), best first
 	waited          time.Duration // in the admission queue
+
+	// The TTFT prediction, for learning at the first token: the group,
+	// the features the chosen endpoint was priced by, when the pick was
+	// booked, and whether it is still to be learned from (predicted).
+	group      string
+	features   predict.Features
+	dispatched time.Time
+	predicted  bool
+	// ObservedTTFT is the time from the pick's booking to its first
+	// output token, once FirstToken was called (0 before).
+	ObservedTTFT time.Duration
 }
 
 // fallback is an endpoint the decision ranks after the chosen one, with
@@ -331,6 +350,10 @@ type PickOptions struct {
 	// saturated it waits in the queue under Fairness, or is refused.
 	Admit    bool
 	Fairness Fairness
+	// SLO is the request's TTFT target (x-kvroute-slo-ttft-ms; 0: none):
+	// precise chooses, among the endpoints predicted within it, the one
+	// that keeps the fleet's cache best.
+	SLO time.Duration
 	// Carried: the picker carries the request to the engine and sees its
 	// first byte and its end (the proxy, the endpoint picker), so its
 	// uncached tokens count as prefill in flight until the first byte

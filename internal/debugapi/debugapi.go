@@ -15,6 +15,34 @@ type Document struct {
 	// SidecarsFailing are the sidecars followed whose summary stream
 	// fails: one that never streamed has no endpoint to show it by.
 	SidecarsFailing []SidecarFailing `json:"sidecars_failing"`
+	// TTFTModels are the picker's learned TTFT models, by identity group.
+	TTFTModels map[string]TTFTModel `json:"ttft_models"`
+}
+
+// TTFTModel is one identity group's learned model of time to first
+// token: its coefficients (by term: overhead_s, tail_s_per_ktok,
+// attention_s_per_mtok2, ahead_s_per_ktok, running_s_per_seq,
+// running_tail_s_per_seq_ktok), the requests it learned from, the median
+// relative error of its recent predictions (nil before any), and the
+// group's mean uncached prompt per request.
+type TTFTModel struct {
+	Coefficients        map[string]float64 `json:"coefficients"`
+	Observations        int                `json:"observations"`
+	MedianRelativeError *float64           `json:"median_relative_error"`
+	MeanUncachedTokens  float64            `json:"mean_uncached_tokens"`
+}
+
+// TTFTEndpoint is what the TTFT model learned of one endpoint: its speed
+// factor against the group's curve, the requests it learned from there,
+// and, from the engine's own counters and histograms, its mean uncached
+// prompt and its mean queue, prefill and TTFT seconds per request.
+type TTFTEndpoint struct {
+	SpeedFactor        float64 `json:"speed_factor"`
+	Observations       int     `json:"observations"`
+	MeanUncachedTokens float64 `json:"engine_mean_uncached_tokens"`
+	MeanQueueSeconds   float64 `json:"engine_mean_queue_s"`
+	MeanPrefillSeconds float64 `json:"engine_mean_prefill_s"`
+	MeanTTFTSeconds    float64 `json:"engine_mean_ttft_s"`
 }
 
 // Endpoint is one endpoint (an engine rank) as the picker knows it.
@@ -58,6 +86,9 @@ type Endpoint struct {
 	// LagSeconds is the median of the endpoint's recent event-to-routable
 	// lags; nil (absent) while none was measured.
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+	// TTFT is what the TTFT model learned of the endpoint (absent before
+	// anything).
+	TTFT *TTFTEndpoint `json:"ttft,omitempty"`
 }
 
 // Picker is what the picker says of itself.

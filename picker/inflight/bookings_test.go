@@ -65,7 +65,7 @@ func TestPendingCountsPrefill(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	x := b.Book("e", 1000, true, t0)
 	b.Book("e", 500, true, t0)
-	b.Book("e", 700, false, t0) // a decision API pick: not carried
+	b.Book("e", 700, false, t0)                                     // a decision API pick: not carried
 	p := b.Pending("e", t0.Add(time.Second), t0.Add(2*time.Second)) // a report covers all three
 	if p.Count != 0 || p.PrefillCount != 2 || p.PrefillTokens != 1500 {
 		t.Fatalf("covered: %+v, want no uncovered pick and 2 carried (1,500 tokens) before their first byte", p)

@@ -14,8 +14,12 @@ type Answer struct {
 	// PrefixHash is 16 lowercase hex digits; "" when the request opted
 	// out (X-KVRoute-Cache: off) or its anchor holds no full block.
 	PrefixHash string `json:"prefix_hash,omitempty"`
-	Policy     string `json:"policy"`
-	Reason     string `json:"reason"`
+	// PredictedTTFTMs is the time to first token predicted on the chosen
+	// endpoint, in milliseconds, from the dispatch (precise; absent for
+	// other policies and for an endpoint whose cache is unknown).
+	PredictedTTFTMs float64 `json:"predicted_ttft_ms,omitempty"`
+	Policy          string  `json:"policy"`
+	Reason          string  `json:"reason"`
 	// Candidates explain the decision (?explain=true).
 	Candidates []Candidate `json:"candidates,omitempty"`
 	// Keys are the request's block keys, canonical (?explain=true): what a
@@ -31,8 +35,10 @@ type Candidate struct {
 	StorageTokens int     `json:"storage_matched_tokens,omitempty"`
 	InFlight      float64 `json:"in_flight"`
 	Cost          float64 `json:"estimated_cost_tokens"`
-	UnderCap      bool    `json:"under_load_cap"`
-	Why           string  `json:"why"`
+	// PredictedTTFTMs is the request's predicted TTFT there (precise).
+	PredictedTTFTMs float64 `json:"predicted_ttft_ms,omitempty"`
+	UnderCap        bool    `json:"under_load_cap"`
+	Why             string  `json:"why"`
 }
 
 // MostMatched is the most GPU tokens the decision credits to any endpoint:

@@ -24,9 +24,9 @@ type Model struct {
 	// the fit drifts); theta, what predictions use, is raw with negative
 	// coefficients at 0.
 	raw, theta Coefficients
-	p     [NumTerms][NumTerms]float64
-	dev   float64 // robust deviation of the residuals (seconds)
-	n     int     // observations
+	p          [NumTerms][NumTerms]float64
+	dev        float64 // robust deviation of the residuals (seconds)
+	n          int     // observations
 	// meanTokens is the group's mean uncached prompt per observed request.
 	meanTokens float64
 	eps        map[string]*endpoint
@@ -97,6 +97,10 @@ func (m *Model) Endpoint(url string) Endpoint {
 	}
 	return out
 }
+
+// MeanTokens is the group's mean uncached prompt per observed request
+// (0 before any).
+func (m *Model) MeanTokens() float64 { return m.meanTokens }
 
 // Coefficients are the group's current fit.
 func (m *Model) Coefficients() Coefficients { return m.theta }

@@ -8,12 +8,12 @@ import (
 
 // The terms' features, in the order of Vector and of the coefficients.
 const (
-	fOverhead = iota // 1: the fixed cost of a request (hop, the step it lands in)
-	fTail            // the uncached tail, in thousands of tokens
-	fAttention       // tail × (context + tail/2), in millions of tokens²
-	fAhead           // prefill tokens queued ahead, in thousands
-	fRunning         // running decodes
-	fRunningTail     // running decodes × the tail, in thousands of tokens
+	fOverhead    = iota // 1: the fixed cost of a request (hop, the step it lands in)
+	fTail               // the uncached tail, in thousands of tokens
+	fAttention          // tail × (context + tail/2), in millions of tokens²
+	fAhead              // prefill tokens queued ahead, in thousands
+	fRunning            // running decodes
+	fRunningTail        // running decodes × the tail, in thousands of tokens
 	NumTerms
 )
 

@@ -197,8 +197,8 @@ type Explain struct {
 	Cost     float64         `json:"estimated_cost_tokens"`
 	// Predicted is the predicted TTFT in seconds (precise).
 	Predicted float64 `json:"-"`
-	UnderCap bool            `json:"under_load_cap"`
-	Why      string          `json:"why"`
+	UnderCap  bool    `json:"under_load_cap"`
+	Why       string  `json:"why"`
 }
 
 // cand is a candidate's derived figures.
@@ -211,7 +211,7 @@ type cand struct {
 	// predicted is the predicted TTFT (seconds)
 	predicted float64
 	weight    uint64 // rendezvous weight for the request's key
-	underCap bool
+	underCap  bool
 }
 
 // Decide chooses among cs for r.

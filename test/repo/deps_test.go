@@ -35,6 +35,7 @@ var cores = []string{
 	"picker/inflight",
 	"picker/peers",
 	"picker/pickapi",
+	"picker/predict",
 	"picker/tenant",
 	"picker/trust",
 	"picker/score",

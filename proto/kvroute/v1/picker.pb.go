@@ -29,7 +29,10 @@ type PickRequest struct {
 	// cache_off omits the prefix hash, as X-KVRoute-Cache: off does.
 	CacheOff bool `protobuf:"varint,2,opt,name=cache_off,json=cacheOff,proto3" json:"cache_off,omitempty"`
 	// explain lists every candidate.
-	Explain       bool `protobuf:"varint,3,opt,name=explain,proto3" json:"explain,omitempty"`
+	Explain bool `protobuf:"varint,3,opt,name=explain,proto3" json:"explain,omitempty"`
+	// slo_ttft_ms is the request's time-to-first-token target, as the
+	// x-kvroute-slo-ttft-ms header gives it (0: none).
+	SloTtftMs     float64 `protobuf:"fixed64,4,opt,name=slo_ttft_ms,json=sloTtftMs,proto3" json:"slo_ttft_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +88,13 @@ func (x *PickRequest) GetExplain() bool {
 	return false
 }
 
+func (x *PickRequest) GetSloTtftMs() float64 {
+	if x != nil {
+		return x.SloTtftMs
+	}
+	return 0
+}
+
 type PickResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint      string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -97,8 +107,11 @@ type PickResponse struct {
 	Policy        string                 `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
 	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	Candidates    []*PickCandidate       `protobuf:"bytes,10,rep,name=candidates,proto3" json:"candidates,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// predicted_ttft_ms is the TTFT predicted on the chosen endpoint (0:
+	// none: another policy, or an endpoint whose cache is unknown).
+	PredictedTtftMs float64 `protobuf:"fixed64,11,opt,name=predicted_ttft_ms,json=predictedTtftMs,proto3" json:"predicted_ttft_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PickResponse) Reset() {
@@ -201,6 +214,13 @@ func (x *PickResponse) GetCandidates() []*PickCandidate {
 	return nil
 }
 
+func (x *PickResponse) GetPredictedTtftMs() float64 {
+	if x != nil {
+		return x.PredictedTtftMs
+	}
+	return 0
+}
+
 type PickCandidate struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint             string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -211,6 +231,7 @@ type PickCandidate struct {
 	EstimatedCostTokens  float64                `protobuf:"fixed64,6,opt,name=estimated_cost_tokens,json=estimatedCostTokens,proto3" json:"estimated_cost_tokens,omitempty"`
 	UnderLoadCap         bool                   `protobuf:"varint,7,opt,name=under_load_cap,json=underLoadCap,proto3" json:"under_load_cap,omitempty"`
 	Why                  string                 `protobuf:"bytes,8,opt,name=why,proto3" json:"why,omitempty"`
+	PredictedTtftMs      float64                `protobuf:"fixed64,9,opt,name=predicted_ttft_ms,json=predictedTtftMs,proto3" json:"predicted_ttft_ms,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -301,16 +322,24 @@ func (x *PickCandidate) GetWhy() string {
 	return ""
 }
 
+func (x *PickCandidate) GetPredictedTtftMs() float64 {
+	if x != nil {
+		return x.PredictedTtftMs
+	}
+	return 0
+}
+
 var File_kvroute_v1_picker_proto protoreflect.FileDescriptor
 
 const file_kvroute_v1_picker_proto_rawDesc = "" +
 	"\n" +
 	"\x17kvroute/v1/picker.proto\x12\n" +
-	"kvroute.v1\"X\n" +
+	"kvroute.v1\"x\n" +
 	"\vPickRequest\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tcache_off\x18\x02 \x01(\bR\bcacheOff\x12\x18\n" +
-	"\aexplain\x18\x03 \x01(\bR\aexplain\"\xe0\x02\n" +
+	"\aexplain\x18\x03 \x01(\bR\aexplain\x12\x1e\n" +
+	"\vslo_ttft_ms\x18\x04 \x01(\x01R\tsloTtftMs\"\x8c\x03\n" +
 	"\fPickResponse\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -326,7 +355,8 @@ const file_kvroute_v1_picker_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\n" +
 	" \x03(\v2\x19.kvroute.v1.PickCandidateR\n" +
-	"candidates\"\xbf\x02\n" +
+	"candidates\x12*\n" +
+	"\x11predicted_ttft_ms\x18\v \x01(\x01R\x0fpredictedTtftMs\"\xeb\x02\n" +
 	"\rPickCandidate\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12%\n" +
 	"\x0ematched_tokens\x18\x02 \x01(\x05R\rmatchedTokens\x12,\n" +
@@ -335,7 +365,8 @@ const file_kvroute_v1_picker_proto_rawDesc = "" +
 	"\tin_flight\x18\x05 \x01(\x01R\binFlight\x122\n" +
 	"\x15estimated_cost_tokens\x18\x06 \x01(\x01R\x13estimatedCostTokens\x12$\n" +
 	"\x0eunder_load_cap\x18\a \x01(\bR\funderLoadCap\x12\x10\n" +
-	"\x03why\x18\b \x01(\tR\x03why2C\n" +
+	"\x03why\x18\b \x01(\tR\x03why\x12*\n" +
+	"\x11predicted_ttft_ms\x18\t \x01(\x01R\x0fpredictedTtftMs2C\n" +
 	"\x06Picker\x129\n" +
 	"\x04Pick\x12\x17.kvroute.v1.PickRequest\x1a\x18.kvroute.v1.PickResponseB7Z5github.com/kvroute/kvroute/proto/kvroute/v1;kvroutev1b\x06proto3"
 
