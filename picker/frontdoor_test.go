@@ -304,8 +304,8 @@ func TestResponseHeaderModes(t *testing.T) {
 	f := startFleet(t, 1, picker.DefaultConfig(), "")
 	body := `{"model":"Qwen/Qwen3-0.6B","prompt":"` + strings.Repeat("headers ", 40) + `","max_tokens":2}`
 	for mode, want := range map[string][]string{
-		picker.HeadersAll:      {"X-Kvroute-Endpoint", "X-Kvroute-Endpoint-Id", "X-Kvroute-Matched-Tokens", "X-Kvroute-Prefix-Hash"},
-		picker.HeadersDecision: {"X-Kvroute-Endpoint-Id", "X-Kvroute-Matched-Tokens", "X-Kvroute-Prefix-Hash"},
+		picker.HeadersAll:      {"X-Kvroute-Endpoint", "X-Kvroute-Endpoint-Id", "X-Kvroute-Matched-Tokens", "X-Kvroute-Predicted-Ttft-Ms", "X-Kvroute-Prefix-Hash"},
+		picker.HeadersDecision: {"X-Kvroute-Endpoint-Id", "X-Kvroute-Matched-Tokens", "X-Kvroute-Predicted-Ttft-Ms", "X-Kvroute-Prefix-Hash"},
 		picker.HeadersNone:     {},
 	} {
 		cfg := picker.DefaultConfig()

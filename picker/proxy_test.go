@@ -191,14 +191,19 @@ func TestProxyFailover(t *testing.T) {
 }
 
 // TestOverloadedWarmEndpointIsSkipped: requests sharing a warm prefix pile
-// onto its endpoint until its load outweighs the prefix (the cost, or the
-// bounded-load cap); the next ones go to the other endpoint. Each session
+// onto its endpoint until its load outweighs the prefix (the predicted
+// TTFT, or the bounded-load cap: here a tight one, ε 0.25 with no floor,
+// since ten short sessions on an engine of this speed are no overload by
+// their TTFT, and the default cap is a safety net for real overload);
+// the next ones go to the other endpoint. Each session
 // starts once the engines' load reports show the sessions before it in
 // flight, so every decision weighs their load however slow the machine
 // (under make test's load, reports could lag a fixed 30 ms stagger and
 // every session land on the warm endpoint).
 func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
-	f := startFleetWith(t, 2, picker.DefaultConfig(), "", func(c *enginesim.Config) {
+	cfg := picker.DefaultConfig()
+	cfg.Score.Epsilon, cfg.Score.MinCap = 0.25, 1
+	f := startFleetWith(t, 2, cfg, "", func(c *enginesim.Config) {
 		c.Sim.TimeScale = 1 // requests take real time: they stay in flight
 	})
 	system := strings.Repeat("A long shared system prompt for every agent session. ", 40)
@@ -228,8 +233,8 @@ func TestOverloadedWarmEndpointIsSkipped(t *testing.T) {
 			onWarm++
 		}
 	}
-	// The cost (each running request counts RunningTokens) spreads them
-	// before the bounded-load cap has to: either may have moved some.
+	// The predicted TTFT (running decodes slow the warm engine's steps)
+	// or the cap moved some.
 	overrides := counter(t, f.reg, "kvroute_picker_load_overrides_total")
 	if onWarm < 4 || onWarm == len(got) {
 		t.Fatalf("%d of %d concurrent sessions on the warm endpoint, %v load overrides", onWarm, len(got), overrides)

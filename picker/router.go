@@ -304,7 +304,7 @@ type Pick struct {
 	predicted  bool
 	// ObservedTTFT is the time from the pick's booking to its first
 	// output token, once FirstToken was called (0 before).
-	ObservedTTFT time.Duration
+	ObservedTTFT time.Duration `json:"-"`
 }
 
 // fallback is an endpoint the decision ranks after the chosen one, with

@@ -1,8 +1,10 @@
 package lab
 
 import (
+	"cmp"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -51,6 +53,11 @@ type Figures struct {
 	// Resyncs counts summary deltas a picker took out of order (0 in a
 	// sound run).
 	Resyncs int `json:"resyncs,omitempty"`
+	// PredictionError is the median of |predicted − observed| ÷ observed
+	// TTFT (from the dispatch) over the predicted requests after the
+	// first fifth of them (the steady state); null when nothing was
+	// predicted.
+	PredictionError Num `json:"prediction_median_error"`
 }
 
 // CompletedShare is the share of requests that completed.
@@ -118,7 +125,25 @@ func figuresOf(outs []Outcome, engines []string) Figures {
 	if len(outs) > 0 {
 		f.DurationS = Num((last - first).Seconds())
 	}
+	f.PredictionError = Num(predictionError(outs))
 	return f
+}
+
+// predictionError is the median relative error of the predicted
+// requests after the first fifth of them, by start (NaN: none).
+func predictionError(outs []Outcome) float64 {
+	var pred []*Outcome
+	for i := range outs {
+		if o := &outs[i]; o.PredictedTTFT > 0 && o.DispatchTTFT > 0 {
+			pred = append(pred, o)
+		}
+	}
+	slices.SortStableFunc(pred, func(a, b *Outcome) int { return cmp.Compare(a.Start, b.Start) })
+	var errs []float64
+	for _, o := range pred[len(pred)/5:] {
+		errs = append(errs, math.Abs(float64(o.PredictedTTFT-o.DispatchTTFT))/float64(o.DispatchTTFT))
+	}
+	return stats.Quantile(errs, 0.5)
 }
 
 func ratio(a, b int) Num {

@@ -32,6 +32,11 @@ type Outcome struct {
 	Start        time.Duration `json:"start_ns"`
 	TTFT         time.Duration `json:"ttft_ns"` // to the first output token at the client
 	End          time.Duration `json:"end_ns"`
+	// PredictedTTFT is what precise predicted, from the dispatch to the
+	// first output token at the picker, and DispatchTTFT what that came
+	// to (0: nothing predicted: another policy, or a load-only endpoint).
+	PredictedTTFT time.Duration `json:"predicted_ttft_ns,omitempty"`
+	DispatchTTFT  time.Duration `json:"dispatch_ttft_ns,omitempty"`
 }
 
 // OK: the request completed.
@@ -311,6 +316,10 @@ func (r *run) token(f *flight, u sched.Update) {
 				f.picker.router.FirstChunk(f.pick, now)
 			}
 			f.picker.router.FirstToken(f.pick, now)
+			if f.pick.PredictedTTFTMs > 0 {
+				f.out.PredictedTTFT = time.Duration(f.pick.PredictedTTFTMs * float64(time.Millisecond))
+				f.out.DispatchTTFT = f.pick.ObservedTTFT
+			}
 		})
 	}
 	if u.Finish != "" {
