@@ -81,3 +81,8 @@ func (l *learner) state() map[string]predict.State {
 	}
 	return out
 }
+
+// TTFTModels is what the router's TTFT models learned, by identity group:
+// their coefficients, observations, error and endpoints (as
+// /debug/endpoints shows them).
+func (r *Router) TTFTModels() map[string]predict.State { return r.learn.state() }

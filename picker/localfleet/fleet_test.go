@@ -258,12 +258,16 @@ func endpointHealth(t *testing.T, f *localfleet.Fleet, url string, now time.Time
 }
 
 // decideOn runs the router's decision over a snapshot of f's group for
-// the request's tokens, as the picker takes it (picker/prepare.go).
+// the request's tokens, as the picker takes it (picker/prepare.go), with
+// no tie tolerance: these tests' prompts are a few blocks, whose cached
+// share is within the default TieRatio of the 50 ms a request costs at
+// the prior, and they are about which endpoint holds what.
 func decideOn(f interface {
 	GroupEndpoints(string) []fleet.Endpoint
 	Match(string, tier.Tier, []blockkey.Key) map[string]int
 }, group string, ch []blockkey.Key, promptTokens int, now time.Time) decide.Decision {
 	cfg := decide.DefaultConfig()
+	cfg.Score.TieRatio = 0
 	req := decide.Request{Request: score.Request{PromptTokens: promptTokens}, BlockSize: bs}
 	if len(ch) > 0 {
 		req.TieKey = uint64(ch[0])

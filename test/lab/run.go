@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/predict"
 	"github.com/kvroute/kvroute/test/enginesim"
 	"github.com/kvroute/kvroute/test/enginesim/sched"
 	"github.com/kvroute/kvroute/test/workload"
@@ -119,8 +120,15 @@ func (r *run) live() bool { return r.active > 0 || r.inflight > 0 }
 // were sent. An error means the run failed (a component refused what it
 // must accept, or the horizon passed).
 func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error) {
+	out, _, err := RunLearned(cfg, s, o)
+	return out, err
+}
+
+// RunLearned is Run, with what the first picker's TTFT models learned by
+// the end of the run, by identity group.
+func RunLearned(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, map[string]predict.State, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f := s.Fleet()
 	n, blocks := cfg.Engines, cfg.GPUBlocks
@@ -138,7 +146,7 @@ func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error)
 		sim: sim{base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
 		rng: rand.New(rand.NewPCG(o.Seed, 0x6c6162))}
 	if err := r.build(n, blocks, maxLen); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() {
 		for _, p := range r.pickers {
@@ -148,26 +156,26 @@ func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error)
 	o.MaxModelLen = r.maxModelLen
 	plan, err := s.Plan(o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.start(plan)
 	for _, e := range r.engines {
 		r.sim.at(e.phase, func() { r.reportLoads(e) })
 	}
 	if !r.sim.run(cfg.Horizon) {
-		return nil, fmt.Errorf("lab: the run passed its horizon of %v of simulated time with %d sessions going", cfg.Horizon, r.active)
+		return nil, nil, fmt.Errorf("lab: the run passed its horizon of %v of simulated time with %d sessions going", cfg.Horizon, r.active)
 	}
 	if r.err != nil {
-		return nil, r.err
+		return nil, nil, r.err
 	}
 	if r.inflight > 0 {
-		return nil, fmt.Errorf("lab: %d requests never finished", r.inflight)
+		return nil, nil, fmt.Errorf("lab: %d requests never finished", r.inflight)
 	}
 	out := make([]Outcome, len(r.outcomes))
 	for i, o := range r.outcomes {
 		out[i] = *o
 	}
-	return out, nil
+	return out, r.pickers[0].router.TTFTModels(), nil
 }
 
 // start schedules the plan's sessions.

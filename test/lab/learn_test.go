@@ -1,0 +1,91 @@
+package lab
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
+	"github.com/kvroute/kvroute/test/workload"
+)
+
+// singles is a test scenario of one-shot chat requests of many lengths,
+// half of them after one of two shared system prompts, arriving slowly
+// enough that most run alone: what a TTFT model must learn the engine's
+// prefill curve from. Every tail fits one chunk of 8,192 tokens, where
+// the model's curve has the engine's form exactly (the step base is then
+// a constant); past a chunk the steps' bases make a staircase the curve
+// can only approximate (docs/benchmarks.md, "Predicted TTFT").
+type singles struct{ n int }
+
+func (s singles) Name() string          { return "test-singles" }
+func (s singles) Fleet() workload.Fleet { return workload.Fleet{Engines: 4, GPUBlocks: 8192} }
+func (s singles) SLO() time.Duration    { return 2 * time.Second }
+func (s singles) Plan(o workload.Options) (workload.Plan, error) {
+	rng := rand.New(rand.NewPCG(o.Seed, 7))
+	systems := []string{workload.Text(rng, 3000), workload.Text(rng, 6000)}
+	var p workload.Plan
+	at := time.Duration(0)
+	for i := 0; i < s.n; i++ {
+		msgs := []map[string]any{}
+		if i%2 == 0 {
+			msgs = append(msgs, map[string]any{"role": "system", "content": systems[rng.IntN(2)]})
+		}
+		msgs = append(msgs, map[string]any{"role": "user", "content": workload.Text(rng, 100+rng.IntN(2000))})
+		body, _ := json.Marshal(map[string]any{"model": "Qwen/Qwen3-0.6B", "messages": msgs, "max_tokens": 4, "stream": true})
+		at += time.Duration(rng.ExpFloat64() * float64(300*time.Millisecond) / max(o.Rate, 1e-9))
+		p.Sessions = append(p.Sessions, workload.Planned{Start: at, Session: &single{req: workload.Request{Path: "/v1/chat/completions", Body: body, Conversation: i, Turn: 1}}})
+	}
+	return p, nil
+}
+
+type single struct {
+	req  workload.Request
+	sent bool
+}
+
+func (s *single) Next(prev *workload.Answer) (workload.Request, time.Duration, bool) {
+	if s.sent {
+		return workload.Request{}, 0, true
+	}
+	s.sent = true
+	return s.req, 0, false
+}
+
+// TestLearnsTheProfile: in a lab run on gpt-oss-120b on one H200 (a
+// profile with a quadratic attention term), the TTFT model precise learns
+// from its own requests reaches the profile's per-token prefill cost and
+// its attention cost within 10%, and predicts the steady state within
+// 15% (median).
+// The learned values are the picker's own: nothing reads the profile but
+// this test.
+func TestLearnsTheProfile(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Policy, cfg.Profile = score.Precise, profile.GPTOSS120BH200
+	outs, models, err := RunLearned(cfg, singles{n: 600}, workload.Options{Seed: 3, Rate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(models) != 1 {
+		t.Fatalf("%d models learned, want 1", len(models))
+	}
+	prof, _ := profile.Named(profile.GPTOSS120BH200)
+	wantTail := 1 / prof.PrefillTokensPerSecond * 1e3 // s per 1,000 tokens
+	wantAttn := 2 * prof.PrefillQuadratic * 1e6       // s per 1,000² tokens
+	for _, m := range models {
+		tail, attn := m.Coefficients["tail_s_per_ktok"], m.Coefficients["attention_s_per_mtok2"]
+		t.Logf("learned from %d requests: %v; the profile: tail %.4g s/ktok, attention %.4g s/Mtok²", m.Observations, m.Coefficients, wantTail, wantAttn)
+		if math.Abs(tail-wantTail) > 0.1*wantTail {
+			t.Errorf("tail %.4g s/ktok, want %.4g within 10%%", tail, wantTail)
+		}
+		if math.Abs(attn-wantAttn) > 0.1*wantAttn {
+			t.Errorf("attention %.4g s/Mtok², want %.4g within 10%%", attn, wantAttn)
+		}
+	}
+	if e := predictionError(outs); !(e <= 0.15) {
+		t.Errorf("steady median prediction error %.3f, want ≤ 0.15", e)
+	}
+}
