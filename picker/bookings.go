@@ -81,6 +81,13 @@ func (k *bookings) admitLoads(eps []fleet.Endpoint, now time.Time, health fleet.
 	return out
 }
 
+// firstToken ends p's wait for its first output token.
+func (k *bookings) firstToken(p *Pick) {
+	k.mu.Lock()
+	k.b.FirstToken(&p.booking)
+	k.mu.Unlock()
+}
+
 // firstByte ends p's prefill in flight.
 func (k *bookings) firstByte(p *Pick) {
 	k.mu.Lock()

@@ -205,7 +205,7 @@ type ttftModels struct{ r *Router }
 
 var (
 	ttftCoefDesc = prometheus.NewDesc("kvroute_picker_ttft_model_coefficient",
-		"The learned TTFT model's coefficients, by identity group and term (overhead_s, tail_s_per_ktok, attention_s_per_mtok2, ahead_s_per_ktok, running_s_per_seq, running_tail_s_per_seq_ktok).",
+		"The learned TTFT model's coefficients, by identity group and term (overhead_s, tail_s_per_ktok, attention_s_per_mtok2, ahead_s_per_ktok, running_s_per_seq, running_tail_s_per_seq_ktok, queued_s_per_request, kv_usage_s).",
 		[]string{"group", "term"}, nil)
 	ttftObsDesc = prometheus.NewDesc("kvroute_picker_ttft_model_observations", "Requests the TTFT model learned from, by identity group.", []string{"group"}, nil)
 	ttftErrDesc = prometheus.NewDesc("kvroute_picker_ttft_model_median_error_ratio",

@@ -133,6 +133,7 @@ func (r *Router) peerFirstToken(p *Pick) { r.bookings.peerFirstToken(p, r.now())
 func (r *Router) firstToken(p *Pick, streamed bool) {
 	now := r.now()
 	r.bookings.peerFirstToken(p, now)
+	r.bookings.firstToken(p)
 	if streamed {
 		r.learnTTFT(p, now)
 	}
@@ -191,6 +192,7 @@ func (r *Router) FirstChunk(p *Pick, now time.Time) {
 // (once per pick; Pick.ObservedTTFT holds it after).
 func (r *Router) FirstToken(p *Pick, now time.Time) {
 	r.bookings.peerFirstToken(p, now)
+	r.bookings.firstToken(p)
 	r.learnTTFT(p, now)
 }
 

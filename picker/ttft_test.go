@@ -52,8 +52,8 @@ func TestPredictedTTFTIsLearnedAndShown(t *testing.T) {
 		t.Fatalf("/debug/endpoints: %v, ttft_models %+v", err, dbg.TTFTModels)
 	}
 	for g, m := range dbg.TTFTModels {
-		if m.Observations != n || m.MedianRelativeError == nil || len(m.Coefficients) != 6 || m.MeanUncachedTokens <= 0 {
-			t.Errorf("group %s: %+v, want %d observations, an error and six coefficients", g, m, n)
+		if m.Observations != n || m.MedianRelativeError == nil || len(m.Coefficients) != 8 || m.MeanUncachedTokens <= 0 {
+			t.Errorf("group %s: %+v, want %d observations, an error and eight coefficients", g, m, n)
 		}
 	}
 	learned := 0
@@ -76,8 +76,8 @@ func TestPredictedTTFTIsLearnedAndShown(t *testing.T) {
 	if got := metrictest.Sum(fams, "kvroute_picker_ttft_model_observations", nil); got != n {
 		t.Errorf("kvroute_picker_ttft_model_observations %v, want %d", got, n)
 	}
-	if got := metrictest.Series(fams, "kvroute_picker_ttft_model_coefficient", nil); got != 6 {
-		t.Errorf("%d coefficient series, want 6", got)
+	if got := metrictest.Series(fams, "kvroute_picker_ttft_model_coefficient", nil); got != 8 {
+		t.Errorf("%d coefficient series, want 8", got)
 	}
 }
 

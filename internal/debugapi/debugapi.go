@@ -22,7 +22,8 @@ type Document struct {
 // TTFTModel is one identity group's learned model of time to first
 // token: its coefficients (by term: overhead_s, tail_s_per_ktok,
 // attention_s_per_mtok2, ahead_s_per_ktok, running_s_per_seq,
-// running_tail_s_per_seq_ktok), the requests it learned from, the median
+// running_tail_s_per_seq_ktok, queued_s_per_request, kv_usage_s), the
+// requests it learned from, the median
 // relative error of its recent predictions (nil before any), and the
 // group's mean uncached prompt per request.
 type TTFTModel struct {

@@ -184,8 +184,8 @@ func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score
 // features are what the TTFT model needs of req on c: the tail past its
 // longest matched prefix (any tier: loading lower tiers back is priced
 // at 0 until the tiers are measured), the work queued ahead — this
-// picker's carried picks before their first byte (or, for picks it does
-// not carry, the unreported ones' aged tokens), plus the requests the
+// picker's carried picks before their first output token (or, for picks
+// it does not carry, the unreported ones' aged tokens), plus the requests the
 // engine reports waiting beyond this picker's, at the mean uncached
 // prompt learned for the endpoint (until one is, this request's prompt)
 // — and the decodes running there.
@@ -202,11 +202,13 @@ func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p in
 	if l, ok := snap.Learned[c.ID]; ok && l.MeanTokens > 0 {
 		mean = l.MeanTokens
 	}
-	others := max(0, c.Waiting-float64(max(0, p.PrefillCount-p.Count)))
+	others := max(0, c.Waiting-float64(max(0, p.AwaitCount-p.Count)))
 	return predict.Features{
 		Tail:    float64(req.PromptTokens - matched),
 		Context: float64(matched),
-		Ahead:   max(p.PrefillTokens, p.Tokens) + others*mean,
+		Ahead:   max(p.AwaitTokens, p.Tokens) + others*mean,
+		Queued:  float64(max(p.AwaitCount, p.Count)) + others,
+		KVUsage: c.KVUsage,
 		Running: c.Running + float64(p.Count),
 	}
 }

@@ -284,7 +284,7 @@ func TestPredictions(t *testing.T) {
 		{"a cached prefix shortens the tail", func(s *Snapshot) { s.Matched = gpu(map[string]int{"b": 48}) }, "b", 0.01 + 0.1*0.256, score.ReasonCacheHit},
 		{"this picker's carried prefill is waited for", func(s *Snapshot) {
 			s.Matched = gpu(map[string]int{"b": 48})
-			s.InFlight = map[string]inflight.Pending{"b": {PrefillCount: 1, PrefillTokens: 8000}}
+			s.InFlight = map[string]inflight.Pending{"b": {AwaitCount: 1, AwaitTokens: 8000}}
 		}, "a", 0.01 + 0.1*1.024, score.ReasonColdAnchor},
 		{"the engine's other waiting requests, at the learned mean", func(s *Snapshot) {
 			s.Endpoints[1] = ep("b", 4, 0, fresh)

@@ -11,6 +11,8 @@ type Bookings struct {
 	ledger   *Ledger
 	prefill  map[string]float64 // endpoint → uncached prompt tokens of carried picks before their first byte
 	prefillN map[string]int     // endpoint → how many such picks
+	await    map[string]float64 // endpoint → uncached prompt tokens of carried picks before their first output token
+	awaitN   map[string]int     // endpoint → how many such picks
 }
 
 // Booking is one pick as booked: where, its Ledger record, and the
@@ -19,6 +21,10 @@ type Booking struct {
 	Endpoint string
 	send     uint64
 	Prefill  float64
+	// Await is the uncached prompt a carried pick counts until its first
+	// output token (FirstToken), and awaiting whether it still does.
+	Await    float64
+	awaiting bool
 }
 
 // NewBookings returns empty bookings; cfg is the Ledger's.
@@ -27,7 +33,7 @@ func NewBookings(cfg Config) (*Bookings, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bookings{ledger: l, prefill: map[string]float64{}, prefillN: map[string]int{}}, nil
+	return &Bookings{ledger: l, prefill: map[string]float64{}, prefillN: map[string]int{}, await: map[string]float64{}, awaitN: map[string]int{}}, nil
 }
 
 // Book records a pick of endpoint at now with uncached prompt tokens; a
@@ -35,6 +41,11 @@ func NewBookings(cfg Config) (*Bookings, error) {
 // or Done.
 func (b *Bookings) Book(endpoint string, uncached float64, carried bool, now time.Time) Booking {
 	bk := Booking{Endpoint: endpoint, send: b.ledger.Record(endpoint, uncached, now)}
+	if carried {
+		bk.Await, bk.awaiting = max(uncached, 0), true
+		b.await[endpoint] += bk.Await
+		b.awaitN[endpoint]++
+	}
 	if carried && uncached > 0 {
 		bk.Prefill = uncached
 		b.prefill[endpoint] += uncached
@@ -59,28 +70,50 @@ func (b *Bookings) FirstByte(bk *Booking) {
 	bk.Prefill = 0
 }
 
+// FirstToken ends bk's wait for its first output token (a stream's
+// first byte may come before it: a Responses stream opens with
+// response.created). Once per booking.
+func (b *Bookings) FirstToken(bk *Booking) {
+	if !bk.awaiting {
+		return
+	}
+	bk.awaiting = false
+	if b.awaitN[bk.Endpoint] > 1 {
+		b.await[bk.Endpoint] = max(0, b.await[bk.Endpoint]-bk.Await)
+		b.awaitN[bk.Endpoint]--
+	} else {
+		delete(b.await, bk.Endpoint)
+		delete(b.awaitN, bk.Endpoint)
+	}
+}
+
 // Done ends bk: its request finished.
 func (b *Bookings) Done(bk *Booking) {
 	b.ledger.Done(bk.Endpoint, bk.send)
 	b.FirstByte(bk)
+	b.FirstToken(bk)
 }
 
 // Move moves bk to endpoint, with that endpoint's uncached tokens, at
 // now: a gateway reports that a fallback served the request. Its prefill
-// in flight moves with it only while it had one (before its first byte).
+// in flight moves with it only while it had one (before its first byte),
+// its wait for a first token only while it waited.
 func (b *Bookings) Move(bk *Booking, endpoint string, uncached float64, now time.Time) {
-	carried := bk.Prefill > 0
+	prefill, awaiting := bk.Prefill > 0, bk.awaiting
 	b.Done(bk)
-	*bk = b.Book(endpoint, uncached, carried, now)
+	*bk = b.Book(endpoint, uncached, awaiting, now)
+	if !prefill {
+		b.FirstByte(bk)
+	}
 }
 
 // Pending is what endpoint has in flight at now from this picker, given
 // its last load report arrived at reported (Ledger.Pending), with the
-// carried picks still before their first byte (PrefillCount,
-// PrefillTokens), reported or not.
+// carried picks still before their first output token (AwaitCount,
+// AwaitTokens), reported or not.
 func (b *Bookings) Pending(endpoint string, reported, now time.Time) Pending {
 	p := b.ledger.Pending(endpoint, reported, now)
-	p.PrefillCount, p.PrefillTokens = b.prefillN[endpoint], b.prefill[endpoint]
+	p.AwaitCount, p.AwaitTokens = b.awaitN[endpoint], b.await[endpoint]
 	return p
 }
 

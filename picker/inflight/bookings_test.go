@@ -55,23 +55,38 @@ func TestBookings(t *testing.T) {
 	}
 }
 
-// TestPendingCountsPrefill: Pending carries the carried picks before their
-// first byte, reported or not, and their tokens; a first byte ends one.
-func TestPendingCountsPrefill(t *testing.T) {
+// TestPendingCountsAwaiting: Pending carries the carried picks before
+// their first output token, reported or not, and their tokens; a first
+// byte does not end one (a Responses stream opens before its prefill), a
+// first token or the end does.
+func TestPendingCountsAwaiting(t *testing.T) {
 	b, err := NewBookings(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(100, 0)
 	x := b.Book("e", 1000, true, t0)
-	b.Book("e", 500, true, t0)
+	y := b.Book("e", 500, true, t0)
 	b.Book("e", 700, false, t0)                                     // a decision API pick: not carried
 	p := b.Pending("e", t0.Add(time.Second), t0.Add(2*time.Second)) // a report covers all three
-	if p.Count != 0 || p.PrefillCount != 2 || p.PrefillTokens != 1500 {
-		t.Fatalf("covered: %+v, want no uncovered pick and 2 carried (1,500 tokens) before their first byte", p)
+	if p.Count != 0 || p.AwaitCount != 2 || p.AwaitTokens != 1500 {
+		t.Fatalf("covered: %+v, want no uncovered pick and 2 carried (1,500 tokens) before their first token", p)
 	}
 	b.FirstByte(&x)
-	if p := b.Pending("e", t0, t0); p.PrefillCount != 1 || p.PrefillTokens != 500 {
-		t.Fatalf("after one first byte: %+v", p)
+	if p := b.Pending("e", t0, t0); p.AwaitCount != 2 {
+		t.Fatalf("a first byte ended a wait for the first token: %+v", p)
+	}
+	b.FirstToken(&x)
+	b.FirstToken(&x) // once
+	if p := b.Pending("e", t0, t0); p.AwaitCount != 1 || p.AwaitTokens != 500 {
+		t.Fatalf("after one first token: %+v", p)
+	}
+	b.Move(&y, "f", 300, t0)
+	if p := b.Pending("f", t0, t0); p.AwaitCount != 1 || p.AwaitTokens != 300 || b.Pending("e", t0, t0).AwaitCount != 0 {
+		t.Fatalf("after a move: %+v", p)
+	}
+	b.Done(&y)
+	if p := b.Pending("f", t0, t0); p.AwaitCount != 0 {
+		t.Fatalf("after the end: %+v", p)
 	}
 }

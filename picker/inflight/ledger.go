@@ -59,11 +59,11 @@ type send struct {
 type Pending struct {
 	Count  int     // picks no load report covers yet
 	Tokens float64 // their remaining prefill work, aged
-	// PrefillCount and PrefillTokens are the carried picks before their
-	// first byte, whether a report covers them or not, and their uncached
-	// prompt tokens (Bookings.Pending; the Ledger leaves them 0).
-	PrefillCount  int
-	PrefillTokens float64
+	// AwaitCount and AwaitTokens are the carried picks before their first
+	// output token, whether a report covers them or not, and their
+	// uncached prompt tokens (Bookings.Pending; the Ledger leaves them 0).
+	AwaitCount  int
+	AwaitTokens float64
 }
 
 // New returns an empty ledger.

@@ -14,11 +14,14 @@ const (
 	fAhead              // prefill tokens queued ahead, in thousands
 	fRunning            // running decodes
 	fRunningTail        // running decodes × the tail, in thousands of tokens
+	fQueued             // requests queued ahead
+	fKVUsage            // the engine\'s KV cache usage, 0..1
 	NumTerms
 )
 
 // TermNames names the coefficients, for metrics and /debug.
-var termNames = [NumTerms]string{"overhead_s", "tail_s_per_ktok", "attention_s_per_mtok2", "ahead_s_per_ktok", "running_s_per_seq", "running_tail_s_per_seq_ktok"}
+var termNames = [NumTerms]string{"overhead_s", "tail_s_per_ktok", "attention_s_per_mtok2", "ahead_s_per_ktok", "running_s_per_seq",
+	"running_tail_s_per_seq_ktok", "queued_s_per_request", "kv_usage_s"}
 
 // TermName is the name of coefficient i (0 ≤ i < NumTerms).
 func TermName(i int) string { return termNames[i] }
@@ -29,8 +32,11 @@ type Features struct {
 	// Context the tokens before them it holds (cached).
 	Tail, Context float64
 	// Ahead is the prefill work queued ahead of the request there, in
-	// tokens.
-	Ahead float64
+	// tokens, and Queued how many requests that is: a request waits per
+	// token of prefill ahead of it and, where the engine's KV cache is the
+	// bottleneck, per request ahead (each must finish decoding to make
+	// room), which KVUsage (0..1, its last report) also tells.
+	Ahead, Queued, KVUsage float64
 	// Running is the decodes running there.
 	Running float64
 	// TierLoad is the seconds loading matched blocks back from a lower
@@ -42,7 +48,7 @@ type Features struct {
 func (f Features) Vector() [NumTerms]float64 {
 	t, s := max(f.Tail, 0)/1e3, max(f.Context, 0)/1e3
 	r := max(f.Running, 0)
-	return [NumTerms]float64{1, t, t * (s + t/2), max(f.Ahead, 0) / 1e3, r, r * t}
+	return [NumTerms]float64{1, t, t * (s + t/2), max(f.Ahead, 0) / 1e3, r, r * t, max(f.Queued, 0), min(max(f.KVUsage, 0), 1)}
 }
 
 // Terms is a prediction in seconds, by term.
@@ -63,8 +69,9 @@ type Config struct {
 	// Prior are the starting coefficients (Terms' order; units per
 	// TermName). Default: 50 ms a request, 10,000 prefill tokens a second
 	// for the tail and for the work ahead, no attention cost, 1 ms a
-	// running decode — slower than any published GPU row, so that cached
-	// prefixes and queues weigh before anything is learned.
+	// running decode, nothing per queued request or for KV usage — slower
+	// than any published GPU row, so that cached prefixes and queues weigh
+	// before anything is learned.
 	Prior [NumTerms]float64
 	// PriorSpread is each coefficient's prior standard deviation: how far
 	// the first observations may move it at once.
@@ -90,8 +97,8 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Prior:         [NumTerms]float64{0.05, 0.1, 0, 0.1, 0.001, 0},
-		PriorSpread:   [NumTerms]float64{0.1, 0.1, 0.01, 0.1, 0.01, 0.001},
+		Prior:         [NumTerms]float64{0.05, 0.1, 0, 0.1, 0.001, 0, 0, 0},
+		PriorSpread:   [NumTerms]float64{0.1, 0.1, 0.01, 0.1, 0.01, 0.001, 0.5, 1},
 		Forget:        0.995,
 		OutlierSigmas: 3,
 		SpeedGain:     0.1,
@@ -136,7 +143,7 @@ func (c *Coefficients) Terms(f Features, speed float64) Terms {
 	return Terms{
 		Overhead: speed * c[fOverhead] * x[fOverhead],
 		Prefill:  speed * (c[fTail]*x[fTail] + c[fAttention]*x[fAttention]),
-		Wait:     speed * c[fAhead] * x[fAhead],
+		Wait:     speed * (c[fAhead]*x[fAhead] + c[fQueued]*x[fQueued] + c[fKVUsage]*x[fKVUsage]),
 		Decode:   speed * (c[fRunning]*x[fRunning] + c[fRunningTail]*x[fRunningTail]),
 		TierLoad: max(f.TierLoad, 0),
 	}
