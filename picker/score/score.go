@@ -400,7 +400,10 @@ func (cfg *Config) precise(r Request, cs []cand) (int, Reason) {
 	bound := cs[fastest].predicted * (1 + cfg.TieRatio)
 	pick := -1
 	for j, x := range cs {
-		if x.underCap && x.predicted <= bound && (pick < 0 || x.weight > cs[pick].weight) {
+		if !x.underCap || x.predicted > bound {
+			continue
+		}
+		if pick < 0 || x.cached > cs[pick].cached || (x.cached == cs[pick].cached && x.weight > cs[pick].weight) {
 			pick = j
 		}
 	}
