@@ -208,6 +208,8 @@ func (e *Engine) step() bool {
 		}
 		if u.Finish != "" {
 			m.success.WithLabelValues(u.Finish).Inc()
+			m.queueTime.Observe(u.Queued.Seconds()) // at the end, as vLLM
+			m.prefillTime.Observe(u.Prefill.Seconds())
 		}
 	}
 	if len(res.Events) > 0 {
