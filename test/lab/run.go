@@ -114,6 +114,13 @@ func (r *run) live() bool { return r.active > 0 || r.inflight > 0 }
 // were sent. An error means the run failed (a component refused what it
 // must accept, or the horizon passed).
 func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error) {
+	return runWith(cfg, s, o, nil)
+}
+
+// runWith is Run; watch, when not nil, is given the run once its fleet is
+// built and before anything happens, to schedule on its clock what a test
+// inspects.
+func runWith(cfg Config, s workload.Scenario, o workload.Options, watch func(*run)) ([]Outcome, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -144,6 +151,9 @@ func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error)
 	plan, err := s.Plan(o)
 	if err != nil {
 		return nil, err
+	}
+	if watch != nil {
+		watch(r)
 	}
 	r.start(plan)
 	for _, e := range r.engines {
