@@ -45,6 +45,14 @@
 //   - Engine health: every scrape, failed ones included, sends a load
 //     report; a failed one carries engine_down and engine_error (and the
 //     last good load), the next good one engine_down=false.
+//   - Engine figures: every load report also forwards, cumulative as
+//     scraped, the engine's own request figures (EngineStats): the sums
+//     and counts of vllm:request_queue_time_seconds,
+//     vllm:request_prefill_time_seconds and
+//     vllm:time_to_first_token_seconds, vllm:prompt_tokens_total and
+//     vllm:prefix_cache_hits_total (vllm:gpu_prefix_cache_hits_total on
+//     older vLLM), each summed over its series; have=false, and no error,
+//     from an engine that does not export the TTFT histogram.
 //   - Startup: the admin listener opens first (after the config and the
 //     TLS files), before any engine is identified, and serves while Start
 //     waits for the engines (a vLLM loading its model, up to

@@ -156,15 +156,23 @@ func (g *grpcServer) send(stream grpc.ServerStreamingServer[pb.SummaryUpdate], u
 	return nil
 }
 
-// loadUpdate is a load report: the load as last scraped (the last good
-// values when the engine is down, with the time of that scrape), the
-// engine's health, the event stream's, and the drain announced ("" none).
+// loadUpdate is a load report: the load and the engine's request figures
+// as last scraped (the last good values when the engine is down, with the
+// time of that scrape), the engine's health, the event stream's, and the
+// drain announced ("" none).
 func loadUpdate(endpoint string, epoch uint64, l Load, stream streamhealth.Status, drain string) *pb.SummaryUpdate {
 	return &pb.SummaryUpdate{Endpoint: endpoint, Epoch: epoch, Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{
 		Waiting: l.Waiting, Running: l.Running, KvCacheUsage: l.KVUsage, ScrapedUnixNanos: l.At.UnixNano(),
 		EngineDown: l.Error != "", EngineError: l.Error,
 		StreamState: stream.State.String(), StreamReason: stream.Reason,
-		Draining: drain != "", DrainReason: drain}}}
+		Draining: drain != "", DrainReason: drain, Engine: engineStatsProto(l.Engine)}}}
+}
+
+// engineStatsProto is the engine's request figures on the wire.
+func engineStatsProto(s EngineStats) *pb.EngineStats {
+	return &pb.EngineStats{Have: s.Have, QueueSeconds: s.QueueSeconds, QueueCount: s.QueueCount,
+		PrefillSeconds: s.PrefillSeconds, PrefillCount: s.PrefillCount, TtftSeconds: s.TTFTSeconds, TtftCount: s.TTFTCount,
+		PromptTokens: s.PromptTokens, CachedTokens: s.CachedTokens}
 }
 
 func (g *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {

@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ type replica struct {
 	epochs map[string]uint64
 	kinds  []string
 	loads  int
+	load   *pb.LoadReport // the last load report
 	feeds  pb.Feeds
 	// compact counts deltas that came as a feed number alone.
 	compact int
@@ -62,6 +64,7 @@ func (r *replica) apply(u *pb.SummaryUpdate) {
 		r.kinds = append(r.kinds, "delta")
 	case *pb.SummaryUpdate_Load:
 		r.loads++
+		r.load = b.Load
 	}
 }
 
@@ -202,6 +205,45 @@ func TestWatchSummaries(t *testing.T) {
 		if r2.snaps[key].MayContain(k) {
 			t.Fatal("the new epoch's summary still holds old keys")
 		}
+	}
+}
+
+// TestLoadReportCarriesEngineStats: every load report forwards the
+// engine's own request figures, cumulative, as its /metrics has them: the
+// queue, prefill and TTFT histograms' sums and counts, the prompt tokens
+// and the prefix-cache hits.
+func TestLoadReportCarriesEngineStats(t *testing.T) {
+	e := startEngine(t, engineConfig()).Engines()[0]
+	cfg := sidecarConfig(e)
+	cfg.ScrapeInterval = 20 * time.Millisecond
+	s := startSidecar(t, cfg)
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := pb.NewSidecarClient(conn).WatchSummaries(ctx, &pb.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{t: t, params: cfg.Params(), snaps: map[string]*summary.Snapshot{}, epochs: map[string]uint64{}}
+	r.follow(stream, func() bool { return r.load.GetEngine().GetHave() }) // once scraped
+	if g := r.load.GetEngine(); g.GetTtftCount() != 0 || g.GetPromptTokens() != 0 {
+		t.Fatalf("before any request: %+v, want zeros", g)
+	}
+	// The second prompt is the first again: 4 full blocks of 16 cached.
+	for _, p := range [][]int{prompt(80, 1000), prompt(80, 1000), prompt(64, 3000)} {
+		complete(t, e, p, "")
+	}
+	r.follow(stream, func() bool { return r.load.GetEngine().GetQueueCount() == 3 })
+	g := r.load.GetEngine()
+	if g.GetTtftCount() != 3 || g.GetPrefillCount() != 3 || g.GetPromptTokens() != 80+80+64 || g.GetCachedTokens() != 64 {
+		t.Fatalf("after three requests: %+v", g)
+	}
+	if g.GetTtftSeconds() <= 0 || g.GetPrefillSeconds() <= 0 || math.Abs(g.GetQueueSeconds()+g.GetPrefillSeconds()-g.GetTtftSeconds()) > 1e-9 {
+		t.Fatalf("sums: %+v; want queue + prefill = TTFT > 0", g)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
@@ -42,6 +43,26 @@ type Load struct {
 	StartTime float64   `json:"process_start_time_seconds"`
 	At        time.Time `json:"scraped_at"`
 	Error     string    `json:"error,omitempty"`
+	// Engine are the engine's own request figures, cumulative.
+	Engine EngineStats `json:"engine"`
+}
+
+// EngineStats are the engine's own request figures from its /metrics,
+// cumulative since it started, each summed over its family's series: the
+// sums (seconds) and counts of vLLM's queue, prefill and TTFT histograms,
+// and its prompt and prefix-cache-hit counters. Have: the engine exports
+// vllm:time_to_first_token_seconds (an engine exporting none of these
+// reports Have false and zeros).
+type EngineStats struct {
+	Have           bool    `json:"have"`
+	QueueSeconds   float64 `json:"queue_seconds"`
+	QueueCount     float64 `json:"queue_count"`
+	PrefillSeconds float64 `json:"prefill_seconds"`
+	PrefillCount   float64 `json:"prefill_count"`
+	TTFTSeconds    float64 `json:"ttft_seconds"`
+	TTFTCount      float64 `json:"ttft_count"`
+	PromptTokens   float64 `json:"prompt_tokens"`
+	CachedTokens   float64 `json:"cached_tokens"`
 }
 
 // probeConversation is rendered by every replica; equal token ids mean
@@ -168,28 +189,7 @@ func scrape(ctx context.Context, hc *http.Client, base string) (scrapeResult, er
 	if err != nil {
 		return r, fmt.Errorf("/metrics: %w", err)
 	}
-	// sum adds up every series of the first family of names the engine
-	// exports, and says whether it exports one.
-	sum := func(names ...string) (float64, bool) {
-		for _, name := range names {
-			f := families[name]
-			if f == nil {
-				continue
-			}
-			v := 0.0
-			for _, m := range f.Metric {
-				if g := m.GetGauge(); g != nil {
-					v += g.GetValue()
-				} else if c := m.GetCounter(); c != nil {
-					v += c.GetValue()
-				} else if u := m.GetUntyped(); u != nil {
-					v += u.GetValue()
-				}
-			}
-			return v, true
-		}
-		return 0, false
-	}
+	sum := func(names ...string) (float64, bool) { return sumFamilies(families, names...) }
 	value := func(names ...string) float64 { v, _ := sum(names...); return v }
 	r.load = Load{Waiting: value("vllm:num_requests_waiting"), Running: value("vllm:num_requests_running"),
 		KVUsage: value("vllm:kv_cache_usage_perc"), StartTime: value("process_start_time_seconds"), At: time.Now()}
@@ -203,6 +203,7 @@ func scrape(ctx context.Context, hc *http.Client, base string) (scrapeResult, er
 	c.Requests, c.HaveRequests = sum("vllm:request_success_total")
 	c.InFlight = r.load.Waiting + r.load.Running
 	c.PromptTokens, c.GenerationTokens = value("vllm:prompt_tokens_total"), value("vllm:generation_tokens_total")
+	r.load.Engine = engineStats(families)
 	if f := families["vllm:cache_config_info"]; f != nil && len(f.Metric) > 0 {
 		for _, l := range f.Metric[0].Label {
 			switch l.GetName() {
@@ -216,6 +217,69 @@ func scrape(ctx context.Context, hc *http.Client, base string) (scrapeResult, er
 		}
 	}
 	return r, nil
+}
+
+// sumFamilies adds up every series of the first family of names the
+// engine exports, and says whether it exports one.
+func sumFamilies(families map[string]*dto.MetricFamily, names ...string) (float64, bool) {
+	for _, name := range names {
+		f := families[name]
+		if f == nil {
+			continue
+		}
+		v := 0.0
+		for _, m := range f.Metric {
+			if g := m.GetGauge(); g != nil {
+				v += g.GetValue()
+			} else if c := m.GetCounter(); c != nil {
+				v += c.GetValue()
+			} else if u := m.GetUntyped(); u != nil {
+				v += u.GetValue()
+			}
+		}
+		return v, true
+	}
+	return 0, false
+}
+
+// histogram sums the sum and count of every series of histogram family
+// name, and says whether the engine exports it. A family written without
+// its TYPE line parses as untyped name_sum and name_count: read as well.
+func histogram(families map[string]*dto.MetricFamily, name string) (sum, count float64, ok bool) {
+	if f := families[name]; f != nil {
+		for _, m := range f.Metric {
+			if h := m.GetHistogram(); h != nil {
+				sum += h.GetSampleSum()
+				count += float64(h.GetSampleCount())
+				ok = true
+			}
+		}
+		if ok {
+			return sum, count, true
+		}
+	}
+	sum, okSum := sumFamilies(families, name+"_sum")
+	count, okCount := sumFamilies(families, name+"_count")
+	if !okSum || !okCount {
+		return 0, 0, false
+	}
+	return sum, count, true
+}
+
+// engineStats reads the engine's own request figures; Have when it
+// exports the TTFT histogram. vLLM ~0.9–0.10 named the prefix-cache hits
+// vllm:gpu_prefix_cache_hits_total.
+func engineStats(families map[string]*dto.MetricFamily) EngineStats {
+	var s EngineStats
+	s.TTFTSeconds, s.TTFTCount, s.Have = histogram(families, "vllm:time_to_first_token_seconds")
+	s.QueueSeconds, s.QueueCount, _ = histogram(families, "vllm:request_queue_time_seconds")
+	s.PrefillSeconds, s.PrefillCount, _ = histogram(families, "vllm:request_prefill_time_seconds")
+	s.PromptTokens, _ = sumFamilies(families, "vllm:prompt_tokens_total")
+	s.CachedTokens, _ = sumFamilies(families, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+	if !s.Have {
+		return EngineStats{}
+	}
+	return s
 }
 
 // scrapeLoop reads the engine's /metrics every interval: load, cache

@@ -55,24 +55,34 @@ type Load struct {
 }
 
 // EngineStats are an engine's own cumulative request figures from its
-// /metrics: the sums and counts of vLLM's request histograms and its
-// prompt counters. The picker learns from their growth between reports
-// (what every picker's requests cost there, not just its own). Have is
-// false when the engine (or its sidecar) reports none; a counter that
-// went down is an engine restart.
+// /metrics: the sums (seconds, on the engine's clock) and counts of vLLM's
+// request histograms and its prompt counters, each summed over the
+// series the engine exports. The picker learns from their growth between
+// reports (what every picker's requests cost there, not just its own).
+// Have is false when the engine (or its sidecar) reports none, and every
+// figure is then 0; a figure that went down is an engine restart.
+//
+// The histograms are not observed at the same moment: vLLM observes the
+// TTFT at a request's first token, the queue and prefill times when the
+// request finishes. So QueueCount and PrefillCount trail TTFTCount by the
+// requests still decoding (and count only requests that finished), and a
+// report's growth in QueueSeconds + PrefillSeconds is the TTFT of the
+// requests that finished since, not of those whose first token came.
 type EngineStats struct {
 	Have bool
 	// QueueSeconds and QueueCount: vllm:request_queue_time_seconds (time
-	// waiting before first scheduled).
+	// from arrival to first scheduled; a preempted request's readmission
+	// does not count).
 	QueueSeconds, QueueCount float64
 	// PrefillSeconds and PrefillCount: vllm:request_prefill_time_seconds
-	// (first scheduled to first token).
+	// (first scheduled to first token, any preemption included).
 	PrefillSeconds, PrefillCount float64
-	// TTFTSeconds and TTFTCount: vllm:time_to_first_token_seconds.
+	// TTFTSeconds and TTFTCount: vllm:time_to_first_token_seconds (arrival
+	// to first token).
 	TTFTSeconds, TTFTCount float64
 	// PromptTokens and CachedTokens: vllm:prompt_tokens_total and
 	// vllm:prefix_cache_hits_total (prompt tokens found in the prefix
-	// cache).
+	// cache; vllm:gpu_prefix_cache_hits_total on vLLM ~0.9–0.10).
 	PromptTokens, CachedTokens float64
 }
 

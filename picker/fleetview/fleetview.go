@@ -212,7 +212,18 @@ func identityOf(info *pb.EndpointInfo) fleet.Identity {
 func loadOf(l *pb.LoadReport) fleet.Load {
 	return fleet.Load{Waiting: l.GetWaiting(), Running: l.GetRunning(), KVCacheUsage: l.GetKvCacheUsage(),
 		EngineDown: l.GetEngineDown(), EngineError: l.GetEngineError(), StreamState: l.GetStreamState(), StreamReason: l.GetStreamReason(),
-		Draining: l.GetDraining(), DrainReason: l.GetDrainReason()}
+		Draining: l.GetDraining(), DrainReason: l.GetDrainReason(), Engine: engineStatsOf(l.GetEngine())}
+}
+
+// engineStatsOf is kvroute's own copy of the engine's request figures; a
+// report without them (an older sidecar) has none (Have false).
+func engineStatsOf(s *pb.EngineStats) fleet.EngineStats {
+	if !s.GetHave() {
+		return fleet.EngineStats{}
+	}
+	return fleet.EngineStats{Have: true, QueueSeconds: s.GetQueueSeconds(), QueueCount: s.GetQueueCount(),
+		PrefillSeconds: s.GetPrefillSeconds(), PrefillCount: s.GetPrefillCount(), TTFTSeconds: s.GetTtftSeconds(), TTFTCount: s.GetTtftCount(),
+		PromptTokens: s.GetPromptTokens(), CachedTokens: s.GetCachedTokens()}
 }
 
 // streamRef is one follow goroutine, and its stream's failure while it

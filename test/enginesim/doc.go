@@ -53,7 +53,11 @@
 //     its simulated duration times TimeScale (0: not at all), publishes
 //     the step's events and only then delivers its tokens to the
 //     handlers. Simulated time is the sum of the step durations; reported
-//     latencies are simulated time.
+//     latencies are simulated time: vllm:time_to_first_token_seconds at a
+//     request's first token, vllm:request_queue_time_seconds (arrival to
+//     first scheduled) and vllm:request_prefill_time_seconds (from there
+//     to the first token) when it finishes, as vLLM observes them, with
+//     vLLM's buckets.
 //   - The three generate endpoints share one path (prepare, start, answer
 //     whole or streamed, errors, usage, cancellation); what differs is
 //     the body's parsing and the answer's shape.

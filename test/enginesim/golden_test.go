@@ -37,7 +37,11 @@ const (
 // resets), the metrics it leaves behind, and every KV-event batch it
 // published, read back through the replay socket. The golden was generated
 // from the engine before its scheduler became a pure core (commit 428e830,
-// with -update); the engine built on the core must answer the same.
+// with -update); the engine built on the core must answer the same. Since,
+// only new series were added to it: vllm:request_queue_time_seconds and
+// vllm:request_prefill_time_seconds (every line before and after them
+// unchanged; the workload's requests go one at a time, so every queue time
+// is 0 and the prefill times are the TTFTs).
 //
 // The requests go one at a time, each answer read to its end before the
 // next, so the engine's steps do not depend on timing. Ids, timestamps and

@@ -169,11 +169,13 @@ func (e *Engine) abortAll(err error) {
 	}
 }
 
-// step runs one core step: it counts what was scheduled, sleeps for the
-// step's duration times the time scale, then publishes the step's events
-// and only then delivers its tokens, so a client never sees its answer
-// before the events of the blocks it stored. It returns false when the
-// engine closed while sleeping.
+// step runs one core step: it sleeps for the step's duration times the
+// time scale, then counts what was scheduled and sampled (the prompt
+// figures of the requests admitted come with the step's outcome, as
+// vLLM's scheduler stats do), publishes the step's events and only then
+// delivers its tokens, so a client never sees its answer before the
+// events of the blocks it stored. It returns false when the engine closed
+// while sleeping.
 func (e *Engine) step() bool {
 	res := e.core.Step(e.simNow)
 	m := e.metrics
@@ -184,14 +186,6 @@ func (e *Engine) step() bool {
 	if res.Preemptions > 0 {
 		m.preemptions.Add(float64(res.Preemptions))
 	}
-	if res.PromptTokens > 0 {
-		hit := float64(res.CachedTokens)
-		m.prefixQueries.Add(float64(res.PromptTokens))
-		m.prefixHits.Add(hit)
-		m.promptTokens.Add(float64(res.PromptTokens))
-		m.promptTokensCached.Add(hit)
-		m.promptTokensRecomputed.Add(float64(res.PromptTokens - res.CachedTokens))
-	}
 	if res.Scheduled == 0 {
 		e.setLoad(res.Load)
 		return true
@@ -201,6 +195,14 @@ func (e *Engine) step() bool {
 	}
 	e.simNow += res.Duration
 	e.simSec += res.Duration.Seconds()
+	if res.PromptTokens > 0 { // with the step's outcome, as vLLM's scheduler stats
+		hit := float64(res.CachedTokens)
+		m.prefixQueries.Add(float64(res.PromptTokens))
+		m.prefixHits.Add(hit)
+		m.promptTokens.Add(float64(res.PromptTokens))
+		m.promptTokensCached.Add(hit)
+		m.promptTokensRecomputed.Add(float64(res.PromptTokens - res.CachedTokens))
+	}
 	for _, u := range res.Updates {
 		m.generationTokens.Inc()
 		if r, ok := e.live[u.ID]; ok && u.First {
@@ -208,6 +210,8 @@ func (e *Engine) step() bool {
 		}
 		if u.Finish != "" {
 			m.success.WithLabelValues(u.Finish).Inc()
+			m.queueTime.Observe(u.Queued.Seconds()) // at the end, as vLLM
+			m.prefillTime.Observe(u.Prefill.Seconds())
 		}
 	}
 	if len(res.Events) > 0 {

@@ -22,12 +22,18 @@ type metrics struct {
 	resetFailures                  prometheus.Counter
 	success                        *prometheus.CounterVec
 	ttft                           prometheus.Histogram
+	queueTime, prefillTime         prometheus.Histogram
 	startTime                      prometheus.Gauge
 	httpErrors                     *prometheus.CounterVec
 	events, eventBatchesDropped    *prometheus.CounterVec
 	replayRequests                 *prometheus.CounterVec
 	cacheInfo                      *prometheus.GaugeVec
 }
+
+// requestLatencyBuckets are vLLM's buckets for its per-request phase
+// histograms (e2e, queue, inference, prefill, decode).
+var requestLatencyBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+	40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 
 func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 	labels := prometheus.Labels{"model_name": cfg.servedNames()[0], "engine": strconv.Itoa(rank)}
@@ -37,6 +43,9 @@ func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 	}
 	counter := func(name, help string) prometheus.Counter {
 		return f(prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})).(prometheus.Counter)
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})).(prometheus.Histogram)
 	}
 	m := &metrics{
 		running:                gauge("vllm:num_requests_running", "Number of requests in model execution batches."),
@@ -56,9 +65,12 @@ func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 		startTime:              gauge("process_start_time_seconds", "Start time of the (simulated) engine process since unix epoch in seconds."),
 		success: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
 			Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})).(*prometheus.CounterVec),
-		ttft: f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds",
-			Help: "Histogram of time to first token in seconds (simulated time).", ConstLabels: labels,
-			Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}})).(prometheus.Histogram),
+		ttft: histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds (simulated time).",
+			[]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}),
+		// vLLM observes these two when a request finishes, on its
+		// request-latency buckets; here on the simulated clock.
+		queueTime:   histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", requestLatencyBuckets),
+		prefillTime: histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", requestLatencyBuckets),
 		httpErrors: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_http_errors_total",
 			Help: "Requests answered with an error, by path and status.", ConstLabels: labels}, []string{"path", "status"})).(*prometheus.CounterVec),
 		events: f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_kv_events_total",

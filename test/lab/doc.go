@@ -31,6 +31,12 @@
 //     stream's response.created at once, a chat or completions stream's
 //     first token; FirstToken), and its end ends the booking (Done). Its
 //     TTFT is the client's: from sending to the first output token.
+//   - Each engine's load report (every Delays.LoadPeriod, at its own
+//     phase) is what its /metrics would say after its last finished step:
+//     waiting, running, KV usage, and its own request figures
+//     (fleet.EngineStats: prompt and cached tokens, the TTFTs at each
+//     first token, queue and prefill times at each request's end, as
+//     vLLM observes them), cumulative on the virtual clock.
 //   - Admission is off (policy comparisons run without it): every
 //     request is decided at once.
 //   - llm-d-calibrated (LLMDCalibrated) is llm-d with its load gate at the

@@ -37,6 +37,30 @@ type engine struct {
 	flights map[sched.ID]*flight
 	served  int
 	load    sched.Load // the last finished step's, as the engine publishes it
+	// stats are the engine's own request figures as its /metrics has them
+	// after its last finished step: cumulative, on the virtual clock.
+	stats fleet.EngineStats
+}
+
+// count adds a finished step to e's request figures, as the engine's
+// /metrics counts it: the prompts it admitted, each first token's TTFT,
+// and each finished request's queue and prefill times.
+func (e *engine) count(st sched.Step) {
+	s := &e.stats
+	s.PromptTokens += float64(st.PromptTokens)
+	s.CachedTokens += float64(st.CachedTokens)
+	for _, u := range st.Updates {
+		if u.First {
+			s.TTFTSeconds += u.TTFT.Seconds()
+			s.TTFTCount++
+		}
+		if u.Finish != "" {
+			s.QueueSeconds += u.Queued.Seconds()
+			s.QueueCount++
+			s.PrefillSeconds += u.Prefill.Seconds()
+			s.PrefillCount++
+		}
+	}
 }
 
 // pickerNode is one picker: the real router over its own in-process
@@ -173,7 +197,7 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 		if err != nil {
 			return err
 		}
-		e := &engine{url: url, core: core, sidecar: sc, flights: map[sched.ID]*flight{},
+		e := &engine{url: url, core: core, sidecar: sc, flights: map[sched.ID]*flight{}, stats: fleet.EngineStats{Have: true},
 			phase: time.Duration(i) * r.cfg.Delays.LoadPeriod / time.Duration(n)}
 		r.engines = append(r.engines, e)
 		r.byURL[url] = e
@@ -253,6 +277,7 @@ func (r *run) step(e *engine) {
 // pickers and clients, as the engine does at the step's end.
 func (r *run) stepped(e *engine, st sched.Step) {
 	e.load = st.Load
+	e.count(st)
 	if len(st.Events) > 0 {
 		b := kvevents.Batch{TS: r.sim.now.Seconds(), Events: st.Events}
 		r.sim.after(r.cfg.Delays.EventToIndex, func() {
@@ -313,11 +338,11 @@ func (r *run) receive(p *pickerNode, e *engine, ups []localfleet.Update) {
 	}
 }
 
-// reportLoads gives every picker each engine's load, every LoadPeriod
-// (each engine at its own phase), while the run is live.
+// reportLoads gives every picker each engine's load and request figures,
+// every LoadPeriod (each engine at its own phase), while the run is live.
 func (r *run) reportLoads(e *engine) {
 	l := e.load // the engine's /metrics: its last finished step, not the core mid-step
-	load := fleet.Load{Waiting: float64(l.Waiting), Running: float64(l.Running), KVCacheUsage: l.KVUsage}
+	load := fleet.Load{Waiting: float64(l.Waiting), Running: float64(l.Running), KVCacheUsage: l.KVUsage, Engine: e.stats}
 	r.sim.after(r.cfg.Delays.SummaryToPicker, func() {
 		for _, p := range r.pickers {
 			p.fleet.SetLoad(e.url, load, r.sim.clock())

@@ -120,13 +120,20 @@ func (r *run) live() bool { return r.active > 0 || r.inflight > 0 }
 // were sent. An error means the run failed (a component refused what it
 // must accept, or the horizon passed).
 func Run(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, error) {
-	out, _, err := RunLearned(cfg, s, o)
+	out, _, err := runWith(cfg, s, o, nil)
 	return out, err
 }
 
 // RunLearned is Run, with what the first picker's TTFT models learned by
 // the end of the run, by identity group.
 func RunLearned(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome, map[string]predict.State, error) {
+	return runWith(cfg, s, o, nil)
+}
+
+// runWith is RunLearned; watch, when not nil, is given the run once its
+// fleet is built and before anything happens, to schedule on its clock
+// what a test inspects.
+func runWith(cfg Config, s workload.Scenario, o workload.Options, watch func(*run)) ([]Outcome, map[string]predict.State, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -157,6 +164,9 @@ func RunLearned(cfg Config, s workload.Scenario, o workload.Options) ([]Outcome,
 	plan, err := s.Plan(o)
 	if err != nil {
 		return nil, nil, err
+	}
+	if watch != nil {
+		watch(r)
 	}
 	r.start(plan)
 	for _, e := range r.engines {

@@ -215,7 +215,9 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 		Body: &pb.SummaryUpdate_Snapshot{Snapshot: &pb.Snapshot{Seq: snap.Seq, Data: summary.AppendSnapshot(nil, snap)}}}); err != nil {
 		return err
 	}
-	load := time.NewTicker(200 * time.Millisecond) // an idle engine's load report, as a sidecar scrapes it
+	// An idle engine's load report, as a sidecar scrapes it from a vLLM
+	// that exports its request histograms but has served nothing.
+	load := time.NewTicker(200 * time.Millisecond)
 	defer load.Stop()
 	for {
 		select {
@@ -223,7 +225,7 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 			return nil
 		case now := <-load.C:
 			if err := s.send(stream, &pb.SummaryUpdate{Endpoint: s.endpoint, Epoch: 1,
-				Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{ScrapedUnixNanos: now.UnixNano()}}}); err != nil {
+				Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{ScrapedUnixNanos: now.UnixNano(), Engine: &pb.EngineStats{Have: true}}}}); err != nil {
 				return err
 			}
 		case u, ok := <-ch:

@@ -401,8 +401,11 @@ type LoadReport struct {
 	// draining: the sidecar announced that its engine is going away (it got
 	// SIGTERM, as when its pod is deleted), drain_reason says why. Pickers
 	// send the endpoint no new request; requests in flight finish.
-	Draining      bool   `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
-	DrainReason   string `protobuf:"bytes,10,opt,name=drain_reason,json=drainReason,proto3" json:"drain_reason,omitempty"`
+	Draining    bool   `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
+	DrainReason string `protobuf:"bytes,10,opt,name=drain_reason,json=drainReason,proto3" json:"drain_reason,omitempty"`
+	// engine: the engine's own request figures from its /metrics, as last
+	// scraped (the last good values when the engine is down).
+	Engine        *EngineStats `protobuf:"bytes,11,opt,name=engine,proto3" json:"engine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +510,138 @@ func (x *LoadReport) GetDrainReason() string {
 	return ""
 }
 
+func (x *LoadReport) GetEngine() *EngineStats {
+	if x != nil {
+		return x.Engine
+	}
+	return nil
+}
+
+// EngineStats are an engine's own request figures from its /metrics,
+// cumulative since the engine started (each summed over the series of its
+// family, as vLLM exports one per engine), forwarded as scraped: a picker
+// learns from their growth between reports, and a figure that went down is
+// an engine restart. Sums are seconds; counts are observations.
+type EngineStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// have: the engine exports vllm:time_to_first_token_seconds; false (and
+	// every figure 0) for an engine that exports none of these, such as an
+	// older vLLM.
+	Have bool `protobuf:"varint,1,opt,name=have,proto3" json:"have,omitempty"`
+	// queue: vllm:request_queue_time_seconds, arrival to first scheduled.
+	// vLLM observes it, and prefill, when a request finishes.
+	QueueSeconds float64 `protobuf:"fixed64,2,opt,name=queue_seconds,json=queueSeconds,proto3" json:"queue_seconds,omitempty"`
+	QueueCount   float64 `protobuf:"fixed64,3,opt,name=queue_count,json=queueCount,proto3" json:"queue_count,omitempty"`
+	// prefill: vllm:request_prefill_time_seconds, first scheduled to first
+	// token.
+	PrefillSeconds float64 `protobuf:"fixed64,4,opt,name=prefill_seconds,json=prefillSeconds,proto3" json:"prefill_seconds,omitempty"`
+	PrefillCount   float64 `protobuf:"fixed64,5,opt,name=prefill_count,json=prefillCount,proto3" json:"prefill_count,omitempty"`
+	// ttft: vllm:time_to_first_token_seconds, observed at a request's first
+	// token.
+	TtftSeconds float64 `protobuf:"fixed64,6,opt,name=ttft_seconds,json=ttftSeconds,proto3" json:"ttft_seconds,omitempty"`
+	TtftCount   float64 `protobuf:"fixed64,7,opt,name=ttft_count,json=ttftCount,proto3" json:"ttft_count,omitempty"`
+	// prompt_tokens: vllm:prompt_tokens_total. cached_tokens:
+	// vllm:prefix_cache_hits_total (vllm:gpu_prefix_cache_hits_total on
+	// vLLM ~0.9–0.10), the prompt tokens found in the prefix cache.
+	PromptTokens  float64 `protobuf:"fixed64,8,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CachedTokens  float64 `protobuf:"fixed64,9,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineStats) Reset() {
+	*x = EngineStats{}
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineStats) ProtoMessage() {}
+
+func (x *EngineStats) ProtoReflect() protoreflect.Message {
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineStats.ProtoReflect.Descriptor instead.
+func (*EngineStats) Descriptor() ([]byte, []int) {
+	return file_kvroute_v1_sidecar_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EngineStats) GetHave() bool {
+	if x != nil {
+		return x.Have
+	}
+	return false
+}
+
+func (x *EngineStats) GetQueueSeconds() float64 {
+	if x != nil {
+		return x.QueueSeconds
+	}
+	return 0
+}
+
+func (x *EngineStats) GetQueueCount() float64 {
+	if x != nil {
+		return x.QueueCount
+	}
+	return 0
+}
+
+func (x *EngineStats) GetPrefillSeconds() float64 {
+	if x != nil {
+		return x.PrefillSeconds
+	}
+	return 0
+}
+
+func (x *EngineStats) GetPrefillCount() float64 {
+	if x != nil {
+		return x.PrefillCount
+	}
+	return 0
+}
+
+func (x *EngineStats) GetTtftSeconds() float64 {
+	if x != nil {
+		return x.TtftSeconds
+	}
+	return 0
+}
+
+func (x *EngineStats) GetTtftCount() float64 {
+	if x != nil {
+		return x.TtftCount
+	}
+	return 0
+}
+
+func (x *EngineStats) GetPromptTokens() float64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *EngineStats) GetCachedTokens() float64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -515,7 +650,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_kvroute_v1_sidecar_proto_msgTypes[6]
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +662,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvroute_v1_sidecar_proto_msgTypes[6]
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +675,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_kvroute_v1_sidecar_proto_rawDescGZIP(), []int{6}
+	return file_kvroute_v1_sidecar_proto_rawDescGZIP(), []int{7}
 }
 
 type EndpointInfo struct {
@@ -568,7 +703,7 @@ type EndpointInfo struct {
 
 func (x *EndpointInfo) Reset() {
 	*x = EndpointInfo{}
-	mi := &file_kvroute_v1_sidecar_proto_msgTypes[7]
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +715,7 @@ func (x *EndpointInfo) String() string {
 func (*EndpointInfo) ProtoMessage() {}
 
 func (x *EndpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kvroute_v1_sidecar_proto_msgTypes[7]
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +728,7 @@ func (x *EndpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointInfo.ProtoReflect.Descriptor instead.
 func (*EndpointInfo) Descriptor() ([]byte, []int) {
-	return file_kvroute_v1_sidecar_proto_rawDescGZIP(), []int{7}
+	return file_kvroute_v1_sidecar_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EndpointInfo) GetEndpoint() string {
@@ -703,7 +838,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_kvroute_v1_sidecar_proto_msgTypes[8]
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +850,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvroute_v1_sidecar_proto_msgTypes[8]
+	mi := &file_kvroute_v1_sidecar_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +863,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_kvroute_v1_sidecar_proto_rawDescGZIP(), []int{8}
+	return file_kvroute_v1_sidecar_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InfoResponse) GetEndpoints() []*EndpointInfo {
@@ -768,7 +903,7 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\x05Delta\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x125\n" +
-	"\x17oldest_event_unix_nanos\x18\x03 \x01(\x03R\x14oldestEventUnixNanos\"\xdf\x02\n" +
+	"\x17oldest_event_unix_nanos\x18\x03 \x01(\x03R\x14oldestEventUnixNanos\"\x90\x03\n" +
 	"\n" +
 	"LoadReport\x12\x18\n" +
 	"\awaiting\x18\x01 \x01(\x01R\awaiting\x12\x18\n" +
@@ -782,7 +917,20 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\rstream_reason\x18\b \x01(\tR\fstreamReason\x12\x1a\n" +
 	"\bdraining\x18\t \x01(\bR\bdraining\x12!\n" +
 	"\fdrain_reason\x18\n" +
-	" \x01(\tR\vdrainReason\"\r\n" +
+	" \x01(\tR\vdrainReason\x12/\n" +
+	"\x06engine\x18\v \x01(\v2\x17.kvroute.v1.EngineStatsR\x06engine\"\xc1\x02\n" +
+	"\vEngineStats\x12\x12\n" +
+	"\x04have\x18\x01 \x01(\bR\x04have\x12#\n" +
+	"\rqueue_seconds\x18\x02 \x01(\x01R\fqueueSeconds\x12\x1f\n" +
+	"\vqueue_count\x18\x03 \x01(\x01R\n" +
+	"queueCount\x12'\n" +
+	"\x0fprefill_seconds\x18\x04 \x01(\x01R\x0eprefillSeconds\x12#\n" +
+	"\rprefill_count\x18\x05 \x01(\x01R\fprefillCount\x12!\n" +
+	"\fttft_seconds\x18\x06 \x01(\x01R\vttftSeconds\x12\x1d\n" +
+	"\n" +
+	"ttft_count\x18\a \x01(\x01R\tttftCount\x12#\n" +
+	"\rprompt_tokens\x18\b \x01(\x01R\fpromptTokens\x12#\n" +
+	"\rcached_tokens\x18\t \x01(\x01R\fcachedTokens\"\r\n" +
 	"\vInfoRequest\"\xc6\x03\n" +
 	"\fEndpointInfo\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x12\n" +
@@ -820,7 +968,7 @@ func file_kvroute_v1_sidecar_proto_rawDescGZIP() []byte {
 	return file_kvroute_v1_sidecar_proto_rawDescData
 }
 
-var file_kvroute_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_kvroute_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_kvroute_v1_sidecar_proto_goTypes = []any{
 	(*Position)(nil),      // 0: kvroute.v1.Position
 	(*WatchRequest)(nil),  // 1: kvroute.v1.WatchRequest
@@ -828,27 +976,29 @@ var file_kvroute_v1_sidecar_proto_goTypes = []any{
 	(*Snapshot)(nil),      // 3: kvroute.v1.Snapshot
 	(*Delta)(nil),         // 4: kvroute.v1.Delta
 	(*LoadReport)(nil),    // 5: kvroute.v1.LoadReport
-	(*InfoRequest)(nil),   // 6: kvroute.v1.InfoRequest
-	(*EndpointInfo)(nil),  // 7: kvroute.v1.EndpointInfo
-	(*InfoResponse)(nil),  // 8: kvroute.v1.InfoResponse
-	nil,                   // 9: kvroute.v1.WatchRequest.KnownEntry
+	(*EngineStats)(nil),   // 6: kvroute.v1.EngineStats
+	(*InfoRequest)(nil),   // 7: kvroute.v1.InfoRequest
+	(*EndpointInfo)(nil),  // 8: kvroute.v1.EndpointInfo
+	(*InfoResponse)(nil),  // 9: kvroute.v1.InfoResponse
+	nil,                   // 10: kvroute.v1.WatchRequest.KnownEntry
 }
 var file_kvroute_v1_sidecar_proto_depIdxs = []int32{
-	9, // 0: kvroute.v1.WatchRequest.known:type_name -> kvroute.v1.WatchRequest.KnownEntry
-	3, // 1: kvroute.v1.SummaryUpdate.snapshot:type_name -> kvroute.v1.Snapshot
-	4, // 2: kvroute.v1.SummaryUpdate.delta:type_name -> kvroute.v1.Delta
-	5, // 3: kvroute.v1.SummaryUpdate.load:type_name -> kvroute.v1.LoadReport
-	7, // 4: kvroute.v1.InfoResponse.endpoints:type_name -> kvroute.v1.EndpointInfo
-	0, // 5: kvroute.v1.WatchRequest.KnownEntry.value:type_name -> kvroute.v1.Position
-	1, // 6: kvroute.v1.Sidecar.WatchSummaries:input_type -> kvroute.v1.WatchRequest
-	6, // 7: kvroute.v1.Sidecar.Info:input_type -> kvroute.v1.InfoRequest
-	2, // 8: kvroute.v1.Sidecar.WatchSummaries:output_type -> kvroute.v1.SummaryUpdate
-	8, // 9: kvroute.v1.Sidecar.Info:output_type -> kvroute.v1.InfoResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	10, // 0: kvroute.v1.WatchRequest.known:type_name -> kvroute.v1.WatchRequest.KnownEntry
+	3,  // 1: kvroute.v1.SummaryUpdate.snapshot:type_name -> kvroute.v1.Snapshot
+	4,  // 2: kvroute.v1.SummaryUpdate.delta:type_name -> kvroute.v1.Delta
+	5,  // 3: kvroute.v1.SummaryUpdate.load:type_name -> kvroute.v1.LoadReport
+	6,  // 4: kvroute.v1.LoadReport.engine:type_name -> kvroute.v1.EngineStats
+	8,  // 5: kvroute.v1.InfoResponse.endpoints:type_name -> kvroute.v1.EndpointInfo
+	0,  // 6: kvroute.v1.WatchRequest.KnownEntry.value:type_name -> kvroute.v1.Position
+	1,  // 7: kvroute.v1.Sidecar.WatchSummaries:input_type -> kvroute.v1.WatchRequest
+	7,  // 8: kvroute.v1.Sidecar.Info:input_type -> kvroute.v1.InfoRequest
+	2,  // 9: kvroute.v1.Sidecar.WatchSummaries:output_type -> kvroute.v1.SummaryUpdate
+	9,  // 10: kvroute.v1.Sidecar.Info:output_type -> kvroute.v1.InfoResponse
+	9,  // [9:11] is the sub-list for method output_type
+	7,  // [7:9] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_kvroute_v1_sidecar_proto_init() }
@@ -867,7 +1017,7 @@ func file_kvroute_v1_sidecar_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvroute_v1_sidecar_proto_rawDesc), len(file_kvroute_v1_sidecar_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,7 +32,11 @@
 //     num_cached_tokens) and its time to first token (step end − arrival).
 //     A request finishes with "stop" at its natural length (unless
 //     ignore_eos), else with "length" at max_tokens or at max_model_len;
-//     its blocks are freed in that step.
+//     its blocks are freed in that step, and its last update carries
+//     vLLM's queued interval (arrival to the start of the step that first
+//     admitted it; readmissions after a preemption do not count) and
+//     prefill interval (from there to its first token), which add up to
+//     its time to first token.
 //   - Output is deterministic: the tokens and natural length are a pure
 //     function of the prompt and cache salt (no randomness, no seed).
 //   - Each step returns its KV events (kvevents values, in the order the

@@ -87,7 +87,8 @@ const (
 
 // Update is one request's output in a step: a token, and with the first
 // one the prompt's cached tokens and the time to first token; Finish is
-// set ("stop" or "length") on the last.
+// set ("stop" or "length") on the last, with the request's queued and
+// prefill intervals (vLLM reports them when a request finishes).
 type Update struct {
 	ID           ID
 	Token        uint32
@@ -95,6 +96,11 @@ type Update struct {
 	CachedTokens int           // with First: num_cached_tokens
 	TTFT         time.Duration // with First: step end − arrival
 	Finish       string        // "" while the request runs on
+	// Queued and Prefill, with Finish, are vLLM's queued interval (arrival
+	// to first scheduled: the start of the step that first admitted it)
+	// and prefill interval (first scheduled to first token, preemptions
+	// included): Queued + Prefill is the TTFT.
+	Queued, Prefill time.Duration
 }
 
 // Load is what vLLM's /metrics reports of the engine's load:
@@ -138,9 +144,11 @@ type request struct {
 	gen       generator
 	cancelled bool
 	arrival   time.Duration
+	scheduled time.Duration // the start of the step that first admitted it
+	ttft      time.Duration // with outputs > 0: first token − arrival
 	outputs   int
 	prefilled bool
-	counted   bool // counted in the prompt figures
+	counted   bool // counted in the prompt figures; scheduled is set
 }
 
 // Scheduler is the engine core. It is not safe for concurrent use.
@@ -275,7 +283,7 @@ func (s *Scheduler) Step(now time.Duration) Step {
 	budget := s.cfg.MaxNumBatchedTokens
 	batch, budget, preempted := s.scheduleRunning(&out, budget)
 	if !preempted {
-		batch = s.admitWaiting(&out, batch, budget)
+		batch = s.admitWaiting(&out, batch, budget, now)
 	}
 	out.Scheduled = len(batch)
 	if len(batch) == 0 {
@@ -328,8 +336,9 @@ func (s *Scheduler) scheduleRunning(out *Step, budget int) ([]work, int, bool) {
 }
 
 // admitWaiting admits waiting requests, first come first served, while
-// max_num_seqs, the budget and the free blocks allow.
-func (s *Scheduler) admitWaiting(out *Step, batch []work, budget int) []work {
+// max_num_seqs, the budget and the free blocks allow, in the step
+// starting at now.
+func (s *Scheduler) admitWaiting(out *Step, batch []work, budget int, now time.Duration) []work {
 	for len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs && budget > 0 {
 		r := s.waiting[0]
 		if r.cancelled {
@@ -343,7 +352,7 @@ func (s *Scheduler) admitWaiting(out *Step, batch []work, budget int) []work {
 		}
 		s.waiting = s.waiting[1:]
 		if !r.counted {
-			r.counted = true
+			r.counted, r.scheduled = true, now
 			out.PromptTokens += r.promptLen
 			out.CachedTokens += r.seq.CachedTokens()
 		}
@@ -391,13 +400,16 @@ func (s *Scheduler) apply(out *Step, batch []work, end time.Duration) {
 		r.outputs++
 		u := Update{ID: r.id, Token: tok}
 		if r.outputs == 1 {
-			u.First, u.CachedTokens, u.TTFT = true, r.seq.CachedTokens(), end-r.arrival
+			r.ttft = end - r.arrival
+			u.First, u.CachedTokens, u.TTFT = true, r.seq.CachedTokens(), r.ttft
 		}
 		if r.outputs >= r.target || len(r.seq.Tokens) >= s.cfg.MaxModelLen {
 			u.Finish = FinishLength
 			if r.outputs == r.stopAt {
 				u.Finish = FinishStop
 			}
+			u.Queued = r.scheduled - r.arrival
+			u.Prefill = r.ttft - u.Queued
 			s.cache.Free(r.seq)
 			delete(s.byID, r.id)
 			finished[r] = true

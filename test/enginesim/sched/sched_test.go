@@ -430,3 +430,74 @@ func TestAddRefuses(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestQueuedAndPrefill: a request's last update carries vLLM's queued
+// interval (arrival to the start of the step that first admitted it) and
+// prefill interval (from there to its first token), which add up to its
+// TTFT; a request queued behind another waits, one admitted at once does
+// not, and a preemption does not move the first admission.
+func TestQueuedAndPrefill(t *testing.T) {
+	t.Run("queued behind another", func(t *testing.T) {
+		cfg := config()
+		cfg.MaxNumSeqs = 1 // B waits until A is done
+		e := &engine{t: t, s: newScheduler(t, cfg), now: time.Minute}
+		e.add(sched.Request{ID: 1, Prompt: prompt(1000, 300), MaxTokens: 3, IgnoreEOS: true}) // two chunks
+		e.now += 7 * time.Millisecond                                                         // B arrives later, while nothing runs yet
+		e.add(sched.Request{ID: 2, Prompt: prompt(2000, 40), MaxTokens: 2, IgnoreEOS: true})
+		arrivalB := e.now
+		first := map[sched.ID]sched.Update{}
+		last := map[sched.ID]sched.Update{}
+		var admittedB time.Duration
+		for n := 0; len(last) < 2; n++ {
+			if n > 20 {
+				t.Fatal("not done in 20 steps")
+			}
+			start, running := e.now, e.s.Load().Running
+			st := e.step()
+			if running == 0 && admittedB == 0 && len(last) == 1 {
+				admittedB = start // A left in the step before: B is admitted in this one
+			}
+			for _, u := range st.Updates {
+				if u.First {
+					first[u.ID] = u
+				}
+				if u.Finish != "" {
+					last[u.ID] = u
+				} else if u.Queued != 0 || u.Prefill != 0 {
+					t.Fatalf("an update before the last carries intervals: %+v", u)
+				}
+			}
+		}
+		a, b := last[1], last[2]
+		if a.Queued != 7*time.Millisecond || a.Prefill <= 0 {
+			t.Fatalf("A: queued %v, prefill %v; want 7ms (the step began when B arrived), > 0", a.Queued, a.Prefill)
+		}
+		if b.Queued != admittedB-arrivalB || b.Queued <= first[1].TTFT-7*time.Millisecond {
+			t.Fatalf("B: queued %v; want %v, from its arrival to the step after A's end", b.Queued, admittedB-arrivalB)
+		}
+		for id, u := range last {
+			if u.Queued+u.Prefill != first[id].TTFT || u.Prefill <= 0 {
+				t.Fatalf("request %d: queued %v + prefill %v, TTFT %v", id, u.Queued, u.Prefill, first[id].TTFT)
+			}
+		}
+	})
+	t.Run("preempted after its first token", func(t *testing.T) {
+		cfg := config()
+		cfg.Cache.NumBlocks = 4 // 3 usable blocks, as TestPreemptionFromBack
+		cfg.Cache.BlockSize = 4
+		e := &engine{t: t, s: newScheduler(t, cfg)}
+		e.add(sched.Request{ID: 1, Prompt: prompt(100, 4), MaxTokens: 2, IgnoreEOS: true})
+		e.add(sched.Request{ID: 2, Prompt: prompt(200, 4), MaxTokens: 3, IgnoreEOS: true})
+		e.add(sched.Request{ID: 3, Prompt: prompt(300, 4), MaxTokens: 3, IgnoreEOS: true})
+		st := e.step() // all three admitted at 0, each with its first token
+		ttft := st.Updates[2].TTFT
+		if st2 := e.step(); st2.Preemptions == 0 {
+			t.Fatalf("the second step preempted nothing: %+v", st2)
+		}
+		ups, _ := e.untilDone(3, 50) // readmitted later
+		u := ups[len(ups)-1]
+		if u.Queued != 0 || u.Prefill != ttft {
+			t.Fatalf("C: queued %v, prefill %v; want 0 and its TTFT %v (the first admission counts)", u.Queued, u.Prefill, ttft)
+		}
+	})
+}
