@@ -1,6 +1,8 @@
-// Package picker routes each request to the endpoint holding the longest
-// cached prefix under a bounded-load cap, and answers the decision API with
-// a prefix_hash (DESIGN.md §7).
+// Package picker routes each request to the endpoint where it is predicted
+// to get its first token soonest (its cached prefix, the queue and the
+// decodes there weighed by a model learned online), under a bounded-load
+// cap, and answers the decision API with a prefix_hash and the prediction
+// (DESIGN.md §7).
 //
 // Contract:
 //   - A request is scored only when its whole cache identity is known
@@ -13,9 +15,11 @@
 //     own (route.go): Prepare (parse, resolve, render and key the tokens:
 //     I/O, bounded by the render timeout), Admit (wait while the model
 //     group is saturated), Snapshot (the fleet's per-tier matches and
-//     loads, and the picker's own picks not yet covered by an engine load
-//     report, aged at the engine's prefill rate), Decide (the pure
-//     decision, picker/decide over picker/score) and Book. Prepare and
+//     loads, the picker's own picks not yet covered by an engine load
+//     report, aged at the engine's prefill rate, and those it carries
+//     before their first output token, and the group's TTFT model: its
+//     fit and each endpoint's factors), Decide (the pure decision,
+//     picker/decide over picker/score) and Book. Prepare and
 //     Admit block; Snapshot, Decide and Book never wait on I/O. It never
 //     sends anything to an engine except render and model-list calls.
 //   - The router reads the fleet through the Fleet interface: a
@@ -49,6 +53,15 @@
 //     open ones keep theirs. No secret is logged, exported or put in an
 //     answer. A bad combination of TLS settings is a Validate error
 //     naming the flags; an unusable file fails Start, naming the flag.
+//   - The TTFT model (learn.go over picker/predict), one per identity
+//     group under its own lock: the engines' counters in the load reports
+//     are taken at snapshot time; a pick precise predicted teaches it at
+//     its first output token (Router.FirstToken; the proxy and the
+//     endpoint picker call it on streamed answers only, a whole answer's
+//     first byte being its end), once. Its state is on /debug/endpoints
+//     and in kvroute_picker_ttft_*; the prediction rides on the answer
+//     (predicted_ttft_ms, x-kvroute-predicted-ttft-ms) and in the access
+//     log. x-kvroute-slo-ttft-ms (slo.go) sets PickOptions.SLO.
 //   - /debug/endpoints lists the sidecars followed whose summary stream is
 //     failing (sidecars_failing: reason tls, unavailable or stream, the
 //     error, for how long), which a sidecar never streamed from has no
