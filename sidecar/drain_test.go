@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/sidecar"
 	"github.com/kvroute/kvroute/test/metrictest"
@@ -26,17 +23,7 @@ func TestDrain(t *testing.T) {
 	cfg.DrainDelay = time.Minute
 	s := startSidecar(t, cfg)
 	base := "http://" + s.DebugAddr()
-	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := pb.NewSidecarClient(conn).WatchSummaries(ctx, &pb.WatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream, cancel := watchPlain(t, s.GRPCAddr())
 	next := func() *pb.LoadReport { // the next load report
 		t.Helper()
 		for range 1000 {

@@ -217,17 +217,7 @@ func TestLoadReportCarriesEngineStats(t *testing.T) {
 	cfg := sidecarConfig(e)
 	cfg.ScrapeInterval = 20 * time.Millisecond
 	s := startSidecar(t, cfg)
-	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := pb.NewSidecarClient(conn).WatchSummaries(ctx, &pb.WatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream, _ := watchPlain(t, s.GRPCAddr())
 	r := &replica{t: t, params: cfg.Params(), snaps: map[string]*summary.Snapshot{}, epochs: map[string]uint64{}}
 	r.follow(stream, func() bool { return r.load.GetEngine().GetHave() }) // once scraped
 	if g := r.load.GetEngine(); g.GetTtftCount() != 0 || g.GetPromptTokens() != 0 {
@@ -283,17 +273,7 @@ func TestWatchOverTLS(t *testing.T) {
 func TestCloseEndsSummaryStreams(t *testing.T) {
 	e := startEngine(t, engineConfig()).Engines()[0]
 	s := startSidecar(t, sidecarConfig(e))
-	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := pb.NewSidecarClient(conn).WatchSummaries(ctx, &pb.WatchRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream, _ := watchPlain(t, s.GRPCAddr())
 	if _, err := stream.Recv(); err != nil { // the initial state: the stream is open
 		t.Fatal(err)
 	}
@@ -310,4 +290,21 @@ func TestCloseEndsSummaryStreams(t *testing.T) {
 		break
 	}
 	<-closed
+}
+
+// watchPlain opens a summary stream to the sidecar at addr without TLS,
+// for at most 30 s; cancel ends it early (the test's end does too).
+func watchPlain(t *testing.T, addr string) (stream pb.Sidecar_WatchSummariesClient, cancel context.CancelFunc) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if stream, err = pb.NewSidecarClient(conn).WatchSummaries(ctx, &pb.WatchRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	return stream, cancel
 }
