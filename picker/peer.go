@@ -122,10 +122,6 @@ func (pp *peerPolicy) forgetGone(group string, eps []fleet.Endpoint) {
 	pp.known[group] = now
 }
 
-// peerFirstToken is FirstToken at the router's now: the proxy's and the
-// endpoint picker's, at the answer's first output token (outputWatch).
-func (r *Router) peerFirstToken(p *Pick) { r.bookings.peerFirstToken(p, r.now()) }
-
 // firstToken is FirstToken at the router's now, from the proxy and the
 // endpoint picker: the TTFT model learns only from a streamed answer,
 // whose first output chunk is its first token; a whole answer's first
@@ -179,8 +175,10 @@ func (r *Router) FirstChunk(p *Pick, now time.Time) {
 // FirstToken is the engine's first output token for p at now: the
 // prefill is done as the peers count it. It gives p's peer policy the
 // first-token signal (peers.Policy FirstToken): Dynamo's active prefill
-// tokens A_w end. Nothing else: kvroute's own bookings end at FirstChunk,
-// llm-d's tokens too. The proxy and the endpoint picker call it at the
+// tokens A_w end. It ends p's wait for a first token in kvroute's own
+// bookings (the queue the TTFT model prices; its prefill tokens for
+// admission end at FirstChunk, llm-d's tokens too). The proxy and the
+// endpoint picker call it at the
 // chunk that carries the first output (outputWatch): on chat and
 // completion streams the first chunk, on /v1/responses streams the first
 // event after the opening ones, on a whole answer its first byte; a

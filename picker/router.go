@@ -408,6 +408,7 @@ func (r *Router) servedBy(p *Pick, k int) {
 	r.bookings.move(p, f.endpoint, f.uncached, r.now())
 	p.Endpoint, p.EndpointID, p.MatchedTokens, p.uncached = f.endpoint, endpointID(f.endpoint), f.matched, f.uncached
 	p.MatchedBlocks, p.anotherHeldMore, p.loadOnly = 0, f.anotherHeldMore, f.loadOnly
+	p.predicted = false // priced for the endpoint that failed: nothing to learn from
 	if p.blockSize > 0 {
 		p.MatchedBlocks = f.matched / p.blockSize
 	}
