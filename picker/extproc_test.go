@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -498,6 +499,9 @@ func TestEPPConversationLandsWarm(t *testing.T) {
 	}
 	if g.set["x-kvroute-prefix-hash"] != hash || g.set["x-kvroute-matched-tokens"] == "0" || g.set["x-kvroute-matched-tokens"] == "" {
 		t.Fatalf("turn 2's decision headers %v: want turn 1's prefix hash %s and matched tokens", g.set, hash)
+	}
+	if ms, err := strconv.ParseFloat(g.set["x-kvroute-predicted-ttft-ms"], 64); err != nil || !(ms > 0) {
+		t.Fatalf("turn 2's decision headers %v: want x-kvroute-predicted-ttft-ms, the prediction", g.set)
 	}
 	resp, raw = forward(t, warm, second)
 	if u := openai.UsageOf(raw); resp.StatusCode != 200 || u.Cached == 0 {
