@@ -93,3 +93,52 @@ func TestLearnsTheProfile(t *testing.T) {
 		t.Errorf("steady median prediction error %.3f, want ≤ 0.15", e)
 	}
 }
+
+// TestRelearnsAChangedEngine: a third of the way into a lab run one of
+// four engines becomes twice as slow (its node replaced under the same
+// address). From the requests alone, the first picker's model learns it
+// again: by the last third of the run its predictions there are within
+// 15% (median) again, its speed factor has risen above 1.3 (the rest of
+// the slowdown is explained by the longer queue the slow engine keeps),
+// and the other engines' factors stay near 1.
+func TestRelearnsAChangedEngine(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Policy = score.Precise
+	slow := profile.Default()
+	slow.StepBase *= 2
+	slow.PrefillTokensPerSecond /= 2
+	slow.DecodePerSeq *= 2
+	var changed string
+	watch := func(r *run) {
+		r.sim.at(60*time.Second, func() {
+			changed = r.engines[0].url
+			if err := r.engines[0].core.SetLatency(slow); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	outs, models, err := runWith(cfg, singles{n: 600}, workload.Options{Seed: 5, Rate: 1}, watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last []Outcome
+	for _, o := range outs {
+		if o.Endpoint == changed && o.Start > 120*time.Second {
+			last = append(last, o)
+		}
+	}
+	if e := predictionError(last); len(last) < 20 || !(e <= 0.15) {
+		t.Errorf("the slowed engine's last %d predictions: median error %.3f, want ≤ 0.15 from at least 20", len(last), e)
+	}
+	for _, m := range models {
+		for url, e := range m.Endpoints {
+			t.Logf("%s: speed %.2f from %d requests", url, e.Speed, e.Observations)
+			switch {
+			case url == changed && !(e.Speed > 1.3):
+				t.Errorf("the slowed engine %s: speed factor %.2f, want above 1.3", url, e.Speed)
+			case url != changed && !(e.Speed > 0.75 && e.Speed < 1.33):
+				t.Errorf("engine %s: speed factor %.2f, want ≈1", url, e.Speed)
+			}
+		}
+	}
+}

@@ -74,3 +74,31 @@ func TestProfileLatency(t *testing.T) {
 		t.Fatalf("a cached prefix: %v, %d cached; want %v", st.Duration, st.CachedTokens, p.StepBase+p.ChunkCost(192, 8))
 	}
 }
+
+// TestSetLatency: a replaced latency model prices the next step; an
+// invalid one is refused and the old one kept.
+func TestSetLatency(t *testing.T) {
+	cfg := sched.DefaultConfig()
+	s, err := sched.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := cfg.Latency
+	slow.StepBase *= 2
+	if err := s.SetLatency(slow); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(sched.Request{ID: 1, Prompt: make([]uint32, 16), MaxTokens: 1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Step(0)
+	want := slow.StepCost([]profile.Chunk{{Tokens: 16}}, 0, 0)
+	if st.Duration != want {
+		t.Fatalf("step took %v, want %v at the slower model", st.Duration, want)
+	}
+	bad := slow
+	bad.PrefillTokensPerSecond = 0
+	if err := s.SetLatency(bad); err == nil {
+		t.Fatal("an invalid profile was taken")
+	}
+}

@@ -214,6 +214,18 @@ func (s *Scheduler) Cancel(id ID) bool {
 	return ok
 }
 
+// SetLatency replaces the latency model from the next step on: the
+// engine's hardware changed under the same address (a node replaced by a
+// faster or slower one), its cache and requests kept. An invalid profile
+// is refused and the model kept.
+func (s *Scheduler) SetLatency(p profile.Profile) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("sched: latency: %w", err)
+	}
+	s.cfg.Latency = p
+	return nil
+}
+
 // Idle reports whether no request waits or runs.
 func (s *Scheduler) Idle() bool { return len(s.waiting) == 0 && len(s.running) == 0 }
 
