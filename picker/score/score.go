@@ -303,8 +303,11 @@ func why(d *Decision, x, chosen cand, tie float64) string {
 	}
 	switch d.Reason {
 	case ReasonCacheHit, ReasonColdAnchor, ReasonColdNoAnchor:
-		if x.predicted > chosen.predicted*(1+tie) {
+		switch {
+		case x.predicted > chosen.predicted*(1+tie):
 			return "higher predicted TTFT"
+		case x.cached < chosen.cached:
+			return "predicted as fast, holds less of the prefix"
 		}
 		return "predicted as fast, lower tie-break weight"
 	case ReasonWithinSLO:
@@ -387,37 +390,33 @@ func leastLoaded(cs []cand) int { return argmin(cs, false, func(x cand) float64 
 // weight; with an SLO, of the candidates predicted within it, the one
 // holding most of the prefix (ties by weight).
 func (cfg *Config) precise(r Request, cs []cand) (int, Reason) {
-	fastest := argmin(cs, false, func(x cand) float64 { return x.predicted })
-	if r.SLO > 0 {
-		within := -1
-		for j, x := range cs {
-			if !x.underCap || x.predicted > r.SLO {
-				continue
-			}
-			if within < 0 || x.cached > cs[within].cached || (x.cached == cs[within].cached && x.weight > cs[within].weight) {
-				within = j
-			}
-		}
-		if within >= 0 {
-			return within, ReasonWithinSLO
-		}
-	}
-	bound := cs[fastest].predicted * (1 + cfg.TieRatio)
 	held := func(x cand) float64 { // a match under MinMatchTokens is none
 		if x.cached < float64(cfg.MinMatchTokens) {
 			return 0
 		}
 		return x.cached
 	}
-	pick := -1
-	for j, x := range cs {
-		if !x.underCap || x.predicted > bound {
-			continue
+	// keeps is the candidate under the cap predicted within limit that
+	// holds most of the prefix, ties by weight; -1 when none is.
+	keeps := func(limit float64) int {
+		pick := -1
+		for j, x := range cs {
+			if !x.underCap || x.predicted > limit {
+				continue
+			}
+			if pick < 0 || held(x) > held(cs[pick]) || (held(x) == held(cs[pick]) && x.weight > cs[pick].weight) {
+				pick = j
+			}
 		}
-		if pick < 0 || held(x) > held(cs[pick]) || (held(x) == held(cs[pick]) && x.weight > cs[pick].weight) {
-			pick = j
+		return pick
+	}
+	if r.SLO > 0 {
+		if within := keeps(r.SLO); within >= 0 {
+			return within, ReasonWithinSLO
 		}
 	}
+	fastest := argmin(cs, false, func(x cand) float64 { return x.predicted })
+	pick := keeps(cs[fastest].predicted * (1 + cfg.TieRatio))
 	switch {
 	case cs[pick].cached >= float64(cfg.MinMatchTokens):
 		return pick, ReasonCacheHit
