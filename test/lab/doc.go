@@ -37,6 +37,11 @@
 //     (fleet.EngineStats: prompt and cached tokens, the TTFTs at each
 //     first token, queue and prefill times at each request's end, as
 //     vLLM observes them), cumulative on the virtual clock.
+//   - Precise's TTFT model learns in the lab as in production: at each
+//     pick's FirstToken, from its booking to the engine's first token and
+//     the hop back (Outcome.PredictedTTFT beside Outcome.DispatchTTFT;
+//     Figures.PredictionError their steady median relative error).
+//     RunLearned returns what the first picker's models learned.
 //   - Admission is off (policy comparisons run without it): every
 //     request is decided at once.
 //   - llm-d-calibrated (LLMDCalibrated) is llm-d with its load gate at the
