@@ -29,7 +29,25 @@ type bookings struct {
 func (k *bookings) book(p *Pick, uncached float64, carried bool, now time.Time) {
 	k.mu.Lock()
 	p.booking = k.b.Book(p.Endpoint, uncached, carried, now)
+	if carried && len(p.chain) > 0 {
+		k.b.Hold(&p.booking, p.chain)
+	}
 	k.mu.Unlock()
+}
+
+// held is, per endpoint of eps, how many leading blocks of chain this
+// picker's carried picks there hold before their first token (absent:
+// none).
+func (k *bookings) held(eps []fleet.Endpoint, chain []uint64) map[string]int {
+	out := map[string]int{}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range eps {
+		if n := k.b.HeldPrefix(e.URL, chain); n > 0 {
+			out[e.URL] = n
+		}
+	}
+	return out
 }
 
 // pending is what each of eps has in flight from this picker at now,

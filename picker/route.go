@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/blockkey"
+
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/decide"
 	"github.com/kvroute/kvroute/picker/fleet"
@@ -91,6 +93,17 @@ func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
 		}
 	}
 	s.InFlight = r.bookings.pending(p.eps, now)
+	if len(p.chain) > 0 && r.precise(p) {
+		// A prefix this picker's requests are prefilling there now will
+		// be cached by the time this one runs behind them: siblings of a
+		// new prefix find it before any KV event says so.
+		for url, n := range r.bookings.held(p.eps, keysOf(p.chain)) {
+			if s.Matched[tier.GPU] == nil {
+				s.Matched[tier.GPU] = map[string]int{}
+			}
+			s.Matched[tier.GPU][url] = max(s.Matched[tier.GPU][url], n)
+		}
+	}
 	r.learn.into(&s, p.group)
 	return s
 }
@@ -125,6 +138,9 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached,
 		waited: p.waited, peer: ticket, group: p.group}
+	if r.precise(p) {
+		pick.chain = keysOf(p.chain)
+	}
 	if d.Policy == score.Precise && !d.LoadOnly && p.dreq.Policy == "" && r.bookings.peer == nil {
 		pick.PredictedTTFTMs = d.Predicted.Total() * 1000
 		pick.features, pick.predicted = d.Features, true
@@ -174,4 +190,23 @@ func (r *Router) rankFallbacks(p *Prepared, d decide.Decision, snap decide.Snaps
 func (r *Router) Book(pick *Pick, opt PickOptions, now time.Time) {
 	r.bookings.book(pick, pick.uncached, opt.Carried, now)
 	pick.dispatched = now
+}
+
+// keysOf is chain as the bookings hold it.
+func keysOf(chain []blockkey.Key) []uint64 {
+	out := make([]uint64, len(chain))
+	for i, k := range chain {
+		out[i] = uint64(k)
+	}
+	return out
+}
+
+// precise reports whether kvroute's precise policy decides p (not a
+// peer's, nor another policy named for it).
+func (r *Router) precise(p *Prepared) bool {
+	pol := p.dreq.Policy
+	if pol == "" {
+		pol = r.dcfg.Score.Policy
+	}
+	return pol == score.Precise && r.bookings.peer == nil
 }

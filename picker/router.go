@@ -299,6 +299,7 @@ type Pick struct {
 	// the features the chosen endpoint was priced by, when the pick was
 	// booked, and whether it is still to be learned from (predicted).
 	group      string
+	chain      []uint64 // the prompt's block keys, held on the endpoint until its first token
 	features   predict.Features
 	dispatched time.Time
 	predicted  bool

@@ -9,10 +9,11 @@ import "time"
 // their first byte. It is not safe for concurrent use.
 type Bookings struct {
 	ledger   *Ledger
-	prefill  map[string]float64 // endpoint → uncached prompt tokens of carried picks before their first byte
-	prefillN map[string]int     // endpoint → how many such picks
-	await    map[string]float64 // endpoint → uncached prompt tokens of carried picks before their first output token
-	awaitN   map[string]int     // endpoint → how many such picks
+	prefill  map[string]float64        // endpoint → uncached prompt tokens of carried picks before their first byte
+	prefillN map[string]int            // endpoint → how many such picks
+	await    map[string]float64        // endpoint → uncached prompt tokens of carried picks before their first output token
+	awaitN   map[string]int            // endpoint → how many such picks
+	held     map[string]map[uint64]int // endpoint → block key → such picks whose prompt has it
 }
 
 // Booking is one pick as booked: where, its Ledger record, and the
@@ -25,6 +26,7 @@ type Booking struct {
 	// output token (FirstToken), and awaiting whether it still does.
 	Await    float64
 	awaiting bool
+	chain    []uint64 // its prompt's block keys, held until its first output token (Hold)
 }
 
 // NewBookings returns empty bookings; cfg is the Ledger's.
@@ -33,7 +35,8 @@ func NewBookings(cfg Config) (*Bookings, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bookings{ledger: l, prefill: map[string]float64{}, prefillN: map[string]int{}, await: map[string]float64{}, awaitN: map[string]int{}}, nil
+	return &Bookings{ledger: l, prefill: map[string]float64{}, prefillN: map[string]int{}, await: map[string]float64{}, awaitN: map[string]int{},
+		held: map[string]map[uint64]int{}}, nil
 }
 
 // Book records a pick of endpoint at now with uncached prompt tokens; a
@@ -70,13 +73,65 @@ func (b *Bookings) FirstByte(bk *Booking) {
 	bk.Prefill = 0
 }
 
+// Hold records the block keys of a carried pick's prompt as about to be
+// cached on its endpoint: once it is prefilled there, a request with the
+// same prefix finds them, though no KV event has said so yet. They are
+// held until its first output token (by then the engine has stored them
+// and says so), or its end. A pick not carried, or already past its first
+// token, holds nothing.
+func (b *Bookings) Hold(bk *Booking, chain []uint64) {
+	if !bk.awaiting || bk.chain != nil || len(chain) == 0 {
+		return
+	}
+	bk.chain = chain
+	m := b.held[bk.Endpoint]
+	if m == nil {
+		m = make(map[uint64]int, len(chain))
+		b.held[bk.Endpoint] = m
+	}
+	for _, k := range chain {
+		m[k]++
+	}
+}
+
+// HeldPrefix is how many leading keys of chain the carried picks to
+// endpoint before their first output token hold (Hold). Block keys are
+// chained (a block's key covers every block before it), so a set of them
+// answers for prefixes.
+func (b *Bookings) HeldPrefix(endpoint string, chain []uint64) int {
+	m := b.held[endpoint]
+	if m == nil {
+		return 0
+	}
+	n := 0
+	for n < len(chain) && m[chain[n]] > 0 {
+		n++
+	}
+	return n
+}
+
+func (b *Bookings) release(bk *Booking) {
+	m := b.held[bk.Endpoint]
+	for _, k := range bk.chain {
+		if m[k]--; m[k] <= 0 {
+			delete(m, k)
+		}
+	}
+	if len(m) == 0 {
+		delete(b.held, bk.Endpoint)
+	}
+	bk.chain = nil
+}
+
 // FirstToken ends bk's wait for its first output token (a stream's
 // first byte may come before it: a Responses stream opens with
-// response.created). Once per booking.
+// response.created), and its hold on its prompt's blocks. Once per
+// booking.
 func (b *Bookings) FirstToken(bk *Booking) {
 	if !bk.awaiting {
 		return
 	}
+	b.release(bk)
 	bk.awaiting = false
 	if b.awaitN[bk.Endpoint] > 1 {
 		b.await[bk.Endpoint] = max(0, b.await[bk.Endpoint]-bk.Await)
@@ -99,12 +154,13 @@ func (b *Bookings) Done(bk *Booking) {
 // in flight moves with it only while it had one (before its first byte),
 // its wait for a first token only while it waited.
 func (b *Bookings) Move(bk *Booking, endpoint string, uncached float64, now time.Time) {
-	prefill, awaiting := bk.Prefill > 0, bk.awaiting
+	prefill, awaiting, chain := bk.Prefill > 0, bk.awaiting, bk.chain
 	b.Done(bk)
 	*bk = b.Book(endpoint, uncached, awaiting, now)
 	if !prefill {
 		b.FirstByte(bk)
 	}
+	b.Hold(bk, chain)
 }
 
 // Pending is what endpoint has in flight at now from this picker, given

@@ -90,3 +90,42 @@ func TestPendingCountsAwaiting(t *testing.T) {
 		t.Fatalf("after the end: %+v", p)
 	}
 }
+
+// TestHold: a carried pick holds its prompt's block keys on its endpoint
+// until its first output token — a sibling finds their leading run there
+// — and a move carries the hold; a pick not carried holds nothing.
+func TestHold(t *testing.T) {
+	b, err := NewBookings(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(100, 0)
+	x := b.Book("e", 1000, true, t0)
+	b.Hold(&x, []uint64{1, 2, 3})
+	y := b.Book("e", 1000, true, t0)
+	b.Hold(&y, []uint64{1, 2, 9})
+	api := b.Book("e", 10, false, t0)
+	b.Hold(&api, []uint64{7})
+	for _, tc := range []struct {
+		chain []uint64
+		want  int
+	}{
+		{[]uint64{1, 2, 3, 4}, 3}, {[]uint64{1, 2, 9}, 3}, {[]uint64{1, 5}, 1}, {[]uint64{4, 2}, 0}, {[]uint64{7}, 0}, {nil, 0},
+	} {
+		if got := b.HeldPrefix("e", tc.chain); got != tc.want {
+			t.Errorf("held prefix of %v: %d, want %d", tc.chain, got, tc.want)
+		}
+	}
+	b.FirstToken(&x)
+	if got := b.HeldPrefix("e", []uint64{1, 2, 3}); got != 2 {
+		t.Errorf("after x's first token: %d held, want 2 (y's)", got)
+	}
+	b.Move(&y, "f", 500, t0)
+	if b.HeldPrefix("e", []uint64{1}) != 0 || b.HeldPrefix("f", []uint64{1, 2, 9}) != 3 {
+		t.Errorf("after a move: e %d, f %d", b.HeldPrefix("e", []uint64{1}), b.HeldPrefix("f", []uint64{1, 2, 9}))
+	}
+	b.Done(&y)
+	if b.HeldPrefix("f", []uint64{1}) != 0 || len(b.held) != 0 {
+		t.Errorf("after the end: %v still held", b.held)
+	}
+}
