@@ -17,8 +17,9 @@
 //     group is saturated), Snapshot (the fleet's per-tier matches and
 //     loads, the picker's own picks not yet covered by an engine load
 //     report, aged at the engine's prefill rate, and those it carries
-//     before their first output token, and the group's TTFT model: its
-//     fit and each endpoint's factors), Decide (the pure decision,
+//     before their first output token, whose prompts' blocks count as held
+//     on their endpoint for precise, and the group's TTFT model: its fit
+//     and each endpoint's factors), Decide (the pure decision,
 //     picker/decide over picker/score) and Book. Prepare and
 //     Admit block; Snapshot, Decide and Book never wait on I/O. It never
 //     sends anything to an engine except render and model-list calls.
