@@ -2,9 +2,11 @@
 // of the picks no engine load report covers yet (what the picker sent each
 // endpoint since the endpoint's last report, so that a burst of picks
 // between two reports is not all sent to the same idle-looking engine),
-// and the prefill work of the picks it carries to an engine until their
-// first byte (admission's prefill in flight). Bookings holds both; the
-// router's shell holds it under its one lock (picker/bookings.go).
+// the prefill work of the picks it carries to an engine until their first
+// byte (admission's prefill in flight), and the carried picks until their
+// first output token (the queue the TTFT model prices, and the block keys
+// of their prompts, about to be cached there). Bookings holds them all;
+// the router's shell holds it under its one lock (picker/bookings.go).
 //
 // Contract:
 //   - Pure: it takes `now` as an argument, reads no clock, does no I/O
@@ -20,4 +22,9 @@
 //     Done, once; a decision-API pick (not carried) counts none. Move
 //     (a fallback served the request) takes the prefill along only before
 //     the first byte.
+//   - A carried booking awaits its first output token from Book until
+//     FirstToken or Done, once (AwaitCount, AwaitTokens in Pending); its
+//     prompt's block keys (Hold) are held on its endpoint as long, and
+//     HeldPrefix answers how many leading keys of a chain are held there.
+//     Move takes both along while the pick awaits.
 package inflight
