@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -271,11 +273,12 @@ func (r *Router) readiness(ready func() error) error {
 // has them.
 func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, self debugapi.Picker) {
 	doc := debugapi.Document{Endpoints: []debugapi.Endpoint{}, Picker: self, Refused: []debugapi.Refusal{}, SidecarsFailing: []debugapi.SidecarFailing{},
-		TTFTModels: map[string]debugapi.TTFTModel{}}
+		TTFTModels: []debugapi.TTFTModel{}}
 	models := r.learn.state()
-	for g, m := range models {
-		doc.TTFTModels[g] = debugapi.TTFTModel{Coefficients: m.Coefficients, Observations: m.Observations,
-			MedianRelativeError: m.MedianRelativeError, MeanUncachedTokens: m.MeanUncachedTokens}
+	for _, g := range slices.Sorted(maps.Keys(models)) {
+		m := models[g]
+		doc.TTFTModels = append(doc.TTFTModels, debugapi.TTFTModel{Group: g, Coefficients: m.Coefficients, Observations: m.Observations,
+			MedianRelativeError: m.MedianRelativeError, MeanUncachedTokens: m.MeanUncachedTokens})
 	}
 	for _, e := range r.fleet.Endpoints() {
 		d := debugapi.Endpoint{Endpoint: e.URL, EndpointID: endpointID(e.URL), Sidecar: e.Sidecar, Group: e.Group}

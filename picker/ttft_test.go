@@ -51,7 +51,8 @@ func TestPredictedTTFTIsLearnedAndShown(t *testing.T) {
 	if err != nil || len(dbg.TTFTModels) != 1 {
 		t.Fatalf("/debug/endpoints: %v, ttft_models %+v", err, dbg.TTFTModels)
 	}
-	for g, m := range dbg.TTFTModels {
+	for _, m := range dbg.TTFTModels {
+		g := m.Group
 		if m.Observations != n || m.MedianRelativeError == nil || len(m.Coefficients) != 8 || m.MeanUncachedTokens <= 0 {
 			t.Errorf("group %s: %+v, want %d observations, an error and eight coefficients", g, m, n)
 		}

@@ -15,18 +15,20 @@ type Document struct {
 	// SidecarsFailing are the sidecars followed whose summary stream
 	// fails: one that never streamed has no endpoint to show it by.
 	SidecarsFailing []SidecarFailing `json:"sidecars_failing"`
-	// TTFTModels are the picker's learned TTFT models, by identity group.
-	TTFTModels map[string]TTFTModel `json:"ttft_models"`
+	// TTFTModels are the picker's learned TTFT models, one per identity
+	// group, sorted by group.
+	TTFTModels []TTFTModel `json:"ttft_models"`
 }
 
 // TTFTModel is one identity group's learned model of time to first
-// token: its coefficients (by term: overhead_s, tail_s_per_ktok,
+// token: the group, its coefficients (by term: overhead_s, tail_s_per_ktok,
 // attention_s_per_mtok2, ahead_s_per_ktok, running_s_per_seq,
 // running_tail_s_per_seq_ktok, queued_s_per_request, kv_usage_s), the
 // requests it learned from, the median
 // relative error of its recent predictions (nil before any), and the
 // group's mean uncached prompt per request.
 type TTFTModel struct {
+	Group               string             `json:"group"`
 	Coefficients        map[string]float64 `json:"coefficients"`
 	Observations        int                `json:"observations"`
 	MedianRelativeError *float64           `json:"median_relative_error"`

@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite the golden file")
 // and shows a bare endpoint and refusal with their optional fields
 // omitted.
 func example() Document {
-	lag := 0.018
+	lag, medianErr := 0.018, 0.12
 	return Document{
 		Endpoints: []Endpoint{{
 			Endpoint: "http://10.0.0.1:8000", EndpointID: "0123456789abcdef", Sidecar: "10.0.0.1:9090", SidecarDebug: "http://10.0.0.1:9091",
@@ -25,6 +25,8 @@ func example() Document {
 			SummaryParams: "m=65536", TokenizerFingerprint: "tok", Epoch: 3, Partial: true, Waiting: 2, Running: 5, KVUsage: 0.25,
 			StaleSecs: 0.5, State: "down", StateReason: "the sidecar cannot reach the engine: refused", StreamState: "partial",
 			StreamReason: "lost events", EngineDown: true, EngineError: "refused", LagSeconds: &lag,
+			TTFT: &TTFTEndpoint{SpeedFactor: 1.2, Observations: 40, MeanUncachedTokens: 900, MeanQueueSeconds: 0.05, MeanPrefillSeconds: 0.09,
+				MeanTTFTSeconds: 0.14},
 		}, {
 			Endpoint: "http://10.0.0.2:8000", EndpointID: "fedcba9876543210", Sidecar: "10.0.0.2:9090", Group: "g1", Model: "m",
 			BlockSize: 16, NeverUpdated: true, State: "cached",
@@ -37,6 +39,8 @@ func example() Document {
 			Endpoint: "http://10.0.0.4:8000", Sidecar: "10.0.0.4:9090", Reason: "summary_params", Model: "m", SummaryParams: "m=1",
 		}},
 		SidecarsFailing: []SidecarFailing{{Sidecar: "10.0.0.5:9090", Reason: "tls", Error: "x509: unknown authority", SecondsFailing: 12.5}},
+		TTFTModels: []TTFTModel{{Group: "g1", Coefficients: map[string]float64{"overhead_s": 0.03, "tail_s_per_ktok": 0.1}, Observations: 80,
+			MedianRelativeError: &medianErr, MeanUncachedTokens: 1200}},
 	}
 }
 
@@ -77,7 +81,7 @@ func TestExampleFull(t *testing.T) {
 		t.Errorf("the example leaves unset: %v", unset)
 	}
 	var fields int
-	for _, v := range []any{Endpoint{}, Picker{}, Refusal{}, SidecarFailing{}} {
+	for _, v := range []any{Endpoint{}, Picker{}, Refusal{}, SidecarFailing{}, TTFTModel{}} {
 		fields += reflect.TypeOf(v).NumField()
 	}
 	unset := Unset(Document{Endpoints: []Endpoint{{Endpoint: "http://e"}}})
