@@ -30,6 +30,7 @@ type Prepared struct {
 	group      string
 	eps        []fleet.Endpoint // the group's, sorted by URL
 	chain      []blockkey.Key   // the request's block keys (none: load only, or no tokens)
+	keys       []uint64         // chain as the bookings hold it (Prepared.heldKeys), made once
 	tokens     []uint32         // its exact tokens (nil: none had), for a peer policy
 	prefixHash string           // "" when not anchorable
 	dreq       decide.Request

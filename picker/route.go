@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/blockkey"
-
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/decide"
 	"github.com/kvroute/kvroute/picker/fleet"
@@ -97,7 +95,7 @@ func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
 		// A prefix this picker's requests are prefilling there now will
 		// be cached by the time this one runs behind them: siblings of a
 		// new prefix find it before any KV event says so.
-		for url, n := range r.bookings.held(p.eps, keysOf(p.chain)) {
+		for url, n := range r.bookings.held(p.eps, p.heldKeys()) {
 			if s.Matched[tier.GPU] == nil {
 				s.Matched[tier.GPU] = map[string]int{}
 			}
@@ -139,7 +137,7 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached,
 		waited: p.waited, peer: ticket, group: p.group}
 	if r.precise(p) {
-		pick.chain = keysOf(p.chain)
+		pick.chain = p.heldKeys()
 	}
 	if d.Policy == score.Precise && !d.LoadOnly && p.dreq.Policy == "" && r.bookings.peer == nil {
 		pick.PredictedTTFTMs = d.Predicted.Total() * 1000
@@ -192,13 +190,16 @@ func (r *Router) Book(pick *Pick, opt PickOptions, now time.Time) {
 	pick.dispatched = now
 }
 
-// keysOf is chain as the bookings hold it.
-func keysOf(chain []blockkey.Key) []uint64 {
-	out := make([]uint64, len(chain))
-	for i, k := range chain {
-		out[i] = uint64(k)
+// heldKeys is p's chain as the bookings hold it, converted once for the
+// snapshot and the booking.
+func (p *Prepared) heldKeys() []uint64 {
+	if p.keys == nil && len(p.chain) > 0 {
+		p.keys = make([]uint64, len(p.chain))
+		for i, k := range p.chain {
+			p.keys[i] = uint64(k)
+		}
 	}
-	return out
+	return p.keys
 }
 
 // precise reports whether kvroute's precise policy decides p (not a
