@@ -102,6 +102,15 @@ type Decision struct {
 	LoadOnly bool
 	// Override is set when the best-cached candidate was skipped for load.
 	Override *score.Override
+	// Source is the endpoint (URL) the chosen one should pull the prefix
+	// from, out of that endpoint's CPU tier (vLLM's P2P tier): "" when
+	// the prefix is local, cheaper recomputed, or no endpoint holds more.
+	// It is always another endpoint of the request's identity group, and
+	// the request's own salt is in every key it matched on.
+	// SourceTokens is how many prompt tokens the pull is expected to
+	// bring (the source's CPU prefix beyond what the chosen one holds).
+	Source       string
+	SourceTokens int
 	// Predicted is the chosen endpoint's predicted TTFT, by term, and
 	// Features what it was predicted from (what the model learns from
 	// when the first token comes).

@@ -66,6 +66,11 @@ type Choice struct {
 	// higher better, or a cost, lower better, as the policy's doc says),
 	// in input order; 0 for unhealthy ones.
 	Scores []float64
+	// Source, for the arms with KV pulls (peer-policies.md §4), is the
+	// ID of the candidate the chosen one should pull the prefix from (out
+	// of its CPU tier); "" for none. Policies without a source rule leave
+	// it empty.
+	Source string
 }
 
 // Ticket names a booking, for FirstChunk, FirstToken and Done.
