@@ -111,6 +111,10 @@ type Decision struct {
 	// bring (the source's CPU prefix beyond what the chosen one holds).
 	Source       string
 	SourceTokens int
+	// Plan is where the chosen endpoint is expected to find the prompt's
+	// tokens: its GPU cache, its CPU tier (loaded back), the source's CPU
+	// tier (pulled), or nowhere (recomputed). They add up to the prompt.
+	Plan Placement
 	// Predicted is the chosen endpoint's predicted TTFT, by term, and
 	// Features what it was predicted from (what the model learns from
 	// when the first token comes).
@@ -118,6 +122,11 @@ type Decision struct {
 	Features  predict.Features
 	// Explain is every candidate as the decision saw it, in snapshot order.
 	Explain []score.Explain
+}
+
+// Placement splits a prompt's tokens by where an endpoint gets their KV.
+type Placement struct {
+	GPU, CPU, Pulled, Recompute int
 }
 
 // OK reports whether an endpoint was chosen.
