@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/picker/predict"
 	"github.com/kvroute/kvroute/test/metrictest"
 )
 
@@ -53,8 +54,8 @@ func TestPredictedTTFTIsLearnedAndShown(t *testing.T) {
 	}
 	for _, m := range dbg.TTFTModels {
 		g := m.Group
-		if m.Observations != n || m.MedianRelativeError == nil || len(m.Coefficients) != 8 || m.MeanUncachedTokens <= 0 {
-			t.Errorf("group %s: %+v, want %d observations, an error and eight coefficients", g, m, n)
+		if m.Observations != n || m.MedianRelativeError == nil || len(m.Coefficients) != predict.NumTerms || m.MeanUncachedTokens <= 0 {
+			t.Errorf("group %s: %+v, want %d observations, an error and %d coefficients", g, m, n, predict.NumTerms)
 		}
 	}
 	learned := 0
@@ -77,8 +78,8 @@ func TestPredictedTTFTIsLearnedAndShown(t *testing.T) {
 	if got := metrictest.Sum(fams, "kvroute_picker_ttft_model_observations", nil); got != n {
 		t.Errorf("kvroute_picker_ttft_model_observations %v, want %d", got, n)
 	}
-	if got := metrictest.Series(fams, "kvroute_picker_ttft_model_coefficient", nil); got != 8 {
-		t.Errorf("%d coefficient series, want 8", got)
+	if got := metrictest.Series(fams, "kvroute_picker_ttft_model_coefficient", nil); got != predict.NumTerms {
+		t.Errorf("%d coefficient series, want %d", got, predict.NumTerms)
 	}
 }
 

@@ -23,11 +23,17 @@ type Config struct {
 	// Predict is the TTFT model's learning; its prior prices a group
 	// nothing has been learned of yet.
 	Predict predict.Config
+	// Pulls lets precise name a KV source: an endpoint whose CPU tier
+	// holds more of the prefix than the candidate does, for the candidate
+	// to pull from (vLLM's P2P tier), when the model prices the pull below
+	// recomputing. Both must run the P2P tier (Snapshot.Sources). Default
+	// true; off, precise places as if no engine could pull.
+	Pulls bool
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Score: score.DefaultConfig(), Health: fleet.DefaultHealthConfig(), Predict: predict.DefaultConfig()}
+	return Config{Score: score.DefaultConfig(), Health: fleet.DefaultHealthConfig(), Predict: predict.DefaultConfig(), Pulls: true}
 }
 
 // Validate checks c.
@@ -78,6 +84,9 @@ type Snapshot struct {
 	Model      *predict.Coefficients
 	Learned    map[string]predict.Endpoint
 	MeanTokens float64
+	// Sources are the endpoints (URL) that run vLLM's P2P tier: they may
+	// pull a prefix from one another's CPU tiers (absent: not).
+	Sources map[string]bool
 }
 
 // Decision is the choice, its reason and its explanation.
@@ -144,10 +153,12 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	if sd.Index < 0 {
 		return d
 	}
-	chosen := cands[sd.Index]
+	chosen, o := cands[sd.Index], feats[sd.Index]
 	d.Endpoint = chosen.ID
-	d.Features = feats[sd.Index]
-	d.Predicted = cfg.price(snap, chosen.ID, d.Features)
+	d.Features, d.Predicted, d.Plan = o.f, o.terms, o.plan
+	if o.source != "" {
+		d.Source, d.SourceTokens = o.source, o.plan.Pulled
+	}
 	d.LoadOnly = snap.Endpoints[sd.Index].HealthAt(now, cfg.Health).State == fleet.LoadOnly
 	d.MatchedTokens = chosen.Matched[tier.GPU]
 	if req.BlockSize > 0 {
@@ -155,6 +166,9 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	}
 	d.Cached = sd.Cached
 	d.Uncached = float64(req.PromptTokens) - sd.Cached
+	if d.Source != "" { // pulled tokens are not prefilled
+		d.Uncached = float64(d.Plan.Recompute)
+	}
 	for _, c := range cands {
 		if c.Healthy && c.Matched[tier.GPU] > chosen.Matched[tier.GPU] {
 			d.AnotherHeldMore = true
@@ -173,9 +187,13 @@ func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.
 	return out
 }
 
-func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score.Candidate, []predict.Features) {
+func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score.Candidate, []option) {
 	out := make([]score.Candidate, 0, len(snap.Endpoints))
-	feats := make([]predict.Features, 0, len(snap.Endpoints))
+	feats := make([]option, 0, len(snap.Endpoints))
+	var sources []source
+	if cfg.Pulls && req.Policy == score.Precise || cfg.Pulls && req.Policy == "" && cfg.Score.Policy == score.Precise {
+		sources = pullSources(cfg, req, snap, now)
+	}
 	for i := range snap.Endpoints {
 		e := &snap.Endpoints[i]
 		h := e.HealthAt(now, cfg.Health)
@@ -190,29 +208,104 @@ func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score
 		}
 		p := snap.InFlight[e.URL]
 		c.Sent, c.SentTokens = p.Count, p.Tokens
-		f := cfg.features(req, snap, &c, p)
-		c.Ahead = f.Ahead
-		c.Predicted = cfg.price(snap, e.URL, f).Total()
+		o := cfg.features(req, snap, &c, p)
+		o.terms = cfg.price(snap, e.URL, o.f)
+		if snap.Sources[e.URL] && h.State == fleet.Cached {
+			o = cfg.bestPull(req, snap, o, sources)
+		}
+		c.Ahead = o.f.Ahead
+		c.Predicted = o.terms.Total()
 		out = append(out, c)
-		feats = append(feats, f)
+		feats = append(feats, o)
 	}
 	return out, feats
 }
 
-// features are what the TTFT model needs of req on c: the tail past its
-// longest matched prefix (any tier: loading lower tiers back is priced
-// at 0 until the tiers are measured), the work queued ahead — this
-// picker's carried picks before their first output token (or, for picks
-// it does not carry, the unreported ones' aged tokens), plus the requests the
-// engine reports waiting beyond this picker's, at the mean uncached
-// prompt learned for the endpoint (until one is, this request's prompt)
-// — and the decodes running there.
-func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p inflight.Pending) predict.Features {
+// option is one way to serve a request on an endpoint: where its prompt's
+// KV comes from (Plan; Source when pulled), what the model is given of it
+// and what it predicts.
+type option struct {
+	endpoint string
+	f        predict.Features
+	terms  predict.Terms
+	plan   Placement
+	source string
+}
+
+// source is an endpoint whose CPU tier may serve a pull: how many leading
+// prompt tokens it holds there, and this picker's pulls from it in
+// flight.
+type source struct {
+	url    string
+	tokens int
+	pulls  int
+}
+
+// pullSources are the endpoints that may serve req's prefix from their
+// CPU tier: they run the P2P tier, their cache is known (a load-only
+// endpoint's is not) and hold some of the prefix there. Only their CPU
+// tier counts: vLLM's P2P tier serves nothing else, and never touches the
+// source's GPU, so a busy or excluded source serves all the same.
+func pullSources(cfg *Config, req Request, snap Snapshot, now time.Time) []source {
+	var out []source
+	for i := range snap.Endpoints {
+		e := &snap.Endpoints[i]
+		n := snap.Matched[tier.CPU][e.URL] * req.BlockSize
+		if n <= 0 || !snap.Sources[e.URL] || e.HealthAt(now, cfg.Health).State != fleet.Cached {
+			continue
+		}
+		out = append(out, source{url: e.URL, tokens: n, pulls: snap.InFlight[e.URL].PullsOut})
+	}
+	return out
+}
+
+// bestPull is local, or a pull from one of sources if the model prices
+// it faster: the source's CPU prefix beyond what the endpoint holds
+// arrives over the link (shared with the pulls in flight from that
+// source), and only the rest is prefilled. A tie keeps the endpoint's own
+// cache; among sources, the one with fewer pulls in flight, then the
+// first in snapshot order.
+func (cfg *Config) bestPull(req Request, snap Snapshot, local option, sources []source) option {
+	best := local
+	held := local.plan.GPU + local.plan.CPU
+	limit := req.PromptTokens - 1 // the engine computes at least the last token
+	if req.BlockSize > 0 {
+		limit = limit / req.BlockSize * req.BlockSize
+	}
+	for _, s := range sources {
+		n := min(s.tokens, limit)
+		if s.url == local.endpoint || n <= held {
+			continue
+		}
+		o := local
+		o.source = s.url
+		o.plan.Pulled, o.plan.Recompute = n-held, req.PromptTokens-n
+		o.f.Tail, o.f.Context = float64(o.plan.Recompute), float64(n)
+		o.f.Pulls, o.f.Pulled = 1, float64(n-held)*float64(1+s.pulls)
+		o.terms = cfg.price(snap, local.endpoint, o.f)
+		if o.terms.Total() < best.terms.Total() {
+			best = o
+		}
+	}
+	return best
+}
+
+// features are what the TTFT model needs of req on c, served from c's
+// own caches: the tail past its longest matched prefix (any tier), the
+// part of that prefix it loads back from a lower tier (beyond its GPU
+// prefix), the work queued ahead — this picker's carried picks before
+// their first output token (or, for picks it does not carry, the
+// unreported ones' aged tokens), plus the requests the engine reports
+// waiting beyond this picker's, at the mean uncached prompt learned for
+// the endpoint (until one is, this request's prompt) — and the decodes
+// running there.
+func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p inflight.Pending) option {
 	matched := 0
 	for _, m := range c.Matched {
 		matched = max(matched, m)
 	}
 	matched = min(matched, req.PromptTokens)
+	gpu := min(c.Matched[tier.GPU], matched)
 	mean := snap.MeanTokens
 	if mean <= 0 { // nothing learned yet: as long as this one
 		mean = float64(req.PromptTokens)
@@ -221,13 +314,18 @@ func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p in
 		mean = l.MeanTokens
 	}
 	others := max(0, c.Waiting-float64(max(0, p.AwaitCount-p.Count)))
-	return predict.Features{
-		Tail:    float64(req.PromptTokens - matched),
-		Context: float64(matched),
-		Ahead:   max(p.AwaitTokens, p.Tokens) + others*mean,
-		Queued:  float64(max(p.AwaitCount, p.Count)) + others,
-		KVUsage: c.KVUsage,
-		Running: c.Running + float64(p.Count),
+	return option{
+		endpoint: c.ID,
+		plan:     Placement{GPU: gpu, CPU: matched - gpu, Recompute: req.PromptTokens - matched},
+		f: predict.Features{
+			Tail:    float64(req.PromptTokens - matched),
+			Context: float64(matched),
+			Loaded:  float64(matched - gpu),
+			Ahead:   max(p.AwaitTokens, p.Tokens) + others*mean,
+			Queued:  float64(max(p.AwaitCount, p.Count)) + others,
+			KVUsage: c.KVUsage,
+			Running: c.Running + float64(p.Count),
+		},
 	}
 }
 

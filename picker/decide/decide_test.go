@@ -242,10 +242,12 @@ func TestCandidates(t *testing.T) {
 	cs := Candidates(&cfg, req, snap, now)
 	// At the prior (50 ms, 10,000 tokens a second for the tail and the
 	// work ahead, 1 ms a running decode), nothing learned: a's 2 waiting
-	// requests are priced as long as this one.
+	// requests are priced as long as this one. The 32 tokens a and b
+	// hold on CPU beyond their GPU prefix load back at the prior's 10 µs
+	// a token.
 	want := []score.Candidate{
-		{ID: "a", Healthy: false, Matched: [tier.Count]int{64, 96, 0}, Waiting: 2, Running: 3, Ahead: 2048, Predicted: 0.05 + 0.0928 + 0.2048 + 0.003},
-		{ID: "b", Healthy: true, Matched: [tier.Count]int{0, 32, 16}, Sent: 2, SentTokens: 300, Ahead: 300, Predicted: 0.05 + 0.0992 + 0.03 + 0.002},
+		{ID: "a", Healthy: false, Matched: [tier.Count]int{64, 96, 0}, Waiting: 2, Running: 3, Ahead: 2048, Predicted: 0.05 + 0.0928 + 0.2048 + 0.003 + 0.00032},
+		{ID: "b", Healthy: true, Matched: [tier.Count]int{0, 32, 16}, Sent: 2, SentTokens: 300, Ahead: 300, Predicted: 0.05 + 0.0992 + 0.03 + 0.002 + 0.00032},
 		{ID: "c", Healthy: false, Predicted: 0.05 + 0.1024},
 	}
 	if len(cs) != len(want) {

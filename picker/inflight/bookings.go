@@ -14,6 +14,7 @@ type Bookings struct {
 	await    map[string]float64        // endpoint → uncached prompt tokens of carried picks before their first output token
 	awaitN   map[string]int            // endpoint → how many such picks
 	held     map[string]map[uint64]int // endpoint → block key → such picks whose prompt has it
+	pulls    map[string]int            // source endpoint → carried picks pulling from it before their first output token
 }
 
 // Booking is one pick as booked: where, its Ledger record, and the
@@ -27,6 +28,9 @@ type Booking struct {
 	Await    float64
 	awaiting bool
 	chain    []uint64 // its prompt's block keys, held until its first output token (Hold)
+	// Source is the endpoint the pick pulls its prefix from (Pull), until
+	// its first output token; "" for none.
+	Source string
 }
 
 // NewBookings returns empty bookings; cfg is the Ledger's.
@@ -36,7 +40,7 @@ func NewBookings(cfg Config) (*Bookings, error) {
 		return nil, err
 	}
 	return &Bookings{ledger: l, prefill: map[string]float64{}, prefillN: map[string]int{}, await: map[string]float64{}, awaitN: map[string]int{},
-		held: map[string]map[uint64]int{}}, nil
+		held: map[string]map[uint64]int{}, pulls: map[string]int{}}, nil
 }
 
 // Book records a pick of endpoint at now with uncached prompt tokens; a
@@ -123,6 +127,19 @@ func (b *Bookings) release(bk *Booking) {
 	bk.chain = nil
 }
 
+// Pull records that a carried pick pulls its prefix from source's CPU
+// tier: the pull runs before its first output token, and until then it
+// shares source's link with the other pulls from it (Pending's
+// PullsOut). A pick not carried, past its first token, or already
+// pulling is left alone.
+func (b *Bookings) Pull(bk *Booking, source string) {
+	if !bk.awaiting || bk.Source != "" || source == "" {
+		return
+	}
+	bk.Source = source
+	b.pulls[source]++
+}
+
 // FirstToken ends bk's wait for its first output token (a stream's
 // first byte may come before it: a Responses stream opens with
 // response.created), and its hold on its prompt's blocks. Once per
@@ -133,6 +150,12 @@ func (b *Bookings) FirstToken(bk *Booking) {
 	}
 	b.release(bk)
 	bk.awaiting = false
+	if bk.Source != "" {
+		if b.pulls[bk.Source]--; b.pulls[bk.Source] <= 0 {
+			delete(b.pulls, bk.Source)
+		}
+		bk.Source = ""
+	}
 	if b.awaitN[bk.Endpoint] > 1 {
 		b.await[bk.Endpoint] = max(0, b.await[bk.Endpoint]-bk.Await)
 		b.awaitN[bk.Endpoint]--
@@ -154,22 +177,27 @@ func (b *Bookings) Done(bk *Booking) {
 // in flight moves with it only while it had one (before its first byte),
 // its wait for a first token only while it waited.
 func (b *Bookings) Move(bk *Booking, endpoint string, uncached float64, now time.Time) {
-	prefill, awaiting, chain := bk.Prefill > 0, bk.awaiting, bk.chain
+	prefill, awaiting, chain, source := bk.Prefill > 0, bk.awaiting, bk.chain, bk.Source
 	b.Done(bk)
 	*bk = b.Book(endpoint, uncached, awaiting, now)
 	if !prefill {
 		b.FirstByte(bk)
 	}
 	b.Hold(bk, chain)
+	if source != endpoint {
+		b.Pull(bk, source)
+	}
 }
 
 // Pending is what endpoint has in flight at now from this picker, given
 // its last load report arrived at reported (Ledger.Pending), with the
 // carried picks still before their first output token (AwaitCount,
-// AwaitTokens), reported or not.
+// AwaitTokens), reported or not, and the pulls from its CPU tier those
+// picks make elsewhere (PullsOut).
 func (b *Bookings) Pending(endpoint string, reported, now time.Time) Pending {
 	p := b.ledger.Pending(endpoint, reported, now)
 	p.AwaitCount, p.AwaitTokens = b.awaitN[endpoint], b.await[endpoint]
+	p.PullsOut = b.pulls[endpoint]
 	return p
 }
 

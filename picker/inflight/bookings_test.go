@@ -129,3 +129,40 @@ func TestHold(t *testing.T) {
 		t.Errorf("after the end: %v still held", b.held)
 	}
 }
+
+// TestPullsOut counts the carried picks pulling from a source until their
+// first output token, whichever ends them; a pick not carried pulls
+// nothing here; a move keeps the pull unless it moves onto the source.
+func TestPullsOut(t *testing.T) {
+	b, _ := NewBookings(DefaultConfig())
+	t0 := time.Unix(100, 0)
+	x := b.Book("a", 1000, true, t0)
+	b.Pull(&x, "s")
+	y := b.Book("b", 1000, true, t0)
+	b.Pull(&y, "s")
+	b.Pull(&y, "s") // once per booking
+	api := b.Book("c", 10, false, t0)
+	b.Pull(&api, "s")
+	z := b.Book("c", 1000, true, t0)
+	b.Pull(&z, "r")
+	out := func(e string) int { return b.Pending(e, time.Time{}, t0).PullsOut }
+	if out("s") != 2 || out("r") != 1 || out("a") != 0 {
+		t.Fatalf("pulls out: s %d, r %d, a %d; want 2, 1, 0", out("s"), out("r"), out("a"))
+	}
+	b.FirstToken(&x)
+	b.Done(&y)
+	if out("s") != 0 {
+		t.Errorf("after first token and done: s %d, want 0", out("s"))
+	}
+	b.Move(&z, "d", 500, t0)
+	if out("r") != 1 || z.Source != "r" {
+		t.Errorf("a moved pick keeps its pull: r %d, source %q", out("r"), z.Source)
+	}
+	b.Move(&z, "r", 500, t0)
+	if out("r") != 0 {
+		t.Errorf("a pick moved onto its source pulls nothing: r %d", out("r"))
+	}
+	if len(b.pulls) != 0 {
+		t.Errorf("left over: %v", b.pulls)
+	}
+}

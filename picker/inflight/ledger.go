@@ -64,6 +64,10 @@ type Pending struct {
 	// uncached prompt tokens (Bookings.Pending; the Ledger leaves them 0).
 	AwaitCount  int
 	AwaitTokens float64
+	// PullsOut are this picker's carried picks elsewhere pulling a prefix
+	// out of this endpoint's CPU tier before their first output token
+	// (Bookings.Pending; the Ledger leaves it 0).
+	PullsOut int
 }
 
 // New returns an empty ledger.

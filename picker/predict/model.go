@@ -121,12 +121,15 @@ func (m *Model) Observe(url string, f Features, observed float64) (predicted flo
 		return predicted
 	}
 	m.recordError(math.Abs(predicted-observed) / observed)
-	y := max(observed-max(f.TierLoad, 0), 1e-6)
+	y := max(observed, 1e-6)
 	x := f.Vector()
-	group := math.Max(m.theta.dot(x), 1e-6) // the fleet's curve, before learning
+	// The fleet's curve before learning, without the copies and pulls
+	// (which the endpoint's speed does not scale).
+	tiers := m.theta.Terms(f, 1).TierLoad
+	group := math.Max(m.theta.dot(x)-tiers, 1e-6)
 	m.fit(x, y)
-	// The endpoint's factor: how it runs against the fleet's curve.
-	r := math.Log(y / group)
+	// The endpoint's factor: how it computes against the fleet's curve.
+	r := math.Log(math.Max(y-tiers, 1e-6) / group)
 	r = math.Max(-math.Ln2, math.Min(math.Ln2, r))
 	g := m.cfg.SpeedGain
 	e.logSpeed = math.Max(math.Log(m.cfg.MinSpeed), math.Min(math.Log(m.cfg.MaxSpeed), (1-g)*e.logSpeed+g*r))

@@ -16,12 +16,15 @@ const (
 	fRunningTail        // running decodes × the tail, in thousands of tokens
 	fQueued             // requests queued ahead
 	fKVUsage            // the engine\'s KV cache usage, 0..1
+	fLoaded             // tokens loaded back from the endpoint's own CPU tier, in thousands
+	fPulls              // 1 when the prefix is pulled from a peer (the pull's fixed cost)
+	fPulled             // tokens pulled from a peer × the pulls sharing its link, in thousands
 	NumTerms
 )
 
 // TermNames names the coefficients, for metrics and /debug.
 var termNames = [NumTerms]string{"overhead_s", "tail_s_per_ktok", "attention_s_per_mtok2", "ahead_s_per_ktok", "running_s_per_seq",
-	"running_tail_s_per_seq_ktok", "queued_s_per_request", "kv_usage_s"}
+	"running_tail_s_per_seq_ktok", "queued_s_per_request", "kv_usage_s", "cpu_load_s_per_ktok", "pull_s", "pull_s_per_ktok"}
 
 // TermName is the name of coefficient i (0 ≤ i < NumTerms).
 func TermName(i int) string { return termNames[i] }
@@ -39,16 +42,21 @@ type Features struct {
 	Ahead, Queued, KVUsage float64
 	// Running is the decodes running there.
 	Running float64
-	// TierLoad is the seconds loading matched blocks back from a lower
-	// tier would take (0: all on GPU, or no tiers).
-	TierLoad float64
+	// Loaded is the prompt tokens the endpoint loads back from its own
+	// CPU tier (held there beyond its GPU prefix). Pulls is 1 when the
+	// prefix is pulled from a peer's CPU tier (0 otherwise), and Pulled
+	// the tokens pulled, times the pulls sharing the source's link (1 +
+	// those already in flight from it). Tokens loaded or pulled are part
+	// of Context, not of Tail.
+	Loaded, Pulls, Pulled float64
 }
 
 // Vector is f's feature vector.
 func (f Features) Vector() [NumTerms]float64 {
 	t, s := max(f.Tail, 0)/1e3, max(f.Context, 0)/1e3
 	r := max(f.Running, 0)
-	return [NumTerms]float64{1, t, t * (s + t/2), max(f.Ahead, 0) / 1e3, r, r * t, max(f.Queued, 0), min(max(f.KVUsage, 0), 1)}
+	return [NumTerms]float64{1, t, t * (s + t/2), max(f.Ahead, 0) / 1e3, r, r * t, max(f.Queued, 0), min(max(f.KVUsage, 0), 1),
+		max(f.Loaded, 0) / 1e3, min(max(f.Pulls, 0), 1), max(f.Pulled, 0) / 1e3}
 }
 
 // Terms is a prediction in seconds, by term.
@@ -71,7 +79,11 @@ type Config struct {
 	// for the tail and for the work ahead, no attention cost, 1 ms a
 	// running decode, nothing per queued request or for KV usage — slower
 	// than any published GPU row, so that cached prefixes and queues weigh
-	// before anything is learned.
+	// before anything is learned; and, for the tiers, 10 µs a token loaded
+	// back from CPU, 20 ms a pull and 10 µs a token pulled: cheaper than
+	// the prior's prefill, optimistic on purpose, so that a fleet whose
+	// engines can pull tries it and learns its real cost (a prior that
+	// priced pulls above recompute would never observe one).
 	Prior [NumTerms]float64
 	// PriorSpread is each coefficient's prior standard deviation: how far
 	// the first observations may move it at once.
@@ -97,8 +109,8 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Prior:         [NumTerms]float64{0.05, 0.1, 0, 0.1, 0.001, 0, 0, 0},
-		PriorSpread:   [NumTerms]float64{0.1, 0.1, 0.01, 0.1, 0.01, 0.001, 0.5, 1},
+		Prior:         [NumTerms]float64{0.05, 0.1, 0, 0.1, 0.001, 0, 0, 0, 0.01, 0.02, 0.01},
+		PriorSpread:   [NumTerms]float64{0.1, 0.1, 0.01, 0.1, 0.01, 0.001, 0.5, 1, 0.02, 1, 0.05},
 		Forget:        0.995,
 		OutlierSigmas: 3,
 		SpeedGain:     0.1,
@@ -145,7 +157,9 @@ func (c *Coefficients) Terms(f Features, speed float64) Terms {
 		Prefill:  speed * (c[fTail]*x[fTail] + c[fAttention]*x[fAttention]),
 		Wait:     speed * (c[fAhead]*x[fAhead] + c[fQueued]*x[fQueued] + c[fKVUsage]*x[fKVUsage]),
 		Decode:   speed * (c[fRunning]*x[fRunning] + c[fRunningTail]*x[fRunningTail]),
-		TierLoad: max(f.TierLoad, 0),
+		// Copies and pulls run over PCIe and the network, not the GPU's
+		// compute: an endpoint's speed factor does not scale them.
+		TierLoad: c[fLoaded]*x[fLoaded] + c[fPulls]*x[fPulls] + c[fPulled]*x[fPulled],
 	}
 }
 

@@ -13,7 +13,7 @@ func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Abs(b)+1e-1
 // TestTerms prices each term alone on known coefficients: the queue, the
 // tail's curve, the tier load and the decode slowdown.
 func TestTerms(t *testing.T) {
-	c := Coefficients{0.01, 0.1, 0.002, 0.05, 0.001, 0.0005}
+	c := Coefficients{0.01, 0.1, 0.002, 0.05, 0.001, 0.0005, 0, 0, 0.004, 0.03, 0.006}
 	for _, tc := range []struct {
 		name  string
 		f     Features
@@ -24,11 +24,14 @@ func TestTerms(t *testing.T) {
 		{"cold tail of 2,000 tokens", Features{Tail: 2000}, 1, Terms{Overhead: 0.01, Prefill: 0.1*2 + 0.002*2*1}},
 		{"tail after 8,000 cached: attention over the context", Features{Tail: 1000, Context: 8000}, 1, Terms{Overhead: 0.01, Prefill: 0.1 + 0.002*1*8.5}},
 		{"queue of 4,000 tokens ahead", Features{Ahead: 4000}, 1, Terms{Overhead: 0.01, Wait: 0.2}},
-		{"tier load is added as is", Features{TierLoad: 0.03}, 1, Terms{Overhead: 0.01, TierLoad: 0.03}},
+		{"2,000 tokens loaded back from CPU", Features{Loaded: 2000}, 1, Terms{Overhead: 0.01, TierLoad: 0.008}},
+		{"a pull of 4,000 tokens, alone on its link", Features{Pulls: 1, Pulled: 4000}, 1, Terms{Overhead: 0.01, TierLoad: 0.03 + 0.024}},
+		{"a pull sharing its link with one other", Features{Pulls: 1, Pulled: 2 * 4000}, 1, Terms{Overhead: 0.01, TierLoad: 0.03 + 0.048}},
 		{"decodes slow each step", Features{Running: 10, Tail: 2000}, 1, Terms{Overhead: 0.01, Prefill: 0.2 + 0.004, Decode: 0.01 + 0.0005*10*2}},
-		{"a slower engine scales all but the tier load", Features{Tail: 1000, Ahead: 1000, TierLoad: 0.03}, 2,
-			Terms{Overhead: 0.02, Prefill: 2 * (0.1 + 0.001), Wait: 0.1, TierLoad: 0.03}},
-		{"negative inputs count as none", Features{Tail: -5, Ahead: -1, Running: -3, TierLoad: -1}, 1, Terms{Overhead: 0.01}},
+		{"a slower engine scales all but the copies and pulls", Features{Tail: 1000, Ahead: 1000, Pulls: 1, Pulled: 1000}, 2,
+			Terms{Overhead: 0.02, Prefill: 2 * (0.1 + 0.001), Wait: 0.1, TierLoad: 0.036}},
+		{"negative inputs count as none", Features{Tail: -5, Ahead: -1, Running: -3, Loaded: -1, Pulls: -1, Pulled: -1}, 1, Terms{Overhead: 0.01}},
+		{"pulls count once", Features{Pulls: 3}, 1, Terms{Overhead: 0.01, TierLoad: 0.03}},
 	} {
 		got := c.Terms(tc.f, tc.speed)
 		for _, p := range [][2]float64{{got.Overhead, tc.want.Overhead}, {got.Prefill, tc.want.Prefill}, {got.Wait, tc.want.Wait},
@@ -246,4 +249,54 @@ func FuzzObserve(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLearnsCopyAndPullCosts: an engine behind a link where a pull costs
+// a fixed 28 ms plus 10.6 µs a token (gpt-oss-120b over RDMA, the P2P
+// report's fit) and a load back from its CPU tier 0.8 µs a token; a
+// third of the requests pull, a third load back. The model learns both
+// from the TTFTs alone (the fixed cost within 15% + 10 ms, the slopes
+// within 15% and 25%: a copy is a small part of a TTFT), and no endpoint's speed factor takes the pulls' cost for
+// slowness; the GLM-like link (1.25 s a pull) is learned as well, so
+// that short pulls stop paying there.
+func TestLearnsCopyAndPullCosts(t *testing.T) {
+	for _, link := range []struct {
+		name         string
+		setup, perTk float64
+	}{{"gpt-oss RDMA", 0.028, 10.6e-6}, {"GLM floor", 1.25, 20.7e-6}} {
+		eng := engineTTFT{a: 0.0298, b: 19.14e-6, c: 0.226e-9, d: 0.0001}
+		m, _ := New(DefaultConfig())
+		rng := rand.New(rand.NewPCG(7, 8))
+		for i := range 4000 {
+			f := randomFeatures(rng)
+			y := eng.ttft(f)
+			switch i % 3 {
+			case 0:
+				n := float64(rng.IntN(32000) + 1000)
+				share := float64(1 + rng.IntN(3))
+				f.Pulls, f.Pulled, f.Context = 1, n*share, f.Context+n
+				y = eng.ttft(f) + link.setup + link.perTk*n*share
+			case 1:
+				n := float64(rng.IntN(32000) + 1000)
+				f.Loaded, f.Context = n, f.Context+n
+				y = eng.ttft(f) + 0.8e-6*n
+			}
+			m.Observe([]string{"a", "b"}[i%2], f, y*(1+0.03*rng.NormFloat64()))
+		}
+		th := m.Coefficients()
+		if !(math.Abs(th[fPulls]-link.setup) <= 0.15*link.setup+0.01) {
+			t.Errorf("%s: pull setup %.4g s, want %.4g within 15%% + 10 ms", link.name, th[fPulls], link.setup)
+		}
+		if !near(th[fPulled], link.perTk*1e3, 0.15) {
+			t.Errorf("%s: pull slope %.4g s/ktok, want %.4g within 15%%", link.name, th[fPulled], link.perTk*1e3)
+		}
+		if !(math.Abs(th[fLoaded]-0.8e-3) <= 0.25*0.8e-3+2e-4) {
+			t.Errorf("%s: load-back slope %.4g s/ktok, want ≈ %.4g", link.name, th[fLoaded], 0.8e-3)
+		}
+		for _, u := range []string{"a", "b"} {
+			if s := m.Speed(u); !(s > 0.85 && s < 1.15) {
+				t.Errorf("%s: endpoint %s speed factor %.2f, want ≈1", link.name, u, s)
+			}
+		}
+	}
 }
