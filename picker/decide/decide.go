@@ -227,9 +227,9 @@ func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score
 type option struct {
 	endpoint string
 	f        predict.Features
-	terms  predict.Terms
-	plan   Placement
-	source string
+	terms    predict.Terms
+	plan     Placement
+	source   string
 }
 
 // source is an endpoint whose CPU tier may serve a pull: how many leading
