@@ -23,6 +23,19 @@
 //     learned mean uncached prompt), the running decodes. The Decision
 //     carries the chosen one's prediction and the features it came from,
 //     for the shell to learn from when the first token comes.
+//   - Where the KV comes from (Config.Pulls, precise only): each
+//     candidate is priced served from its own caches — its GPU prefix
+//     free, what its CPU tier holds beyond it loaded back — and, when it
+//     runs vLLM's P2P tier, pulling from each other endpoint whose CPU
+//     tier holds more of the prefix (Snapshot.Sources; the source's CPU
+//     tier only, as vLLM serves, its own health and load aside), the
+//     pull's tokens weighted by the pulls this picker has in flight from
+//     that source (inflight.Pending.PullsOut), so that a popular prefix
+//     does not herd every consumer onto one link. The fastest of these is
+//     the candidate's prediction; the chosen candidate's becomes
+//     Decision.Plan and, when pulled, Decision.Source. A source is never
+//     the computing endpoint, and is of the request's own identity group
+//     (the snapshot's endpoints) and salt (the keys it matched on).
 //   - The Decision carries everything the shell needs afterwards — the
 //     figures for the answer, for the metrics (recorded by the shell in one
 //     place) and for the in-flight record — so the shell never re-derives
