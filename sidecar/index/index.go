@@ -65,9 +65,13 @@ type Stats struct {
 	UnknownRemovals   uint64 `json:"unknown_removals"`   // removals of hashes not indexed
 	UnresolvedParents uint64 `json:"unresolved_parents"` // runs dropped for an unknown parent
 	SkippedGroups     uint64 `json:"skipped_groups"`     // runs of groups that are not full attention
-	Placeholders      uint64 `json:"placeholders"`       // connector runs without tokens
+	Placeholders      uint64 `json:"placeholders"`       // connector runs without tokens (placeholders) seen
 	Invalid           uint64 `json:"invalid_runs"`       // runs that fail validation or carry unknown extras
 	UnknownEvents     uint64 `json:"unknown_events"`     // events of a type this index does not know
+	// Placeholder hashes attributed through the engine-hash map (also
+	// counted in StoredBlocks), and those no tier maps (dropped).
+	PlaceholdersResolved   uint64 `json:"placeholders_resolved"`
+	PlaceholdersUnresolved uint64 `json:"placeholders_unresolved"`
 }
 
 // shelf is one tier's blocks and summary.
@@ -81,8 +85,12 @@ type Index struct {
 	cfg   Config
 	tiers [tier.Count]*shelf // nil: a tier not seen
 	stats Stats
-	keys  []blockkey.Key     // scratch
-	ex    [][]blockkey.Extra // scratch
+	// KV-cache groups (index < 64) seen on runs naming their spec kind:
+	// full attention, or another kind. Events without a kind (removals,
+	// placeholders) are judged by their group.
+	fullGroups, otherGroups uint64
+	keys                    []blockkey.Key     // scratch
+	ex                      [][]blockkey.Extra // scratch
 }
 
 // New returns an empty index.
@@ -188,7 +196,7 @@ func (x *Index) Apply(ev *kvevents.Event) error {
 	case kvevents.TypeBlockStored:
 		return x.stored(ev)
 	case kvevents.TypeBlockRemoved:
-		if !fullAttention(ev) {
+		if !x.indexedGroup(ev) {
 			x.stats.SkippedGroups++
 			return nil
 		}
@@ -221,25 +229,68 @@ func (x *Index) Apply(ev *kvevents.Event) error {
 	return nil
 }
 
-// fullAttention reports whether ev belongs to a group the index keys.
-func fullAttention(ev *kvevents.Event) bool {
-	switch ev.KVCacheSpecKind {
-	case "full_attention", "mla_attention":
-		return true
-	case "":
-		return !ev.GroupIdx.Valid || ev.GroupIdx.Value == 0
+// learn records the kind of the group a run names (kind and group both
+// given; an absent group is group 0).
+func (x *Index) learn(ev *kvevents.Event) {
+	if ev.KVCacheSpecKind == "" {
+		return
 	}
-	return false
+	g, ok := groupBit(ev)
+	if !ok {
+		return
+	}
+	if fullAttention(ev.KVCacheSpecKind) {
+		x.fullGroups |= g
+	} else {
+		x.otherGroups |= g
+	}
+}
+
+// groupBit is the bit of ev's KV-cache group (absent: group 0), false for
+// a group index outside 0..63.
+func groupBit(ev *kvevents.Event) (uint64, bool) {
+	if !ev.GroupIdx.Valid {
+		return 1, true
+	}
+	if g := ev.GroupIdx.Value; g >= 0 && g < 64 {
+		return 1 << g, true
+	}
+	return 0, false
+}
+
+// indexedGroup reports whether ev belongs to a group the index keys: by
+// its spec kind when it names one, else (removals, placeholders) by the
+// kind learned for its group, and group 0 (or none) when nothing was
+// learned.
+func (x *Index) indexedGroup(ev *kvevents.Event) bool {
+	if ev.KVCacheSpecKind != "" {
+		return fullAttention(ev.KVCacheSpecKind)
+	}
+	g, ok := groupBit(ev)
+	switch {
+	case !ok:
+		return false
+	case x.fullGroups&g != 0:
+		return true
+	case x.otherGroups&g != 0:
+		return false
+	}
+	return g == 1
+}
+
+// fullAttention reports whether a spec kind is one the index keys.
+func fullAttention(kind string) bool {
+	return kind == "full_attention" || kind == "mla_attention"
 }
 
 func (x *Index) stored(ev *kvevents.Event) error {
-	if !fullAttention(ev) {
+	x.learn(ev)
+	if !x.indexedGroup(ev) {
 		x.stats.SkippedGroups++
 		return nil
 	}
 	if ev.Placeholder() {
-		x.stats.Placeholders++
-		return nil
+		return x.placeholder(ev)
 	}
 	if err := ev.Validate(); err != nil {
 		x.stats.Invalid++
@@ -289,6 +340,65 @@ func (x *Index) stored(ev *kvevents.Event) error {
 	}
 	x.stats.StoredBlocks += uint64(n)
 	return nil
+}
+
+// placeholder attributes a connector placeholder (hashes only: vLLM's
+// OffloadingConnector without self-describing events sends one per
+// offloaded block). Each hash stands alone — a canonical key already
+// encodes its whole prefix — and is keyed through the engine-hash map:
+// the offload tier's own (a copy it already holds), else another tier's
+// (the GPU block the offload copied, or the CPU block a storage tier
+// copied). The copy then counts in the offload tier's own map, so its
+// removal and later placeholders resolve after the source copy is gone.
+// An unmapped hash is counted and dropped, never guessed.
+func (x *Index) placeholder(ev *kvevents.Event) error {
+	x.stats.Placeholders++
+	tr, ok := tier.FromMedium(ev.Medium)
+	if !ok {
+		x.stats.Invalid++
+		return fmt.Errorf("index: unknown medium %q", ev.Medium)
+	}
+	if tr == tier.GPU { // the block pool sends full runs: no copy to attribute
+		x.stats.PlaceholdersUnresolved += uint64(len(ev.BlockHashes))
+		return nil
+	}
+	t := x.tiers[tr]
+	for _, h := range ev.BlockHashes {
+		k, ok := x.resolve(tr, h.Int)
+		if !ok {
+			x.stats.PlaceholdersUnresolved++
+			continue
+		}
+		if t == nil {
+			t = x.stock(tr)
+		}
+		if t.blocks.add(h.Int, k) {
+			t.sum.Add(k)
+		}
+		x.stats.PlaceholdersResolved++
+		x.stats.StoredBlocks++
+	}
+	return nil
+}
+
+// resolve returns the canonical key of engine hash h from tier tr's map,
+// else from another tier's, in tier order: one engine hash names one
+// content chain, whichever tier holds it.
+func (x *Index) resolve(tr tier.Tier, h uint64) (blockkey.Key, bool) {
+	if t := x.tiers[tr]; t != nil {
+		if k, _, ok := t.blocks.get(h); ok {
+			return k, true
+		}
+	}
+	for i, t := range x.tiers {
+		if tier.Tier(i) == tr || t == nil {
+			continue
+		}
+		if k, _, ok := t.blocks.get(h); ok {
+			return k, true
+		}
+	}
+	return 0, false
 }
 
 // canonicalExtras turns one block's vLLM extra keys into canonical extras:
