@@ -344,7 +344,7 @@ func (x *Index) stored(ev *kvevents.Event) error {
 
 // placeholder attributes a connector placeholder (hashes only: vLLM's
 // OffloadingConnector without self-describing events sends one per
-// offloaded block). Each hash stands alone — a canonical key already
+// offload block, named by its last GPU block's hash). Each hash stands alone — a canonical key already
 // encodes its whole prefix — and is keyed through the engine-hash map:
 // the offload tier's own (a copy it already holds), else another tier's
 // (the GPU block the offload copied, or the CPU block a storage tier
