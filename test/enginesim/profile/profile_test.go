@@ -300,7 +300,9 @@ func TestPullCrossovers(t *testing.T) {
 		return func(n int) time.Duration { return p.PullTime(n, 1, false) }
 	}
 	loaded := func(n int) time.Duration { return time.Duration(float64(n) / 3585 * float64(time.Second)) }
-	boundary := func(n int) time.Duration { return 1250*time.Millisecond + time.Duration(float64(n)*134e-6*float64(time.Second)) }
+	boundary := func(n int) time.Duration {
+		return 1250*time.Millisecond + time.Duration(float64(n)*134e-6*float64(time.Second))
+	}
 	for _, c := range []struct {
 		name string
 		got  int

@@ -56,7 +56,7 @@ func Default() Profile { return simDefault() }
 // and no published CPU tier.
 func simDefault() Profile {
 	return Profile{
-		Name:    SimDefault,
+		Name: SimDefault,
 		Sources: []string{
 			"engine-profiles.md §3, last item: the simulated engine's model before profiles (25 ms a step, 0.1 ms per running sequence, 10,000 tok/s)",
 			"engine-profiles.md §4–§6: 128 KiB/token for an 8B-class model; ≈50 GB/s PCIe Gen5 host-to-device; InfiniBand NDR ≈40 GB/s, RDMA setup 0.5–2 ms",
