@@ -110,7 +110,7 @@ type Update struct {
 	CachedTokens                             int
 	GPUHitTokens, CPUHitTokens, PulledTokens int
 	TTFT                                     time.Duration // with First: step end − arrival
-	Finish       string        // "" while the request runs on
+	Finish                                   string        // "" while the request runs on
 	// Queued and Prefill, with Finish, are vLLM's queued interval (arrival
 	// to first scheduled: the start of the step that first admitted it)
 	// and prefill interval (first scheduled to first token, preemptions
