@@ -98,9 +98,11 @@ const (
 // set ("stop" or "length") on the last, with the request's queued and
 // prefill intervals (vLLM reports them when a request finishes).
 type Update struct {
-	ID    ID
-	Token uint32
-	First bool
+	ID     ID
+	Token  uint32
+	First  bool
+	TTFT   time.Duration // with First: step end − arrival
+	Finish string        // "" while the request runs on
 	// CachedTokens, with First, is vLLM's num_cached_tokens: the prompt
 	// tokens not computed at the first admission, the GPU prefix hit and
 	// the tokens loaded from the CPU tier, pulled ones included (vLLM
@@ -109,8 +111,6 @@ type Update struct {
 	// brought); the prompt's other tokens were recomputed.
 	CachedTokens                             int
 	GPUHitTokens, CPUHitTokens, PulledTokens int
-	TTFT                                     time.Duration // with First: step end − arrival
-	Finish                                   string        // "" while the request runs on
 	// Queued and Prefill, with Finish, are vLLM's queued interval (arrival
 	// to first scheduled: the start of the step that first admitted it)
 	// and prefill interval (first scheduled to first token, preemptions
