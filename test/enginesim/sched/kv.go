@@ -126,7 +126,9 @@ func (s *Scheduler) loaded(out *Step, r *request, gpu int, now time.Duration) {
 
 // arrive lands the pulls due by now: their blocks go into the CPU tier
 // (from where they load like the tier's own), a failed or empty one is
-// counted; either way the request is admissible again.
+// counted; either way the request is admissible again. An engine without
+// a tier cannot keep pulled blocks (vLLM's P2P tier sits behind its CPU
+// tier): the pull counts, and the request recomputes.
 func (s *Scheduler) arrive(out *Step, now time.Duration) {
 	for _, r := range s.waiting {
 		w := &r.kv
@@ -188,7 +190,9 @@ func (s *Scheduler) Resolve(id ID, blocks int, ready time.Duration, failed bool)
 func (s *Scheduler) ServeLookup(hashes []blockkey.Digest) int { return s.cache.CPURun(hashes) }
 
 // NextReady is the earliest time a request waiting for KV (a pull's
-// arrival or a load's end) is ready, 0 if none.
+// arrival or a load's end) is ready, 0 if none. It may be at or before
+// the current time: such a request is admissible at the next step (it
+// was not reached, or its blocks were short).
 func (s *Scheduler) NextReady() time.Duration {
 	var next time.Duration
 	if s.waitingKV == 0 {
