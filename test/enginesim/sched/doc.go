@@ -65,7 +65,10 @@
 //     holds (blocks evicted meanwhile are recomputed; more found than
 //     waited for is waited for) and is admitted with those blocks
 //     computed, cached and published on the GPU. Offloading itself (GPU
-//     to CPU as blocks complete) costs no step time.
+//     to CPU as blocks complete) costs no step time. Approximation: vLLM
+//     takes the GPU blocks (and pins the CPU chunks) when the load
+//     starts, so its waiting requests hold them; here GPU blocks are
+//     taken at admission and the re-check stands in for the pin.
 //   - Requests waiting for KV (a lookup, a pull or a load) keep their
 //     place in the waiting queue, count as waiting in Load, and are passed
 //     over by admission until ready: others are admitted past them (the
