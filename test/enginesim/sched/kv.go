@@ -84,6 +84,9 @@ func (s *Scheduler) kvReady(out *Step, r *request, now time.Duration) (gpu, load
 	if w.state == kvLookup || (w.state == kvPull || w.state == kvLoad) && w.readyAt > now {
 		return 0, 0, false
 	}
+	if s.cfg.Cache.CPUBlocks == 0 && w.source == "" {
+		return 0, 0, true // nothing to load or ask: Admit's own lookup does
+	}
 	gpu, cpu := s.cache.Probe(r.seq)
 	if w.source != "" && !w.probed {
 		w.probed = true
@@ -104,11 +107,15 @@ func (s *Scheduler) kvReady(out *Step, r *request, now time.Duration) (gpu, load
 	return gpu, cpu, true
 }
 
-// loaded counts r's admission: the bytes it loaded from the CPU tier, and
-// at its first admission the prompt figures and its cached tokens' split.
-func (s *Scheduler) loaded(out *Step, r *request, gpu int, now time.Duration) {
+// loaded counts r's admission (probed with a GPU hit of gpu blocks and
+// load CPU-tier blocks to load): the bytes it loaded from the tier, and at
+// its first admission the prompt figures and its cached tokens' split.
+func (s *Scheduler) loaded(out *Step, r *request, gpu, load int, now time.Duration) {
 	bs := s.cfg.Cache.BlockSize
-	blocks := r.seq.Computed()/bs - gpu
+	blocks := 0
+	if load > 0 {
+		blocks = r.seq.Computed()/bs - gpu
+	}
 	out.LoadedBytes += s.bytes(blocks)
 	r.kv.paid = 0
 	if r.counted {

@@ -424,7 +424,7 @@ func (s *Scheduler) admitWaiting(out *Step, batch []work, budget int, now time.D
 			break // this request waits for blocks; nothing overtakes it
 		}
 		s.dequeue(i)
-		s.loaded(out, r, gpu, now)
+		s.loaded(out, r, gpu, load, now)
 		r.prefilled = false
 		s.running = append(s.running, r)
 		batch = append(batch, work{r: r, n: n})
