@@ -22,7 +22,29 @@ type Config struct {
 	RawHashes bool
 	// EmitEvents turns KV events on (enable_kv_cache_events).
 	EmitEvents bool
+
+	// CPUBlocks is the CPU offload tier's capacity in GPU-block units
+	// (vLLM's OffloadingConnector with CPUOffloadingSpec: cpu_bytes_to_use
+	// over the bytes of a block); 0 is no tier, and the cache then
+	// behaves exactly as it did before the tier existed. It holds
+	// CPUBlocks / OffloadBlocks chunks.
+	CPUBlocks int
+	// OffloadBlocks is the offload block (vLLM's block_size there, a
+	// multiple of the GPU block) in GPU blocks: the tier stores, evicts
+	// and loads whole chunks of OffloadBlocks consecutive GPU blocks,
+	// aligned from block 0. 0 means 1 (vLLM's default: the GPU block).
+	OffloadBlocks int
+	// OffloadPromptOnly offloads only chunks wholly inside the prompt
+	// (vLLM's offload_prompt_only, default true there; the zero value
+	// here is false, so a shell sets it).
+	OffloadPromptOnly bool
+	// SelfDescribing publishes the tier's events with their tokens
+	// (vLLM's self_describing_kv_events) instead of placeholders.
+	SelfDescribing bool
 }
+
+// chunkBlocks is the offload chunk in GPU blocks.
+func (c Config) chunkBlocks() int { return max(c.OffloadBlocks, 1) }
 
 // Validate checks c.
 func (c Config) Validate() error {
@@ -31,6 +53,12 @@ func (c Config) Validate() error {
 	}
 	if c.BlockSize <= 0 {
 		return fmt.Errorf("kvcache: block size %d must be positive", c.BlockSize)
+	}
+	if c.OffloadBlocks < 0 {
+		return fmt.Errorf("kvcache: offload block of %d GPU blocks must not be negative (0 means 1)", c.OffloadBlocks)
+	}
+	if c.CPUBlocks < 0 || c.CPUBlocks > 0 && c.CPUBlocks < c.chunkBlocks() {
+		return fmt.Errorf("kvcache: CPU tier of %d blocks: want 0 (none) or at least one offload block of %d", c.CPUBlocks, c.chunkBlocks())
 	}
 	return nil
 }
@@ -58,6 +86,9 @@ type Cache struct {
 	cached map[blockkey.Digest]int32
 	dups   map[blockkey.Digest][]int32
 	events []kvevents.Event
+	// cpu is the offload tier (nil without one); its events follow the
+	// GPU's in every batch, as vLLM appends the connector's.
+	cpu *cpuTier
 }
 
 // New returns an empty cache.
@@ -71,6 +102,9 @@ func New(cfg Config) (*Cache, error) {
 		blocks: make([]block, cfg.NumBlocks),
 		cached: make(map[blockkey.Digest]int32),
 		dups:   make(map[blockkey.Digest][]int32),
+	}
+	if cfg.CPUBlocks > 0 {
+		c.cpu = newCPUTier(cfg.CPUBlocks / cfg.chunkBlocks())
 	}
 	c.rebuild()
 	return c, nil
@@ -145,25 +179,60 @@ type Seq struct {
 	LoRA   string   // adapter name, "" for none
 	LoraID int      // adapter id for the deprecated lora_id field; 0 for none
 	Salt   string   // cache_salt, "" for none
+	// PromptLen is the prompt's length within Tokens (what
+	// OffloadPromptOnly offloads); 0 takes the tokens the sequence holds
+	// at its first admission.
+	PromptLen int
 
 	computed  int     // tokens whose KV is computed
 	blocks    []int32 // physical blocks, in order
 	numCached int     // leading blocks registered in the cache
 	hashes    []blockkey.Digest
 	admitted  bool
-	hitTokens int
+	hitTokens int // GPU prefix hit at the first admission
+	loaded    int // tokens loaded from the CPU tier at the first admission
+	nextChunk int // chunks offered to the CPU tier (vLLM's _next_stored_block_idx)
 }
 
 // Computed returns the tokens whose KV is computed.
 func (s *Seq) Computed() int { return s.computed }
 
-// CachedTokens returns the prefix-cache hit, in tokens, at the sequence's
-// first admission (vLLM's num_cached_tokens); -1 before admission.
+// CachedTokens returns the tokens not computed at the sequence's first
+// admission, in tokens: its GPU prefix hit and what it loaded from the
+// CPU tier (vLLM's num_cached_tokens, which counts the connector's tokens
+// too); -1 before admission.
 func (s *Seq) CachedTokens() int {
 	if !s.admitted {
 		return -1
 	}
+	return s.hitTokens + s.loaded
+}
+
+// GPUHitTokens returns the GPU prefix-cache hit at the first admission
+// (vllm:prefix_cache_hits' part), -1 before admission.
+func (s *Seq) GPUHitTokens() int {
+	if !s.admitted {
+		return -1
+	}
 	return s.hitTokens
+}
+
+// LoadedTokens returns the tokens loaded from the CPU tier at the first
+// admission (the connector's part: vllm:external_prefix_cache_hits), -1
+// before admission.
+func (s *Seq) LoadedTokens() int {
+	if !s.admitted {
+		return -1
+	}
+	return s.loaded
+}
+
+// promptLen is the prompt's length: PromptLen, else the tokens held.
+func (s *Seq) promptLen() int {
+	if s.PromptLen > 0 {
+		return min(s.PromptLen, len(s.Tokens))
+	}
+	return len(s.Tokens)
 }
 
 // NumBlocks returns the physical blocks the sequence holds.
@@ -202,7 +271,7 @@ func (c *Cache) hashUpTo(s *Seq, n int) {
 // capped so that at least one token is computed (vLLM recomputes the last
 // prompt token even when everything is cached).
 func (c *Cache) lookup(s *Seq) int {
-	max := (len(s.Tokens) - 1) / c.cfg.BlockSize
+	max := c.capBlocks(s)
 	if max <= 0 {
 		return 0
 	}
@@ -217,6 +286,10 @@ func (c *Cache) lookup(s *Seq) int {
 	return n
 }
 
+// capBlocks is the most blocks a hit may cover: at least the last token
+// is computed.
+func (c *Cache) capBlocks(s *Seq) int { return (len(s.Tokens) - 1) / c.cfg.BlockSize }
+
 // ErrNoSpace is returned by Schedule when the free blocks cannot hold the
 // tokens asked for; nothing changed.
 var ErrNoSpace = errors.New("kvcache: not enough free blocks")
@@ -228,19 +301,46 @@ var ErrAdmitted = errors.New("kvcache: sequence already holds blocks")
 // cache, takes the hit blocks, and reserves room for up to budget of the
 // remaining prompt tokens. It returns how many tokens to compute now, and
 // ErrNoSpace, with nothing changed, when the free blocks cannot hold them.
+// It loads nothing from the CPU tier: AdmitLoad(s, budget, 0).
 func (c *Cache) Admit(s *Seq, budget int) (int, error) {
+	return c.AdmitLoad(s, budget, 0)
+}
+
+// AdmitLoad is Admit that also loads up to load blocks from the CPU tier:
+// the run of tier blocks right after the GPU hit found now (whole chunks,
+// within the len−1 cap), re-checked here, so that blocks evicted from the
+// tier since a Probe are computed instead. The loaded blocks take fresh
+// GPU blocks, count as computed without being computed, and are cached on
+// the GPU and published as a GPU BlockStored run (vLLM caches loaded
+// blocks in its prefix cache). The H2D copy's time is the caller's to
+// charge. It returns the tokens to compute now.
+func (c *Cache) AdmitLoad(s *Seq, budget, load int) (int, error) {
 	if len(s.blocks) != 0 {
 		return 0, ErrAdmitted
 	}
+	if !s.admitted && s.PromptLen <= 0 {
+		s.PromptLen = len(s.Tokens)
+	}
 	s.computed, s.numCached = 0, 0
 	hit := c.lookup(s)
-	numNew := min(len(s.Tokens)-hit*c.cfg.BlockSize, budget)
-	if err := c.reserve(s, hit, numNew); err != nil {
+	loaded := 0
+	if load > 0 {
+		loaded = min(load, c.cpuRunAfter(s, hit))
+	}
+	bs := c.cfg.BlockSize
+	numNew := min(len(s.Tokens)-(hit+loaded)*bs, budget)
+	if err := c.reserve(s, hit, loaded, numNew); err != nil {
 		return 0, err
 	}
-	s.computed, s.numCached = hit*c.cfg.BlockSize, hit
+	s.computed, s.numCached = hit*bs, hit
+	if loaded > 0 {
+		s.computed += loaded * bs
+		c.cacheFull(s, hit+loaded)
+		c.cpu.loaded += loaded
+		s.nextChunk = (hit + loaded) / c.cfg.chunkBlocks()
+	}
 	if !s.admitted {
-		s.admitted, s.hitTokens = true, hit*c.cfg.BlockSize
+		s.admitted, s.hitTokens, s.loaded = true, hit*bs, loaded*bs
 	}
 	return numNew, nil
 }
@@ -248,14 +348,14 @@ func (c *Cache) Admit(s *Seq, budget int) (int, error) {
 // Schedule reserves room for numNew more tokens of an admitted sequence,
 // returning ErrNoSpace, with nothing changed, when the blocks are not there.
 func (c *Cache) Schedule(s *Seq, numNew int) error {
-	return c.reserve(s, 0, numNew)
+	return c.reserve(s, 0, 0, numNew)
 }
 
 // reserve takes hit cached blocks (s holding none) and enough free blocks
-// for numNew tokens past them, or changes nothing.
-func (c *Cache) reserve(s *Seq, hit, numNew int) error {
+// for loaded blocks and numNew tokens past them, or changes nothing.
+func (c *Cache) reserve(s *Seq, hit, loaded, numNew int) error {
 	bs := c.cfg.BlockSize
-	computed := s.computed + hit*bs
+	computed := s.computed + (hit+loaded)*bs
 	need := (computed+numNew+bs-1)/bs - len(s.blocks) - hit
 	// Hit blocks sitting in the free queue stop being free when taken.
 	free := c.numFree
@@ -346,7 +446,8 @@ func (c *Cache) wireHash(d blockkey.Digest) kvevents.Hash {
 }
 
 // Commit records that the KV of numNew more tokens of s is computed, and
-// caches the blocks that became full, publishing them as one BlockStored run.
+// caches the blocks that became full, publishing them as one BlockStored
+// run; with a CPU tier, it then offloads the chunks completed (storeFrom).
 func (c *Cache) Commit(s *Seq, numNew int) {
 	bs := c.cfg.BlockSize
 	s.computed += numNew
@@ -357,6 +458,14 @@ func (c *Cache) Commit(s *Seq, numNew int) {
 	if full > len(s.blocks) {
 		full = len(s.blocks)
 	}
+	c.cacheFull(s, full)
+	c.storeFrom(s, full)
+}
+
+// cacheFull caches s's blocks from its numCached up to full, publishing
+// them as one GPU BlockStored run.
+func (c *Cache) cacheFull(s *Seq, full int) {
+	bs := c.cfg.BlockSize
 	if full <= s.numCached {
 		return
 	}
@@ -425,7 +534,9 @@ func (c *Cache) Free(s *Seq) {
 var ErrBlocksInUse = errors.New("kvcache: blocks are in use")
 
 // Reset drops every cached block, as /reset_prefix_cache does, publishing
-// AllBlocksCleared. Like vLLM it refuses while requests hold blocks.
+// AllBlocksCleared. Like vLLM it refuses while requests hold blocks. The
+// CPU tier is kept (vLLM resets the connector only when asked,
+// reset_external=true: ResetCPU).
 func (c *Cache) Reset() error {
 	if used := c.cfg.NumBlocks - 1 - c.numFree; used > 0 {
 		return fmt.Errorf("%w: %d blocks not freed yet", ErrBlocksInUse, used)
@@ -446,10 +557,19 @@ func (c *Cache) Wipe() {
 	clear(c.cached)
 	clear(c.dups)
 	c.events = c.events[:0]
+	if c.cpu != nil {
+		c.cpu.clear()
+	}
 }
 
-// TakeEvents returns the events since the last call and forgets them.
+// TakeEvents returns the events since the last call and forgets them: the
+// GPU's, then the CPU tier's (vLLM publishes the KV cache manager's
+// events, then the connector's, in one batch a step).
 func (c *Cache) TakeEvents() []kvevents.Event {
+	if c.cpu != nil && len(c.cpu.events) > 0 {
+		c.events = append(c.events, c.cpu.events...)
+		c.cpu.events = nil
+	}
 	if len(c.events) == 0 {
 		return nil
 	}

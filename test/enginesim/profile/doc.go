@@ -18,6 +18,15 @@
 //     seconds), the formula the engine has always used (sim-default).
 //   - ColdPrefill is a lone cold request's time to its first token:
 //     its chunks of MaxNumBatchedTokens, one step each.
+//   - Each profile also prices moving KV: KVBytesPerToken, the
+//     host-to-device bandwidth a CPU-tier hit loads back at (LoadBack:
+//     tokens × bytes / bandwidth), and a pull from a peer's CPU tier
+//     (PullTime: PullSetup, plus PullConnect for a pair's first pull,
+//     plus tokens × bytes × share / PullBytesPerSecond when share pulls
+//     divide the link; package transfer decides the share). CPUBytes is
+//     the published deployment's CPU tier (0: none), CPUBlocks converts
+//     bytes to blocks. sim-default's are assumptions used only when a
+//     tier or pulls are turned on: its step costs are unchanged.
 //   - Named returns a named profile by value (a fresh copy: changing it
 //     changes nothing here); an unknown name is an error listing the
 //     names. Names lists them, sim-default first.

@@ -41,6 +41,27 @@ type Profile struct {
 	BlockSize, NumGPUBlocks int
 	// MaxModelLen is the context length (--max-model-len).
 	MaxModelLen int
+
+	// KVBytesPerToken is the KV cache's size per token, in bytes (every
+	// layer's K and V as the deployment stores them): what a CPU-tier copy
+	// or a pull moves per token (engine-profiles.md §4).
+	KVBytesPerToken float64
+	// H2DBytesPerSecond is the effective host-to-device copy bandwidth: a
+	// CPU-tier hit loads back at it (engine-profiles.md §6).
+	H2DBytesPerSecond float64
+	// PullSetup is the fixed cost of one pull from a peer's CPU tier
+	// between a warmed pair (engine-profiles.md §5: the fit's intercept).
+	PullSetup time.Duration
+	// PullBytesPerSecond is the link's effective bandwidth for a pull
+	// alone on it (the fit's slope, in bytes); concurrent pulls share it.
+	PullBytesPerSecond float64
+	// PullConnect is the extra cost of the first pull between a pair (the
+	// connection's setup); warmed pairs do not pay it.
+	PullConnect time.Duration
+	// CPUBytes is the CPU tier (cpu_bytes_to_use) of the published
+	// deployment, 0 when none is published: a shell may take it as its
+	// default tier size (CPUBlocks converts it).
+	CPUBytes int64
 }
 
 // Chunk is one request's prefill in a step: Tokens new tokens at context
@@ -116,6 +137,43 @@ func (p Profile) BlocksAt(blockSize int) int {
 	return max(p.KVTokens()/blockSize, 2)
 }
 
+// LoadBack is the time a CPU-tier hit of tokens tokens takes to copy
+// back to the GPU: tokens × KVBytesPerToken / H2DBytesPerSecond (0 for
+// none).
+func (p Profile) LoadBack(tokens int) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	return time.Duration(float64(tokens) * p.KVBytesPerToken / p.H2DBytesPerSecond * float64(time.Second))
+}
+
+// PullTime is the time a pull of tokens tokens from a peer's CPU tier
+// takes when share pulls (itself included) divide the link's bandwidth:
+// PullSetup, plus PullConnect when first (the pair's first pull), plus
+// tokens × KVBytesPerToken × share / PullBytesPerSecond. A share below 1
+// counts as 1; a pull of no token takes 0 (nothing is fetched).
+func (p Profile) PullTime(tokens, share int, first bool) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	d := p.PullSetup
+	if first {
+		d += p.PullConnect
+	}
+	bytes := float64(tokens) * p.KVBytesPerToken * float64(max(share, 1))
+	return d + time.Duration(bytes/p.PullBytesPerSecond*float64(time.Second))
+}
+
+// CPUBlocks is the number of KV blocks of blockSize tokens a CPU tier of
+// bytes bytes holds (vLLM sizes its tier as cpu_bytes_to_use over the
+// bytes of one offload block); 0 for no bytes or no block size.
+func (p Profile) CPUBlocks(bytes int64, blockSize int) int {
+	if bytes <= 0 || blockSize <= 0 || p.KVBytesPerToken <= 0 {
+		return 0
+	}
+	return int(float64(bytes) / (p.KVBytesPerToken * float64(blockSize)))
+}
+
 // Validate checks p.
 func (p Profile) Validate() error {
 	var errs []error
@@ -134,5 +192,11 @@ func (p Profile) Validate() error {
 	check(p.MaxNumBatchedTokens > 0, "max_num_batched_tokens %d must be positive", p.MaxNumBatchedTokens)
 	check(p.BlockSize > 0 && p.NumGPUBlocks >= 2, "capacity %d blocks of %d tokens: want a positive block size and at least 2 blocks", p.NumGPUBlocks, p.BlockSize)
 	check(p.MaxModelLen > 0, "max_model_len %d must be positive", p.MaxModelLen)
+	check(p.KVBytesPerToken > 0 && finite(p.KVBytesPerToken), "KV bytes per token %v must be positive", p.KVBytesPerToken)
+	check(p.H2DBytesPerSecond > 0 && finite(p.H2DBytesPerSecond), "host-to-device bandwidth %v B/s must be positive", p.H2DBytesPerSecond)
+	check(p.PullSetup >= 0, "pull setup %v must not be negative", p.PullSetup)
+	check(p.PullBytesPerSecond > 0 && finite(p.PullBytesPerSecond), "pull bandwidth %v B/s must be positive", p.PullBytesPerSecond)
+	check(p.PullConnect >= 0, "pull connection setup %v must not be negative", p.PullConnect)
+	check(p.CPUBytes >= 0, "CPU tier %d bytes must not be negative", p.CPUBytes)
 	return errors.Join(errs...)
 }

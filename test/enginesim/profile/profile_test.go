@@ -184,11 +184,141 @@ func TestValidate(t *testing.T) {
 		{func(p *profile.Profile) { p.NumGPUBlocks = 1 }, "capacity"},
 		{func(p *profile.Profile) { p.BlockSize = 0 }, "capacity"},
 		{func(p *profile.Profile) { p.MaxModelLen = 0 }, "max_model_len"},
+		{func(p *profile.Profile) { p.KVBytesPerToken = 0 }, "KV bytes per token"},
+		{func(p *profile.Profile) { p.KVBytesPerToken = math.NaN() }, "KV bytes per token"},
+		{func(p *profile.Profile) { p.H2DBytesPerSecond = 0 }, "host-to-device"},
+		{func(p *profile.Profile) { p.H2DBytesPerSecond = math.Inf(1) }, "host-to-device"},
+		{func(p *profile.Profile) { p.PullSetup = -1 }, "pull setup"},
+		{func(p *profile.Profile) { p.PullBytesPerSecond = -1 }, "pull bandwidth"},
+		{func(p *profile.Profile) { p.PullConnect = -time.Second }, "connection setup"},
+		{func(p *profile.Profile) { p.CPUBytes = -1 }, "CPU tier"},
 	} {
 		p := named(t, profile.GPTOSS120BH200)
 		c.breakIt(&p)
 		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("want an error about %s, got %v", c.want, err)
 		}
+	}
+}
+
+// TestTransferConstants: each profile's KV, host-to-device, pull and CPU
+// tier constants are the published (or stated) ones, and sim-default's
+// are the assumed 8B-class ones with no CPU tier.
+func TestTransferConstants(t *testing.T) {
+	for _, c := range []struct {
+		profile        string
+		bytesPerToken  float64
+		h2d            float64
+		setup, connect time.Duration
+		bandwidth      float64
+		cpuBytes       int64
+	}{
+		{profile.SimDefault, 131_072, 50e9, time.Millisecond, 0, 40e9, 0},
+		{profile.GPTOSS120BH200, 41_500, 50e9, 28 * time.Millisecond, 0, 41_500 / 10.6e-6, 88 << 30},
+		{profile.Qwen332BH100TP2, 262_144, 50e9, time.Millisecond, 0, 40e9, 0},
+		{profile.GLM52Rank, 93_000, 50e9, 1250 * time.Millisecond, 6 * time.Second, 4.5e9, 100 << 30},
+	} {
+		p := named(t, c.profile)
+		if p.KVBytesPerToken != c.bytesPerToken || p.H2DBytesPerSecond != c.h2d || p.PullSetup != c.setup ||
+			p.PullConnect != c.connect || p.PullBytesPerSecond != c.bandwidth || p.CPUBytes != c.cpuBytes {
+			t.Errorf("%s: %v B/token, H2D %v, pull %v + %v B/s (connect %v), CPU %d", c.profile, p.KVBytesPerToken,
+				p.H2DBytesPerSecond, p.PullSetup, p.PullBytesPerSecond, p.PullConnect, p.CPUBytes)
+		}
+	}
+}
+
+// TestTransferHelpers: LoadBack, PullTime and CPUBlocks by their
+// formulas, on values worked by hand.
+func TestTransferHelpers(t *testing.T) {
+	gpt := named(t, profile.GPTOSS120BH200)
+	glm := named(t, profile.GLM52Rank)
+	sim := profile.Default()
+	for _, c := range []struct {
+		name      string
+		got, want time.Duration
+	}{
+		// 1,000 × 131,072 B at 50 GB/s = 2.62144 ms.
+		{"sim-default load-back of 1,000 tokens", sim.LoadBack(1000), 2_621_440 * time.Nanosecond},
+		{"no load-back of nothing", sim.LoadBack(0), 0},
+		// 1,000 × 41,500 B at 50 GB/s = 830 µs.
+		{"gpt-oss load-back of 1,000 tokens", gpt.LoadBack(1000), 830 * time.Microsecond},
+		// 28 ms + 2,048 × 10.6 µs = 49.7088 ms (the report's fit).
+		{"gpt-oss pull of 2,048", gpt.PullTime(2048, 1, false), 49_708_800 * time.Nanosecond},
+		{"gpt-oss pull of 49,152", gpt.PullTime(49152, 1, false), 549_011_200 * time.Nanosecond},
+		// Shared by three: the bytes take three times as long.
+		{"gpt-oss pull of 2,048 shared by 3", gpt.PullTime(2048, 3, false), 28*time.Millisecond + 3*21_708_800*time.Nanosecond},
+		{"a share below 1 counts as 1", gpt.PullTime(2048, 0, false), gpt.PullTime(2048, 1, false)},
+		{"connect is free on gpt-oss", gpt.PullTime(2048, 1, true), gpt.PullTime(2048, 1, false)},
+		// 1.25 s + 6 s + 45,000 × 93,000 B / 4.5 GB/s = 8.18 s.
+		{"glm first pull of 45,000", glm.PullTime(45_000, 1, true), 8180 * time.Millisecond},
+		{"glm warmed pull of 45,000", glm.PullTime(45_000, 1, false), 2180 * time.Millisecond},
+		{"no pull of nothing", glm.PullTime(0, 2, true), 0},
+	} {
+		if d := c.got - c.want; d < -time.Nanosecond || d > time.Nanosecond {
+			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		got, want int
+	}{
+		// 88 GiB / (41,500 B × 16) = 142,303 blocks (≈2.28M tokens, kv-transfer.md §1.1's 1.8× the GPU).
+		{"gpt-oss CPU tier in blocks of 16", gpt.CPUBlocks(gpt.CPUBytes, 16), 142_303},
+		{"in blocks of 64", gpt.CPUBlocks(gpt.CPUBytes, 64), 35_575},
+		// 100 GiB / (93,000 B × 16) = 72,160.
+		{"glm CPU tier", glm.CPUBlocks(glm.CPUBytes, 16), 72_160},
+		{"no bytes", sim.CPUBlocks(sim.CPUBytes, 16), 0},
+		{"no block size", gpt.CPUBlocks(gpt.CPUBytes, 0), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+// crossover is the smallest prompt length (in tokens) from which pulling
+// it is faster than computing it, -1 if none up to 1M.
+func crossover(compute func(int) time.Duration, pull func(int) time.Duration) int {
+	for n := 1; n <= 1<<20; n++ {
+		if pull(n) < compute(n) {
+			return n
+		}
+	}
+	return -1
+}
+
+// TestPullCrossovers: the lengths below which a pull loses, as the
+// profiles' doc comments state them. glm52-rank: ≈12K against its own
+// single-request prefill; calibrate_work_boundary.py's 8.6K is against
+// the loaded 3,585 tok/s with a 134 µs/token slope (kv-transfer.md §6),
+// and this profile's 4.5 GB/s wins from ≈4.8K against that loaded rate.
+// gptoss120b-h200: pulls win at every length (engine-profiles.md §8).
+func TestPullCrossovers(t *testing.T) {
+	glm := named(t, profile.GLM52Rank)
+	gpt := named(t, profile.GPTOSS120BH200)
+	warmed := func(p profile.Profile) func(int) time.Duration {
+		return func(n int) time.Duration { return p.PullTime(n, 1, false) }
+	}
+	loaded := func(n int) time.Duration { return time.Duration(float64(n) / 3585 * float64(time.Second)) }
+	boundary := func(n int) time.Duration {
+		return 1250*time.Millisecond + time.Duration(float64(n)*134e-6*float64(time.Second))
+	}
+	for _, c := range []struct {
+		name string
+		got  int
+		want int
+	}{
+		{"glm52-rank against its single-request prefill", crossover(glm.ColdPrefill, warmed(glm)), 12_017},
+		{"calibrate_work_boundary.py against 3,585 tok/s", crossover(loaded, boundary), 8_625},
+		{"glm52-rank against 3,585 tok/s", crossover(loaded, warmed(glm)), 4_840},
+		{"gptoss120b-h200 against its prefill", crossover(gpt.ColdPrefill, warmed(gpt)), 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: pulls win from %d tokens, want %d", c.name, c.got, c.want)
+		}
+	}
+	// The first pull between a pair pays 6 s more: it loses far longer.
+	if first := crossover(glm.ColdPrefill, func(n int) time.Duration { return glm.PullTime(n, 1, true) }); first < 50_000 {
+		t.Errorf("glm52-rank's first pull wins from %d tokens: the connection cost is not paid", first)
 	}
 }

@@ -48,13 +48,25 @@ func Default() Profile { return simDefault() }
 // 8,192-token chunk takes 25 + 819.2 ms), 8,192 blocks of 16 tokens, a
 // budget of 8,192 tokens and a context of 32,768. engine-profiles.md §3
 // (last item) describes it; it is fitted to no row and, being linear,
-// understates long-prefix costs against every one.
+// understates long-prefix costs against every one. Its KV and link
+// constants (used only when a CPU tier or pulls are turned on, so that
+// nothing of its past behaviour changes) are assumed: an 8B-class model at
+// 128 KiB/token (engine-profiles.md §4: Llama-3.1-8B-class), PCIe Gen5 at
+// ≈50 GB/s (§6), InfiniBand NDR at ≈40 GB/s with 1 ms of RDMA setup (§5),
+// and no published CPU tier.
 func simDefault() Profile {
 	return Profile{
-		Name:    SimDefault,
-		Sources: []string{"engine-profiles.md §3, last item: the simulated engine's model before profiles (25 ms a step, 0.1 ms per running sequence, 10,000 tok/s)"},
+		Name: SimDefault,
+		Sources: []string{
+			"engine-profiles.md §3, last item: the simulated engine's model before profiles (25 ms a step, 0.1 ms per running sequence, 10,000 tok/s)",
+			"engine-profiles.md §4–§6: 128 KiB/token for an 8B-class model; ≈50 GB/s PCIe Gen5 host-to-device; InfiniBand NDR ≈40 GB/s, RDMA setup 0.5–2 ms",
+		},
 		Uncalibrated: []string{
 			"all of it: a synthetic model fitted to no published row, kept so that existing tests keep their meaning",
+			"KV bytes per token: an 8B-class model assumed (131,072 B/token)",
+			"host-to-device bandwidth: ≈50 GB/s PCIe Gen5 assumed (engine-profiles.md §6 is an inference)",
+			"pulls: InfiniBand NDR ≈40 GB/s and 1 ms of setup assumed, no connection cost; no published pull row",
+			"CPU tier: none published (0)",
 		},
 		StepBase:               25 * time.Millisecond,
 		PrefillTokensPerSecond: 10_000,
@@ -63,6 +75,10 @@ func simDefault() Profile {
 		BlockSize:              16,
 		NumGPUBlocks:           8192,
 		MaxModelLen:            32768,
+		KVBytesPerToken:        131_072,
+		H2DBytesPerSecond:      50e9,
+		PullSetup:              time.Millisecond,
+		PullBytesPerSecond:     40e9,
 	}
 }
 
@@ -80,6 +96,12 @@ func simDefault() Profile {
 // Decode: no TP=1 row (§7 has TP=4 only); the per-KV-token cost is an
 // assumption (41.5 KB/token, §4, read at ≈3.4 TB/s: 70% of the H200's
 // rated HBM bandwidth, which is not a row of the page).
+// KV and links: 41,500 B/token (§4); pulls over RDMA between a warmed pair
+// as the P2P report's fit, 28 ms + 10.6 µs/token (kv-transfer.md §6, §5
+// here), i.e. 28 ms of setup and 41,500 B / 10.6 µs ≈ 3.9 GB/s; the
+// published pulls ran on warmed pairs, so no connection cost is known (0).
+// CPU tier: 88 GiB (§4, the P2P guide's deployment, ≈2.2M tokens).
+// Host-to-device: ≈50 GB/s, an inference (§6).
 func gptOSS120BH200() Profile {
 	return Profile{
 		Name: GPTOSS120BH200,
@@ -87,11 +109,15 @@ func gptOSS120BH200() Profile {
 			"engine-profiles.md §3: gpt-oss-120b / H200 TP=1 single cold request medians, 2,048–49,152 tokens (gpt-oss-120b-h200.md@067fe1b)",
 			"engine-profiles.md §4: 41.5 KB/token (P2P benchmarking/README.md@01cac34); ≈1.22M GPU KV tokens, max-model-len 65,536 (gpt-oss-120b-h200.md@067fe1b)",
 			"engine-profiles.md §3 (chunking): chunk 8192 on the matrix's GPU paths; §8: gptoss120b-h200, chunk 8192",
+			"engine-profiles.md §5 and kv-transfer.md §6: pull ≈ 28 ms + 10.6 µs/token on a warmed RDMA pair (gpt-oss-120b-h200.md@067fe1b fit)",
+			"engine-profiles.md §4: 88 GiB CPU tier (gpt-oss-120b-h200.md@067fe1b)",
 		},
 		Uncalibrated: []string{
 			"decode: no published TP=1 decode row (§7's 6.6–7.4 ms TPOT is TP=4); 0.1 ms per sequence is sim-default's",
 			"decode per KV token: assumed from 41.5 KB/token at 70% of the H200's rated HBM bandwidth",
 			"loaded prefill: fitted to single requests only; no saturating-batch row",
+			"host-to-device bandwidth: ≈50 GB/s is an inference (engine-profiles.md §6), not a measurement",
+			"pull connection setup: the published pulls ran on warmed pairs; the first pull's cost is unknown (0)",
 		},
 		StepBase:               29_800 * time.Microsecond,
 		PrefillTokensPerSecond: 1 / 19.14e-6,
@@ -102,6 +128,11 @@ func gptOSS120BH200() Profile {
 		BlockSize:              16,
 		NumGPUBlocks:           76_250,
 		MaxModelLen:            65_536,
+		KVBytesPerToken:        41_500,
+		H2DBytesPerSecond:      50e9,
+		PullSetup:              28 * time.Millisecond,
+		PullBytesPerSecond:     41_500 / 10.6e-6,
+		CPUBytes:               88 << 30,
 	}
 }
 
@@ -120,6 +151,10 @@ func gptOSS120BH200() Profile {
 // 0.714 ms per sequence, the knee's KV tokens being unpublished; the
 // per-KV-token cost is an assumption (256 KiB/token, §4, half per GPU,
 // read at ≈2.3 TB/s: 70% of the H100's rated HBM bandwidth).
+// KV and links: 256 KiB/token (§4); no published pull row, so the link is
+// assumed InfiniBand NDR at ≈40 GB/s with 1 ms of RDMA setup (§5, §8) and
+// no connection cost; host-to-device ≈50 GB/s (§6, an inference); no
+// published CPU tier.
 func qwen332BH100TP2() Profile {
 	return Profile{
 		Name: Qwen332BH100TP2,
@@ -128,6 +163,7 @@ func qwen332BH100TP2() Profile {
 			"engine-profiles.md §3: the blog's quadratic fit over k × 8192 tokens, coefficients not published",
 			"engine-profiles.md §4: 256 KiB/token; 307,328 KV tokens per pod (blog/2025-09-24_kvcache-wins-you-can-see.md)",
 			"engine-profiles.md §7: ≈7.0K output tok/s at concurrency 350 over 10 endpoints (sticky blog); §8: qwen3-32b-h100-tp2",
+			"engine-profiles.md §5 and §8: assumed InfiniBand NDR ≈40 GB/s, RDMA setup 1 ms (no published pull row)",
 		},
 		Uncalibrated: []string{
 			"prefill quadratic term: not published (c = 0)",
@@ -135,6 +171,9 @@ func qwen332BH100TP2() Profile {
 			"decode per sequence: from the decode knee (an inference), its KV tokens unknown",
 			"decode per KV token: assumed from 256 KiB/token at 70% of the H100's rated HBM bandwidth",
 			"max_model_len: not published; 163,840 holds the blog's 19 × 8192-token requests",
+			"pulls: no published row; InfiniBand NDR ≈40 GB/s, 1 ms of setup and no connection cost assumed",
+			"host-to-device bandwidth: ≈50 GB/s assumed (engine-profiles.md §6 is an inference)",
+			"CPU tier: none published (0)",
 		},
 		StepBase:               25 * time.Millisecond,
 		PrefillTokensPerSecond: 8192 / 0.375,
@@ -144,6 +183,10 @@ func qwen332BH100TP2() Profile {
 		BlockSize:              16,
 		NumGPUBlocks:           19_208,
 		MaxModelLen:            163_840,
+		KVBytesPerToken:        262_144,
+		H2DBytesPerSecond:      50e9,
+		PullSetup:              time.Millisecond,
+		PullBytesPerSecond:     40e9,
 	}
 }
 
@@ -161,6 +204,19 @@ func qwen332BH100TP2() Profile {
 // Capacity: ≈520K GPU KV tokens per rank (§4, GLM report), as 32,500
 // blocks of 16. Decode: no row; the per-KV-token cost is an assumption
 // (≈93 KB/token, §4, at ≈3.4 TB/s: 70% of the H200's rated bandwidth).
+// KV and links: 93,000 B/token (§4); a pull costs a floor of 1.25 s
+// (calibrate_work_boundary.py's default, the blog's 1.2–1.3 s; §5) plus
+// the bytes at ≈4.5 GB/s (the GLM report's "floor plus ≈4.5 GB/s"), and
+// the first pull between a pair ≈6 s more (§5, GLM report). CPU tier:
+// 100 GiB per rank (§4). Host-to-device: ≈50 GB/s, an inference (§6).
+// This is the profile where pulls lose to short prefixes: against its own
+// single-request prefill (ColdPrefill) a lone warmed pull costs more below
+// ≈12K tokens (from 12,017 tokens on the pull is faster;
+// TestPullCrossovers computes it). The ≈8.6K of
+// kv-transfer.md §6 is calibrate_work_boundary.py's crossover against the
+// loaded rate, 3,585 tok/s per rank, with its 134 µs/token transfer slope;
+// against that loaded rate this profile's 4.5 GB/s pulls win from 4,840.
+// (gptoss120b-h200's pulls win at every length, as §8 says.)
 func glm52Rank() Profile {
 	return Profile{
 		Name: GLM52Rank,
@@ -168,6 +224,8 @@ func glm52Rank() Profile {
 			"engine-profiles.md §3: GLM-5.2-FP8 single request on one rank, 1.00 s at 8,070 tokens, 13.75 s at 98,220 (glm-5.2-h200.md@01cac34)",
 			"engine-profiles.md §2: 3,585 tok/s per DP rank under a saturating batch (RESULTS.md@03dfc8c); §3: chunk budget 4096 there",
 			"engine-profiles.md §4: ≈93 KB/token; ≈520K GPU KV tokens per rank (glm-5.2-h200.md@01cac34); §8: glm52-rank",
+			"engine-profiles.md §5 and kv-transfer.md §6: pull floor 1.25 s (calibrate_work_boundary.py@79cf1a1), ≈4.5 GB/s (glm-5.2-h200.md@01cac34), ≈6 s first pull between a pair",
+			"engine-profiles.md §4: 100 GiB CPU tier per rank (GLM report)",
 		},
 		Uncalibrated: []string{
 			"step base: not published; 25 ms assumed (sim-default's)",
@@ -176,6 +234,8 @@ func glm52Rank() Profile {
 			"decode: no published row; 0.1 ms per sequence is sim-default's",
 			"decode per KV token: assumed from 93 KB/token at 70% of the H200's rated HBM bandwidth",
 			"max_model_len: not published; 131,072 holds the 98,220-token requests",
+			"host-to-device bandwidth: ≈50 GB/s is an inference (engine-profiles.md §6), not a measurement",
+			"pull bandwidth: one rep; the report's pulls are almost flat to 98K tokens, ≈4.5 GB/s read from them",
 		},
 		StepBase:               25 * time.Millisecond,
 		PrefillTokensPerSecond: 1 / 116.3e-6,
@@ -186,5 +246,11 @@ func glm52Rank() Profile {
 		BlockSize:              16,
 		NumGPUBlocks:           32_500,
 		MaxModelLen:            131_072,
+		KVBytesPerToken:        93_000,
+		H2DBytesPerSecond:      50e9,
+		PullSetup:              1250 * time.Millisecond,
+		PullBytesPerSecond:     4.5e9,
+		PullConnect:            6 * time.Second,
+		CPUBytes:               100 << 30,
 	}
 }

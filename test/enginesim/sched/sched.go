@@ -15,7 +15,9 @@ import (
 // vLLM's flags where vLLM has one.
 type Config struct {
 	// Cache is the paged KV cache: num_gpu_blocks, block size, hash seed,
-	// event hashes, and whether KV events are made at all.
+	// event hashes, whether KV events are made at all, and the CPU
+	// offload tier (CPUBlocks 0: none; its loads and pulls are priced by
+	// Latency's KV constants).
 	Cache kvcache.Config
 	// MaxModelLen is --max-model-len: a request stops ("length") when its
 	// prompt and output reach it.
@@ -34,11 +36,12 @@ type Config struct {
 
 // DefaultConfig returns the simulated engine's defaults: the sim-default
 // profile (one H100 serving an 8B–20B model with vLLM's own defaults, as
-// the engine has always modelled it), without KV events.
+// the engine has always modelled it), without KV events and without a CPU
+// tier (offloading prompts only, vLLM's default, once one is sized).
 func DefaultConfig() Config {
 	p := profile.Default()
 	return Config{
-		Cache:               kvcache.Config{NumBlocks: p.NumGPUBlocks, BlockSize: p.BlockSize, Seed: blockkey.DefaultSeed},
+		Cache:               kvcache.Config{NumBlocks: p.NumGPUBlocks, BlockSize: p.BlockSize, Seed: blockkey.DefaultSeed, OffloadPromptOnly: true},
 		MaxModelLen:         p.MaxModelLen,
 		MaxNumSeqs:          256,
 		MaxNumBatchedTokens: p.MaxNumBatchedTokens,
@@ -77,6 +80,11 @@ type Request struct {
 	MaxTokens int
 	// IgnoreEOS generates MaxTokens tokens, past the natural length.
 	IgnoreEOS bool
+	// Source names a peer to pull the prompt's KV from (vLLM's
+	// kv_transfer_params.remote_kv_source), opaque here: the shell maps
+	// it to an engine. "" is none, and then the engine never pulls on its
+	// own (kv-transfer.md §2.2).
+	Source string
 }
 
 // Finish reasons, as vLLM's finish_reason.
@@ -90,12 +98,19 @@ const (
 // set ("stop" or "length") on the last, with the request's queued and
 // prefill intervals (vLLM reports them when a request finishes).
 type Update struct {
-	ID           ID
-	Token        uint32
-	First        bool
-	CachedTokens int           // with First: num_cached_tokens
-	TTFT         time.Duration // with First: step end − arrival
-	Finish       string        // "" while the request runs on
+	ID     ID
+	Token  uint32
+	First  bool
+	TTFT   time.Duration // with First: step end − arrival
+	Finish string        // "" while the request runs on
+	// CachedTokens, with First, is vLLM's num_cached_tokens: the prompt
+	// tokens not computed at the first admission, the GPU prefix hit and
+	// the tokens loaded from the CPU tier, pulled ones included (vLLM
+	// counts the connector's tokens in it). GPUHitTokens, CPUHitTokens and
+	// PulledTokens split it (the CPU tier's own blocks, and those a pull
+	// brought); the prompt's other tokens were recomputed.
+	CachedTokens                             int
+	GPUHitTokens, CPUHitTokens, PulledTokens int
 	// Queued and Prefill, with Finish, are vLLM's queued interval (arrival
 	// to first scheduled: the start of the step that first admitted it)
 	// and prefill interval (first scheduled to first token, preemptions
@@ -114,7 +129,8 @@ type Load struct {
 // Step is one step's outcome.
 type Step struct {
 	// Duration is the step's simulated duration: it ends at now+Duration.
-	// 0 when the step scheduled nothing.
+	// 0 when the step scheduled nothing (it may still carry lookups, pull
+	// figures and events: pulled blocks stored in the CPU tier).
 	Duration time.Duration
 	// Scheduled counts the requests the step computed for.
 	Scheduled int
@@ -129,9 +145,35 @@ type Step struct {
 	// Preemptions counts the requests preempted (vllm:num_preemptions).
 	Preemptions int
 	// PromptTokens and CachedTokens sum the prompts admitted for the first
-	// time and their prefix-cache hits (vllm:prefix_cache_queries,
-	// vllm:prefix_cache_hits, vllm:prompt_tokens and its cached part).
+	// time and their GPU prefix-cache hits (vllm:prefix_cache_queries,
+	// vllm:prefix_cache_hits, vllm:prompt_tokens). CPUHitTokens and
+	// PulledTokens sum what those admissions loaded from the CPU tier, of
+	// its own blocks and of pulled ones: their sum is the connector's
+	// hits, vllm:external_prefix_cache_hits (vLLM counts the offloading
+	// connector's CPU hits there as well as pulls). The cached part of
+	// the prompts is the three together; the rest was recomputed.
 	PromptTokens, CachedTokens int
+	CPUHitTokens, PulledTokens int
+
+	// Lookups are the peer lookups the step made (requests with a Source
+	// reaching admission); the shell answers each with Resolve.
+	Lookups []Lookup
+	// Pulls counts the pulls whose blocks arrived in this step (into the
+	// CPU tier); PullFailures those that brought nothing: failed
+	// (refused, unreachable, timed out) or answered with no block, the
+	// latter counted again in PullMisses (the source no longer held
+	// them). Each such request recomputes what it lacks.
+	Pulls, PullFailures, PullMisses int
+	// LoadedBytes and StoredBytes are the bytes copied from the CPU tier
+	// to the GPU (H2D) and from the GPU to the tier (D2H) in this step:
+	// vllm:kv_offload_load_bytes_total and _store_bytes_total.
+	// PulledBytes are the bytes the arrived pulls brought.
+	LoadedBytes, StoredBytes, PulledBytes int64
+	// NextReady is the earliest time a request waiting for KV (a pull's
+	// arrival or a load's end) is ready, 0 if none: a shell with nothing
+	// else to run steps again then. Lookups still unanswered are not in
+	// it; after Resolve, Scheduler.NextReady has them.
+	NextReady time.Duration
 }
 
 // request is one prompt in the engine.
@@ -149,6 +191,9 @@ type request struct {
 	outputs   int
 	prefilled bool
 	counted   bool // counted in the prompt figures; scheduled is set
+	kv        kvWait
+	// the first admission's split of the cached tokens
+	gpuHit, cpuHit, pulledHit int
 }
 
 // Scheduler is the engine core. It is not safe for concurrent use.
@@ -159,6 +204,9 @@ type Scheduler struct {
 	running []*request
 	byID    map[ID]*request
 	chunks  []profile.Chunk // a step's prefills, reused
+	// waitingKV counts the waiting requests in a KV wait (kv.state ≠
+	// kvNone): the passes over them are skipped when there are none.
+	waitingKV int
 }
 
 // New returns an idle scheduler with an empty cache.
@@ -189,11 +237,12 @@ func (s *Scheduler) Add(r Request, now time.Duration) error {
 	}
 	q := &request{
 		id:        r.ID,
-		seq:       &kvcache.Seq{Tokens: append([]uint32(nil), r.Prompt...), LoRA: r.LoRA, LoraID: r.LoraID, Salt: r.Salt},
+		seq:       &kvcache.Seq{Tokens: append([]uint32(nil), r.Prompt...), LoRA: r.LoRA, LoraID: r.LoraID, Salt: r.Salt, PromptLen: len(r.Prompt)},
 		promptLen: len(r.Prompt),
 		gen:       newGenerator(r.Prompt, r.Salt),
 		target:    r.MaxTokens,
 		arrival:   now,
+		kv:        kvWait{source: r.Source},
 	}
 	if !r.IgnoreEOS {
 		q.stopAt = q.gen.naturalLength()
@@ -274,7 +323,7 @@ func (s *Scheduler) Restart() []ID {
 	for _, r := range append(s.running, s.waiting...) {
 		ids = append(ids, r.id)
 	}
-	s.running, s.waiting = nil, nil
+	s.running, s.waiting, s.waitingKV = nil, nil, 0
 	clear(s.byID)
 	s.cache.Wipe()
 	return ids
@@ -292,19 +341,24 @@ type work struct {
 // sampled, finished requests freed).
 func (s *Scheduler) Step(now time.Duration) Step {
 	var out Step
+	stored := s.cache.CPU().Stored
+	if s.waitingKV > 0 {
+		s.arrive(&out, now)
+	}
 	budget := s.cfg.MaxNumBatchedTokens
 	batch, budget, preempted := s.scheduleRunning(&out, budget)
 	if !preempted {
 		batch = s.admitWaiting(&out, batch, budget, now)
 	}
 	out.Scheduled = len(batch)
-	if len(batch) == 0 {
-		out.Load = s.Load()
-		return out
+	if len(batch) > 0 {
+		out.Duration = s.duration(batch)
+		s.apply(&out, batch, now+out.Duration)
 	}
-	out.Duration = s.duration(batch)
-	s.apply(&out, batch, now+out.Duration)
+	s.lookupsAnswerable(&out, now)
 	out.Events = s.cache.TakeEvents()
+	out.StoredBytes = s.bytes(s.cache.CPU().Stored - stored)
+	out.NextReady = s.NextReady()
 	out.Load = s.Load()
 	return out
 }
@@ -349,31 +403,43 @@ func (s *Scheduler) scheduleRunning(out *Step, budget int) ([]work, int, bool) {
 
 // admitWaiting admits waiting requests, first come first served, while
 // max_num_seqs, the budget and the free blocks allow, in the step
-// starting at now.
+// starting at now. Requests waiting for KV keep their place and are
+// passed over (kvReady); the first other request that does not fit
+// stops the pass.
 func (s *Scheduler) admitWaiting(out *Step, batch []work, budget int, now time.Duration) []work {
-	for len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs && budget > 0 {
-		r := s.waiting[0]
+	for i := 0; i < len(s.waiting) && len(s.running) < s.cfg.MaxNumSeqs && budget > 0; {
+		r := s.waiting[i]
 		if r.cancelled {
-			s.waiting = s.waiting[1:]
+			s.dequeue(i)
 			s.forget(out, r)
 			continue
 		}
-		n, err := s.cache.Admit(r.seq, budget)
+		gpu, load, ok := s.kvReady(out, r, now)
+		if !ok {
+			i++
+			continue
+		}
+		n, err := s.cache.AdmitLoad(r.seq, budget, load)
 		if err != nil {
-			break // head of line waits for blocks
+			break // this request waits for blocks; nothing overtakes it
 		}
-		s.waiting = s.waiting[1:]
-		if !r.counted {
-			r.counted, r.scheduled = true, now
-			out.PromptTokens += r.promptLen
-			out.CachedTokens += r.seq.CachedTokens()
-		}
+		s.dequeue(i)
+		s.loaded(out, r, gpu, load, now)
 		r.prefilled = false
 		s.running = append(s.running, r)
 		batch = append(batch, work{r: r, n: n})
 		budget -= n
 	}
 	return batch
+}
+
+// dequeue takes the i-th request out of the waiting queue.
+func (s *Scheduler) dequeue(i int) {
+	if i == 0 {
+		s.waiting = s.waiting[1:]
+		return
+	}
+	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
 }
 
 // duration is the latency model's cost of a batch: each prefill is a
@@ -414,6 +480,7 @@ func (s *Scheduler) apply(out *Step, batch []work, end time.Duration) {
 		if r.outputs == 1 {
 			r.ttft = end - r.arrival
 			u.First, u.CachedTokens, u.TTFT = true, r.seq.CachedTokens(), r.ttft
+			u.GPUHitTokens, u.CPUHitTokens, u.PulledTokens = r.gpuHit, r.cpuHit, r.pulledHit
 		}
 		if r.outputs >= r.target || len(r.seq.Tokens) >= s.cfg.MaxModelLen {
 			u.Finish = FinishLength
@@ -441,14 +508,18 @@ func (s *Scheduler) apply(out *Step, batch []work, end time.Duration) {
 
 // forget ends a cancelled request.
 func (s *Scheduler) forget(out *Step, r *request) {
+	s.setKV(r, kvNone)
 	delete(s.byID, r.id)
 	out.Dropped = append(out.Dropped, r.id)
 }
 
 // preempt frees a running request's blocks and puts it back at the head
-// of the queue; it recomputes its tokens when readmitted.
+// of the queue; it recomputes its tokens when readmitted (or loads those
+// the CPU tier holds), and one with a Source asks its peer again, as
+// vLLM's rescheduled requests re-probe.
 func (s *Scheduler) preempt(r *request) {
 	s.cache.Free(r.seq)
 	r.prefilled = false
+	r.kv.probed, r.kv.paid = false, 0
 	s.waiting = append([]*request{r}, s.waiting...)
 }
