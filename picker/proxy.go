@@ -52,6 +52,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		body = r.dropClientKVParams(body, recordOf(req.Context()).id)
 		fair, err := fairnessOf(req.Header, r.cfg.FairnessHeader)
 		var slo time.Duration
 		if err == nil {
@@ -97,6 +98,7 @@ func (r *Router) relay(w http.ResponseWriter, req *http.Request, kind intake.Kin
 			return
 		}
 		rec.endpoint, rec.attempts, rec.prompt, rec.matched = p.Endpoint, attempt+1, p.PromptTokens, p.MatchedTokens
+		rec.kvSource = p.KVSource
 		inFlight := r.m.inFlight.WithLabelValues(p.Endpoint)
 		inFlight.Inc()
 		done, err := r.forward(w, req, p, kind, path, body)
@@ -179,6 +181,15 @@ func (c *cutAnswer) Unwrap() error { return c.err }
 // false when nothing was written and another endpoint may be tried; a
 // *cutAnswer error says the answer written is not whole.
 func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind intake.Kind, path string, body []byte) (done bool, err error) {
+	if p.source.addr != "" {
+		// The decision named a source: the engine pulls the prefix from it
+		// (a fresh transfer id per attempt).
+		if b, err := withKVSource(body, p.source.addr, newKVRequestID()); err != nil {
+			r.log.Debug("KV source not set on the forwarded body", zap.String("endpoint", p.Endpoint), zap.Error(err))
+		} else {
+			body = b
+		}
+	}
 	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(body))
 	if err != nil {
 		return false, err
@@ -188,6 +199,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 	}
 	dropHop(out.Header)
 	out.Header.Del("X-Kvroute-Cache")
+	out.Header.Del(KVSourceHeader) // a client never names a source (llm-d's sidecar would act on it)
 	resp, err := r.proxy.Do(out)
 	if err != nil {
 		if in.Context().Err() != nil {

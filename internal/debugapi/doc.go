@@ -11,7 +11,8 @@
 //     gRPC and debug addresses, its identity group, the identity its
 //     sidecar reported (model, rank, block size, GPU blocks, hash
 //     algorithm, key format, summary parameters, tokenizer fingerprint,
-//     epoch, partial), its last load (waiting, running, KV cache usage),
+//     epoch, partial), where peers pull its CPU-tier KV from (kv_source,
+//     host:port, omitted when it advertises none), its last load (waiting, running, KV cache usage),
 //     seconds since its last update (or never_updated), the picker's
 //     health state (cached, load_only, draining, down) and why, the
 //     sidecar's verdict on its event stream, whether the sidecar reaches
