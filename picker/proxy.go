@@ -36,7 +36,9 @@ func newProxyTransport() *http.Transport {
 }
 
 // handleProxy serves an OpenAI endpoint: decide, forward the body as
-// received, stream the answer back byte for byte. A request goes to
+// received (the tenant salt aside, the client's kv_transfer_params
+// removed, the decision's KV source set), stream the answer back byte for
+// byte. A request goes to
 // another endpoint only when the chosen one could not be reached or
 // answered 502/503/504 — before any byte went to the client.
 func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
