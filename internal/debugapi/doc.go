@@ -33,8 +33,8 @@
 //     group, sidecar_debug, the identity fields (block_size, hash_algo,
 //     key_format, summary_params, tokenizer_fingerprint), partial,
 //     seconds_since_update, never_updated, state and state_reason, and
-//     reports sidecar, num_gpu_blocks, stream_state, stream_reason and
-//     lag_seconds as read; per refusal: endpoint, reason, model,
+//     reports sidecar, num_gpu_blocks, stream_state, stream_reason,
+//     lag_seconds and kv_source as read (and counts kv_source per model); per refusal: endpoint, reason, model,
 //     summary_params, since and detail; and picker's gossip_insecure. A
 //     field missing from an older picker reads as its zero value, which
 //     verify treats as "not reported".
