@@ -164,6 +164,22 @@ func newKVRequestID() string {
 	return string(s[:])
 }
 
+// sourcedBody is body as forwarded to p's endpoint: with
+// kv_transfer_params.remote_kv_source when the decision named a source
+// (the engine pulls the prefix from it; a fresh transfer id per attempt),
+// as received otherwise.
+func (r *Router) sourcedBody(p *Pick, body []byte) []byte {
+	if p.source.addr == "" {
+		return body
+	}
+	b, err := withKVSource(body, p.source.addr, newKVRequestID())
+	if err != nil { // the intake took the body as a JSON object: not expected
+		r.log.Debug("KV source not set on the forwarded body", zap.String("endpoint", p.Endpoint), zap.Error(err))
+		return body
+	}
+	return b
+}
+
 // dropClientKVParams removes the kv_transfer_params a client sent on a
 // proxied body: the router alone decides where a request's KV comes from.
 // Counted, and logged at debug (without the body).

@@ -102,17 +102,10 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			Help: "Time from the dispatch to the first output token of the requests the TTFT model learned from.", Buckets: latencyBuckets()}),
 		ttftPredicted: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "ttft_predicted_seconds",
 			Help: "The TTFT predicted for the same requests, at their decision.", Buckets: latencyBuckets()}),
-		kvSources: prometheus.NewCounterVec(opts("kv_sources_total", "Decisions that named a KV source (the endpoint the chosen one pulls the prompt's prefix from, out of its CPU tier: vLLM's remote_kv_source), by engine (the source's URL)."),
-			[]string{"engine"}),
-		kvSourceDrops: prometheus.NewCounterVec(opts("kv_sources_dropped_total", "KV sources a decision named that the picker did not pass on, by reason: computing (the chosen endpoint itself), "+
-			"not_in_group (not an endpoint of the request's identity group), no_address (it advertises no P2P side channel: --p2p-port on its sidecar)."), []string{"reason"}),
-		kvPullTokens: prometheus.NewCounter(opts("kv_pull_tokens_total", "Prompt tokens the decisions that named a KV source expect pulled from it.")),
-		plannedTokens: prometheus.NewCounterVec(opts("planned_prompt_tokens_total", "Prompt tokens of the decisions, by where the chosen endpoint is expected to find their KV (place): "+
-			"gpu (its GPU cache), cpu (its CPU tier, loaded back), pulled (a source's CPU tier), recomputed (nowhere: prefilled)."), []string{"place"}),
-		clientKVDropped: prometheus.NewCounter(opts("client_kv_params_dropped_total", "Proxied requests whose client sent kv_transfer_params, removed before forwarding: only the picker names a KV source.")),
 		eppServed: prometheus.NewCounterVec(opts("extproc_served_total", "Endpoint picker answers by the endpoint the gateway reports served them: picked, fallback (a later one of the list), "+
 			"other (not in the list), unreported (no x-gateway-destination-endpoint-served)."), []string{"as"}),
 	}
+	m.newKVSourceMetrics(opts)
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors, m.coalesced,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
@@ -151,6 +144,21 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		m.plannedTokens.WithLabelValues(p)
 	}
 	return m
+}
+
+// newKVSourceMetrics makes the KV source series (named, dropped, pulled
+// tokens, the plan's places, the clients' kv_transfer_params dropped).
+func (m *metrics) newKVSourceMetrics(opts func(name, help string) prometheus.CounterOpts) {
+	m.kvSources = prometheus.NewCounterVec(opts("kv_sources_total", "Decisions that named a KV source (the endpoint the chosen one pulls the prompt's prefix from, "+
+		"out of its CPU tier: vLLM's remote_kv_source), by engine (the source's URL)."), []string{"engine"})
+	m.kvSourceDrops = prometheus.NewCounterVec(opts("kv_sources_dropped_total", "KV sources a decision named that the picker did not pass on, by reason: "+
+		"computing (the chosen endpoint itself), not_in_group (not an endpoint of the request's identity group), "+
+		"no_address (it advertises no P2P side channel: --p2p-port on its sidecar)."), []string{"reason"})
+	m.kvPullTokens = prometheus.NewCounter(opts("kv_pull_tokens_total", "Prompt tokens the decisions that named a KV source expect pulled from it."))
+	m.plannedTokens = prometheus.NewCounterVec(opts("planned_prompt_tokens_total", "Prompt tokens of the decisions, by where the chosen endpoint is expected to find their KV (place): "+
+		"gpu (its GPU cache), cpu (its CPU tier, loaded back), pulled (a source's CPU tier), recomputed (nowhere: prefilled)."), []string{"place"})
+	m.clientKVDropped = prometheus.NewCounter(opts("client_kv_params_dropped_total",
+		"Proxied requests whose client sent kv_transfer_params, removed before forwarding: only the picker names a KV source."))
 }
 
 // placeLabels are kvroute_picker_planned_prompt_tokens_total's places, in

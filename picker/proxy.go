@@ -183,16 +183,7 @@ func (c *cutAnswer) Unwrap() error { return c.err }
 // false when nothing was written and another endpoint may be tried; a
 // *cutAnswer error says the answer written is not whole.
 func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind intake.Kind, path string, body []byte) (done bool, err error) {
-	if p.source.addr != "" {
-		// The decision named a source: the engine pulls the prefix from it
-		// (a fresh transfer id per attempt).
-		if b, err := withKVSource(body, p.source.addr, newKVRequestID()); err != nil {
-			r.log.Debug("KV source not set on the forwarded body", zap.String("endpoint", p.Endpoint), zap.Error(err))
-		} else {
-			body = b
-		}
-	}
-	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(r.sourcedBody(p, body)))
 	if err != nil {
 		return false, err
 	}
