@@ -15,7 +15,7 @@ import (
 	"github.com/kvroute/kvroute/picker/fleet"
 )
 
-// The wire names of a KV source (docs/kv-transfer.md §2.2, §3).
+// The wire names of a KV source (kv-transfer.md §2.2, §3).
 const (
 	// kvParamsKey is the body member vLLM reads its KV connector's
 	// directives from; remote_kv_source (kv_request_id, remote_host,
