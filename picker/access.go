@@ -18,7 +18,8 @@ import (
 // proxied answer carries.
 const (
 	// HeadersAll: the chosen engine's address (x-kvroute-endpoint), its
-	// opaque id, the matched tokens and the prefix hash.
+	// opaque id, the matched tokens and the prefix hash, and the KV
+	// source's address when one was named (x-kvroute-kv-source).
 	HeadersAll = "all"
 	// HeadersDecision: the decision without pod addresses: the opaque
 	// endpoint id, the matched tokens and the prefix hash.
@@ -42,6 +43,7 @@ type reqRecord struct {
 	matched  int    // GPU tokens the chosen engine held, as predicted
 	cached   int    // cached tokens the engine reported (-1: no report)
 	attempts int    // engines tried
+	kvSource string // the KV source named on the last attempt (host:port; "" none)
 	// predictedMs is the TTFT precise predicted (0: none); observedTTFT
 	// the time from dispatch to the first output token, when learned.
 	predictedMs  float64
@@ -208,6 +210,9 @@ func (r *Router) finish(req *http.Request, w *recorder, rec *reqRecord, start ti
 	if rec.endpoint != "" {
 		fields = append(fields, zap.String("endpoint", rec.endpoint), zap.Int("attempts", rec.attempts),
 			zap.Int("prompt_tokens", rec.prompt), zap.Int("matched_tokens", rec.matched))
+		if rec.kvSource != "" {
+			fields = append(fields, zap.String("kv_source", rec.kvSource))
+		}
 	}
 	if rec.cached >= 0 {
 		fields = append(fields, zap.Int("cached_tokens", rec.cached))
@@ -232,6 +237,9 @@ func setDecisionHeaders(h http.Header, mode string, p *Pick) {
 	}
 	if mode == HeadersAll {
 		h.Set("X-Kvroute-Endpoint", p.Endpoint)
+		if p.KVSource != "" { // a pod's address, as the endpoint's
+			h.Set(KVSourceAnswerHeader, p.KVSource)
+		}
 	}
 	h.Set("X-Kvroute-Endpoint-Id", p.EndpointID)
 	h.Set("X-Kvroute-Matched-Tokens", strconv.Itoa(p.MatchedTokens))

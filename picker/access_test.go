@@ -1,8 +1,15 @@
 package picker
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestSampler: the access log takes exactly the share of requests asked
@@ -49,5 +56,27 @@ func TestRequestID(t *testing.T) {
 	}
 	if a, b := requestID(""), requestID(""); a == b {
 		t.Fatal("two made ids are equal")
+	}
+}
+
+// TestAccessLogNamesTheKVSource: a proxied request's access-log line
+// carries the KV source named for it, and none when none was.
+func TestAccessLogNamesTheKVSource(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	r := &Router{cfg: DefaultConfig(), accessLog: zap.New(core)}
+	r.access.rate = 1
+	r.m = newMetrics(prometheus.NewRegistry(), r)
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	for _, src := range []string{"10.0.0.2:5710", ""} {
+		rec := &reqRecord{id: "r", endpoint: "http://10.0.0.1:8000", attempts: 1, cached: -1, kvSource: src}
+		r.finish(req, &recorder{ResponseWriter: httptest.NewRecorder(), status: 200}, rec, time.Now(), false)
+		entries := logs.TakeAll()
+		if len(entries) != 1 {
+			t.Fatalf("%d lines", len(entries))
+		}
+		got, has := entries[0].ContextMap()["kv_source"]
+		if (src != "") != has || has && got != src {
+			t.Fatalf("source %q: the line has kv_source %v (%v)", src, got, has)
+		}
 	}
 }

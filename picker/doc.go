@@ -67,7 +67,29 @@
 //     failing (sidecars_failing: reason tls, unavailable or stream, the
 //     error, for how long), which a sidecar never streamed from has no
 //     endpoint to show by.
-//   - The proxy forwards the body as received (the tenant salt aside) and streams the answer back
+//   - KV sources (kvsource.go): a decision's Source is carried to the
+//     wire only as the advertised address (fleet.Identity.KVSource,
+//     host:port) of another endpoint of the request's identity group as
+//     the decision saw it — never the chosen endpoint, never one without
+//     an address; anything else is dropped, counted by reason
+//     (kvroute_picker_kv_sources_dropped_total) and logged at debug. The
+//     proxy removes every top-level kv_transfer_params a client sent
+//     (counted in kvroute_picker_client_kv_params_dropped_total, logged
+//     at debug) and a client's x-kv-cache-source-host-port, and, when a
+//     source is named, sets kv_transfer_params.remote_kv_source
+//     {kv_request_id (a fresh UUID per attempt), remote_host,
+//     remote_port} on the body it forwards (chat, completions,
+//     Responses) and answers x-kvroute-kv-source (--response-headers
+//     all). The decision API answers kv_source and kv_source_tokens
+//     (HTTP and gRPC); the endpoint picker sets
+//     x-kv-cache-source-host-port (llm-d's routing sidecar header),
+//     replacing the client's, or removes the client's when none is named.
+//     Named sources are counted per source (kvroute_picker_kv_sources_total
+//     {engine}, kvroute_picker_kv_pull_tokens_total), every decision's
+//     Plan by place (kvroute_picker_planned_prompt_tokens_total), and the
+//     access log carries kv_source.
+//   - The proxy forwards the body as received (the tenant salt and the KV
+//     source aside) and streams the answer back
 //     byte for byte; it offers a request to another endpoint only when the
 //     chosen one could not be reached or answered 502/503/504, before any
 //     byte went to the client. It reads the engine's reported cached

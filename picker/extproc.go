@@ -242,7 +242,8 @@ func (x *eppExchange) serve(stream extprocv3.ExternalProcessor_ProcessServer) er
 		x.ended = x.ended || step.ResponseEnded
 		if !req.GetObservabilityMode() { // in observability mode nothing is answered
 			for _, rep := range replies {
-				if err := stream.Send(eppResponse(rep, x.decisionHeaders())); err != nil {
+				set, remove := x.decisionHeaders()
+				if err := stream.Send(eppResponse(rep, set, remove)); err != nil {
 					return err
 				}
 			}
@@ -492,26 +493,36 @@ func (x *eppExchange) finish() {
 }
 
 // decisionHeaders are the decision's headers the routing answer adds to
-// the request, as the proxy adds them to its answers: the prefix hash
-// (when the request has one and did not opt out) and the matched tokens,
-// for the gateway's logs or its own hash balancing; nil before a pick.
-func (x *eppExchange) decisionHeaders() []*corev3.HeaderValueOption {
+// the request (set), as the proxy adds them to its answers: the prefix
+// hash (when the request has one and did not opt out) and the matched
+// tokens, for the gateway's logs or its own hash balancing; and the KV
+// source, as llm-d's routing sidecar reads it (KVSourceHeader, host:port),
+// when the decision named one. Without a source, that header is removed
+// (remove): a client never names one. Both nil before a pick.
+func (x *eppExchange) decisionHeaders() (set []*corev3.HeaderValueOption, remove []string) {
 	if x.pick == nil {
-		return nil
+		return nil, nil
 	}
 	out := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-kvroute-matched-tokens", RawValue: []byte(strconv.Itoa(x.pick.MatchedTokens))}}}
+	if x.pick.KVSource != "" {
+		// Set, not appended: it replaces any the client sent.
+		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: KVSourceHeader, RawValue: []byte(x.pick.KVSource)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	} else {
+		remove = []string{KVSourceHeader}
+	}
 	if x.pick.PrefixHash != "" {
 		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-kvroute-prefix-hash", RawValue: []byte(x.pick.PrefixHash)}})
 	}
 	if x.pick.PredictedTTFTMs > 0 {
 		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-kvroute-predicted-ttft-ms", RawValue: []byte(predictedMs(x.pick))}})
 	}
-	return out
+	return out, remove
 }
 
 // eppResponse is a reply on the wire; a routing answer also sets the
-// decision's headers.
-func eppResponse(rep extproc.Reply, decision []*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
+// decision's headers and removes those in remove.
+func eppResponse(rep extproc.Reply, decision []*corev3.HeaderValueOption, remove []string) *extprocv3.ProcessingResponse {
 	out := &extprocv3.ProcessingResponse{}
 	if rep.Kind == extproc.Immediate {
 		out.Response = &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
@@ -532,7 +543,7 @@ func eppResponse(rep extproc.Reply, decision []*corev3.HeaderValueOption) *extpr
 			set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(rep.ContentLength))}})
 		}
 		set = append(set, decision...)
-		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
+		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}
 		out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{eppNamespace: structpb.NewStructValue(
 			&structpb.Struct{Fields: map[string]*structpb.Value{eppDestination: structpb.NewStringValue(rep.Route)}})}}
 	}

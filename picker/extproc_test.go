@@ -81,8 +81,10 @@ type gateway struct {
 	t      testing.TB
 	stream extprocv3.ExternalProcessor_ProcessClient
 	mode   filterv3.ProcessingMode_BodySendMode
-	// set are the request headers the routing answer set.
-	set map[string]string
+	// set are the request headers the routing answer set, removed those
+	// it removed.
+	set     map[string]string
+	removed []string
 	// extra are request headers sent besides the usual ones.
 	extra []*corev3.HeaderValue
 }
@@ -250,6 +252,7 @@ func (g *gateway) sendRequest(body []byte, subset any) (string, *extprocv3.Proce
 			t.Fatalf("buffered: the body's answer %v", m)
 		}
 		g.set = setHeaders(m.GetRequestBody().GetResponse())
+		g.removed = m.GetRequestBody().GetResponse().GetHeaderMutation().GetRemoveHeaders()
 		return routeOf(t, m, m.GetRequestBody().GetResponse()), nil
 	case filterv3.ProcessingMode_STREAMED:
 		// Sent without waiting: the headers are held until the body is
@@ -267,6 +270,7 @@ func (g *gateway) sendRequest(body []byte, subset any) (string, *extprocv3.Proce
 		}
 		route := routeOf(t, m, m.GetRequestHeaders().GetResponse())
 		g.set = setHeaders(m.GetRequestHeaders().GetResponse())
+		g.removed = m.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
 		for range parts {
 			if b := g.recv(); b.GetRequestBody() == nil || b.GetRequestBody().GetResponse().GetBodyMutation() != nil {
 				t.Fatalf("streamed: a chunk's answer %v", b)
@@ -291,6 +295,7 @@ func (g *gateway) sendRequest(body []byte, subset any) (string, *extprocv3.Proce
 	common := m.GetRequestHeaders().GetResponse()
 	route := routeOf(t, m, common)
 	g.set = setHeaders(common)
+	g.removed = common.GetHeaderMutation().GetRemoveHeaders()
 	cl := ""
 	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
 		if h.GetHeader().GetKey() == "content-length" {
@@ -436,6 +441,28 @@ func TestEPPBodyModes(t *testing.T) {
 	}
 	if n := counter(t, f.reg, "kvroute_picker_decisions_total"); n != 3 {
 		t.Fatalf("decisions: %v", n)
+	}
+}
+
+// TestEPPStripsClientKVSource: in every body mode, a client's
+// x-kv-cache-source-host-port (llm-d's routing sidecar would pull from
+// the host it names) is removed by the routing answer, and no source is
+// set when the decision named none (no endpoint runs a P2P tier here).
+func TestEPPStripsClientKVSource(t *testing.T) {
+	f := startFleet(t, 2, picker.DefaultConfig(), "")
+	conn := serveEPP(t, f.router, extproc.DefaultConfig())
+	for i, mode := range modes() {
+		t.Run(mode.String(), func(t *testing.T) {
+			g := openGateway(t, conn, mode)
+			g.extra = append(g.extra, header(picker.KVSourceHeader, "203.0.113.9:5710"))
+			if _, refused := g.sendRequest([]byte(chatBody("src", "Pull from my host. ", fmtInt(i))), nil); refused != nil {
+				t.Fatalf("refused: %v", refused)
+			}
+			g.end()
+			if _, set := g.set[picker.KVSourceHeader]; set || !slices.Contains(g.removed, picker.KVSourceHeader) {
+				t.Fatalf("set %v, removed %v: want %s removed, not set", g.set, g.removed, picker.KVSourceHeader)
+			}
+		})
 	}
 }
 

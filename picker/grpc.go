@@ -74,15 +74,21 @@ func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickRes
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	return pickResponse(p), nil
+}
+
+// pickResponse is a pick as the gRPC decision API answers it: the HTTP
+// API's answer, field for field.
+func pickResponse(p *Pick) *pb.PickResponse {
 	out := &pb.PickResponse{Endpoint: p.Endpoint, EndpointId: p.EndpointID, Model: p.Model, PromptTokens: int32(p.PromptTokens),
 		MatchedTokens: int32(p.MatchedTokens), MatchedBlocks: int32(p.MatchedBlocks), PrefixHash: p.PrefixHash, Policy: p.Policy, Reason: p.Reason,
-		PredictedTtftMs: p.PredictedTTFTMs}
+		PredictedTtftMs: p.PredictedTTFTMs, KvSource: p.KVSource, KvSourceTokens: int32(min(p.KVSourceTokens, math.MaxInt32))}
 	for _, c := range p.Candidates {
 		out.Candidates = append(out.Candidates, &pb.PickCandidate{Endpoint: c.Endpoint, MatchedTokens: int32(c.MatchedTokens),
 			CpuMatchedTokens: int32(c.CPUTokens), StorageMatchedTokens: int32(c.StorageTokens), InFlight: c.InFlight,
 			EstimatedCostTokens: c.Cost, UnderLoadCap: c.UnderCap, Why: c.Why, PredictedTtftMs: c.PredictedTTFTMs})
 	}
-	return out, nil
+	return out
 }
 
 // grpcError maps a refusal to a status whose message is the error body.

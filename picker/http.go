@@ -285,6 +285,7 @@ func (r *Router) handleDebugEndpoints(w http.ResponseWriter, _ *http.Request, se
 		d.Model, d.Rank, d.BlockSize, d.Epoch, d.Partial = e.Info.Model, e.Info.Rank, e.Info.BlockSize, e.Info.Epoch, e.Info.Partial
 		d.NumGPUBlocks, d.HashAlgo, d.KeyFormat = e.Info.NumGPUBlocks, e.Info.HashAlgo, e.Info.KeyFormat
 		d.SummaryParams, d.TokenizerFingerprint, d.SidecarDebug = e.Info.SummaryParams, e.Info.TokenizerFingerprint, e.Info.DebugURL
+		d.KVSource = e.Info.KVSource
 		d.Waiting, d.Running, d.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KVCacheUsage
 		h := r.health(&e)
 		d.State, d.StateReason = h.State.String(), h.Reason

@@ -39,6 +39,15 @@ type metrics struct {
 	ttftError      prometheus.Histogram     // |predicted − observed| ÷ observed
 	ttftObserved   prometheus.Histogram
 	ttftPredicted  prometheus.Histogram
+	// KV sources: named per source endpoint (label engine), dropped by
+	// reason, the prompt tokens expected pulled, the decisions' prompt
+	// tokens by where they are expected to come from, and the clients'
+	// kv_transfer_params removed.
+	kvSources       *prometheus.CounterVec
+	kvSourceDrops   *prometheus.CounterVec
+	kvPullTokens    prometheus.Counter
+	plannedTokens   *prometheus.CounterVec
+	clientKVDropped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
@@ -96,11 +105,13 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		eppServed: prometheus.NewCounterVec(opts("extproc_served_total", "Endpoint picker answers by the endpoint the gateway reports served them: picked, fallback (a later one of the list), "+
 			"other (not in the list), unreported (no x-gateway-destination-endpoint-served)."), []string{"as"}),
 	}
+	m.newKVSourceMetrics(opts)
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors, m.coalesced,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
 			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, m.eppRequests, m.eppServed, endpointsByGroup{r},
-			m.ttftError, m.ttftObserved, m.ttftPredicted, ttftModels{r})
+			m.ttftError, m.ttftObserved, m.ttftPredicted, ttftModels{r}, m.kvSources, m.kvSourceDrops, m.kvPullTokens, m.plannedTokens,
+			m.clientKVDropped)
 	}
 	// Series the alerts and the dashboard divide by or watch for a first
 	// increase exist from the start, at 0.
@@ -126,8 +137,33 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 	for _, as := range []string{"picked", "fallback", "other", "unreported"} {
 		m.eppServed.WithLabelValues(as)
 	}
+	for _, r := range sourceDropReasons {
+		m.kvSourceDrops.WithLabelValues(r)
+	}
+	for _, p := range placeLabels {
+		m.plannedTokens.WithLabelValues(p)
+	}
 	return m
 }
+
+// newKVSourceMetrics makes the KV source series (named, dropped, pulled
+// tokens, the plan's places, the clients' kv_transfer_params dropped).
+func (m *metrics) newKVSourceMetrics(opts func(name, help string) prometheus.CounterOpts) {
+	m.kvSources = prometheus.NewCounterVec(opts("kv_sources_total", "Decisions that named a KV source (the endpoint the chosen one pulls the prompt's prefix from, "+
+		"out of its CPU tier: vLLM's remote_kv_source), by engine (the source's URL)."), []string{"engine"})
+	m.kvSourceDrops = prometheus.NewCounterVec(opts("kv_sources_dropped_total", "KV sources a decision named that the picker did not pass on, by reason: "+
+		"computing (the chosen endpoint itself), not_in_group (not an endpoint of the request's identity group), "+
+		"no_address (it advertises no P2P side channel: --p2p-port on its sidecar)."), []string{"reason"})
+	m.kvPullTokens = prometheus.NewCounter(opts("kv_pull_tokens_total", "Prompt tokens the decisions that named a KV source expect pulled from it."))
+	m.plannedTokens = prometheus.NewCounterVec(opts("planned_prompt_tokens_total", "Prompt tokens of the decisions, by where the chosen endpoint is expected to find their KV (place): "+
+		"gpu (its GPU cache), cpu (its CPU tier, loaded back), pulled (a source's CPU tier), recomputed (nowhere: prefilled)."), []string{"place"})
+	m.clientKVDropped = prometheus.NewCounter(opts("client_kv_params_dropped_total",
+		"Proxied requests whose client sent kv_transfer_params, removed before forwarding: only the picker names a KV source."))
+}
+
+// placeLabels are kvroute_picker_planned_prompt_tokens_total's places, in
+// decide.Placement's order.
+var placeLabels = []string{"gpu", "cpu", "pulled", "recomputed"}
 
 // streamAbortCauses are kvroute_picker_stream_aborts_total's causes.
 var streamAbortCauses = []string{causeUpstreamError, causeUpstreamTruncated, causeClientGone}
@@ -142,9 +178,9 @@ func latencyBuckets() []float64 {
 }
 
 // observe records a pick: what its preparation noted and, when an
-// endpoint was chosen, the decision. It is the one place a pick's metrics
-// are recorded.
-func (m *metrics) observe(n *notes, d *decide.Decision) {
+// endpoint was chosen, the decision and the pick made of it (its KV
+// source). It is the one place a pick's metrics are recorded.
+func (m *metrics) observe(n *notes, d *decide.Decision, p *Pick) {
 	if n.refused != "" {
 		m.refused.WithLabelValues(n.refused).Inc()
 	}
@@ -177,6 +213,21 @@ func (m *metrics) observe(n *notes, d *decide.Decision) {
 	if d.Override != nil {
 		m.overrides.Inc()
 		m.overrideTokens.Add(d.Override.TokensLost)
+	}
+	for i, n := range []int{d.Plan.GPU, d.Plan.CPU, d.Plan.Pulled, d.Plan.Recompute} {
+		if n > 0 {
+			m.plannedTokens.WithLabelValues(placeLabels[i]).Add(float64(n))
+		}
+	}
+	if p == nil {
+		return
+	}
+	if p.sourceDropped != "" {
+		m.kvSourceDrops.WithLabelValues(p.sourceDropped).Inc()
+	}
+	if p.source.url != "" {
+		m.kvSources.WithLabelValues(p.source.url).Inc()
+		m.kvPullTokens.Add(float64(p.source.tokens))
 	}
 }
 

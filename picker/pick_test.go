@@ -407,6 +407,11 @@ func TestGRPCPickAgreesWithHTTP(t *testing.T) {
 		got.Reason != want.Reason || len(got.Candidates) != 2 || !(got.PredictedTtftMs > 0) || !(want.PredictedTTFTMs > 0) {
 		t.Fatalf("gRPC %+v, HTTP %s", got, raw)
 	}
+	// No endpoint runs a P2P tier: no KV source, said alike (the HTTP
+	// answer always carries the two fields).
+	if got.KvSource != "" || got.KvSourceTokens != 0 || want.KVSource != "" || !strings.Contains(string(raw), `"kv_source":"","kv_source_tokens":0`) {
+		t.Fatalf("KV source: gRPC %q %d, HTTP %s", got.KvSource, got.KvSourceTokens, raw)
+	}
 	if _, err := client.Pick(context.Background(), &pb.PickRequest{Body: []byte(body)}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no token: %v", err)
 	}

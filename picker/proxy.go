@@ -36,7 +36,9 @@ func newProxyTransport() *http.Transport {
 }
 
 // handleProxy serves an OpenAI endpoint: decide, forward the body as
-// received, stream the answer back byte for byte. A request goes to
+// received (the tenant salt aside, the client's kv_transfer_params
+// removed, the decision's KV source set), stream the answer back byte for
+// byte. A request goes to
 // another endpoint only when the chosen one could not be reached or
 // answered 502/503/504 — before any byte went to the client.
 func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
@@ -52,6 +54,7 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		body = r.dropClientKVParams(body, recordOf(req.Context()).id)
 		fair, err := fairnessOf(req.Header, r.cfg.FairnessHeader)
 		var slo time.Duration
 		if err == nil {
@@ -97,6 +100,7 @@ func (r *Router) relay(w http.ResponseWriter, req *http.Request, kind intake.Kin
 			return
 		}
 		rec.endpoint, rec.attempts, rec.prompt, rec.matched = p.Endpoint, attempt+1, p.PromptTokens, p.MatchedTokens
+		rec.kvSource = p.KVSource
 		inFlight := r.m.inFlight.WithLabelValues(p.Endpoint)
 		inFlight.Inc()
 		done, err := r.forward(w, req, p, kind, path, body)
@@ -179,7 +183,7 @@ func (c *cutAnswer) Unwrap() error { return c.err }
 // false when nothing was written and another endpoint may be tried; a
 // *cutAnswer error says the answer written is not whole.
 func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind intake.Kind, path string, body []byte) (done bool, err error) {
-	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(r.sourcedBody(p, body)))
 	if err != nil {
 		return false, err
 	}
@@ -188,6 +192,7 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 	}
 	dropHop(out.Header)
 	out.Header.Del("X-Kvroute-Cache")
+	out.Header.Del(KVSourceHeader) // a client never names a source (llm-d's sidecar would act on it)
 	resp, err := r.proxy.Do(out)
 	if err != nil {
 		if in.Context().Err() != nil {

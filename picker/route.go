@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/decide"
 	"github.com/kvroute/kvroute/picker/fleet"
@@ -37,7 +39,7 @@ func (r *Router) Route(ctx context.Context, kind intake.Kind, body []byte, opt P
 			r.Book(pick, opt, now)
 		}
 	}
-	r.m.observe(&p.notes, &d)
+	r.m.observe(&p.notes, &d, pick)
 	return pick, err
 }
 
@@ -136,6 +138,11 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached,
 		waited: p.waited, peer: ticket, group: p.group}
+	if pick.source, pick.sourceDropped = sourceOf(&d, snap.Endpoints); pick.sourceDropped != "" {
+		r.log.Debug("the decision's KV source is not named", zap.String("endpoint", d.Endpoint), zap.String("source", d.Source),
+			zap.String("reason", pick.sourceDropped))
+	}
+	pick.KVSource, pick.KVSourceTokens = pick.source.addr, pick.source.tokens
 	if r.precise(p) {
 		pick.chain = p.heldKeys()
 	}

@@ -294,6 +294,11 @@ type Pick struct {
 	uncached        float64       // the prompt tokens left to prefill, as booked
 	fallbacks       []fallback    // the next best endpoints (PickOptions.Fallbacks), best first
 	waited          time.Duration // in the admission queue
+	// source is where the chosen endpoint pulls the prompt's prefix from
+	// (Answer.KVSource is its address; zero: none), and sourceDropped why
+	// the decision's source was not named ("" when it was, or none).
+	source        kvSource
+	sourceDropped string
 
 	// The TTFT prediction, for learning at the first token: the group,
 	// the features the chosen endpoint was priced by, when the pick was

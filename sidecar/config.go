@@ -35,6 +35,14 @@ type Config struct {
 	Topic string
 	// DataParallelSize is the number of ranks (endpoints). Default 1.
 	DataParallelSize int
+	// P2PPort is rank 0's P2P side-channel port: where peers pull KV out
+	// of the engine's CPU tier (vLLM's P2P tier: VLLM_P2P_SIDE_CHANNEL_PORT,
+	// 5710 in vLLM, which binds that port plus its data-parallel index).
+	// Rank r advertises port+r on its engine URL's host (EndpointInfo
+	// kv_source); for a pod holding ranks s.. of a wider data-parallel
+	// group, give the base plus s. 0 (the default): the engine runs no P2P
+	// tier, and no picker names it as a source.
+	P2PPort int
 	// GRPCListen serves the summary stream (kvroute.v1.Sidecar) to
 	// pickers; empty disables it. Default ":9090".
 	GRPCListen string
@@ -142,6 +150,8 @@ func (c *Config) Validate() error {
 	check(zmqEndpoint(c.KVEvents), "--kv-events %q: want tcp://, ipc:// or inproc://", c.KVEvents)
 	check(c.Replay == "" || zmqEndpoint(c.Replay), "--replay %q: want tcp://, ipc:// or inproc://, or empty for none", c.Replay)
 	check(c.DataParallelSize >= 1 && c.DataParallelSize <= 1024, "--data-parallel-size %d: want 1..1024", c.DataParallelSize)
+	check(c.P2PPort == 0 || c.P2PPort >= 1 && c.P2PPort+max(c.DataParallelSize, 1)-1 <= 65535,
+		"--p2p-port %d: want 0 (no P2P tier) or a port whose last rank's (port+%d) is at most 65535", c.P2PPort, max(c.DataParallelSize, 1)-1)
 	check((c.GRPCTLSCert == "") == (c.GRPCTLSKey == ""), "--grpc-tls-cert and --grpc-tls-key go together")
 	check(c.GRPCClientCA == "" || c.GRPCTLSCert != "", "--grpc-client-ca needs --grpc-tls-cert and --grpc-tls-key: client certificates are asked for in a TLS handshake")
 	check(c.GRPCTLSCert == "" || c.GRPCListen != "", "--grpc-tls-cert without --grpc-listen: the gRPC server is off")
@@ -203,6 +213,20 @@ func offsetPort(endpoint string, rank int) (string, error) {
 		return "", fmt.Errorf("endpoint %q: data-parallel ranks need tcp://host:port", endpoint)
 	}
 	return endpoint[:i+1] + strconv.Itoa(port+rank), nil
+}
+
+// kvSourceAddr is rank's P2P side-channel address, host:port: the host
+// of its engine URL, the port p2pPort+rank (as vLLM binds it); "" when
+// p2pPort is 0 (no P2P tier).
+func kvSourceAddr(engineURL string, p2pPort, rank int) (string, error) {
+	if p2pPort == 0 {
+		return "", nil
+	}
+	u, err := url.Parse(engineURL)
+	if err != nil || u.Hostname() == "" {
+		return "", fmt.Errorf("--p2p-port: the engine URL %q names no host to advertise", engineURL)
+	}
+	return net.JoinHostPort(u.Hostname(), strconv.Itoa(p2pPort+rank)), nil
 }
 
 // offsetURL moves an http URL's port by rank.

@@ -49,6 +49,10 @@ func TestConfigValidate(t *testing.T) {
 			c.Gossip, c.FaultInjection = &g, true
 		}, true},
 		{"a scrape interval below 10ms", func(c *Config) { c.ScrapeInterval = time.Millisecond }, false},
+		{"a P2P port", func(c *Config) { c.P2PPort = 5710 }, true},
+		{"a negative P2P port", func(c *Config) { c.P2PPort = -1 }, false},
+		{"a P2P port past 65535", func(c *Config) { c.P2PPort = 65536 }, false},
+		{"the last rank's P2P port past 65535", func(c *Config) { c.P2PPort, c.DataParallelSize = 65535, 2 }, false},
 	} {
 		cfg := DefaultConfig()
 		tc.edit(&cfg)
@@ -60,5 +64,29 @@ func TestConfigValidate(t *testing.T) {
 		if cfg != before {
 			t.Errorf("%s: Validate changed the config", tc.name)
 		}
+	}
+}
+
+// TestKVSourceAddr: rank r's advertised P2P address is its engine URL's
+// host and --p2p-port plus r, as vLLM binds it; none without a port.
+func TestKVSourceAddr(t *testing.T) {
+	for _, tc := range []struct {
+		url        string
+		port, rank int
+		want       string
+	}{
+		{"http://10.0.1.5:8000", 0, 0, ""},
+		{"http://10.0.1.5:8000", 5710, 0, "10.0.1.5:5710"},
+		{"http://10.0.1.5:8001", 5710, 1, "10.0.1.5:5711"},
+		{"http://[fd00::7]:8000", 5710, 3, "[fd00::7]:5713"},
+		{"https://engine.pod.local", 7777, 0, "engine.pod.local:7777"},
+	} {
+		got, err := kvSourceAddr(tc.url, tc.port, tc.rank)
+		if err != nil || got != tc.want {
+			t.Errorf("kvSourceAddr(%q, %d, %d) = %q, %v; want %q", tc.url, tc.port, tc.rank, got, err, tc.want)
+		}
+	}
+	if got, err := kvSourceAddr("http://:8000", 5710, 0); err == nil {
+		t.Errorf("an engine URL without a host advertised %q", got)
 	}
 }

@@ -71,6 +71,11 @@
 //     events, and a silent or replay-only stream is not "not ready": the
 //     sidecar still serves load reports, and pickers route that endpoint
 //     by load only; /readyz lists each rank's stream state beside.
+//   - KV source: with Config.P2PPort (--p2p-port; vLLM's P2P tier, where
+//     peers pull KV out of the engine's CPU tier), rank r advertises
+//     host:port+r, the host its engine URL's, in Info (EndpointInfo
+//     kv_source) and /debug/state (kv_source); without it nothing, and no
+//     picker names the engine as a source.
 //   - Malformed payloads are counted and skipped, never fatal; the admin
 //     listener (AdminListen: /healthz, /readyz, /metrics, /debug/*) shows
 //     hashes and counts, never token ids or text.

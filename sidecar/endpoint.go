@@ -90,6 +90,7 @@ type endpoint struct {
 	engineURL string
 	events    string
 	replay    string
+	kvSource  string // the P2P side channel peers pull from, host:port ("" none: Config.P2PPort)
 	log       *zap.Logger
 	restartCh chan float64 // new engine start time, from the scraper
 
@@ -143,6 +144,9 @@ func newEndpoint(ctx context.Context, hc *http.Client, cfg *Config, r int, d end
 		if ep.replay, err = offsetPort(cfg.Replay, r); err != nil {
 			return nil, err
 		}
+	}
+	if ep.kvSource, err = kvSourceAddr(ep.engineURL, cfg.P2PPort, r); err != nil {
+		return nil, err
 	}
 	ep.log = d.log.With(zap.Int("rank", r), zap.String("engine", ep.engineURL))
 	if ep.identity, err = ep.identify(ctx, hc, cfg.Model); err != nil {

@@ -185,7 +185,7 @@ func (g *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespo
 			NumGpuBlocks: int32(id.NumGPUBlocks), HashAlgo: id.HashAlgo, KeyFormat: id.KeyFormat,
 			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint,
 			Epoch: ep.epoch, Partial: ep.partial, DebugUrl: g.s.debugURL,
-			StreamState: ep.stream.State.String(), StreamReason: ep.stream.Reason,
+			StreamState: ep.stream.State.String(), StreamReason: ep.stream.Reason, KvSource: ep.kvSource,
 		})
 		ep.mu.Unlock()
 	}

@@ -383,6 +383,9 @@ func (s *Sidecar) Close() {
 // EndpointState is one endpoint's /debug/state entry.
 type EndpointState struct {
 	Identity Identity `json:"identity"`
+	// KVSource is the P2P side channel peers pull the engine's CPU-tier
+	// KV from (host:port; --p2p-port), absent without one.
+	KVSource string `json:"kv_source,omitempty"`
 	// GossipInsecure: the sidecar gossips without a keyring off loopback
 	// (--gossip-insecure): anyone reaching its gossip port can join.
 	GossipInsecure bool    `json:"gossip_insecure"`
@@ -424,7 +427,7 @@ func (s *Sidecar) State() []EndpointState {
 	var out []EndpointState
 	for _, ep := range s.endpoints {
 		ep.mu.Lock()
-		st := EndpointState{Identity: ep.identity, GossipInsecure: s.members.Insecure(), Epoch: ep.epoch, Partial: ep.partial, Live: ep.live,
+		st := EndpointState{Identity: ep.identity, KVSource: ep.kvSource, GossipInsecure: s.members.Insecure(), Epoch: ep.epoch, Partial: ep.partial, Live: ep.live,
 			StreamState: ep.stream.State.String(), StreamReason: ep.stream.Reason,
 			EngineDown: ep.load.Error != "", EngineError: ep.load.Error,
 			Draining: s.drainReason() != "", DrainReason: s.drainReason(),

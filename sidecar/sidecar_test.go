@@ -298,6 +298,7 @@ func TestDataParallelAndBindMode(t *testing.T) {
 	cfg.Bind = true
 	cfg.KVEvents = ecfg.KVEvents.Endpoint
 	cfg.Replay = rep
+	cfg.P2PPort = 5710 // vLLM's default: rank r's side channel is on 5710+r
 	s := startSidecar(t, cfg)
 	// Wait for the engine's PUBs to reach the bound SUBs, then send work.
 	for r := 0; r < 2; r++ {
@@ -317,6 +318,9 @@ func TestDataParallelAndBindMode(t *testing.T) {
 		st := converged(t, s, es[r], r)
 		if st.Identity.Rank != r || st.Identity.Endpoint != es[r].URL() {
 			t.Fatalf("rank %d identity %+v", r, st.Identity)
+		}
+		if want := fmt.Sprintf("127.0.0.1:%d", 5710+r); st.KVSource != want {
+			t.Fatalf("rank %d advertises the KV source %q, want %q (the engine's host, --p2p-port plus the rank)", r, st.KVSource, want)
 		}
 	}
 	base := fmt.Sprintf("http://%s", s.DebugAddr())

@@ -177,6 +177,7 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.StringVar(&cfg.Replay, "replay", cfg.Replay, "rank 0's replay endpoint; rank r uses port+r; empty disables replay")
 	f.StringVar(&cfg.Topic, "topic", cfg.Topic, "event topic prefix to subscribe to (empty: all)")
 	f.IntVar(&cfg.DataParallelSize, "data-parallel-size", cfg.DataParallelSize, "data-parallel ranks served by the pod, one endpoint each")
+	f.IntVar(&cfg.P2PPort, "p2p-port", cfg.P2PPort, "rank 0's P2P side-channel port (vLLM's VLLM_P2P_SIDE_CHANNEL_PORT, 5710 by default, plus the pod's first data-parallel rank when the group spans pods); rank r advertises port+r on the engine URL's host as the address peers pull its CPU-tier KV from; 0: the engine runs no P2P tier and is never named as a source")
 	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin HTTP address: /healthz, /readyz, /metrics, /debug/*")
 	f.StringVar(&cfg.AdminAdvertise, "admin-advertise", "", "admin address others reach (kvroute verify, through the pickers' /debug/endpoints) (default: the listen address; the gossip host when listening on every interface)")
 	f.StringVar(&cfg.AdminListen, "debug-listen", cfg.AdminListen, "")

@@ -61,16 +61,20 @@ type Endpoint struct {
 	BlockSize    int    `json:"block_size"`
 	// The rest of the identity the sidecar reported: what keys, summaries
 	// and tokens must agree on across an identity group.
-	NumGPUBlocks         int     `json:"num_gpu_blocks"`
-	HashAlgo             string  `json:"hash_algo"`
-	KeyFormat            string  `json:"key_format"`
-	SummaryParams        string  `json:"summary_params"`
-	TokenizerFingerprint string  `json:"tokenizer_fingerprint"`
-	Epoch                uint64  `json:"epoch"`
-	Partial              bool    `json:"partial"` // the sidecar lost events it could not replay
-	Waiting              float64 `json:"waiting"`
-	Running              float64 `json:"running"`
-	KVUsage              float64 `json:"kv_cache_usage"` // 0..1
+	NumGPUBlocks         int    `json:"num_gpu_blocks"`
+	HashAlgo             string `json:"hash_algo"`
+	KeyFormat            string `json:"key_format"`
+	SummaryParams        string `json:"summary_params"`
+	TokenizerFingerprint string `json:"tokenizer_fingerprint"`
+	Epoch                uint64 `json:"epoch"`
+	Partial              bool   `json:"partial"` // the sidecar lost events it could not replay
+	// KVSource is where peers pull the endpoint's CPU-tier KV from (its
+	// engine's P2P side channel, host:port), absent when it advertises
+	// none: it is then never named as a source.
+	KVSource string  `json:"kv_source,omitempty"`
+	Waiting  float64 `json:"waiting"`
+	Running  float64 `json:"running"`
+	KVUsage  float64 `json:"kv_cache_usage"` // 0..1
 	// StaleSecs is how long ago the sidecar last sent anything for the
 	// endpoint; 0 with NeverUpdated, when it has sent nothing yet.
 	StaleSecs    float64 `json:"seconds_since_update"`

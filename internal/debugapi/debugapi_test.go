@@ -22,7 +22,7 @@ func example() Document {
 		Endpoints: []Endpoint{{
 			Endpoint: "http://10.0.0.1:8000", EndpointID: "0123456789abcdef", Sidecar: "10.0.0.1:9090", SidecarDebug: "http://10.0.0.1:9091",
 			Group: "g1", Model: "m", Rank: 1, BlockSize: 16, NumGPUBlocks: 4096, HashAlgo: "sha256_cbor", KeyFormat: "kvroute-xxh3-v1",
-			SummaryParams: "m=65536", TokenizerFingerprint: "tok", Epoch: 3, Partial: true, Waiting: 2, Running: 5, KVUsage: 0.25,
+			SummaryParams: "m=65536", TokenizerFingerprint: "tok", Epoch: 3, Partial: true, KVSource: "10.0.0.1:5711", Waiting: 2, Running: 5, KVUsage: 0.25,
 			StaleSecs: 0.5, State: "down", StateReason: "the sidecar cannot reach the engine: refused", StreamState: "partial",
 			StreamReason: "lost events", EngineDown: true, EngineError: "refused", LagSeconds: &lag,
 			TTFT: &TTFTEndpoint{SpeedFactor: 1.2, Observations: 40, MeanUncachedTokens: 900, MeanQueueSeconds: 0.05, MeanPrefillSeconds: 0.09,

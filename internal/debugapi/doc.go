@@ -11,7 +11,8 @@
 //     gRPC and debug addresses, its identity group, the identity its
 //     sidecar reported (model, rank, block size, GPU blocks, hash
 //     algorithm, key format, summary parameters, tokenizer fingerprint,
-//     epoch, partial), its last load (waiting, running, KV cache usage),
+//     epoch, partial), where peers pull its CPU-tier KV from (kv_source,
+//     host:port, omitted when it advertises none), its last load (waiting, running, KV cache usage),
 //     seconds since its last update (or never_updated), the picker's
 //     health state (cached, load_only, draining, down) and why, the
 //     sidecar's verdict on its event stream, whether the sidecar reaches
@@ -32,8 +33,8 @@
 //     group, sidecar_debug, the identity fields (block_size, hash_algo,
 //     key_format, summary_params, tokenizer_fingerprint), partial,
 //     seconds_since_update, never_updated, state and state_reason, and
-//     reports sidecar, num_gpu_blocks, stream_state, stream_reason and
-//     lag_seconds as read; per refusal: endpoint, reason, model,
+//     reports sidecar, num_gpu_blocks, stream_state, stream_reason,
+//     lag_seconds and kv_source as read (and counts kv_source per model); per refusal: endpoint, reason, model,
 //     summary_params, since and detail; and picker's gossip_insecure. A
 //     field missing from an older picker reads as its zero value, which
 //     verify treats as "not reported".

@@ -115,3 +115,27 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeKVSources: per model, how many endpoints advertise a KV
+// source; informational, so it passes with none, some or all.
+func TestJudgeKVSources(t *testing.T) {
+	e := []debugapi.Endpoint{healthy(1, "b"), healthy(2, "a"), healthy(3, "a"), healthy(4, "c")}
+	e[1].KVSource, e[3].KVSource = "10.0.0.2:5710", "10.0.0.4:5710"
+	checks := JudgeKVSources(e)
+	var got []string
+	for _, c := range checks {
+		if !c.OK || c.Name != "kv sources" || c.Detail == "" {
+			t.Errorf("%+v", c)
+		}
+		got = append(got, c.Endpoint+" "+c.Figure)
+	}
+	if strings.Join(got, ",") != "a 1/2,b 0/1,c 1/1" {
+		t.Fatalf("%q", got)
+	}
+	if !strings.Contains(checks[1].Detail, "--p2p-port") {
+		t.Fatalf("no source, no hint: %q", checks[1].Detail)
+	}
+	if len(JudgeKVSources(nil)) != 0 {
+		t.Fatal("checks for no fleet")
+	}
+}

@@ -9,7 +9,8 @@
 //   - No I/O, clocks or randomness: cmd/kvroute/collect gathers the
 //     facts (Facts), this package judges them (Judge), so every rule is
 //     tested on tables. Judge's checks come in a fixed order: identity and
-//     freshness by endpoint, refused endpoints, each endpoint's sidecar,
+//     freshness by endpoint, the picker's own, refused endpoints, the
+//     models' admission, then their KV sources, each endpoint's sidecar,
 //     its stream and its cached-token details, then each probe's checks
 //     and its per-endpoint token checks, then the lag probes. The Report's
 //     JSON is kvroute verify --json's, pinned by a golden file.
@@ -50,6 +51,9 @@
 //     --kv-events-mode bind) as the cause; "unknown" (no evidence) fails
 //     once the engine has served verify's requests; a sidecar that reports
 //     no stream state (an older version) or its engine down fails.
+//   - KV sources are informational: per model, how many endpoints
+//     advertise one (debugapi kv_source: their sidecar's --p2p-port), a
+//     check that always passes, its Figure "n/m".
 //   - A lag probe passes when the picker predicts the prompt's full blocks
 //     below its last token (FullBlockTokens) on the endpoint that cached
 //     it within Limits.MaxLag of the engine's answer; a prompt never

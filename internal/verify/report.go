@@ -69,7 +69,8 @@ type Report struct {
 
 // Judge turns a fleet's facts into its report: the identity, freshness
 // and picker-state checks, the picker's own (gossip, admin surface), the
-// refused endpoints, each endpoint's sidecar, its stream and
+// refused endpoints, the models' admission and KV sources, each
+// endpoint's sidecar, its stream and
 // its cached-token details, then each probe's checks followed by its
 // per-endpoint token checks, then the lag probes. OK is whether every
 // check passed.
@@ -83,6 +84,7 @@ func Judge(f Facts, lim Limits) Report {
 	for _, a := range f.Admission {
 		r.Checks = append(r.Checks, JudgeAdmission(a))
 	}
+	r.Checks = append(r.Checks, JudgeKVSources(f.Fleet)...)
 	for _, e := range f.Endpoints {
 		r.Checks = append(r.Checks, JudgeSidecar(e.Sidecar), JudgeGossip(e.Sidecar), JudgeStream(e.Stream), JudgeCachedDetails(e.Details))
 	}
@@ -133,6 +135,9 @@ type Endpoint struct {
 	StreamState  string   `json:"stream_state,omitempty"`
 	StreamReason string   `json:"stream_reason,omitempty"`
 	LagSecs      *float64 `json:"lag_seconds,omitempty"`
+	// KVSource is where peers pull the endpoint's CPU-tier KV from
+	// (host:port), absent when it advertises none.
+	KVSource string `json:"kv_source,omitempty"`
 }
 
 // reported is the report's endpoints of the picker's (nil for none).
@@ -143,7 +148,7 @@ func reported(fleet []debugapi.Endpoint) []Endpoint {
 			NumGPUBlocks: e.NumGPUBlocks, HashAlgo: e.HashAlgo, KeyFormat: e.KeyFormat, SummaryParams: e.SummaryParams,
 			TokenizerFingerprint: e.TokenizerFingerprint, Partial: e.Partial, StaleSecs: e.StaleSecs, NeverUpdated: e.NeverUpdated,
 			SidecarDebug: e.SidecarDebug, Group: e.Group, State: e.State, StateReason: e.StateReason,
-			StreamState: e.StreamState, StreamReason: e.StreamReason, LagSecs: e.LagSeconds})
+			StreamState: e.StreamState, StreamReason: e.StreamReason, LagSecs: e.LagSeconds, KVSource: e.KVSource})
 	}
 	return out
 }

@@ -24,6 +24,7 @@ func fleetFacts() Facts {
 	// one without.
 	lag := 0.018
 	e1.Group, e1.State, e1.StateReason, e1.StreamState, e1.StreamReason, e1.LagSeconds = "g1", "cached", "live events", "live", "live batches", &lag
+	e1.KVSource = "10.0.0.1:5710" // the second runs no P2P tier
 	// What the picker reports and verify does not: not in the report.
 	e1.EndpointID, e1.Epoch, e1.Waiting, e1.Running, e1.KVUsage = "0123456789abcdef", 3, 1, 2, 0.5
 	sidecar := func(e debugapi.Endpoint) EndpointFacts {
@@ -65,7 +66,7 @@ func TestJudge(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	identity := strings.Repeat("identity block_size,identity hash_algo,identity key_format,identity summary_params,identity tokenizer_fingerprint,sidecar fresh,picker state,", 2)
-	want := identity + "picker gossip encrypted,picker admin private,routable," + strings.Repeat("sidecar reachable,gossip encrypted,sidecar stream,engine reports cached tokens,", 2) +
+	want := identity + "picker gossip encrypted,picker admin private,routable,kv sources," + strings.Repeat("sidecar reachable,gossip encrypted,sidecar stream,engine reports cached tokens,", 2) +
 		"probe chat same endpoint,probe chat prediction,probe chat keys on sidecar,probe chat other salt,probe chat tokens,probe chat tokens," +
 		"probe lag,probe lag"
 	if got := strings.Join(names, ","); got != want {
@@ -79,7 +80,7 @@ func TestJudge(t *testing.T) {
 	}
 	// Without the refused endpoint and the odd template, everything passes.
 	f.Refused, f.Probes[0].Tokens = nil, f.Probes[0].Tokens[:1]
-	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "31 checks, 31 passed, 0 failed" {
+	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "32 checks, 32 passed, 0 failed" {
 		t.Fatalf("%v: %s %q", r.OK, Summary(r.Checks), failures(r.Checks))
 	}
 	// The limits are Judge's: a tighter --max-lag fails the slower

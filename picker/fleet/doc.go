@@ -11,6 +11,9 @@
 //     key format, summary parameters and tokenizer fingerprint; endpoints
 //     of different groups are never compared, and Match reports only the
 //     endpoints of the group asked for that hold some of the prefix.
+//     Identity.KVSource (where peers pull the endpoint's CPU-tier KV from,
+//     as the shell took it) is not part of the group: it is replaced with
+//     the rest of the identity at each Register.
 //   - State decides: which endpoints are taken and which refused, and why
 //     (summary_params, group_full, other_owner — Register returns each
 //     call's refusals for the shell to count and log); who owns an

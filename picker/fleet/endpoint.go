@@ -25,6 +25,11 @@ type Identity struct {
 	DebugURL             string // the sidecar's debug HTTP base URL; "" unknown
 	StreamState          string // the live event stream, as the sidecar judged it when asked
 	StreamReason         string
+	// KVSource is where peers pull the endpoint's CPU-tier KV from: its
+	// engine's P2P side channel, host:port (vLLM's P2P tier); "" when the
+	// engine runs none, and it is then never named as a source. Not part
+	// of the identity group.
+	KVSource string
 }
 
 // Group is the identity group the endpoint belongs to: endpoints of

@@ -80,6 +80,13 @@
 //     and logged once per transition, not per stream. A sidecar none of
 //     whose endpoints is trusted is not streamed, and asked again every
 //     30 s, as one serving no model followed.
+//   - An endpoint's KV source (EndpointInfo kv_source: its engine's P2P
+//     side channel, where peers pull its CPU-tier KV from) is taken into
+//     fleet.Identity.KVSource only as host:port on the endpoint URL's own
+//     host (KVSourceOf), the host the trust check judged: a sidecar can
+//     name a port of its engine's host, never send engines to pull from
+//     elsewhere. Anything else is dropped (the endpoint is taken without
+//     a source: never named as one) and logged at warn, once per stream.
 //   - Staleness per endpoint is the time since its last update of any kind.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.

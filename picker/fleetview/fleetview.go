@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -201,11 +204,52 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 func GroupID(info *pb.EndpointInfo) string { return identityOf(info).Group() }
 
 // identityOf is kvroute's own copy of what a sidecar says of an endpoint.
+// Its KV source is taken only when KVSourceOf accepts it.
 func identityOf(info *pb.EndpointInfo) fleet.Identity {
+	src, _ := KVSourceOf(info.Endpoint, info.KvSource)
 	return fleet.Identity{Endpoint: info.Endpoint, Rank: int(info.Rank), Model: info.Model, BlockSize: int(info.BlockSize),
 		NumGPUBlocks: int(info.NumGpuBlocks), HashAlgo: info.HashAlgo, KeyFormat: info.KeyFormat, SummaryParams: info.SummaryParams,
 		TokenizerFingerprint: info.TokenizerFingerprint, Epoch: info.Epoch, Partial: info.Partial, DebugURL: info.DebugUrl,
-		StreamState: info.StreamState, StreamReason: info.StreamReason}
+		StreamState: info.StreamState, StreamReason: info.StreamReason, KVSource: src}
+}
+
+// clip is s cut to at most n bytes, for a log line of something a sidecar
+// sent.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// maxKVSource bounds an advertised KV source address.
+const maxKVSource = 300
+
+// KVSourceOf is the KV source a sidecar advertises for endpoint (the
+// engine URL), as the picker takes it: host:port with a port in 1..65535
+// and the host of endpoint itself — the host the trust check judges — so
+// that a sidecar can only name a port of its own engine's host, never
+// send engines to pull from elsewhere. "" (and nil) when none is
+// advertised; "" and why when one is refused.
+func KVSourceOf(endpoint, advertised string) (string, error) {
+	if advertised == "" {
+		return "", nil
+	}
+	if len(advertised) > maxKVSource {
+		return "", fmt.Errorf("%d bytes, more than %d", len(advertised), maxKVSource)
+	}
+	host, port, err := net.SplitHostPort(advertised)
+	if err != nil {
+		return "", fmt.Errorf("not host:port: %v", err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port != strconv.Itoa(n) {
+		return "", fmt.Errorf("port %q: want 1..65535", port)
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Hostname() == "" || !strings.EqualFold(u.Hostname(), host) {
+		return "", fmt.Errorf("host %q is not the engine URL's", host)
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
 }
 
 // loadOf is kvroute's own copy of a load report.
@@ -513,6 +557,10 @@ func (v *View) register(ctx context.Context, addr string, info *pb.InfoResponse)
 	var skipped []Refused
 	for _, ei := range info.Endpoints {
 		id := identityOf(ei)
+		if _, err := KVSourceOf(ei.Endpoint, ei.KvSource); err != nil {
+			v.log.Warn("KV source refused: the endpoint is never named as one", zap.String("sidecar", addr), zap.String("endpoint", ei.Endpoint),
+				zap.String("kv_source", clip(ei.KvSource, 64)), zap.Error(err))
+		}
 		if v.models != nil && !v.models[id.Model] {
 			skipped = append(skipped, Refused{Info: id, Sidecar: addr, Reason: ReasonModelNotFollowed})
 			continue

@@ -18,8 +18,16 @@ type Answer struct {
 	// endpoint, in milliseconds, from the dispatch (precise; absent for
 	// other policies and for an endpoint whose cache is unknown).
 	PredictedTTFTMs float64 `json:"predicted_ttft_ms,omitempty"`
-	Policy          string  `json:"policy"`
-	Reason          string  `json:"reason"`
+	// KVSource is where the chosen endpoint should pull the prompt's
+	// prefix from: host:port, the P2P side channel of another endpoint of
+	// the request's identity group, out of whose CPU tier (vLLM's
+	// kv_transfer_params.remote_kv_source); "" when none. KVSourceTokens
+	// is how many prompt tokens the pull is expected to bring (0 with
+	// none).
+	KVSource       string `json:"kv_source"`
+	KVSourceTokens int    `json:"kv_source_tokens"`
+	Policy         string `json:"policy"`
+	Reason         string `json:"reason"`
 	// Candidates explain the decision (?explain=true).
 	Candidates []Candidate `json:"candidates,omitempty"`
 	// Keys are the request's block keys, canonical (?explain=true): what a

@@ -13,11 +13,12 @@ import (
 // (no prefix_hash, candidates or keys: omitted, not null).
 const (
 	full = `{"endpoint":"http://10.0.0.1:8000","endpoint_id":"a1b2c3","model":"Qwen/Qwen3-0.6B","prompt_tokens":583,` +
-		`"matched_tokens":576,"matched_blocks":36,"prefix_hash":"00112233aabbccdd","policy":"precise","reason":"cache_hit",` +
+		`"matched_tokens":576,"matched_blocks":36,"prefix_hash":"00112233aabbccdd","predicted_ttft_ms":41.5,"kv_source":"10.0.0.3:5710",` +
+		`"kv_source_tokens":4096,"policy":"precise","reason":"cache_hit",` +
 		`"candidates":[{"endpoint":"http://10.0.0.1:8000","matched_tokens":576,"cpu_matched_tokens":16,"storage_matched_tokens":32,` +
 		`"in_flight":1.5,"estimated_cost_tokens":7.25,"under_load_cap":true,"why":"chosen"}],"keys":["0011223344556677","8899aabbccddeeff"]}`
 	bare = `{"endpoint":"http://10.0.0.2:8000","endpoint_id":"d4e5f6","model":"m","prompt_tokens":10,"matched_tokens":0,` +
-		`"matched_blocks":0,"policy":"precise","reason":"cold","candidates":[{"endpoint":"http://10.0.0.2:8000","matched_tokens":0,` +
+		`"matched_blocks":0,"kv_source":"","kv_source_tokens":0,"policy":"precise","reason":"cold","candidates":[{"endpoint":"http://10.0.0.2:8000","matched_tokens":0,` +
 		`"in_flight":0,"estimated_cost_tokens":10,"under_load_cap":false,"why":"lost"}]}`
 )
 
@@ -56,7 +57,7 @@ func TestAnswerIsThePickersAnswer(t *testing.T) {
 	c := a.Candidates[0]
 	if a.EndpointID != "a1b2c3" || a.PromptTokens != 583 || a.MatchedBlocks != 36 || a.PrefixHash != "00112233aabbccdd" ||
 		a.Reason != "cache_hit" || len(a.Keys) != 2 || c.CPUTokens != 16 || c.StorageTokens != 32 || c.InFlight != 1.5 ||
-		c.Cost != 7.25 || !c.UnderCap || c.Why != "chosen" {
+		c.Cost != 7.25 || !c.UnderCap || c.Why != "chosen" || a.PredictedTTFTMs != 41.5 || a.KVSource != "10.0.0.3:5710" || a.KVSourceTokens != 4096 {
 		t.Fatalf("%+v", a)
 	}
 }

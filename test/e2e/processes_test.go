@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -164,13 +165,22 @@ func TestEngineAndSidecarProcesses(t *testing.T) {
 // sidecar each, and a picker, all finding one another through gossip on
 // loopback; a conversation sent through the picker runs its second turn
 // where its first ran, with the engine reporting the first turn cached.
+// One sidecar runs with --p2p-port: the picker shows its engine's KV
+// source (the engine URL's host, that port), and none for the other.
 func TestPickerProcess(t *testing.T) {
 	bin := buildKvroute(t)
-	public, admin := startProcessFleet(t, bin, []member{{}, {}})
+	public, admin := startProcessFleet(t, bin, []member{{sidecar: []string{"--p2p-port", "5710"}}, {}})
 	api := strings.TrimPrefix(public, "http://")
 	dbg, err := debugEndpoints(admin)
 	if err != nil || len(dbg.Endpoints) != 2 {
 		t.Fatalf("%v %+v", err, dbg)
+	}
+	var sources []string
+	for _, e := range dbg.Endpoints {
+		sources = append(sources, e.KVSource)
+	}
+	if slices.Sort(sources); strings.Join(sources, ",") != ",127.0.0.1:5710" {
+		t.Fatalf("KV sources on /debug/endpoints %q: want one endpoint's 127.0.0.1:5710 (--p2p-port) and none for the other", sources)
 	}
 	// The admin surface is on the admin port only: the public one answers
 	// 404, saying where it is.

@@ -69,6 +69,7 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 		Load:       fleet.Load{Waiting: 2, Running: 5, KVCacheUsage: 0.25, EngineDown: true, EngineError: "connection refused"},
 		LastUpdate: now.Add(-time.Second), StreamState: "partial", StreamReason: "lost events", Lag: 18 * time.Millisecond}
 	full.Info.Rank, full.Info.Epoch, full.Info.Partial, full.Info.DebugURL = 1, 3, true, "http://10.0.0.1:9091"
+	full.Info.KVSource = "10.0.0.1:5711"
 	fresh := fleet.Endpoint{URL: "http://10.0.0.2:8000", Sidecar: "10.0.0.2:9090", Group: "g1", Info: id("http://10.0.0.2:8000", "m"), Since: now}
 	remote := fleetview.Refused{Info: id("http://203.0.113.7:8000", "m"), Sidecar: "10.0.0.3:9090", Reason: "remote_endpoint"}
 	other := fleetview.Refused{Info: id("http://10.0.0.4:8000", "n"), Sidecar: "10.0.0.4:9090", Reason: "group_full"}
@@ -134,7 +135,7 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	lag := 0.018
 	want := []debugapi.Endpoint{{Endpoint: full.URL, Sidecar: full.Sidecar, SidecarDebug: "http://10.0.0.1:9091", Group: "g1", Model: "m", Rank: 1,
 		BlockSize: 16, NumGPUBlocks: 4096, HashAlgo: "sha256_cbor", KeyFormat: "kvroute-xxh3-v1", SummaryParams: "m=65536", TokenizerFingerprint: "tok",
-		Epoch: 3, Partial: true, Waiting: 2, Running: 5, KVUsage: 0.25, State: "down", StateReason: "the sidecar cannot reach the engine: connection refused",
+		Epoch: 3, Partial: true, KVSource: "10.0.0.1:5711", Waiting: 2, Running: 5, KVUsage: 0.25, State: "down", StateReason: "the sidecar cannot reach the engine: connection refused",
 		StreamState: "partial", StreamReason: "lost events", EngineDown: true, EngineError: "connection refused", LagSeconds: &lag,
 	}, {Endpoint: fresh.URL, Sidecar: fresh.Sidecar, Group: "g1", Model: "m", BlockSize: 16, NumGPUBlocks: 4096, HashAlgo: "sha256_cbor",
 		KeyFormat: "kvroute-xxh3-v1", SummaryParams: "m=65536", TokenizerFingerprint: "tok", NeverUpdated: true, State: "cached"}}
@@ -168,8 +169,16 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 			t.Errorf("no failed check %q in %+v", want, rep.Checks)
 		}
 	}
-	if len(rep.Fleet) != 2 || rep.Fleet[0].LagSecs == nil || *rep.Fleet[0].LagSecs != lag || rep.Fleet[1].LagSecs != nil {
+	if len(rep.Fleet) != 2 || rep.Fleet[0].LagSecs == nil || *rep.Fleet[0].LagSecs != lag || rep.Fleet[1].LagSecs != nil ||
+		rep.Fleet[0].KVSource != "10.0.0.1:5711" || rep.Fleet[1].KVSource != "" {
 		t.Errorf("the report's endpoints: %+v", rep.Fleet)
+	}
+	kv := false
+	for _, c := range rep.Checks {
+		kv = kv || c.Name == "kv sources" && c.Endpoint == "m" && c.OK && c.Figure == "1/2"
+	}
+	if !kv {
+		t.Errorf("no kv sources check of model m at 1/2 in %+v", rep.Checks)
 	}
 	// With a model asked for, its endpoints and refusals only.
 	cfg.Model = "n"

@@ -110,8 +110,16 @@ type PickResponse struct {
 	// predicted_ttft_ms is the TTFT predicted on the chosen endpoint (0:
 	// none: another policy, or an endpoint whose cache is unknown).
 	PredictedTtftMs float64 `protobuf:"fixed64,11,opt,name=predicted_ttft_ms,json=predictedTtftMs,proto3" json:"predicted_ttft_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// kv_source is the host:port (the P2P side channel of another endpoint
+	// of the request's identity group) the chosen endpoint should pull the
+	// prompt's prefix from, out of that endpoint's CPU tier: a gateway that
+	// forwards itself sets kv_transfer_params.remote_kv_source from it.
+	// Empty when none. kv_source_tokens is how many prompt tokens the pull
+	// is expected to bring (0 with none).
+	KvSource       string `protobuf:"bytes,12,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
+	KvSourceTokens int32  `protobuf:"varint,13,opt,name=kv_source_tokens,json=kvSourceTokens,proto3" json:"kv_source_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PickResponse) Reset() {
@@ -217,6 +225,20 @@ func (x *PickResponse) GetCandidates() []*PickCandidate {
 func (x *PickResponse) GetPredictedTtftMs() float64 {
 	if x != nil {
 		return x.PredictedTtftMs
+	}
+	return 0
+}
+
+func (x *PickResponse) GetKvSource() string {
+	if x != nil {
+		return x.KvSource
+	}
+	return ""
+}
+
+func (x *PickResponse) GetKvSourceTokens() int32 {
+	if x != nil {
+		return x.KvSourceTokens
 	}
 	return 0
 }
@@ -339,7 +361,7 @@ const file_kvroute_v1_picker_proto_rawDesc = "" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tcache_off\x18\x02 \x01(\bR\bcacheOff\x12\x18\n" +
 	"\aexplain\x18\x03 \x01(\bR\aexplain\x12\x1e\n" +
-	"\vslo_ttft_ms\x18\x04 \x01(\x01R\tsloTtftMs\"\x8c\x03\n" +
+	"\vslo_ttft_ms\x18\x04 \x01(\x01R\tsloTtftMs\"\xd3\x03\n" +
 	"\fPickResponse\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -356,7 +378,9 @@ const file_kvroute_v1_picker_proto_rawDesc = "" +
 	"candidates\x18\n" +
 	" \x03(\v2\x19.kvroute.v1.PickCandidateR\n" +
 	"candidates\x12*\n" +
-	"\x11predicted_ttft_ms\x18\v \x01(\x01R\x0fpredictedTtftMs\"\xeb\x02\n" +
+	"\x11predicted_ttft_ms\x18\v \x01(\x01R\x0fpredictedTtftMs\x12\x1b\n" +
+	"\tkv_source\x18\f \x01(\tR\bkvSource\x12(\n" +
+	"\x10kv_source_tokens\x18\r \x01(\x05R\x0ekvSourceTokens\"\xeb\x02\n" +
 	"\rPickCandidate\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12%\n" +
 	"\x0ematched_tokens\x18\x02 \x01(\x05R\rmatchedTokens\x12,\n" +

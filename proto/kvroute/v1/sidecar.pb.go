@@ -695,8 +695,14 @@ type EndpointInfo struct {
 	// /debug/keys), as others reach it; empty when it is not known.
 	DebugUrl string `protobuf:"bytes,12,opt,name=debug_url,json=debugUrl,proto3" json:"debug_url,omitempty"`
 	// The live event stream's state and reason, as in LoadReport.
-	StreamState   string `protobuf:"bytes,13,opt,name=stream_state,json=streamState,proto3" json:"stream_state,omitempty"`
-	StreamReason  string `protobuf:"bytes,14,opt,name=stream_reason,json=streamReason,proto3" json:"stream_reason,omitempty"`
+	StreamState  string `protobuf:"bytes,13,opt,name=stream_state,json=streamState,proto3" json:"stream_state,omitempty"`
+	StreamReason string `protobuf:"bytes,14,opt,name=stream_reason,json=streamReason,proto3" json:"stream_reason,omitempty"`
+	// kv_source is where peers pull this rank's CPU-tier KV from: the
+	// host:port of its engine's P2P side channel (vLLM's P2P tier,
+	// VLLM_P2P_SIDE_CHANNEL_PORT plus the rank), the host being the engine
+	// URL's. Empty when the engine runs no P2P tier: it is never named as a
+	// source. Pickers take it only with the engine URL's host.
+	KvSource      string `protobuf:"bytes,15,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -829,6 +835,13 @@ func (x *EndpointInfo) GetStreamReason() string {
 	return ""
 }
 
+func (x *EndpointInfo) GetKvSource() string {
+	if x != nil {
+		return x.KvSource
+	}
+	return ""
+}
+
 type InfoResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoints     []*EndpointInfo        `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
@@ -931,7 +944,7 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"ttft_count\x18\a \x01(\x01R\tttftCount\x12#\n" +
 	"\rprompt_tokens\x18\b \x01(\x01R\fpromptTokens\x12#\n" +
 	"\rcached_tokens\x18\t \x01(\x01R\fcachedTokens\"\r\n" +
-	"\vInfoRequest\"\xc6\x03\n" +
+	"\vInfoRequest\"\xe3\x03\n" +
 	"\fEndpointInfo\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
@@ -949,7 +962,8 @@ const file_kvroute_v1_sidecar_proto_rawDesc = "" +
 	"\apartial\x18\v \x01(\bR\apartial\x12\x1b\n" +
 	"\tdebug_url\x18\f \x01(\tR\bdebugUrl\x12!\n" +
 	"\fstream_state\x18\r \x01(\tR\vstreamState\x12#\n" +
-	"\rstream_reason\x18\x0e \x01(\tR\fstreamReason\"F\n" +
+	"\rstream_reason\x18\x0e \x01(\tR\fstreamReason\x12\x1b\n" +
+	"\tkv_source\x18\x0f \x01(\tR\bkvSource\"F\n" +
 	"\fInfoResponse\x126\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x18.kvroute.v1.EndpointInfoR\tendpoints2\x8d\x01\n" +
 	"\aSidecar\x12G\n" +
