@@ -46,7 +46,9 @@ func newPeerPolicy(name string, seed uint64) (*peerPolicy, error) {
 // candidates (health, the fleet index's matches, the engines' load), the
 // peer's choice, and the booking it makes of it. The decision's figures
 // (matched tokens, the prediction the outcome metrics judge) are the
-// fleet index's for the chosen endpoint, whatever the policy.
+// fleet index's for the chosen endpoint, whatever the policy. A peer
+// arm's KV source (peers.Choice.Source) becomes the decision's Source
+// when it is a healthy candidate other than the chosen one (peerSource).
 func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (decide.Decision, peerTicket) {
 	bs := p.dreq.BlockSize
 	cands := decide.Candidates(&r.dcfg, p.dreq, snap, now)
@@ -250,7 +252,9 @@ func (r *Router) learnTTFT(p *Pick, now time.Time) {
 }
 
 // SetLLMDLoadGate sets the llm-d policy's load gate (the
-// prefix-cache-affinity filter's) for the rest of the router's life: the
+// prefix-cache-affinity filter's; llm-d+p2p's too, whose placement is
+// llm-d's: the lab's calibrated runs of that arm) for the rest of the
+// router's life: the
 // peak prefill throughput in tokens per second and the TTFT penalty past
 // which stickiness breaks (0: never), τ = peak × maxPenalty. The policy's
 // state is kept. An error when the router does not run llm-d or a value

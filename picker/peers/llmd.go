@@ -24,7 +24,7 @@ const (
 	llmdReasonExplore     = "explore"      // the exploration draw opened the set to all
 	llmdReasonNoneHealthy = "none_healthy" // nothing to choose
 	llmdReasonPrefix      = "prefix"       // precise: the chosen endpoint holds some of the prompt
-	llmdReasonLoad        = "load"         // precise: it holds none; the load scorers decided
+	llmdReasonLoad        = "load"         // precise: it holds none; the load scorers decided (llm-d-load: always)
 )
 
 // LLMDConfig tunes the "sticky until saturated" profile. Start from

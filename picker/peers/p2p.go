@@ -195,8 +195,8 @@ func (r *p2pRule) name(requestID string, eps []P2PEndpoint, cands []Candidate, c
 // the pull (recompute, the control) and another with it (pull); the
 // medians are compared. P2PCalibrationLengths are the lengths kvroute's
 // lab runs (2K, 8K, 16K, 32K and 48K tokens; the script's own default is
-// 2048 to 32768, doubling).
-var P2PCalibrationLengths = []int{2048, 8192, 16384, 32768, 49152}
+// 2048 to 32768, doubling), shortest first.
+func P2PCalibrationLengths() []int { return []int{2048, 8192, 16384, 32768, 49152} }
 
 // P2PCalibrationReps is the script's repetitions per length.
 const P2PCalibrationReps = 5

@@ -285,12 +285,12 @@ func TestCalibratedMinCachedTokenDelta(t *testing.T) {
 			t.Errorf("%s: %d, %v; want %d, %v", tc.name, got, err, tc.want, tc.err)
 		}
 	}
-	if want := []int{2048, 8192, 16384, 32768, 49152}; len(peers.P2PCalibrationLengths) != len(want) || peers.P2PCalibrationReps != 5 {
-		t.Fatalf("the ladder changed: %v × %d", peers.P2PCalibrationLengths, peers.P2PCalibrationReps)
+	if want := []int{2048, 8192, 16384, 32768, 49152}; len(peers.P2PCalibrationLengths()) != len(want) || peers.P2PCalibrationReps != 5 {
+		t.Fatalf("the ladder changed: %v × %d", peers.P2PCalibrationLengths(), peers.P2PCalibrationReps)
 	} else {
 		for i := range want {
-			if peers.P2PCalibrationLengths[i] != want[i] {
-				t.Fatalf("the ladder changed: %v", peers.P2PCalibrationLengths)
+			if peers.P2PCalibrationLengths()[i] != want[i] {
+				t.Fatalf("the ladder changed: %v", peers.P2PCalibrationLengths())
 			}
 		}
 	}
