@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/tier"
@@ -44,7 +46,9 @@ func newPeerPolicy(name string, seed uint64) (*peerPolicy, error) {
 // candidates (health, the fleet index's matches, the engines' load), the
 // peer's choice, and the booking it makes of it. The decision's figures
 // (matched tokens, the prediction the outcome metrics judge) are the
-// fleet index's for the chosen endpoint, whatever the policy.
+// fleet index's for the chosen endpoint, whatever the policy. A peer
+// arm's KV source (peers.Choice.Source) becomes the decision's Source
+// when it is a healthy candidate other than the chosen one (peerSource).
 func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (decide.Decision, peerTicket) {
 	bs := p.dreq.BlockSize
 	cands := decide.Candidates(&r.dcfg, p.dreq, snap, now)
@@ -69,7 +73,9 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 	var ticket peerTicket
 	r.bookings.withPeer(func(pp *peerPolicy) {
 		pp.forgetGone(p.group, snap.Endpoints)
-		ch = pp.policy.Pick(req, pc, pp.rng.Uint64(), now)
+		rnd := pp.rng.Uint64()
+		req.ID = peerRequestID(rnd)
+		ch = pp.policy.Pick(req, pc, rnd, now)
 		if ch.Index >= 0 {
 			ticket = peerTicket{t: pp.policy.Dispatched(req, pc[ch.Index].ID, now), ok: true, stream: req.Stream}
 		}
@@ -104,7 +110,41 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 			d.AnotherHeldMore = true
 		}
 	}
+	if j, tokens, ok := peerSource(cands, ch); ok {
+		d.Source, d.SourceTokens = cands[j].ID, tokens
+		d.Explain[j].Why = "not chosen: the KV source (" + string(r.cfg.Score.Policy) + ")"
+	}
 	return d, ticket
+}
+
+// peerRequestID is the request id a peer policy sees (peers.Request.ID,
+// which llm-d's p2p-source-producer hashes for its sampling coordinate):
+// the pick's draw from the policy's seeded random source, in hex. The
+// decision has no request id of its own (the x-request-id stays with the
+// HTTP layer); like one, this differs per request, and a seeded run
+// reproduces it.
+func peerRequestID(rnd uint64) string { return strconv.FormatUint(rnd, 16) }
+
+// peerSource is the candidate a peer arm's choice names as its KV source
+// (peers.Choice.Source), when it is a healthy candidate of the group
+// other than the chosen one, and the prompt tokens the pull is expected
+// to bring as kvroute's fleet index has them: the source's CPU-tier run
+// beyond the chosen one's longest run on any tier, at least 0 (an arm
+// working from its own model, llm-d+p2p's, may name a source the index
+// says lacks the blocks: the pull would miss).
+func peerSource(cands []score.Candidate, ch peers.Choice) (j, tokens int, ok bool) {
+	if ch.Source == "" || ch.Index < 0 || ch.Index >= len(cands) {
+		return 0, 0, false
+	}
+	j = slices.IndexFunc(cands, func(c score.Candidate) bool { return c.ID == ch.Source })
+	if j < 0 || j == ch.Index || !cands[j].Healthy {
+		return 0, 0, false
+	}
+	local := 0
+	for _, m := range cands[ch.Index].Matched {
+		local = max(local, m)
+	}
+	return j, max(0, cands[j].Matched[tier.CPU]-local), true
 }
 
 // forgetGone tells the policy of endpoints no longer in the group (a
@@ -212,7 +252,9 @@ func (r *Router) learnTTFT(p *Pick, now time.Time) {
 }
 
 // SetLLMDLoadGate sets the llm-d policy's load gate (the
-// prefix-cache-affinity filter's) for the rest of the router's life: the
+// prefix-cache-affinity filter's; llm-d+p2p's too, whose placement is
+// llm-d's: the lab's calibrated runs of that arm) for the rest of the
+// router's life: the
 // peak prefill throughput in tokens per second and the TTFT penalty past
 // which stickiness breaks (0: never), τ = peak × maxPenalty. The policy's
 // state is kept. An error when the router does not run llm-d or a value
@@ -220,13 +262,40 @@ func (r *Router) learnTTFT(p *Pick, now time.Time) {
 // throughput and --llmd-max-ttft-penalty, kvroute bench from its
 // calibration probe.
 func (r *Router) SetLLMDLoadGate(peak float64, maxPenalty time.Duration) error {
-	err := fmt.Errorf("the llm-d load gate: the router runs %s, not %s", r.cfg.Score.Policy, peers.LLMD)
+	err := fmt.Errorf("the llm-d load gate: the router runs %s, not %s or %s", r.cfg.Score.Policy, peers.LLMD, peers.LLMDP2P)
 	r.bookings.withPeer(func(pp *peerPolicy) {
 		if pp == nil {
 			return
 		}
-		if l, ok := pp.policy.(*peers.LLMDPolicy); ok {
+		if l, ok := pp.policy.(llmdLoadGate); ok {
 			err = l.SetLoadGate(peak, float64(maxPenalty)/float64(time.Millisecond))
+		}
+	})
+	return err
+}
+
+// llmdLoadGate is a policy with llm-d's load gate: llm-d's and its arm
+// with KV pulls (llm-d+p2p), whose placement it is.
+type llmdLoadGate interface {
+	SetLoadGate(peakPrefillThroughput, maxTTFTPenaltyMs float64) error
+}
+
+// SetMinCachedTokenDelta sets the router's peer arm's source threshold
+// (llm-d's p2p-source-producer's minCachedTokenDelta, in tokens, at least
+// 1) for the rest of the router's life, so a run can hold the arm at the
+// upstream value or at the crossover measured on its engines
+// (peers.CalibratedMinCachedTokenDelta). The policy's state is kept. An
+// error when the router does not run an arm with such a threshold
+// (llm-d-precise+p2p, llm-d+p2p, llm-d-load+p2p) or the value is out of
+// range.
+func (r *Router) SetMinCachedTokenDelta(tokens int) error {
+	err := fmt.Errorf("the p2p source threshold: the router runs %s, not %s, %s or %s", r.cfg.Score.Policy, peers.LLMDPreciseP2P, peers.LLMDP2P, peers.LLMDLoadP2P)
+	r.bookings.withPeer(func(pp *peerPolicy) {
+		if pp == nil {
+			return
+		}
+		if a, ok := pp.policy.(peers.SourceThreshold); ok {
+			err = a.SetMinCachedTokenDelta(tokens)
 		}
 	})
 	return err

@@ -24,7 +24,7 @@ const (
 	llmdReasonExplore     = "explore"      // the exploration draw opened the set to all
 	llmdReasonNoneHealthy = "none_healthy" // nothing to choose
 	llmdReasonPrefix      = "prefix"       // precise: the chosen endpoint holds some of the prompt
-	llmdReasonLoad        = "load"         // precise: it holds none; the load scorers decided
+	llmdReasonLoad        = "load"         // precise: it holds none; the load scorers decided (llm-d-load: always)
 )
 
 // LLMDConfig tunes the "sticky until saturated" profile. Start from
@@ -208,11 +208,19 @@ func (p *LLMDPolicy) Name() string { return LLMD }
 
 // Pick filters, scores and picks among the healthy candidates.
 func (p *LLMDPolicy) Pick(req *Request, cands []Candidate, rnd uint64, _ time.Time) Choice {
+	ch, _, _ := p.pick(req, cands, rnd)
+	return ch
+}
+
+// pick is Pick, with the prompt as the approximate producer cut it and
+// each endpoint's match in its model (what the arm with KV pulls reads;
+// nil when no candidate is healthy).
+func (p *LLMDPolicy) pick(req *Request, cands []Candidate, rnd uint64) (Choice, llmdPrompt, map[string]int) {
 	p.remember(cands)
 	ch := Choice{Index: -1, Reason: llmdReasonNoneHealthy, Scores: make([]float64, len(cands))}
 	healthy := llmdHealthy(cands)
 	if len(healthy) == 0 {
-		return ch
+		return ch, llmdPrompt{}, nil
 	}
 	pr := p.cfg.prompt(req)
 	matched := p.matches(pr.hashes)
@@ -222,7 +230,7 @@ func (p *LLMDPolicy) Pick(req *Request, cands []Candidate, rnd uint64, _ time.Ti
 		ch.Scores[i] = p.score(cands[i].ID, pr.uncached(matched[cands[i].ID]))
 	}
 	ch.Index, ch.Reason = llmdMaxScore(set, ch.Scores, r), reason
-	return ch
+	return ch, pr, matched
 }
 
 // remember keeps each candidate's reported KV cache size, for the

@@ -15,11 +15,31 @@ const (
 	SGLang      = "sglang"        // SMG's cache_aware policy, HTTP mode
 )
 
+// The arms with KV pulls (shared/docs/peer-policies.md §4), as --policy
+// takes them: each a peer's placement and a source decision (Choice.Source),
+// or, for LLMDLoad, the recompute control of LLMDLoadP2P.
+const (
+	LLMDPreciseP2P = "llm-d-precise+p2p" // llm-d-precise's placement + p2p-source-producer (delta 2048)
+	LLMDP2P        = "llm-d+p2p"         // llm-d's sticky-until-saturated placement + p2p-source-producer on its own model (delta 1)
+	LLMDLoad       = "llm-d-load"        // llm-d's epp-load.yaml: queue 3 + KV utilization 2, weighted-random picker, no pull
+	LLMDLoadP2P    = "llm-d-load+p2p"    // LLMDLoad's placement + p2p-source-producer (delta 2048)
+	DynamoHint     = "dynamo+hint"       // Dynamo's placement + its KV hint (longest CPU prefix beyond the target's)
+)
+
 // Names lists the peer policies.
 func Names() []string { return []string{LLMD, LLMDPrecise, Dynamo, SGLang} }
 
+// ArmNames lists the arms with KV pulls and their recompute control
+// (LLMDLoad): run on engines with the P2P tier. The other arms' recompute
+// controls are the peers themselves (Names): the same placement, no source.
+func ArmNames() []string { return []string{LLMDPreciseP2P, LLMDP2P, LLMDLoad, LLMDLoadP2P, DynamoHint} }
+
 // Request is what a peer policy sees of a request.
 type Request struct {
+	// ID identifies the request (llm-d's request id), for what a policy
+	// derives from it per request: the p2p-source-producer's sampling
+	// coordinate, FNV-32a(ID)/2^32. "" hashes as the empty string.
+	ID        string
 	Model     string
 	CacheSalt string // "" none
 	// Tokens are the prompt's exact tokens; nil when none could be had
