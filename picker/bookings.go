@@ -32,6 +32,9 @@ func (k *bookings) book(p *Pick, uncached float64, carried bool, now time.Time) 
 	if carried && len(p.chain) > 0 {
 		k.b.Hold(&p.booking, p.chain)
 	}
+	if carried && p.source.url != "" {
+		k.b.Pull(&p.booking, p.source.url)
+	}
 	k.mu.Unlock()
 }
 

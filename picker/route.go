@@ -93,6 +93,14 @@ func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
 		}
 	}
 	s.InFlight = r.bookings.pending(p.eps, now)
+	for _, e := range p.eps {
+		if e.Info.KVSource != "" { // runs vLLM's P2P tier: may pull and be pulled from
+			if s.Sources == nil {
+				s.Sources = map[string]bool{}
+			}
+			s.Sources[e.URL] = true
+		}
+	}
 	if len(p.chain) > 0 && r.precise(p) {
 		// A prefix this picker's requests are prefilling there now will
 		// be cached by the time this one runs behind them: siblings of a

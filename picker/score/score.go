@@ -39,17 +39,35 @@ func Policies() []Policy { return []Policy{Precise, PrefixHash, LeastLoaded, Rou
 // PeerPolicies lists the peers' policies.
 func PeerPolicies() []Policy { return []Policy{LLMD, LLMDPrecise, Dynamo, SGLang} }
 
-// IsPeer reports whether p is one of the peers' policies.
-func (p Policy) IsPeer() bool { return slices.Contains(PeerPolicies(), p) }
+// The peers' arms with KV pulls (peer-policies.md §4): a peer's
+// placement plus its source decision, and llm-d's load-only recompute
+// control.
+const (
+	LLMDPreciseP2P Policy = peers.LLMDPreciseP2P
+	LLMDP2P        Policy = peers.LLMDP2P
+	LLMDLoad       Policy = peers.LLMDLoad
+	LLMDLoadP2P    Policy = peers.LLMDLoadP2P
+	DynamoHint     Policy = peers.DynamoHint
+)
 
-// ParsePolicy checks a policy name: one of kvroute's or a peer's.
+// ArmPolicies lists the peers' arms with KV pulls, for runs on engines
+// with vLLM's CPU and P2P tiers.
+func ArmPolicies() []Policy { return []Policy{LLMDPreciseP2P, LLMDP2P, LLMDLoad, LLMDLoadP2P, DynamoHint} }
+
+// IsPeer reports whether p is one of the peers' policies or arms.
+func (p Policy) IsPeer() bool {
+	return slices.Contains(PeerPolicies(), p) || slices.Contains(ArmPolicies(), p)
+}
+
+// ParsePolicy checks a policy name: one of kvroute's, a peer's or a
+// peer's arm with KV pulls.
 func ParsePolicy(s string) (Policy, error) {
-	for _, p := range append(Policies(), PeerPolicies()...) {
+	for _, p := range append(append(Policies(), PeerPolicies()...), ArmPolicies()...) {
 		if string(p) == s {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("unknown policy %q: want precise, prefix-hash, least-loaded or round-robin, or a peer's for comparison: llm-d, llm-d-precise, dynamo or sglang", s)
+	return "", fmt.Errorf("unknown policy %q: want precise, prefix-hash, least-loaded or round-robin, or a peer's for comparison: llm-d, llm-d-precise, dynamo or sglang, or an arm with KV pulls: llm-d-precise+p2p, llm-d+p2p, llm-d-load, llm-d-load+p2p or dynamo+hint", s)
 }
 
 // Reason says why a decision went the way it did (a metric label).

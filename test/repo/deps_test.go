@@ -46,6 +46,7 @@ var cores = []string{
 	"test/enginesim/kvcache",
 	"test/enginesim/profile",
 	"test/enginesim/sched",
+	"test/enginesim/transfer",
 	"test/lab/stats",
 }
 
