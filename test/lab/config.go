@@ -75,11 +75,15 @@ type Config struct {
 	Engines int
 	// GPUBlocks is each engine's KV blocks (0: the scenario's).
 	GPUBlocks int
+	// CPUBlocks is each engine's CPU offload tier, in blocks (0: the
+	// scenario's; negative: none). Engines with a tier also run vLLM's
+	// P2P tier: they advertise a KV source and pull when told to.
+	CPUBlocks int
 	// MaxModelLen is the engines' context length (0: the cache's size
 	// less a block, at most 32,768, as the bench sizes it).
 	MaxModelLen int
-	// Profile names the engines' latency profile ("" the engine's
-	// default).
+	// Profile names the engines' latency profile ("" the scenario's,
+	// else the engine's default).
 	Profile string
 	// Capacity sizes the sidecars' and pickers' summaries, in blocks, as
 	// kvroute sidecar and picker --capacity do (0: their default,
@@ -119,7 +123,7 @@ func DefaultConfig() Config {
 // Validate checks c.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Engines < 0 || c.GPUBlocks < 0 || c.MaxModelLen < 0 || c.Capacity < 0 {
+	if c.Engines < 0 || c.GPUBlocks < 0 || c.MaxModelLen < 0 || c.Capacity < 0 { // CPUBlocks < 0 is none
 		errs = append(errs, fmt.Errorf("engines %d, GPU blocks %d, max model len %d, capacity %d: want ≥ 0 (0: the default)", c.Engines, c.GPUBlocks, c.MaxModelLen, c.Capacity))
 	}
 	if c.EngineURLs != nil && c.Engines != len(c.EngineURLs) {

@@ -58,6 +58,75 @@ type Figures struct {
 	// first fifth of them (the steady state); null when nothing was
 	// predicted.
 	PredictionError Num `json:"prediction_median_error"`
+	// Tiers are where the completed requests' prompt KV came from, when
+	// the engines run a CPU tier or a source was named (absent else).
+	Tiers *Tiers `json:"tiers,omitempty"`
+}
+
+// Tiers split the completed requests' prompt tokens by where their KV
+// came from — the engine's GPU prefix cache, its own CPU tier (loaded
+// back), a peer's CPU tier (pulled), or nowhere (recomputed) — as shares
+// of the prompt tokens, and count the pulls: requests that pulled, the
+// bytes they moved, the busiest source's share of them (herding: 1 when
+// one source serves every pull), sources named that served nothing (the
+// blocks were gone: a wrong source, or a failed or timed-out pull, all
+// recomputed) and requests that failed with a source named (any failure,
+// whatever its cause: the target is none).
+type Tiers struct {
+	GPUHit     Num `json:"gpu_hit_share"`
+	CPUHit     Num `json:"cpu_hit_share"`
+	Pulled     Num `json:"pulled_share"`
+	Recomputed Num `json:"recomputed_share"`
+	// SourcesNamed counts requests sent with a source; Pulls those that
+	// pulled something.
+	SourcesNamed   int `json:"sources_named"`
+	Pulls          int `json:"pulls"`
+	PulledGB       Num `json:"pulled_gb"`
+	MaxSourceShare Num `json:"max_source_share"`
+	MissedPulls    int `json:"missed_pulls"`
+	FailedWithPull int `json:"failed_with_source"`
+}
+
+// tiersOf is outs' Tiers, nil when no request touched a tier.
+func tiersOf(outs []Outcome) *Tiers {
+	var t Tiers
+	var prompt, gpu, cpu, pulled int
+	var bytes int64
+	per := map[string]int{}
+	for i := range outs {
+		o := &outs[i]
+		if o.Source != "" {
+			t.SourcesNamed++
+			if !o.OK() {
+				t.FailedWithPull++
+			}
+		}
+		if !o.OK() {
+			continue
+		}
+		prompt += o.PromptTokens
+		gpu, cpu, pulled = gpu+o.GPUHitTokens, cpu+o.CPUHitTokens, pulled+o.PulledTokens
+		bytes += o.PulledBytes
+		switch {
+		case o.PulledTokens > 0:
+			t.Pulls++
+			per[o.Source]++
+		case o.Source != "":
+			t.MissedPulls++
+		}
+	}
+	if t.SourcesNamed == 0 && cpu == 0 && pulled == 0 {
+		return nil
+	}
+	t.GPUHit, t.CPUHit, t.Pulled = ratio(gpu, prompt), ratio(cpu, prompt), ratio(pulled, prompt)
+	t.Recomputed = ratio(prompt-gpu-cpu-pulled, prompt)
+	t.PulledGB = Num(float64(bytes) / 1e9)
+	mx := 0
+	for _, n := range per {
+		mx = max(mx, n)
+	}
+	t.MaxSourceShare = ratio(mx, t.Pulls)
+	return &t
 }
 
 // CompletedShare is the share of requests that completed.
@@ -126,6 +195,7 @@ func figuresOf(outs []Outcome, engines []string) Figures {
 		f.DurationS = Num((last - first).Seconds())
 	}
 	f.PredictionError = Num(predictionError(outs))
+	f.Tiers = tiersOf(outs)
 	return f
 }
 

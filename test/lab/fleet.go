@@ -3,6 +3,7 @@ package lab
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/kvroute/kvroute/test/enginesim"
 	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/enginesim/sched"
+	"github.com/kvroute/kvroute/test/enginesim/transfer"
 )
 
 // engine is one simulated engine: the scheduler core stepping on the
@@ -168,8 +170,8 @@ func engineConfig(prof string, blocks, maxModelLen int) (enginesim.Config, error
 
 // build makes the fleet: n engines with their sidecars, and m pickers
 // each following every sidecar.
-func (r *run) build(n, blocks, maxModelLen int) error {
-	ecfg, err := engineConfig(r.cfg.Profile, blocks, maxModelLen)
+func (r *run) build(n, blocks, cpuBlocks, maxModelLen int, prof string) error {
+	ecfg, err := engineConfig(prof, blocks, maxModelLen)
 	if err != nil {
 		return err
 	}
@@ -180,6 +182,13 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 	r.front, r.maxModelLen = front, ecfg.MaxModelLen
 	scfg := front.Sched()
 	scfg.Cache.EmitEvents = true
+	if cpuBlocks > 0 {
+		// vLLM's OffloadingConnector with the CPU spec and its P2P tier,
+		// at its defaults: an offload block of one GPU block, prompt
+		// blocks only, LRU, placeholder CPU events.
+		scfg.Cache.CPUBlocks, scfg.Cache.OffloadBlocks, scfg.Cache.OffloadPromptOnly, scfg.Cache.SelfDescribing = cpuBlocks, 1, true, false
+	}
+	r.latency, r.kvBytesPerToken = scfg.Latency, scfg.Latency.KVBytesPerToken
 	params := summary.ForCapacity(cmp.Or(r.cfg.Capacity, index.DefaultCapacity))
 	now := r.sim.clock()
 	for i := 0; i < n; i++ {
@@ -193,6 +202,9 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 		}
 		id := fleet.Identity{Endpoint: url, Model: ecfg.Model, BlockSize: ecfg.BlockSize, NumGPUBlocks: ecfg.NumGPUBlocks,
 			HashAlgo: ecfg.HashAlgo, KeyFormat: blockkey.FormatV1, TokenizerFingerprint: "lab"}
+		if cpuBlocks > 0 { // its P2P side channel, as its sidecar's --p2p-port advertises it
+			id.KVSource = fmt.Sprintf("engine-%04d:5710", i)
+		}
 		sc, err := localfleet.NewSidecar(id, params)
 		if err != nil {
 			return err
@@ -201,6 +213,9 @@ func (r *run) build(n, blocks, maxModelLen int) error {
 			phase: time.Duration(i) * r.cfg.Delays.LoadPeriod / time.Duration(n)}
 		r.engines = append(r.engines, e)
 		r.byURL[url] = e
+		if id.KVSource != "" {
+			r.bySource[id.KVSource] = e
+		}
 	}
 	for k := 0; k < r.cfg.Pickers; k++ {
 		p, err := r.newPicker(params, k)
@@ -263,14 +278,60 @@ func (r *run) kick(e *engine) {
 // the next step starts.
 func (r *run) step(e *engine) {
 	st := e.core.Step(r.sim.now)
+	for _, lk := range st.Lookups {
+		r.sim.at(lk.At, func() { r.lookup(e, lk) })
+	}
 	if st.Scheduled == 0 && st.Duration == 0 {
+		// Nothing to compute; a step may still have looked up a peer,
+		// stored pulled blocks or counted pulls. Requests waiting for KV
+		// wake the engine when ready.
+		r.stepped(e, st)
 		e.busy = false
+		r.wake(e, st.NextReady)
 		return
 	}
 	r.sim.after(st.Duration, func() {
 		r.stepped(e, st)
 		r.step(e)
 	})
+}
+
+// wake kicks e at simulated time at (none when at is 0: nothing waits
+// for KV), or at once when that has passed.
+func (r *run) wake(e *engine, at time.Duration) {
+	if at <= 0 {
+		return
+	}
+	r.sim.at(max(at, r.sim.now), func() { r.kick(e) })
+}
+
+// lookup answers e's lookup of a peer at the time it can be used, as the
+// P2P tier's side channel does: the source answers from its CPU tier as
+// it is then (vLLM's source never touches its GPU), the blocks it holds
+// travel over the links (their bandwidth shared with the pulls running
+// on either end; a pair's first pull pays the connection), and a pull
+// that would outlast vLLM's 30 s load timeout fails into a recompute.
+// A source that is gone answers nothing.
+func (r *run) lookup(e *engine, lk sched.Lookup) {
+	now := r.sim.now
+	blocks := 0
+	src := r.byURL[lk.Source]
+	if src != nil {
+		blocks = src.core.ServeLookup(lk.Hashes)
+	}
+	ready, failed := now, false
+	if blocks > 0 {
+		end, _ := r.links.Start(src.url, e.url, blocks*r.front.Sched().Cache.BlockSize, now, r.latency)
+		if end-now > transfer.PullTimeout {
+			ready, failed, blocks = now+transfer.PullTimeout, true, 0
+		} else {
+			ready = end
+		}
+	}
+	if err := e.core.Resolve(lk.ID, blocks, ready, failed); err != nil && !errors.Is(err, sched.ErrNoLookup) {
+		r.fail(fmt.Errorf("%s: resolve: %w", e.url, err))
+	}
+	r.wake(e, ready)
 }
 
 // stepped publishes a step's events to the sidecar and its tokens to the

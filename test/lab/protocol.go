@@ -74,6 +74,24 @@ type Summary struct {
 	CompletedShare CI      `json:"completed_share"`
 	Refused429     int     `json:"refused_429"`
 	Failed         int     `json:"failed"`
+	// Tiers, when any run touched a tier: the shares of the prompt
+	// tokens by where their KV came from, and the pulls.
+	Tiers *TierSummary `json:"tiers,omitempty"`
+}
+
+// TierSummary is Tiers over the seeds: the shares' means with their
+// intervals, and the counts summed.
+type TierSummary struct {
+	GPUHit         CI  `json:"gpu_hit_share"`
+	CPUHit         CI  `json:"cpu_hit_share"`
+	Pulled         CI  `json:"pulled_share"`
+	Recomputed     CI  `json:"recomputed_share"`
+	PulledGB       CI  `json:"pulled_gb"`
+	MaxSourceShare CI  `json:"max_source_share"`
+	SourcesNamed   int `json:"sources_named"`
+	Pulls          int `json:"pulls"`
+	MissedPulls    int `json:"missed_pulls"`
+	FailedWithPull int `json:"failed_with_source"`
 }
 
 // Ratio is a policy's paired ratio to the best peer on one figure: per
@@ -356,7 +374,47 @@ func summaryOf(p string, rate float64, fs []*Figures) Summary {
 		s.Refused429 += f.Refused429
 		s.Failed += f.Failed
 	}
+	s.Tiers = tierSummaryOf(fs, col)
 	return s
+}
+
+// tierSummaryOf is fs' tiers over the seeds (nil when no run touched a
+// tier; a run that did not counts as all on GPU or recomputed there).
+func tierSummaryOf(fs []*Figures, col func(func(*Figures) float64) CI) *TierSummary {
+	any := false
+	for _, f := range fs {
+		any = any || f.Tiers != nil
+	}
+	if !any {
+		return nil
+	}
+	// A run that touched no tier hit its GPU cache only.
+	tier := func(of func(*Tiers) Num, none func(*Figures) float64) func(*Figures) float64 {
+		return func(f *Figures) float64 {
+			if f.Tiers == nil {
+				return none(f)
+			}
+			return float64(of(f.Tiers))
+		}
+	}
+	zero := func(*Figures) float64 { return 0 }
+	t := &TierSummary{
+		GPUHit:         col(tier(func(t *Tiers) Num { return t.GPUHit }, func(f *Figures) float64 { return float64(f.HitRate) })),
+		CPUHit:         col(tier(func(t *Tiers) Num { return t.CPUHit }, zero)),
+		Pulled:         col(tier(func(t *Tiers) Num { return t.Pulled }, zero)),
+		Recomputed:     col(tier(func(t *Tiers) Num { return t.Recomputed }, func(f *Figures) float64 { return 1 - float64(f.HitRate) })),
+		PulledGB:       col(tier(func(t *Tiers) Num { return t.PulledGB }, zero)),
+		MaxSourceShare: col(tier(func(t *Tiers) Num { return t.MaxSourceShare }, func(*Figures) float64 { return math.NaN() })),
+	}
+	for _, f := range fs {
+		if f.Tiers != nil {
+			t.SourcesNamed += f.Tiers.SourcesNamed
+			t.Pulls += f.Tiers.Pulls
+			t.MissedPulls += f.Tiers.MissedPulls
+			t.FailedWithPull += f.Tiers.FailedWithPull
+		}
+	}
+	return t
 }
 
 // ratios are every policy's paired ratios to the best peer at rate index

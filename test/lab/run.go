@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,9 @@ import (
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/predict"
 	"github.com/kvroute/kvroute/test/enginesim"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/enginesim/sched"
+	"github.com/kvroute/kvroute/test/enginesim/transfer"
 	"github.com/kvroute/kvroute/test/workload"
 )
 
@@ -38,6 +41,16 @@ type Outcome struct {
 	// to (0: nothing predicted: another policy, or a load-only endpoint).
 	PredictedTTFT time.Duration `json:"predicted_ttft_ns,omitempty"`
 	DispatchTTFT  time.Duration `json:"dispatch_ttft_ns,omitempty"`
+	// Where the prompt's KV came from, as the engine reported it with the
+	// first token (CachedTokens is their sum): its GPU prefix cache, its
+	// own CPU tier (loaded back) and a peer's CPU tier (pulled); the rest
+	// was recomputed. Source is the engine the picker named to pull from
+	// ("" none) and PulledBytes the bytes that pull moved.
+	GPUHitTokens int    `json:"gpu_hit_tokens,omitempty"`
+	CPUHitTokens int    `json:"cpu_hit_tokens,omitempty"`
+	PulledTokens int    `json:"pulled_tokens,omitempty"`
+	Source       string `json:"kv_source,omitempty"`
+	PulledBytes  int64  `json:"pulled_bytes,omitempty"`
 }
 
 // OK: the request completed.
@@ -53,15 +66,21 @@ type run struct {
 	maxModelLen int
 	engines     []*engine
 	byURL       map[string]*engine
-	pickers     []*pickerNode
-	sessions    []*session
-	active      int // sessions not over
-	inflight    int
-	nextID      sched.ID
-	outcomes    []*Outcome
-	last        map[int]lastTurn // conversation → its latest answered turn
-	resyncs     int
-	err         error
+	// bySource finds an engine by its advertised KV source (its P2P side
+	// channel); links are the pulls' network, shared by every engine.
+	bySource        map[string]*engine
+	links           transfer.Links
+	latency         profile.Profile
+	kvBytesPerToken float64
+	pickers         []*pickerNode
+	sessions        []*session
+	active          int // sessions not over
+	inflight        int
+	nextID          sched.ID
+	outcomes        []*Outcome
+	last            map[int]lastTurn // conversation → its latest answered turn
+	resyncs         int
+	err             error
 	// deciding is the body being decided; rendered its generation, once
 	// the picker's render made it (keep).
 	mu       sync.Mutex
@@ -149,10 +168,15 @@ func runWith(cfg Config, s workload.Scenario, o workload.Options, watch func(*ru
 	if maxLen == 0 {
 		maxLen = f.MaxModelLen
 	}
-	r := &run{cfg: cfg, seed: o.Seed, byURL: map[string]*engine{}, last: map[int]lastTurn{}, renders: map[renderKey]*enginesim.Generation{},
+	r := &run{cfg: cfg, seed: o.Seed, byURL: map[string]*engine{}, bySource: map[string]*engine{}, last: map[int]lastTurn{}, renders: map[renderKey]*enginesim.Generation{},
 		sim: sim{base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
 		rng: rand.New(rand.NewPCG(o.Seed, 0x6c6162))}
-	if err := r.build(n, blocks, maxLen); err != nil {
+	cpu := cfg.CPUBlocks
+	if cpu == 0 {
+		cpu = f.CPUBlocks
+	}
+	prof := cmp.Or(cfg.Profile, f.Profile)
+	if err := r.build(n, blocks, cpu, maxLen, prof); err != nil {
 		return nil, nil, err
 	}
 	defer func() {
@@ -303,8 +327,17 @@ func (r *run) arrive(e *engine, f *flight) {
 	}
 	r.nextID++
 	id := r.nextID
+	// The proxy's remote_kv_source, as the engine's connector reads it:
+	// the source engine's side channel (here, its name).
+	source := ""
+	if f.pick != nil && f.pick.KVSource != "" {
+		if src := r.bySource[f.pick.KVSource]; src != nil && src != e {
+			source = src.url
+			f.out.Source = src.url
+		}
+	}
 	if err := e.core.Add(sched.Request{ID: id, Prompt: g.Prompt, LoRA: g.LoRA, LoraID: g.LoraID, Salt: g.Salt,
-		MaxTokens: g.MaxTokens, IgnoreEOS: g.IgnoreEOS}, r.sim.now); err != nil {
+		MaxTokens: g.MaxTokens, IgnoreEOS: g.IgnoreEOS, Source: source}, r.sim.now); err != nil {
 		r.back(f, func() { r.done(f, http.StatusBadRequest) })
 		return
 	}
@@ -327,6 +360,8 @@ func (r *run) token(f *flight, u sched.Update) {
 	f.tokens = append(f.tokens, u.Token)
 	if u.First {
 		f.out.CachedTokens = u.CachedTokens
+		f.out.GPUHitTokens, f.out.CPUHitTokens, f.out.PulledTokens = u.GPUHitTokens, u.CPUHitTokens, u.PulledTokens
+		f.out.PulledBytes = int64(float64(u.PulledTokens) * r.kvBytesPerToken)
 		r.back(f, func() {
 			now := r.sim.clock()
 			f.out.TTFT = r.sim.now - f.out.Start

@@ -73,6 +73,8 @@ type Fleet struct {
 	Engines     int // engines
 	GPUBlocks   int // KV blocks per engine
 	MaxModelLen int // 0: the driver's default
+	CPUBlocks   int
+	Profile     string
 }
 
 // Options are a plan's inputs besides the scenario's shape.
