@@ -41,6 +41,12 @@ type Config struct {
 	// Predict is how the TTFT model learns (picker/predict): its prior,
 	// forgetting and robustness.
 	Predict predict.Config
+	// Pulls lets precise name a KV source for the chosen engine to pull
+	// the prefix from, out of another engine's CPU tier, when that is
+	// predicted faster than recomputing (decide.Config.Pulls; both must
+	// advertise a P2P side channel, the sidecars' --p2p-port). Default
+	// true.
+	Pulls bool
 	// AnchorTokens is the anchor of a raw prompt (completions, token ids):
 	// its first AnchorTokens tokens. Default 1024.
 	AnchorTokens int
@@ -116,7 +122,7 @@ type Renderer interface {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Score: score.DefaultConfig(), Predict: predict.DefaultConfig(), AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
+	return Config{Score: score.DefaultConfig(), Predict: predict.DefaultConfig(), Pulls: true, AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
 		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000,
 		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1, Admission: admit.DefaultConfig(), FairnessHeader: "x-kvroute-tenant",
 		Clock: time.Now}
@@ -238,7 +244,7 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health, Predict: cfg.Predict}, log: log, fleet: fl, learn: newLearner(cfg.Predict),
+	r := &Router{cfg: cfg, dcfg: decide.Config{Score: cfg.Score, Health: cfg.Health, Predict: cfg.Predict, Pulls: cfg.Pulls}, log: log, fleet: fl, learn: newLearner(cfg.Predict),
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
 		proxy:  &http.Client{Transport: newProxyTransport()}, accessLog: log.Named("access")}
 	r.bookings.b = books

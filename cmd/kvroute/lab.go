@@ -18,7 +18,7 @@ import (
 // labFlags are the settings of one lab sweep.
 type labFlags struct {
 	scenario, trace, policies, seeds, rates, out, profile string
-	engines, gpuBlocks, pickers, workers, capacity, limit int
+	engines, gpuBlocks, cpuBlocks, pickers, workers, capacity, limit int
 	slo                                                   time.Duration
 	delays                                                lab.Delays
 }
@@ -64,7 +64,8 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	f.DurationVar(&l.slo, "slo", 0, "the p90 TTFT objective of goodput (0: the scenario's)")
 	f.IntVar(&l.engines, "engines", 0, "engines (0: the scenario's)")
 	f.IntVar(&l.gpuBlocks, "gpu-blocks", 0, "KV blocks per engine (0: the scenario's)")
-	f.StringVar(&l.profile, "profile", profile.SimDefault, "the engines' latency profile: "+strings.Join(profile.Names(), ", "))
+	f.StringVar(&l.profile, "profile", "", "the engines' latency profile (default: the scenario's, else "+profile.SimDefault+"): "+strings.Join(profile.Names(), ", "))
+	f.IntVar(&l.cpuBlocks, "cpu-blocks", 0, "each engine's CPU offload tier in blocks, with vLLM's P2P tier (0: the scenario's; -1: none)")
 	f.IntVar(&l.pickers, "pickers", 1, "pickers; requests are spread over them at random, as a Service does")
 	f.IntVar(&l.capacity, "capacity", 0, "the summaries' capacity in blocks, as sidecar and picker --capacity (0: their default, 65536)")
 	f.IntVar(&l.workers, "workers", 0, "runs at once (0: one per CPU); results do not depend on it")
@@ -99,6 +100,7 @@ func (l *labFlags) sweep() (lab.Sweep, error) {
 	}
 	cfg := lab.DefaultConfig()
 	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile, cfg.Capacity = l.engines, l.gpuBlocks, l.pickers, l.delays, l.profile, l.capacity
+	cfg.CPUBlocks = l.cpuBlocks
 	if err := (lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, Fleet: cfg}).Validate(); err != nil {
 		return lab.Sweep{}, err
 	}

@@ -109,6 +109,8 @@ type Config struct {
 	// 18 s TTFT penalty (Calibrate; the llm-d-calibrated runs). Only
 	// with Policy llm-d.
 	LLMDPeak float64
+	// NoPulls turns precise's source decision off (PreciseNoPull).
+	NoPulls bool
 	// Tune adjusts each picker's configuration (flags such as the
 	// bounded-load factor) after the lab's own settings; nil leaves them.
 	Tune func(*picker.Config)
@@ -140,8 +142,8 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.LLMDPeak < 0 || (c.LLMDPeak > 0 && c.Policy != score.LLMD) {
-		errs = append(errs, fmt.Errorf("llm-d peak %v with policy %s: want a positive peak with llm-d only", c.LLMDPeak, c.Policy))
+	if c.LLMDPeak < 0 || (c.LLMDPeak > 0 && c.Policy != score.LLMD && c.Policy != score.LLMDP2P) {
+		errs = append(errs, fmt.Errorf("llm-d peak %v with policy %s: want a positive peak with llm-d or llm-d+p2p only", c.LLMDPeak, c.Policy))
 	}
 	if c.Horizon <= 0 {
 		errs = append(errs, fmt.Errorf("horizon %v: want > 0", c.Horizon))

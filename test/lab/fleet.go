@@ -250,6 +250,9 @@ func (r *run) newPicker(params summary.Params, k int) (*pickerNode, error) {
 	pcfg.TokenizeTimeout = 24 * time.Hour
 	pcfg.PolicySeed = r.seed + uint64(k)*1009 // picker 0 draws as the bench's picker does (--policy-seed = the seed)
 	pcfg.Admission.MaxWaiting, pcfg.Admission.MaxKVUsage, pcfg.Admission.MaxPrefillTokens = 0, 0, 0
+	if r.cfg.NoPulls {
+		pcfg.Pulls = false
+	}
 	if r.cfg.Tune != nil {
 		r.cfg.Tune(&pcfg)
 	}

@@ -200,7 +200,7 @@ func RunSweep(s Sweep) (*Results, error) {
 		s.SLO = s.Scenario.SLO()
 	}
 	var cal *Calibration
-	if slices.Contains(s.Policies, LLMDCalibrated) {
+	if slices.Contains(s.Policies, LLMDCalibrated) || slices.Contains(s.Policies, LLMDCalibratedP2P) {
 		c, err := Calibrate(s.Fleet, s.Scenario)
 		if err != nil {
 			return nil, err
@@ -238,8 +238,11 @@ func RunSweep(s Sweep) (*Results, error) {
 				j := jobs[i]
 				cfg := s.Fleet
 				cfg.Policy, _ = policyOf(j.policy)
-				if j.policy == LLMDCalibrated {
+				if j.policy == LLMDCalibrated || j.policy == LLMDCalibratedP2P {
 					cfg.LLMDPeak = float64(cal.PeakPrefillThroughput)
+				}
+				if j.policy == PreciseNoPull {
+					cfg.NoPulls = true
 				}
 				outs, err := Run(cfg, s.Scenario, workload.Options{Seed: j.seed, Rate: j.rate})
 				if err != nil {
@@ -269,17 +272,34 @@ func RunSweep(s Sweep) (*Results, error) {
 	return res, nil
 }
 
-// policyOf is the picker's policy a policy name runs: its own, or llm-d
-// for llm-d-calibrated.
+// PreciseNoPull is kvroute's precise with its source decision off: the
+// same placement model, every prefix it does not hold recomputed — the
+// control that measures what its pulls are worth, as each peer arm's
+// is its base.
+const PreciseNoPull = "precise-no-pull"
+
+// LLMDCalibratedP2P is llm-d+p2p with its load gate calibrated as
+// llm-d-calibrated's (peer-policies.md §4: "default and calibrated").
+const LLMDCalibratedP2P = "llm-d-calibrated+p2p"
+
+// policyOf is the picker's policy a policy name runs: its own, llm-d for
+// llm-d-calibrated (llm-d+p2p for its arm), precise for precise-no-pull.
 func policyOf(name string) (score.Policy, error) {
-	if name == LLMDCalibrated {
+	switch name {
+	case LLMDCalibrated:
 		return score.LLMD, nil
+	case LLMDCalibratedP2P:
+		return score.LLMDP2P, nil
+	case PreciseNoPull:
+		return score.Precise, nil
 	}
 	return score.ParsePolicy(name)
 }
 
-// isPeer: name is a peer's policy (llm-d-calibrated included).
-func isPeer(name string) bool { return name == LLMDCalibrated || score.Policy(name).IsPeer() }
+// isPeer: name is a peer's policy (llm-d-calibrated and its arm included).
+func isPeer(name string) bool {
+	return name == LLMDCalibrated || name == LLMDCalibratedP2P || score.Policy(name).IsPeer()
+}
 
 // engineURLs are the URLs of the fleet's engines, as build names them.
 func engineURLs(cfg Config, sc workload.Scenario) []string {
@@ -302,7 +322,7 @@ func engineURLs(cfg Config, sc workload.Scenario) []string {
 func compare(s Sweep, runs []RunResult) *Results {
 	f := s.Scenario.Fleet()
 	res := &Results{Scenario: s.Scenario.Name(), Engines: cmpOr(s.Fleet.Engines, f.Engines), GPUBlocks: cmpOr(s.Fleet.GPUBlocks, f.GPUBlocks),
-		Pickers: s.Fleet.Pickers, Profile: profileName(s.Fleet.Profile), Delays: delaysOf(s.Fleet.Delays), Policies: slices.Clone(s.Policies), Seeds: slices.Clone(s.Seeds),
+		Pickers: s.Fleet.Pickers, Profile: profileName(cmpOrString(s.Fleet.Profile, s.Scenario.Fleet().Profile)), Delays: delaysOf(s.Fleet.Delays), Policies: slices.Clone(s.Policies), Seeds: slices.Clone(s.Seeds),
 		Rates: slices.Clone(s.Rates), SLOms: Num(float64(s.SLO) / float64(time.Millisecond)), Runs: runs, ClaimSeeds: true}
 	for _, seed := range s.Seeds {
 		if seed < ClaimSeeds {
@@ -467,6 +487,13 @@ func goodputOf(p string, s Sweep, fs [][]*Figures) Goodput {
 }
 
 // profileName is the profile a run's engines use.
+func cmpOrString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
 func profileName(p string) string {
 	if p == "" {
 		return profile.SimDefault
