@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/test/enginesim/kvcache"
+	"github.com/kvroute/kvroute/test/enginesim/p2p"
 	"github.com/kvroute/kvroute/test/enginesim/sched"
 )
 
@@ -55,6 +56,9 @@ type Engine struct {
 
 	eventsEndpoint, replayEndpoint atomic.Pointer[string]
 
+	// node is the rank's P2P side channel; nil without the P2P tier.
+	node *p2p.Node
+
 	srv      *http.Server
 	listener net.Listener
 }
@@ -67,7 +71,7 @@ var ErrClosed = errors.New("the engine is shutting down")
 
 // schedConfig is the core's configuration from the engine's flags.
 func schedConfig(cfg *Config) sched.Config {
-	return sched.Config{
+	c := sched.Config{
 		Cache: kvcache.Config{
 			NumBlocks:  cfg.NumGPUBlocks,
 			BlockSize:  cfg.BlockSize,
@@ -80,6 +84,8 @@ func schedConfig(cfg *Config) sched.Config {
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
 		Latency:             cfg.Sim.Profile(),
 	}
+	offloadCache(&c.Cache, cfg)
+	return c
 }
 
 func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
@@ -99,7 +105,13 @@ func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
 	if e.core, err = sched.New(schedConfig(cfg)); err != nil {
 		return nil, err
 	}
+	if err := e.openNode(); err != nil {
+		return nil, err
+	}
 	if err := e.openPublisher(); err != nil {
+		if e.node != nil {
+			e.node.Close()
+		}
 		return nil, err
 	}
 	e.markStarted()
@@ -277,6 +289,9 @@ func (e *Engine) close() {
 	if e.closed.Swap(true) {
 		return
 	}
+	if e.node != nil { // first: peers' lookups stop waiting on the loop
+		e.node.Close()
+	}
 	close(e.quit)
 	<-e.done
 	if e.pub != nil {
@@ -304,6 +319,9 @@ func Start(cfg Config, log *zap.Logger) (*Process, error) {
 	}
 	if log == nil {
 		log = zap.NewNop()
+	}
+	for _, w := range cfg.KVTransfer.Warnings {
+		log.Warn(w)
 	}
 	p := &Process{cfg: cfg, log: log}
 	for rank := 0; rank < cfg.DataParallelSize; rank++ {
@@ -335,7 +353,8 @@ func Start(cfg Config, log *zap.Logger) (*Process, error) {
 		}()
 		log.Info("simulated vLLM engine serving",
 			zap.Int("rank", rank), zap.String("http", ln.Addr().String()),
-			zap.String("kv_events", e.EventsEndpoint()), zap.String("replay", e.ReplayEndpoint()))
+			zap.String("kv_events", e.EventsEndpoint()), zap.String("replay", e.ReplayEndpoint()),
+			zap.String("p2p", e.P2PID()))
 	}
 	return p, nil
 }

@@ -1,0 +1,67 @@
+//go:build enginesim_core
+
+package enginesim
+
+// The engine's calls into the scheduler core's CPU tier and pulls, against
+// the core's API (sched, kvcache, profile, transfer). Every other part of
+// the connector's shell goes through these functions.
+
+import (
+	"time"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/test/enginesim/kvcache"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
+	"github.com/kvroute/kvroute/test/enginesim/sched"
+	"github.com/kvroute/kvroute/test/enginesim/transfer"
+)
+
+// setSource names the request's KV source for the core: the peer's side
+// channel, host:port.
+func setSource(spec *sched.Request, src kvSource) { spec.Source = src.peer }
+
+// offloadCache sizes the core's CPU tier from the connector's settings:
+// cpu_bytes_to_use in offload blocks of the profile's KV bytes per token.
+func offloadCache(c *kvcache.Config, cfg *Config) {
+	k := cfg.KVTransfer
+	if !k.Enabled() {
+		return
+	}
+	tokens := k.OffloadBlockTokens(cfg.BlockSize)
+	c.OffloadBlocks = tokens / cfg.BlockSize
+	c.CPUBlocks = cfg.Sim.Profile().CPUBlocks(k.Offload.CPUBytes, tokens)
+	c.OffloadPromptOnly = k.Offload.PromptOnly
+	c.SelfDescribing = k.Offload.SelfDescribing
+}
+
+// stepOffload is a step's connector figures.
+func stepOffload(st sched.Step) offloadStep {
+	return offloadStep{PromptTokens: st.PromptTokens, CPUHitTokens: st.CPUHitTokens, PulledTokens: st.PulledTokens,
+		LoadedBytes: int64(st.LoadedBytes), StoredBytes: int64(st.StoredBytes), PulledBytes: int64(st.PulledBytes),
+		Pulls: st.Pulls, PullFailures: st.PullFailures}
+}
+
+// lookupsOf is the probes a step asks for.
+func lookupsOf(st sched.Step) []lookup {
+	out := make([]lookup, 0, len(st.Lookups))
+	for _, l := range st.Lookups {
+		out = append(out, lookup{id: l.ID, source: l.Source, hashes: l.Hashes, fromBlock: l.FromBlock})
+	}
+	return out
+}
+
+// serveLookup answers a peer from the CPU tier (scheduler goroutine).
+func (e *Engine) serveLookup(h []blockkey.Digest) int { return e.core.ServeLookup(h) }
+
+// resolvePull hands a pull's outcome to the core, at simulated time now.
+func (e *Engine) resolvePull(d pullDone, now time.Duration) {
+	e.core.Resolve(d.id, d.blocks, now+d.wait, d.failed)
+}
+
+// h2dBandwidth is the profile's host-to-device bandwidth, bytes a second.
+func h2dBandwidth(p profile.Profile) float64 { return p.H2DBytesPerSecond }
+
+// pullDuration is a pull's transfer time.
+func pullDuration(p profile.Profile, tokens, srcActive, dstActive int, first bool) time.Duration {
+	return transfer.Duration(p, tokens, srcActive, dstActive, first)
+}

@@ -1,0 +1,121 @@
+package enginesim
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+	"github.com/kvroute/kvroute/test/enginesim/p2p"
+	"github.com/kvroute/kvroute/test/enginesim/sched"
+)
+
+// lookup is one probe the core asks for: request id's prefix blocks
+// (offload blocks, from block fromBlock on) at the peer source names.
+type lookup struct {
+	id        sched.ID
+	source    string
+	hashes    []blockkey.Digest
+	fromBlock int
+}
+
+// pullDone is a pull's outcome, for the scheduler goroutine to resolve:
+// the leading blocks fetched and the transfer time from the resolve on
+// (0 blocks: nothing to load; failed: recompute, with reason).
+type pullDone struct {
+	id     sched.ID
+	blocks int
+	wait   time.Duration
+	failed bool
+	reason string
+	// probed and found are the blocks looked up and found at the peer.
+	probed, found int
+}
+
+// openNode starts the rank's P2P side channel when the P2P tier is on: it
+// listens on the tier's base port + the rank and answers peers from the
+// CPU tier, through the scheduler goroutine.
+func (e *Engine) openNode() error {
+	if !e.cfg.KVTransfer.P2PEnabled() {
+		return nil
+	}
+	c := p2p.DefaultConfig()
+	c.Host = e.cfg.p2pHost()
+	c.Port = e.cfg.p2pBasePort()
+	if c.Port != 0 {
+		c.Port += e.rank
+	}
+	c.Fingerprint = e.cfg.p2pFingerprint()
+	c.HandshakeTimeout = e.cfg.P2PHandshakeTimeout
+	c.Labels = prometheus.Labels{"model_name": e.cfg.servedNames()[0], "engine": strconv.Itoa(e.rank)}
+	n, err := p2p.New(c, e.lookupForPeer, e.log.Named("p2p"), e.reg)
+	if err != nil {
+		return err
+	}
+	e.node = n
+	e.log.Info("P2P side channel listening", zap.String("id", n.ID()))
+	return nil
+}
+
+// P2PID returns the rank's P2P side-channel identity (host:port, as peers
+// name it in remote_kv_source); "" without the P2P tier.
+func (e *Engine) P2PID() string {
+	if e.node == nil {
+		return ""
+	}
+	return e.node.ID()
+}
+
+// lookupForPeer answers a peer's lookup or fetch: the leading hashes the
+// CPU tier holds, asked of the core on the scheduler goroutine (the core
+// is not safe for concurrent use).
+func (e *Engine) lookupForPeer(ctx context.Context, hashes []blockkey.Digest) (int, error) {
+	var hits int
+	err := e.doCtx(ctx, func() { hits = e.serveLookup(hashes) })
+	return hits, err
+}
+
+// doCtx is do that gives up when ctx ends before f was taken.
+func (e *Engine) doCtx(ctx context.Context, f func()) error {
+	ran := make(chan struct{})
+	select {
+	case e.ctrl <- func() { f(); close(ran) }:
+	case <-e.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-e.done:
+		return ErrClosed
+	}
+}
+
+// pull runs one lookup at its peer, off the scheduler goroutine: the
+// probe, the fetch of the hits, and the transfer time from the profile
+// with both ends' pulls under way (the source's as it reported them).
+// The peer is told the time in wall time (scaled), to count the pull.
+func (e *Engine) pull(ctx context.Context, lk lookup, kvRequestID string) pullDone {
+	p := e.cfg.Sim.Profile()
+	perBlock := e.cfg.KVTransfer.OffloadBlockTokens(e.cfg.BlockSize)
+	scale := e.cfg.Sim.TimeScale
+	hold := func(hits, srcActive, dstActive int, first bool) time.Duration {
+		return time.Duration(float64(pullDuration(p, hits*perBlock, srcActive, dstActive, first)) * scale)
+	}
+	res, err := e.node.Pull(ctx, lk.source, kvRequestID, lk.hashes, hold)
+	d := pullDone{id: lk.id, probed: len(lk.hashes), found: res.Hits}
+	if err != nil {
+		d.failed, d.reason = true, p2p.Reason(err)
+		e.log.Debug("P2P pull failed; the request recomputes", zap.Uint64("request", uint64(lk.id)),
+			zap.String("source", lk.source), zap.Error(err))
+		return d
+	}
+	d.blocks = res.Blocks
+	d.wait = pullDuration(p, res.Blocks*perBlock, res.SrcActive, res.DstActive, res.First)
+	return d
+}
