@@ -41,9 +41,9 @@ func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 	cfg := enginesim.DefaultConfig()
 	var (
 		kvEventsJSON, kvTransferJSON, hashSeed, eventLayout, replayLayout, logLevel, task, profileName string
-		loraModules                                                                    []string
-		numGPUBlocks                                                                   int
-		stepBase, stepPerSeq                                                           time.Duration
+		loraModules                                                                                    []string
+		numGPUBlocks                                                                                   int
+		stepBase, stepPerSeq                                                                           time.Duration
 	)
 	var cmd *cobra.Command
 	// finish completes cfg from the flags that need parsing and from the
