@@ -199,12 +199,14 @@ func (e *Engine) step() bool {
 	e.simNow += res.Duration
 	e.simSec += res.Duration.Seconds()
 	if res.PromptTokens > 0 { // with the step's outcome, as vLLM's scheduler stats
-		hit := float64(res.CachedTokens)
+		hit := float64(res.CachedTokens) // the GPU's
+		o := stepOffload(res)
+		external := o.CPUHitTokens + o.PulledTokens // the connector's
 		m.prefixQueries.Add(float64(res.PromptTokens))
 		m.prefixHits.Add(hit)
 		m.promptTokens.Add(float64(res.PromptTokens))
-		m.promptTokensCached.Add(hit)
-		m.promptTokensRecomputed.Add(float64(res.PromptTokens - res.CachedTokens))
+		m.promptTokensCached.Add(hit + float64(external))
+		m.promptTokensRecomputed.Add(float64(res.PromptTokens - res.CachedTokens - external))
 	}
 	e.observeOffload(res)
 	for _, u := range res.Updates {

@@ -21,15 +21,15 @@ import (
 func setSource(spec *sched.Request, src kvSource) { spec.Source = src.peer }
 
 // offloadCache sizes the core's CPU tier from the connector's settings:
-// cpu_bytes_to_use in offload blocks of the profile's KV bytes per token.
+// cpu_bytes_to_use in GPU blocks of the profile's KV bytes per token,
+// stored in chunks of the offload block.
 func offloadCache(c *kvcache.Config, cfg *Config) {
 	k := cfg.KVTransfer
 	if !k.Enabled() {
 		return
 	}
-	tokens := k.OffloadBlockTokens(cfg.BlockSize)
-	c.OffloadBlocks = tokens / cfg.BlockSize
-	c.CPUBlocks = cfg.Sim.Profile().CPUBlocks(k.Offload.CPUBytes, tokens)
+	c.OffloadBlocks = k.OffloadBlockTokens(cfg.BlockSize) / cfg.BlockSize
+	c.CPUBlocks = cfg.Sim.Profile().CPUBlocks(k.Offload.CPUBytes, cfg.BlockSize)
 	c.OffloadPromptOnly = k.Offload.PromptOnly
 	c.SelfDescribing = k.Offload.SelfDescribing
 }
@@ -37,15 +37,15 @@ func offloadCache(c *kvcache.Config, cfg *Config) {
 // stepOffload is a step's connector figures.
 func stepOffload(st sched.Step) offloadStep {
 	return offloadStep{PromptTokens: st.PromptTokens, CPUHitTokens: st.CPUHitTokens, PulledTokens: st.PulledTokens,
-		LoadedBytes: int64(st.LoadedBytes), StoredBytes: int64(st.StoredBytes), PulledBytes: int64(st.PulledBytes),
-		Pulls: st.Pulls, PullFailures: st.PullFailures}
+		LoadedBytes: st.LoadedBytes, StoredBytes: st.StoredBytes, PulledBytes: st.PulledBytes,
+		Pulls: st.Pulls, PullFailures: st.PullFailures - st.PullMisses}
 }
 
 // lookupsOf is the probes a step asks for.
 func lookupsOf(st sched.Step) []lookup {
 	out := make([]lookup, 0, len(st.Lookups))
 	for _, l := range st.Lookups {
-		out = append(out, lookup{id: l.ID, source: l.Source, hashes: l.Hashes, fromBlock: l.FromBlock})
+		out = append(out, lookup{id: l.ID, source: l.Source, hashes: l.Hashes, at: l.At})
 	}
 	return out
 }
@@ -53,9 +53,11 @@ func lookupsOf(st sched.Step) []lookup {
 // serveLookup answers a peer from the CPU tier (scheduler goroutine).
 func (e *Engine) serveLookup(h []blockkey.Digest) int { return e.core.ServeLookup(h) }
 
-// resolvePull hands a pull's outcome to the core, at simulated time now.
+// resolvePull hands a pull's outcome to the core, at simulated time now:
+// the pull started at the lookup's time, or now if the answer came later.
+// A request that left meanwhile is no longer waiting (ErrNoLookup).
 func (e *Engine) resolvePull(d pullDone, now time.Duration) {
-	e.core.Resolve(d.id, d.blocks, now+d.wait, d.failed)
+	_ = e.core.Resolve(d.id, d.blocks, max(d.at, now)+d.wait, d.failed)
 }
 
 // h2dBandwidth is the profile's host-to-device bandwidth, bytes a second.

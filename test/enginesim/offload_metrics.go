@@ -133,7 +133,8 @@ type offloadStep struct {
 	// LoadedBytes went CPU→GPU (CPU hits and pulled blocks),
 	// StoredBytes GPU→CPU, PulledBytes peer→CPU.
 	LoadedBytes, StoredBytes, PulledBytes int64
-	// Pulls started, PullFailures failed (into recompute), in the step.
+	// Pulls arrived, PullFailures failed (into recompute; a miss, the
+	// source holding nothing, is not a failure), in the step.
 	Pulls, PullFailures int
 }
 

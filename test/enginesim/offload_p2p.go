@@ -13,21 +13,26 @@ import (
 	"github.com/kvroute/kvroute/test/enginesim/sched"
 )
 
-// lookup is one probe the core asks for: request id's prefix blocks
-// (offload blocks, from block fromBlock on) at the peer source names.
+// lookup is one probe the core asks for: request id's prompt blocks (GPU
+// blocks' digests, from an offload-chunk boundary, in prompt order) at the
+// peer source names; the answer counts the leading ones pulled. at is the
+// earliest simulated time the answer counts (the lookup's step's end):
+// the pull starts then.
 type lookup struct {
-	id        sched.ID
-	source    string
-	hashes    []blockkey.Digest
-	fromBlock int
+	id     sched.ID
+	source string
+	hashes []blockkey.Digest
+	at     time.Duration
 }
 
 // pullDone is a pull's outcome, for the scheduler goroutine to resolve:
-// the leading blocks fetched and the transfer time from the resolve on
-// (0 blocks: nothing to load; failed: recompute, with reason).
+// the leading blocks fetched (GPU blocks) and the transfer time from the
+// pull's start, the lookup's at or the resolve's time if later (0 blocks:
+// nothing to load; failed: recompute, with reason).
 type pullDone struct {
 	id     sched.ID
 	blocks int
+	at     time.Duration
 	wait   time.Duration
 	failed bool
 	reason string
@@ -102,13 +107,13 @@ func (e *Engine) doCtx(ctx context.Context, f func()) error {
 // The peer is told the time in wall time (scaled), to count the pull.
 func (e *Engine) pull(ctx context.Context, lk lookup, kvRequestID string) pullDone {
 	p := e.cfg.Sim.Profile()
-	perBlock := e.cfg.KVTransfer.OffloadBlockTokens(e.cfg.BlockSize)
+	perBlock := e.cfg.BlockSize // a lookup's hashes are GPU blocks'
 	scale := e.cfg.Sim.TimeScale
 	hold := func(hits, srcActive, dstActive int, first bool) time.Duration {
 		return time.Duration(float64(pullDuration(p, hits*perBlock, srcActive, dstActive, first)) * scale)
 	}
 	res, err := e.node.Pull(ctx, lk.source, kvRequestID, lk.hashes, hold)
-	d := pullDone{id: lk.id, probed: len(lk.hashes), found: res.Hits}
+	d := pullDone{id: lk.id, at: lk.at, probed: len(lk.hashes), found: res.Hits}
 	if err != nil {
 		d.failed, d.reason = true, p2p.Reason(err)
 		e.log.Debug("P2P pull failed; the request recomputes", zap.Uint64("request", uint64(lk.id)),
