@@ -58,6 +58,13 @@ type Engine struct {
 
 	// node is the rank's P2P side channel; nil without the P2P tier.
 	node *p2p.Node
+	// pulls carries pulls' outcomes to the scheduler goroutine; the pulls
+	// run under pullCtx (ended at close), at most maxPulls at once.
+	pulls      chan pullDone
+	pullCtx    context.Context
+	pullCancel context.CancelFunc
+	pullSem    chan struct{}
+	pullWG     sync.WaitGroup
 
 	srv      *http.Server
 	listener net.Listener
@@ -99,7 +106,10 @@ func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
 		ctrl:     make(chan func()),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
+		pulls:    make(chan pullDone, 1024),
+		pullSem:  make(chan struct{}, maxPulls),
 	}
+	e.pullCtx, e.pullCancel = context.WithCancel(context.Background())
 	e.metrics = newMetrics(e.reg, cfg, rank)
 	var err error
 	if e.core, err = sched.New(schedConfig(cfg)); err != nil {
@@ -292,8 +302,10 @@ func (e *Engine) close() {
 	if e.node != nil { // first: peers' lookups stop waiting on the loop
 		e.node.Close()
 	}
+	e.pullCancel()
 	close(e.quit)
 	<-e.done
+	e.pullWG.Wait()
 	if e.pub != nil {
 		e.pub.close()
 	}

@@ -101,6 +101,50 @@ func (e *Engine) doCtx(ctx context.Context, f func()) error {
 	}
 }
 
+// maxPulls bounds the pulls a rank runs at once; more wait their turn.
+const maxPulls = 256
+
+// startPulls runs a step's lookups at their peers, each in its own
+// goroutine; their outcomes come back on e.pulls for takePull. It runs on
+// the scheduler goroutine (it reads the requests' kv_request_ids).
+//
+//lint:ignore U1000 the loop calls it once the core's lookups land
+func (e *Engine) startPulls(lks []lookup) {
+	for _, lk := range lks {
+		r, ok := e.live[lk.id]
+		if !ok || e.node == nil {
+			continue
+		}
+		e.pullWG.Add(1)
+		go func(kvRequestID string) {
+			defer e.pullWG.Done()
+			var d pullDone
+			select {
+			case e.pullSem <- struct{}{}:
+				d = e.pull(e.pullCtx, lk, kvRequestID)
+				<-e.pullSem
+			case <-e.pullCtx.Done():
+				return
+			}
+			select {
+			case e.pulls <- d:
+			case <-e.pullCtx.Done():
+			}
+		}(r.source.kvRequestID)
+	}
+}
+
+// takePull hands a pull's outcome to the core, on the scheduler
+// goroutine, and counts it.
+//
+//lint:ignore U1000 the loop calls it once the core's lookups land
+func (e *Engine) takePull(d pullDone) {
+	if m := e.metrics.offload; m != nil {
+		m.observePull(d)
+	}
+	e.resolvePull(d, e.simNow)
+}
+
 // pull runs one lookup at its peer, off the scheduler goroutine: the
 // probe, the fetch of the hits, and the transfer time from the profile
 // with both ends' pulls under way (the source's as it reported them).
