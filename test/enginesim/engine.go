@@ -65,6 +65,8 @@ type Engine struct {
 	pullCancel context.CancelFunc
 	pullSem    chan struct{}
 	pullWG     sync.WaitGroup
+	// wake tells a loop parked for KV (parkKV) that a handler cancelled.
+	wake chan struct{}
 
 	srv      *http.Server
 	listener net.Listener
@@ -107,6 +109,7 @@ func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 		pulls:    make(chan pullDone, 1024),
+		wake:     make(chan struct{}, 1),
 		pullSem:  make(chan struct{}, maxPulls),
 	}
 	e.pullCtx, e.pullCancel = context.WithCancel(context.Background())

@@ -63,6 +63,55 @@ func (e *Engine) resolvePull(d pullDone, now time.Duration) {
 // h2dBandwidth is the profile's host-to-device bandwidth, bytes a second.
 func h2dBandwidth(p profile.Profile) float64 { return p.H2DBytesPerSecond }
 
+// parkKV waits, after a step that ran nothing, while requests wait for
+// KV: until the earliest is ready (its simulated time, scaled to wall
+// time; the clock then jumps to it), or a pull, a request, a control call
+// or a cancellation arrives (a wall wait moves the clock on by the
+// simulated time it stands for, not past the ready time). False when the
+// engine closes. With nothing waiting it returns at once.
+func (e *Engine) parkKV() bool {
+	if e.core.Idle() {
+		return true
+	}
+	next := e.core.NextReady()
+	if next > 0 && next <= e.simNow {
+		return true
+	}
+	var timer <-chan time.Time
+	if next > 0 {
+		t := time.NewTimer(time.Duration(float64(next-e.simNow) * e.cfg.Sim.TimeScale))
+		defer t.Stop()
+		timer = t.C
+	}
+	start := time.Now()
+	select {
+	case <-timer:
+		e.advance(next)
+		return true
+	case r := <-e.submitCh:
+		e.enqueue(r)
+	case f := <-e.ctrl:
+		f()
+	case d := <-e.pulls:
+		e.takePull(d)
+	case <-e.wake:
+	case <-e.quit:
+		return false
+	}
+	if scale := e.cfg.Sim.TimeScale; scale > 0 && next > 0 {
+		e.advance(min(next, e.simNow+time.Duration(float64(time.Since(start))/scale)))
+	}
+	return true
+}
+
+// advance moves the simulated clock to t (never back).
+func (e *Engine) advance(t time.Duration) {
+	if t > e.simNow {
+		e.simSec += (t - e.simNow).Seconds()
+		e.simNow = t
+	}
+}
+
 // pullDuration is a pull's transfer time.
 func pullDuration(p profile.Profile, tokens, srcActive, dstActive int, first bool) time.Duration {
 	return transfer.Duration(p, tokens, srcActive, dstActive, first)

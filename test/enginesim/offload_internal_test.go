@@ -70,25 +70,8 @@ func TestPull(t *testing.T) {
 	}
 	e.metrics.offload.observePull(d)
 
-	// The way the loop runs them: started on the scheduler goroutine for a
-	// request it holds, the outcome back on e.pulls, taken there.
-	if err := e.do(func() {
-		e.live[9] = &request{source: kvSource{peer: src.ID(), kvRequestID: "kv-9"}}
-		e.startPulls([]lookup{{id: 9, source: src.ID(), hashes: hs[:2]}, {id: 10, source: src.ID(), hashes: hs}}) // 10: not held
-	}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case d = <-e.pulls:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no pull came back")
-	}
-	if d.id != 9 || d.blocks != 2 || d.failed {
-		t.Fatalf("started pull: %+v", d)
-	}
-	if err := e.do(func() { e.takePull(d); delete(e.live, 9) }); err != nil {
-		t.Fatal(err)
-	}
+	startedPull(t, e, src.ID(), hs)
+
 	for _, c := range []struct {
 		name   string
 		labels map[string]string

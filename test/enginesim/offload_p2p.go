@@ -112,7 +112,8 @@ const maxPulls = 256
 func (e *Engine) startPulls(lks []lookup) {
 	for _, lk := range lks {
 		r, ok := e.live[lk.id]
-		if !ok || e.node == nil {
+		if !ok || e.node == nil { // nobody to ask: it recomputes
+			e.resolvePull(pullDone{id: lk.id, at: lk.at, failed: true, reason: "other"}, e.simNow)
 			continue
 		}
 		e.pullWG.Add(1)
