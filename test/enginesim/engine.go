@@ -236,6 +236,13 @@ func (e *Engine) ResetPrefixCache(resetRunning bool) error {
 	return err
 }
 
+// ResetConnectorCache empties the KV connector's CPU tier without events,
+// as vLLM's reset_prefix_cache with reset_external does; a no-op without
+// a connector.
+func (e *Engine) ResetConnectorCache() error {
+	return e.do(e.resetConnector)
+}
+
 // Restart simulates a process restart: requests in flight fail, the cache
 // is emptied without events, the publisher restarts at seq 0 with an empty
 // replay ring, and the start time changes.

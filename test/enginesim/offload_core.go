@@ -60,6 +60,9 @@ func (e *Engine) resolvePull(d pullDone, now time.Duration) {
 	_ = e.core.Resolve(d.id, d.blocks, max(d.at, now)+d.wait, d.failed)
 }
 
+// resetConnector empties the CPU tier (scheduler goroutine).
+func (e *Engine) resetConnector() { e.core.ResetConnectorCache() }
+
 // h2dBandwidth is the profile's host-to-device bandwidth, bytes a second.
 func h2dBandwidth(p profile.Profile) float64 { return p.H2DBytesPerSecond }
 

@@ -43,5 +43,8 @@ func (e *Engine) resolvePull(pullDone, time.Duration) {}
 // pullDuration is a pull's transfer time.
 func pullDuration(profile.Profile, int, int, int, bool) time.Duration { return 0 }
 
+// resetConnector empties the CPU tier (scheduler goroutine).
+func (e *Engine) resetConnector() {}
+
 // h2dBandwidth is the profile's host-to-device bandwidth, bytes a second.
 func h2dBandwidth(profile.Profile) float64 { return 0 }

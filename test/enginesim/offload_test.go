@@ -211,6 +211,9 @@ func TestConnectorMetrics(t *testing.T) {
 		}
 	}
 	e := start(t, tieringConfig(t)).Engines()[0]
+	if code := post(t, e.URL()+"/reset_prefix_cache?reset_external=true", nil, nil); code != 200 {
+		t.Errorf("reset with reset_external: %d", code)
+	}
 	if series(e, "vllm:kv_offload_tiering_read_bytes_total", map[string]string{"tier": "1:p2p", "engine": "0"}) != 1 ||
 		series(e, "vllm:kv_offload_total_bytes_total", map[string]string{"transfer_type": "CPU_to_GPU"}) != 1 {
 		t.Error("labels: want tier=1:p2p and transfer_type")
