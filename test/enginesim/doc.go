@@ -97,6 +97,9 @@
 //     remote_prefiller — which hides remote_kv_source, as in vLLM — and
 //     remote_decoder, legacy_key for the p2p/prefill/decode keys older
 //     sidecars sent, self). The render endpoints echo kv_transfer_params.
+//     /reset_prefix_cache?reset_external=true also empties the CPU tier.
+//     A simulated restart keeps the side channel's connections (the CPU
+//     tier is the core's, and restarts empty).
 //   - The connector's metrics, only with it, as vLLM names them (labels
 //     model_name, engine): vllm:kv_offload_load_bytes_total,
 //     _load_time_total, _load_size, _store_bytes_total, _store_time_total,

@@ -50,7 +50,8 @@
 // connection (kvroute_engine_p2p_frames_rejected_total{reason}), and the
 // peer is logged at warn once, at debug after. A peer's requests are
 // answered MaxInflight at a time, writes are bounded by the pull timeout,
-// connections by MaxSessions.
+// connections by MaxSessions, and connections still in their handshake
+// by 64 (more are closed at once).
 //
 // Answers come from a LookupFunc, which the engine serves on its scheduler
 // goroutine: the core stays pure and single-threaded. Close ends every

@@ -42,7 +42,13 @@ type Node struct {
 	warned   map[string]bool     // peers already logged at warn
 
 	serving, receiving holds // the pulls under way from and to here
+
+	handshakes chan struct{} // inbound connections not yet admitted
 }
+
+// maxHandshakes bounds the inbound connections in their handshake; more
+// are closed at once (counted as failed).
+const maxHandshakes = 64
 
 // maxWarned bounds the peers remembered for logging once.
 const maxWarned = 4096
@@ -66,7 +72,8 @@ func New(cfg Config, lookup LookupFunc, log *zap.Logger, reg prometheus.Register
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, log: log, lookup: lookup, m: newMetrics(reg, cfg.Labels), ln: ln, id: identity(cfg.Host, port),
-		ctx: ctx, cancel: cancel, sessions: map[string]*session{}, warned: map[string]bool{}}
+		ctx: ctx, cancel: cancel, sessions: map[string]*session{}, warned: map[string]bool{},
+		handshakes: make(chan struct{}, maxHandshakes)}
 	n.wg.Add(1)
 	go n.accept()
 	return n, nil
@@ -119,6 +126,14 @@ func (n *Node) accept() {
 			}
 			continue
 		}
+		select {
+		case n.handshakes <- struct{}{}:
+		default: // too many half-open connections
+			n.m.connections.WithLabelValues("inbound", "failed").Inc()
+			n.logOnce("handshakes", "p2p side channel: too many connections in their handshake; closing new ones")
+			_ = conn.Close()
+			continue
+		}
 		n.wg.Add(1)
 		go n.inbound(conn)
 	}
@@ -131,6 +146,7 @@ func (n *Node) inbound(conn net.Conn) {
 	remote := conn.RemoteAddr().String()
 	_ = conn.SetDeadline(time.Now().Add(n.cfg.HandshakeTimeout))
 	f, err := n.readHandshake(conn, typeConnect)
+	<-n.handshakes
 	if err != nil {
 		var fe *frameError
 		if errors.As(err, &fe) {

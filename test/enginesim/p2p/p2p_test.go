@@ -546,3 +546,30 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestHalfOpenConnectionsBounded: connections that never finish their
+// handshake are bounded; past the bound a new one is closed at once, and
+// the node serves again once they time out.
+func TestHalfOpenConnectionsBounded(t *testing.T) {
+	cfg := config()
+	cfg.HandshakeTimeout = time.Second
+	hs := digests("l", 1)
+	src, srcReg := node(t, cfg, newTier(hs...))
+	const bound = 64 // the node's limit on handshakes under way
+	for i := 0; i < bound; i++ {
+		raw(t, src) // silent
+	}
+	extra := raw(t, src)
+	_ = extra.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the connection past the bound: %v, want it closed", err)
+	}
+	if got := counter(t, srcReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "inbound", "outcome": "failed"}); got < 1 {
+		t.Errorf("%v failed connections", got)
+	}
+	dst, _ := node(t, config(), newTier())
+	testnet.Await(t, 10*time.Second, 50*time.Millisecond, func() error {
+		_, err := pull(t, dst, src.ID(), hs, noHold)
+		return err
+	})
+}
