@@ -40,10 +40,10 @@ func newEngineCommand() *cobra.Command {
 func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 	cfg := enginesim.DefaultConfig()
 	var (
-		kvEventsJSON, hashSeed, eventLayout, replayLayout, logLevel, task, profileName string
-		loraModules                                                                    []string
-		numGPUBlocks                                                                   int
-		stepBase, stepPerSeq                                                           time.Duration
+		kvEventsJSON, kvTransferJSON, hashSeed, eventLayout, replayLayout, logLevel, task, profileName string
+		loraModules                                                                                    []string
+		numGPUBlocks                                                                                   int
+		stepBase, stepPerSeq                                                                           time.Duration
 	)
 	var cmd *cobra.Command
 	// finish completes cfg from the flags that need parsing and from the
@@ -65,6 +65,12 @@ func engineCommand() (*cobra.Command, *enginesim.Config, func() error) {
 		}
 		var err error
 		if cfg.KVEvents, err = enginesim.ParseKVEventsConfig(kvEventsJSON); err != nil {
+			return err
+		}
+		if cfg.KVTransfer, err = enginesim.ParseKVTransferConfig(kvTransferJSON); err != nil {
+			return err
+		}
+		if err := p2pEnv(&cfg); err != nil {
 			return err
 		}
 		if fl.Changed("hash-seed") {
@@ -111,7 +117,18 @@ Flags are named as vLLM names them; simulator-only flags start with --sim-.
 of a generative one: embeddings, pooling, classify, score and rerank.
 Environment, as vLLM reads it: PYTHONHASHSEED (the hash seed; --hash-seed
 overrides it), VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 (serve /v1/responses/render),
-VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 (publish raw digests).
+VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 (publish raw digests),
+VLLM_P2P_SIDE_CHANNEL_HOST and VLLM_P2P_SIDE_CHANNEL_PORT (the P2P tier's
+host and base port when its secondary_tiers entry sets none; default
+localhost and 5710, rank r on port+r), VLLM_P2P_HANDSHAKE_TIMEOUT_S.
+
+--kv-transfer-config takes vLLM's OffloadingConnector: a CPU tier
+(CPUOffloadingSpec), or with TieringOffloadingSpec a CPU tier and the P2P
+tier, which serves peers' lookups from the CPU tier and pulls the prefix a
+request's kv_transfer_params.remote_kv_source names, e.g.
+'{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":
+{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":100000000000,
+"secondary_tiers":[{"type":"p2p","host":"10.0.0.5","port":5710}]}}'.
 
 Run-time fault switches: POST /sim/faults {"drop_events_pct":10,"delay_events_ms":5}
 and POST /sim/restart.`,
@@ -156,6 +173,7 @@ and POST /sim/restart.`,
 	f.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.MaxNumBatchedTokens, "tokens per scheduler step, chunked prefill beyond it (default: the --profile's; sim-default's shown)")
 	f.StringVar(&cfg.HashAlgo, "prefix-caching-hash-algo", cfg.HashAlgo, "block hash algorithm; only sha256_cbor is simulated")
 	f.StringVar(&hashSeed, "hash-seed", "", "NONE_HASH seed string (default: $PYTHONHASHSEED, else \"vllm-none-hash\")")
+	f.StringVar(&kvTransferJSON, "kv-transfer-config", "", `KV connector config, the JSON vLLM takes; only the OffloadingConnector is simulated, e.g. '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"cpu_bytes_to_use":100000000000}}' (default: none)`)
 	f.StringVar(&kvEventsJSON, "kv-events-config", "", `KV events config, the JSON vLLM takes, e.g. '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv@pod@model"}'`)
 	f.BoolVar(&cfg.EnablePromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens")
 	f.IntVarP(&cfg.DataParallelSize, "data-parallel-size", "d", 1, "data-parallel ranks; rank r uses HTTP port+r and event ports +r")
@@ -209,6 +227,30 @@ func applyProfile(changed func(flag string) bool, cfg *enginesim.Config, name st
 		lat.DecodePerSeq = stepPerSeq
 	}
 	cfg.Sim.Latency = lat
+	return nil
+}
+
+// p2pEnv reads the P2P tier's environment, as vLLM's envs.py does:
+// VLLM_P2P_SIDE_CHANNEL_HOST, VLLM_P2P_SIDE_CHANNEL_PORT and
+// VLLM_P2P_HANDSHAKE_TIMEOUT_S (seconds).
+func p2pEnv(cfg *enginesim.Config) error {
+	if v, ok := os.LookupEnv("VLLM_P2P_SIDE_CHANNEL_HOST"); ok {
+		cfg.P2PSideChannelHost = v
+	}
+	if v, ok := os.LookupEnv("VLLM_P2P_SIDE_CHANNEL_PORT"); ok {
+		p, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("VLLM_P2P_SIDE_CHANNEL_PORT=%q: want a port", v)
+		}
+		cfg.P2PSideChannelPort = p
+	}
+	if v, ok := os.LookupEnv("VLLM_P2P_HANDSHAKE_TIMEOUT_S"); ok {
+		s, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || !(s > 0) || s > 3600 {
+			return fmt.Errorf("VLLM_P2P_HANDSHAKE_TIMEOUT_S=%q: want seconds, more than 0", v)
+		}
+		cfg.P2PHandshakeTimeout = time.Duration(s * float64(time.Second))
+	}
 	return nil
 }
 

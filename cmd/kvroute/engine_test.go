@@ -15,7 +15,8 @@ import (
 // reads), and completes the config.
 func parseEngine(t *testing.T, env map[string]string, args ...string) (*enginesim.Config, error) {
 	t.Helper()
-	for _, k := range []string{"PYTHONHASHSEED", "VLLM_ENABLE_SCALE_OUT_ENDPOINTS", "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"} {
+	for _, k := range []string{"PYTHONHASHSEED", "VLLM_ENABLE_SCALE_OUT_ENDPOINTS", "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES",
+		"VLLM_P2P_SIDE_CHANNEL_HOST", "VLLM_P2P_SIDE_CHANNEL_PORT", "VLLM_P2P_HANDSHAKE_TIMEOUT_S"} {
 		v, ok := env[k]
 		if ok {
 			t.Setenv(k, v)
@@ -216,6 +217,44 @@ func TestEngineProfileFlag(t *testing.T) {
 	for _, bad := range [][]string{{"--sim-prefill-tokens-per-s", "-5"}, {"--sim-step-base", "-1ms"}, {"--profile", profile.Qwen332BH100TP2, "--sim-step-per-seq", "-1ms"}} {
 		if _, err := parseEngine(t, nil, bad...); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// TestEngineKVTransferFlags: --kv-transfer-config and the P2P tier's
+// environment, with vLLM's defaults and refusals.
+func TestEngineKVTransferFlags(t *testing.T) {
+	const tiering = `{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":1e9,"block_size":64,"secondary_tiers":[{"type":"p2p"}]}}`
+	cfg, err := parseEngine(t, nil, "--block-size", "16", "--kv-transfer-config", tiering)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.KVTransfer.P2PEnabled() || cfg.KVTransfer.Offload.CPUBytes != 1e9 || cfg.KVTransfer.OffloadBlockTokens(16) != 64 ||
+		cfg.P2PSideChannelHost != "localhost" || cfg.P2PSideChannelPort != 5710 || cfg.P2PHandshakeTimeout != 10*time.Second {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = parseEngine(t, map[string]string{"VLLM_P2P_SIDE_CHANNEL_HOST": "10.0.0.5", "VLLM_P2P_SIDE_CHANNEL_PORT": "6000",
+		"VLLM_P2P_HANDSHAKE_TIMEOUT_S": "2.5"}, "--block-size", "16", "--kv-transfer-config", tiering)
+	if err != nil || cfg.P2PSideChannelHost != "10.0.0.5" || cfg.P2PSideChannelPort != 6000 || cfg.P2PHandshakeTimeout != 2500*time.Millisecond {
+		t.Errorf("environment: %v %+v", err, cfg)
+	}
+	cfg, err = parseEngine(t, nil)
+	if err != nil || cfg.KVTransfer.Enabled() {
+		t.Errorf("no connector by default: %v %+v", err, cfg.KVTransfer)
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"--block-size", "16", "--kv-transfer-config", strings.Replace(tiering, `"block_size":64`, `"block_size":40`, 1)}, "multiple of the GPU block"},
+		{nil, []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}, "not simulated"},
+		{nil, []string{"--kv-transfer-config", `{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"cpu_bytes_to_use":1,"eviction_policy":"arc"}}`}, "arc is not modelled"},
+		{map[string]string{"VLLM_P2P_SIDE_CHANNEL_PORT": "port"}, []string{"--kv-transfer-config", tiering}, "VLLM_P2P_SIDE_CHANNEL_PORT"},
+		{map[string]string{"VLLM_P2P_HANDSHAKE_TIMEOUT_S": "0"}, []string{"--kv-transfer-config", tiering}, "VLLM_P2P_HANDSHAKE_TIMEOUT_S"},
+	} {
+		if _, err := parseEngine(t, c.env, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: %v, want an error saying %q", c.env, c.args, err, c.want)
 		}
 	}
 }

@@ -34,10 +34,15 @@ func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 
 // handleReset answers 200 even when the reset cannot happen, as vLLM does
 // (it only logs a warning); reset_running_requests=true preempts running
-// requests first so the reset always happens.
+// requests first so the reset always happens; reset_external=true also
+// empties the KV connector's CPU tier.
 func (e *Engine) handleReset(w http.ResponseWriter, r *http.Request) {
-	running := r.URL.Query().Get("reset_running_requests")
-	err := e.ResetPrefixCache(running == "true" || running == "True" || running == "1")
+	truthy := func(v string) bool { return v == "true" || v == "True" || v == "1" }
+	q := r.URL.Query()
+	err := e.ResetPrefixCache(truthy(q.Get("reset_running_requests")))
+	if err == nil && truthy(q.Get("reset_external")) {
+		err = e.ResetConnectorCache()
+	}
 	if errors.Is(err, ErrClosed) {
 		e.fail(w, r, http.StatusServiceUnavailable, err.Error())
 		return

@@ -55,17 +55,24 @@ func (e *Engine) resolveModel(name string) (identity, error) {
 }
 
 // generateBody is a generate request's body (chat, completions,
-// Responses): what every kind names, its model and its cache_salt.
+// Responses): what every kind names, its model and its cache_salt, and its
+// kv_transfer_params.
 type generateBody interface {
 	modelAndSalt() (model string, salt *string)
+	transferParams() json.RawMessage
 }
 
 func (c *chatRequest) modelAndSalt() (string, *string)       { return c.Model, c.CacheSalt }
 func (c *completionRequest) modelAndSalt() (string, *string) { return c.Model, c.CacheSalt }
 func (c *responsesRequest) modelAndSalt() (string, *string)  { return c.Model, c.CacheSalt }
 
+func (c *chatRequest) transferParams() json.RawMessage       { return c.KVTransferParams }
+func (c *completionRequest) transferParams() json.RawMessage { return c.KVTransferParams }
+func (c *responsesRequest) transferParams() json.RawMessage  { return c.KVTransferParams }
+
 // decodeGenerate decodes a generate body into req and runs the checks
-// every kind runs first, in vLLM's order: the body, its cache_salt, then
+// every kind runs first, in vLLM's order: the body, its cache_salt (a
+// validator run before the fields'), its kv_transfer_params' type, then
 // its model.
 func (e *Engine) decodeGenerate(w http.ResponseWriter, r *http.Request, req generateBody) (identity, error) {
 	if err := decodeBody(w, r, req); err != nil {
@@ -73,6 +80,9 @@ func (e *Engine) decodeGenerate(w http.ResponseWriter, r *http.Request, req gene
 	}
 	model, salt := req.modelAndSalt()
 	if err := checkSalt(salt); err != nil {
+		return identity{}, err
+	}
+	if err := checkKVTransferParams(req.transferParams()); err != nil {
 		return identity{}, err
 	}
 	return e.resolveModel(model)

@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/kvevents"
 	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/enginesim/p2p"
 	"github.com/kvroute/kvroute/test/enginesim/profile"
 )
 
@@ -207,7 +208,21 @@ type Config struct {
 	// IntBlockHashes publishes 64-bit hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES,
 	// default true); false publishes raw digests.
 	IntBlockHashes bool
-	Sim            SimConfig
+	// KVTransfer is --kv-transfer-config: the OffloadingConnector (a CPU
+	// tier, and optionally the P2P tier), or none (the default).
+	KVTransfer KVTransferConfig
+	// P2PSideChannelHost and P2PSideChannelPort are the P2P tier's host
+	// (the bind address and the identity peers dial, verbatim) and base
+	// port when its secondary_tiers entry sets none:
+	// VLLM_P2P_SIDE_CHANNEL_HOST (default localhost) and
+	// VLLM_P2P_SIDE_CHANNEL_PORT (default 5710). Rank r listens on the
+	// base port + r (vLLM: + the global data-parallel index).
+	P2PSideChannelHost string
+	P2PSideChannelPort int
+	// P2PHandshakeTimeout is VLLM_P2P_HANDSHAKE_TIMEOUT_S: a side-channel
+	// connection not ready within it is dead.
+	P2PHandshakeTimeout time.Duration
+	Sim                 SimConfig
 
 	// EventSink, when set, receives every KV-event batch the engine
 	// publishes, in order, one per scheduler step that made events (and
@@ -244,6 +259,9 @@ func DefaultConfig() Config {
 		KVEvents:            DefaultKVEventsConfig(),
 		DataParallelSize:    1,
 		IntBlockHashes:      true,
+		P2PSideChannelHost:  p2p.DefaultHost,
+		P2PSideChannelPort:  p2p.DefaultPort,
+		P2PHandshakeTimeout: p2p.DefaultConfig().HandshakeTimeout,
 		Sim: SimConfig{
 			Latency:   lat,
 			TimeScale: 1,
@@ -289,6 +307,7 @@ func (c *Config) Validate() error {
 	if err := c.KVEvents.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateKVTransfer()...)
 	if c.KVEvents.Enabled() && c.DataParallelSize > 1 {
 		if _, err := offsetEndpointPort(c.KVEvents.Endpoint, 1); err != nil {
 			errs = append(errs, err)

@@ -66,6 +66,55 @@
 //     reports, without sockets.
 //   - Deterministic: the same prompt always gives the same tokens and the
 //     same reply (package chat's tokenizer and template).
+//   - vLLM's OffloadingConnector, when --kv-transfer-config names it
+//     (Config.KVTransfer; none by default, and then nothing below
+//     exists): kv_role, and kv_connector_extra_config's spec_name
+//     (CPUOffloadingSpec, or TieringOffloadingSpec with a secondary tier
+//     {"type":"p2p","host","port"}), cpu_bytes_to_use (required),
+//     block_size or blocks_per_chunk (a multiple of the GPU block),
+//     eviction_policy (lru; arc is refused as not modelled),
+//     offload_prompt_only, self_describing_kv_events, store_threshold (0
+//     or 1). vLLM's refusals are errors naming the key; what the
+//     simulation does not model (other connectors, fs and obj tiers, arc)
+//     is an error saying so; keys vLLM would ignore are logged at start.
+//     The CPU tier itself (offload, hits loaded back, its events) is the
+//     core's (package sched, kvcache); offload_core.go is the one file
+//     that calls it.
+//   - The P2P tier: each rank runs a side channel (package p2p) on the
+//     tier's host, verbatim, and port + rank (the tier's own, else
+//     VLLM_P2P_SIDE_CHANNEL_HOST, default localhost, and
+//     VLLM_P2P_SIDE_CHANNEL_PORT, default 5710; Engine.P2PID), answering
+//     peers' lookups from the CPU tier through the scheduler goroutine.
+//     A request's kv_transfer_params (chat, completions, Responses: vLLM's
+//     dict[str, Any], anything but an object or null is its 400) may name
+//     remote_kv_source {kv_request_id, remote_host, remote_port}: the core
+//     looks the prefix up at that peer and pulls the leading blocks it
+//     still holds (off the scheduler goroutine; the transfer time is this
+//     engine's profile's, with both ends' pulls under way); any failure
+//     recomputes. What the connector would not use is ignored, never an
+//     error, and counted (kvroute_engine_kv_transfer_params_ignored_total
+//     {reason}: malformed, no_p2p_tier, not_modelled for the P/D roles
+//     remote_prefiller — which hides remote_kv_source, as in vLLM — and
+//     remote_decoder, legacy_key for the p2p/prefill/decode keys older
+//     sidecars sent, self). The render endpoints echo kv_transfer_params.
+//     /reset_prefix_cache?reset_external=true also empties the CPU tier.
+//     A simulated restart keeps the side channel's connections (the CPU
+//     tier is the core's, and restarts empty).
+//   - The connector's metrics, only with it, as vLLM names them (labels
+//     model_name, engine): vllm:kv_offload_load_bytes_total,
+//     _load_time_total, _load_size, _store_bytes_total, _store_time_total,
+//     _store_size, the deprecated vllm:kv_offload_total_bytes_total,
+//     _total_time_total and _size {transfer_type CPU_to_GPU, GPU_to_CPU},
+//     vllm:kv_offload_stores_skipped_total (CPU spec); with the P2P tier
+//     vllm:kv_offload_tiering_{read_bytes,read_time,write_bytes,
+//     write_time,promotion_job_failures,cascade_job_failures,block_queries,
+//     block_hits}_total{tier="1:p2p"}. vllm:external_prefix_cache_queries
+//     and _hits (always exported) count the connector's queries and its
+//     CPU-tier and pulled tokens; vllm:prompt_tokens_cached includes them.
+//     Ours, where vLLM has none: kvroute_engine_prompt_tokens_by_tier_total
+//     {tier cpu, p2p}, kvroute_engine_kv_offload_tiering_promotion_jobs_total
+//     (pulls), kvroute_engine_p2p_pull_failures_total{reason} and the side
+//     channel's kvroute_engine_p2p_* series.
 //   - Fault switches for tests and benchmarks: drop a percentage of event
 //     batches (they stay replayable), delay them, and restart (new start
 //     time, seq back to 0, cache empty, requests in flight fail); also at

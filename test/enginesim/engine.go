@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/test/enginesim/kvcache"
+	"github.com/kvroute/kvroute/test/enginesim/p2p"
 	"github.com/kvroute/kvroute/test/enginesim/sched"
 )
 
@@ -55,6 +56,18 @@ type Engine struct {
 
 	eventsEndpoint, replayEndpoint atomic.Pointer[string]
 
+	// node is the rank's P2P side channel; nil without the P2P tier.
+	node *p2p.Node
+	// pulls carries pulls' outcomes to the scheduler goroutine; the pulls
+	// run under pullCtx (ended at close), at most maxPulls at once.
+	pulls      chan pullDone
+	pullCtx    context.Context
+	pullCancel context.CancelFunc
+	pullSem    chan struct{}
+	pullWG     sync.WaitGroup
+	// wake tells a loop parked for KV (parkKV) that a handler cancelled.
+	wake chan struct{}
+
 	srv      *http.Server
 	listener net.Listener
 }
@@ -67,7 +80,7 @@ var ErrClosed = errors.New("the engine is shutting down")
 
 // schedConfig is the core's configuration from the engine's flags.
 func schedConfig(cfg *Config) sched.Config {
-	return sched.Config{
+	c := sched.Config{
 		Cache: kvcache.Config{
 			NumBlocks:  cfg.NumGPUBlocks,
 			BlockSize:  cfg.BlockSize,
@@ -80,6 +93,8 @@ func schedConfig(cfg *Config) sched.Config {
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
 		Latency:             cfg.Sim.Profile(),
 	}
+	offloadCache(&c.Cache, cfg)
+	return c
 }
 
 func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
@@ -93,13 +108,23 @@ func newEngine(cfg *Config, rank int, log *zap.Logger) (*Engine, error) {
 		ctrl:     make(chan func()),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
+		pulls:    make(chan pullDone, 1024),
+		wake:     make(chan struct{}, 1),
+		pullSem:  make(chan struct{}, maxPulls),
 	}
+	e.pullCtx, e.pullCancel = context.WithCancel(context.Background())
 	e.metrics = newMetrics(e.reg, cfg, rank)
 	var err error
 	if e.core, err = sched.New(schedConfig(cfg)); err != nil {
 		return nil, err
 	}
+	if err := e.openNode(); err != nil {
+		return nil, err
+	}
 	if err := e.openPublisher(); err != nil {
+		if e.node != nil {
+			e.node.Close()
+		}
 		return nil, err
 	}
 	e.markStarted()
@@ -211,6 +236,13 @@ func (e *Engine) ResetPrefixCache(resetRunning bool) error {
 	return err
 }
 
+// ResetConnectorCache empties the KV connector's CPU tier without events,
+// as vLLM's reset_prefix_cache with reset_external does; a no-op without
+// a connector.
+func (e *Engine) ResetConnectorCache() error {
+	return e.do(e.resetConnector)
+}
+
 // Restart simulates a process restart: requests in flight fail, the cache
 // is emptied without events, the publisher restarts at seq 0 with an empty
 // replay ring, and the start time changes.
@@ -277,8 +309,13 @@ func (e *Engine) close() {
 	if e.closed.Swap(true) {
 		return
 	}
+	if e.node != nil { // first: peers' lookups stop waiting on the loop
+		e.node.Close()
+	}
+	e.pullCancel()
 	close(e.quit)
 	<-e.done
+	e.pullWG.Wait()
 	if e.pub != nil {
 		e.pub.close()
 	}
@@ -304,6 +341,9 @@ func Start(cfg Config, log *zap.Logger) (*Process, error) {
 	}
 	if log == nil {
 		log = zap.NewNop()
+	}
+	for _, w := range cfg.KVTransfer.Warnings {
+		log.Warn(w)
 	}
 	p := &Process{cfg: cfg, log: log}
 	for rank := 0; rank < cfg.DataParallelSize; rank++ {
@@ -335,7 +375,8 @@ func Start(cfg Config, log *zap.Logger) (*Process, error) {
 		}()
 		log.Info("simulated vLLM engine serving",
 			zap.Int("rank", rank), zap.String("http", ln.Addr().String()),
-			zap.String("kv_events", e.EventsEndpoint()), zap.String("replay", e.ReplayEndpoint()))
+			zap.String("kv_events", e.EventsEndpoint()), zap.String("replay", e.ReplayEndpoint()),
+			zap.String("p2p", e.P2PID()))
 	}
 	return p, nil
 }

@@ -16,6 +16,8 @@ type completionRequest struct {
 	CacheSalt     *string         `json:"cache_salt"`
 	IgnoreEOS     bool            `json:"ignore_eos"`
 	Echo          bool            `json:"echo"`
+	// KVTransferParams is kv_transfer_params (dict[str, Any] | None).
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 }
 
 func (e *Engine) prepareCompletion(w http.ResponseWriter, r *http.Request, req *completionRequest) (identity, [][]uint32, []int, error) {
@@ -57,7 +59,7 @@ func (c *completionsGen) prepare(w http.ResponseWriter, r *http.Request) (genera
 		c.prompt += len(p)
 	}
 	return generation{id: id, salt: saltOf(c.req.CacheSalt), prompts: prompts, budgets: budgets,
-		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream}, err
+		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams}, err
 }
 
 func (c *completionsGen) begin() {

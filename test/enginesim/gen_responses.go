@@ -18,6 +18,9 @@ type responsesRequest struct {
 	PreviousResponseID *string         `json:"previous_response_id"`
 	CacheSalt          *string         `json:"cache_salt"`
 	IgnoreEOS          bool            `json:"ignore_eos"`
+	// KVTransferParams is kv_transfer_params, which current vLLM takes on
+	// Responses too.
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 }
 
 func (e *Engine) renderResponses(req *responsesRequest) ([]uint32, error) {
@@ -75,7 +78,7 @@ func (c *responsesGen) prepare(w http.ResponseWriter, r *http.Request) (generati
 	id, toks, budget, err := c.e.prepareResponses(w, r, &c.req)
 	c.id, c.prompt = id, len(toks)
 	return generation{id: id, salt: saltOf(c.req.CacheSalt), prompts: [][]uint32{toks}, budgets: []int{budget},
-		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream}, err
+		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams}, err
 }
 
 func (c *responsesGen) begin() {

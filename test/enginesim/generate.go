@@ -2,6 +2,7 @@ package enginesim
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/kvroute/kvroute/test/enginesim/chat"
@@ -16,6 +17,8 @@ type generation struct {
 	budgets   []int // max tokens, per prompt
 	ignoreEOS bool
 	stream    bool
+	// kvParams is the body's kv_transfer_params, as sent.
+	kvParams json.RawMessage
 }
 
 // endpoint is what differs between the generate endpoints (chat
@@ -48,7 +51,7 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		e.failErr(w, r, err)
 		return
 	}
-	rn, err := e.start(r.Context(), g.id, g.salt, g.prompts, g.budgets, g.ignoreEOS)
+	rn, err := e.start(r.Context(), g.id, g.salt, g.prompts, g.budgets, g.ignoreEOS, e.kvSourceOf(g.kvParams))
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -89,18 +92,22 @@ type run struct {
 	prompt []int
 }
 
-// start hands the prompts to the engine, each with its output budget.
-func (e *Engine) start(ctx context.Context, id identity, salt string, prompts [][]uint32, maxTokens []int, ignoreEOS bool) (*run, error) {
+// start hands the prompts to the engine, each with its output budget and
+// the KV source to pull its prefix from (none: the zero kvSource).
+func (e *Engine) start(ctx context.Context, id identity, salt string, prompts [][]uint32, maxTokens []int, ignoreEOS bool, src kvSource) (*run, error) {
 	rn := &run{e: e, box: newMailbox(), done: e.done}
 	for i, p := range prompts {
 		if len(p) == 0 {
 			return nil, badRequest("The prompt is empty.")
 		}
+		spec := sched.Request{ID: sched.ID(e.nextID.Add(1)), Prompt: p, LoRA: id.lora, LoraID: id.loraID, Salt: salt,
+			MaxTokens: maxTokens[i], IgnoreEOS: ignoreEOS}
+		setSource(&spec, src)
 		rn.reqs = append(rn.reqs, &request{
-			spec: sched.Request{ID: sched.ID(e.nextID.Add(1)), Prompt: p, LoRA: id.lora, LoraID: id.loraID, Salt: salt,
-				MaxTokens: maxTokens[i], IgnoreEOS: ignoreEOS},
-			index: i,
-			box:   rn.box,
+			spec:   spec,
+			index:  i,
+			box:    rn.box,
+			source: src,
 		})
 		rn.prompt = append(rn.prompt, len(p))
 	}

@@ -41,7 +41,9 @@ const (
 // only new series were added to it: vllm:request_queue_time_seconds and
 // vllm:request_prefill_time_seconds (every line before and after them
 // unchanged; the workload's requests go one at a time, so every queue time
-// is 0 and the prefill times are the TTFTs).
+// is 0 and the prefill times are the TTFTs), then
+// kvroute_engine_kv_transfer_params_ignored_total (all 0: the workload
+// sends no kv_transfer_params).
 //
 // The requests go one at a time, each answer read to its end before the
 // next, so the engine's steps do not depend on timing. Ids, timestamps and

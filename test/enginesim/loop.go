@@ -29,6 +29,8 @@ type request struct {
 	box   *mailbox
 	// arrival is the simulated second it reached the core (simSec).
 	arrival float64
+	// source is the peer its remote_kv_source names (none: zero).
+	source kvSource
 }
 
 // mailbox carries updates from the scheduler to a handler without ever
@@ -187,6 +189,7 @@ func (e *Engine) step() bool {
 		m.preemptions.Add(float64(res.Preemptions))
 	}
 	if res.Scheduled == 0 {
+		e.observeOffload(res)
 		e.setLoad(res.Load)
 		return true
 	}
@@ -196,13 +199,16 @@ func (e *Engine) step() bool {
 	e.simNow += res.Duration
 	e.simSec += res.Duration.Seconds()
 	if res.PromptTokens > 0 { // with the step's outcome, as vLLM's scheduler stats
-		hit := float64(res.CachedTokens)
+		hit := float64(res.CachedTokens) // the GPU's
+		o := stepOffload(res)
+		external := o.CPUHitTokens + o.PulledTokens // the connector's
 		m.prefixQueries.Add(float64(res.PromptTokens))
 		m.prefixHits.Add(hit)
 		m.promptTokens.Add(float64(res.PromptTokens))
-		m.promptTokensCached.Add(hit)
-		m.promptTokensRecomputed.Add(float64(res.PromptTokens - res.CachedTokens))
+		m.promptTokensCached.Add(hit + float64(external))
+		m.promptTokensRecomputed.Add(float64(res.PromptTokens - res.CachedTokens - external))
 	}
+	e.observeOffload(res)
 	for _, u := range res.Updates {
 		m.generationTokens.Inc()
 		if r, ok := e.live[u.ID]; ok && u.First {

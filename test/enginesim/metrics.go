@@ -28,6 +28,9 @@ type metrics struct {
 	events, eventBatchesDropped    *prometheus.CounterVec
 	replayRequests                 *prometheus.CounterVec
 	cacheInfo                      *prometheus.GaugeVec
+	kvParamsIgnored                *prometheus.CounterVec
+	// offload are the KV connector's series; nil without one.
+	offload *offloadMetrics
 }
 
 // requestLatencyBuckets are vLLM's buckets for its per-request phase
@@ -54,8 +57,8 @@ func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 		prefixQueries:          counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
 		prefixHits:             counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
 		promptTokens:           counter("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
-		externalQueries:        counter("vllm:external_prefix_cache_queries_total", "External prefix cache queries (KV connector), in tokens; always 0 here."),
-		externalHits:           counter("vllm:external_prefix_cache_hits_total", "External prefix cache hits (KV connector), in tokens; always 0 here."),
+		externalQueries:        counter("vllm:external_prefix_cache_queries_total", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
+		externalHits:           counter("vllm:external_prefix_cache_hits_total", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
 		promptTokensCached:     counter("vllm:prompt_tokens_cached_total", "Prompt tokens served from the prefix cache."),
 		promptTokensRecomputed: counter("vllm:prompt_tokens_recomputed_total", "Prompt tokens computed."),
 		generationTokens:       counter("vllm:generation_tokens_total", "Number of generation tokens processed."),
@@ -83,6 +86,16 @@ func newMetrics(reg prometheus.Registerer, cfg *Config, rank int) *metrics {
 			Help: "Information of the LLMEngine CacheConfig"}, []string{
 			"block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization",
 			"num_cpu_blocks", "num_gpu_blocks", "prefix_caching_hash_algo", "engine", "model_name"})).(*prometheus.GaugeVec),
+	}
+	m.kvParamsIgnored = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_kv_transfer_params_ignored_total",
+		Help: "Requests' kv_transfer_params (or a part) ignored, as vLLM's connector ignores them, by reason: malformed, no_p2p_tier, " +
+			"not_modelled (the P/D roles), legacy_key (p2p, prefill, decode), self (the source is this rank). Ours.",
+		ConstLabels: labels}, []string{"reason"})).(*prometheus.CounterVec)
+	for _, r := range kvIgnoredReasons {
+		m.kvParamsIgnored.WithLabelValues(r)
+	}
+	if cfg.KVTransfer.Enabled() {
+		m.offload = newOffloadMetrics(reg, cfg, labels)
 	}
 	m.cacheInfo.WithLabelValues(strconv.Itoa(cfg.BlockSize), "auto", "True", "0.9", "0",
 		strconv.Itoa(cfg.NumGPUBlocks), cfg.HashAlgo, strconv.Itoa(rank), cfg.servedNames()[0]).Set(1)

@@ -1,17 +1,22 @@
 package enginesim
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
 	"github.com/kvroute/kvroute/test/enginesim/chat"
 )
 
-// generateRequest is vLLM's GenerateRequest as the render endpoints return it.
-func (e *Engine) generateRequest(id identity, toks []uint32, salt *string, maxTokens int) map[string]any {
-	var s any
+// generateRequest is vLLM's GenerateRequest as the render endpoints return
+// it: kv_transfer_params and cache_salt are the request's, as sent.
+func (e *Engine) generateRequest(id identity, toks []uint32, salt *string, maxTokens int, kvParams json.RawMessage) map[string]any {
+	var s, kv any
 	if salt != nil {
 		s = *salt
+	}
+	if t := bytes.TrimSpace(kvParams); len(t) > 0 {
+		kv = json.RawMessage(t)
 	}
 	return map[string]any{
 		"request_id":         e.newID("render-"),
@@ -22,7 +27,7 @@ func (e *Engine) generateRequest(id identity, toks []uint32, salt *string, maxTo
 		"stream":             false,
 		"cache_salt":         s,
 		"priority":           0,
-		"kv_transfer_params": nil,
+		"kv_transfer_params": kv,
 	}
 }
 
@@ -33,7 +38,7 @@ func (e *Engine) handleChatRender(w http.ResponseWriter, r *http.Request) {
 		e.failErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e.generateRequest(id, toks, req.CacheSalt, budget))
+	writeJSON(w, http.StatusOK, e.generateRequest(id, toks, req.CacheSalt, budget, req.KVTransferParams))
 }
 
 func (e *Engine) handleCompletionsRender(w http.ResponseWriter, r *http.Request) {
@@ -45,7 +50,7 @@ func (e *Engine) handleCompletionsRender(w http.ResponseWriter, r *http.Request)
 	}
 	out := []any{}
 	for i, p := range prompts {
-		out = append(out, e.generateRequest(id, p, req.CacheSalt, budgets[i]))
+		out = append(out, e.generateRequest(id, p, req.CacheSalt, budgets[i], req.KVTransferParams))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -57,7 +62,7 @@ func (e *Engine) handleResponsesRender(w http.ResponseWriter, r *http.Request) {
 		e.failErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e.generateRequest(id, toks, req.CacheSalt, budget))
+	writeJSON(w, http.StatusOK, e.generateRequest(id, toks, req.CacheSalt, budget, req.KVTransferParams))
 }
 
 type tokenizeRequest struct {

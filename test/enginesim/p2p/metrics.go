@@ -1,0 +1,44 @@
+package p2p
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the side channel's own series. vLLM exports nothing for its
+// control connections, so every one is ours (kvroute_engine_ prefix).
+type metrics struct {
+	connections    *prometheus.CounterVec
+	sessions       prometheus.Gauge
+	framesRejected *prometheus.CounterVec
+	served         *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) *metrics {
+	m := &metrics{
+		connections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_p2p_connections_total",
+			Help:        "P2P side-channel connections, by direction (inbound, outbound) and outcome (ready; rejected: a fingerprint mismatch, a duplicate or too many; failed: unreachable, handshake timeout or a bad handshake).",
+			ConstLabels: labels}, []string{"direction", "outcome"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_engine_p2p_sessions",
+			Help: "P2P side-channel connections open and ready.", ConstLabels: labels}),
+		framesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_p2p_frames_rejected_total",
+			Help:        "P2P side-channel frames rejected, by reason (oversized, malformed, unexpected); the connection is closed.",
+			ConstLabels: labels}, []string{"reason"}),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_p2p_served_total",
+			Help:        "Peers' lookup and fetch messages answered from this engine's CPU tier, by op.",
+			ConstLabels: labels}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{m.connections, m.sessions, m.framesRejected, m.served} {
+		reg.MustRegister(c)
+	}
+	for _, d := range []string{"inbound", "outbound"} {
+		for _, o := range []string{"ready", "rejected", "failed"} {
+			m.connections.WithLabelValues(d, o)
+		}
+	}
+	for _, r := range []string{"oversized", "malformed", "unexpected"} {
+		m.framesRejected.WithLabelValues(r)
+	}
+	m.served.WithLabelValues(typeLookup)
+	m.served.WithLabelValues(typeFetch)
+	return m
+}

@@ -1,0 +1,310 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/blockkey"
+)
+
+// LookupFunc answers a peer's lookup or fetch from the local CPU tier:
+// how many leading hashes it holds now. It must return when ctx ends (the
+// session or the node closing); an error counts as no hit.
+type LookupFunc func(ctx context.Context, hashes []blockkey.Digest) (hits int, err error)
+
+// Node is one engine rank's side channel: it listens for peers, answers
+// their lookups and fetches through a LookupFunc, and pulls from peers. It
+// keeps one connection per peer, reused both ways. Safe for concurrent
+// use.
+type Node struct {
+	cfg    Config
+	log    *zap.Logger
+	lookup LookupFunc
+	m      *metrics
+	ln     net.Listener
+	id     string
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the accept loop and every connection's goroutine
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[string]*session // by peer identity, pending or ready
+	warned   map[string]bool     // peers already logged at warn
+
+	serving, receiving holds // the pulls under way from and to here
+
+	handshakes chan struct{} // inbound connections not yet admitted
+}
+
+// maxHandshakes bounds the inbound connections in their handshake; more
+// are closed at once (counted as failed).
+const maxHandshakes = 64
+
+// maxWarned bounds the peers remembered for logging once.
+const maxWarned = 4096
+
+// New validates cfg, listens on cfg.Host:cfg.Port and starts serving.
+// lookup answers peers; log and reg take the node's logs and metrics.
+func New(cfg Config, lookup LookupFunc, log *zap.Logger, reg prometheus.Registerer) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if lookup == nil || log == nil || reg == nil {
+		return nil, errors.New("p2p: New needs a lookup function, a logger and a registerer")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("p2p side channel: %w", err)
+	}
+	port := cfg.Port
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{cfg: cfg, log: log, lookup: lookup, m: newMetrics(reg, cfg.Labels), ln: ln, id: identity(cfg.Host, port),
+		ctx: ctx, cancel: cancel, sessions: map[string]*session{}, warned: map[string]bool{},
+		handshakes: make(chan struct{}, maxHandshakes)}
+	n.wg.Add(1)
+	go n.accept()
+	return n, nil
+}
+
+// ID is the node's identity, host:port, as peers dial it.
+func (n *Node) ID() string { return n.id }
+
+// Close stops serving, ends every connection (telling peers) and waits
+// for the node's goroutines.
+func (n *Node) Close() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	open := make([]*session, 0, len(n.sessions))
+	for _, s := range n.sessions {
+		open = append(open, s)
+	}
+	n.mu.Unlock()
+	_ = n.ln.Close()
+	for _, s := range open {
+		select {
+		case <-s.ready:
+			s.sayGoodbye("shutting down")
+		default:
+		}
+		s.fail(ErrClosed)
+	}
+	n.cancel()
+	n.wg.Wait()
+}
+
+// accept takes inbound connections until the node closes.
+func (n *Node) accept() {
+	defer n.wg.Done()
+	for {
+		conn, err := n.ln.Accept()
+		if err != nil {
+			if n.ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("p2p side channel: accept", zap.Error(err))
+			select { // a passing error (out of descriptors): back off a little
+			case <-time.After(50 * time.Millisecond):
+			case <-n.ctx.Done():
+				return
+			}
+			continue
+		}
+		select {
+		case n.handshakes <- struct{}{}:
+		default: // too many half-open connections
+			n.m.connections.WithLabelValues("inbound", "failed").Inc()
+			n.logOnce("handshakes", "p2p side channel: too many connections in their handshake; closing new ones")
+			_ = conn.Close()
+			continue
+		}
+		n.wg.Add(1)
+		go n.inbound(conn)
+	}
+}
+
+// inbound runs an accepted connection: the peer's connect, our checks,
+// our connect_ack, then the session.
+func (n *Node) inbound(conn net.Conn) {
+	defer n.wg.Done()
+	remote := conn.RemoteAddr().String()
+	_ = conn.SetDeadline(time.Now().Add(n.cfg.HandshakeTimeout))
+	f, err := n.readHandshake(conn, typeConnect)
+	<-n.handshakes
+	if err != nil {
+		var fe *frameError
+		if errors.As(err, &fe) {
+			n.countRejected(err)
+		}
+		n.m.connections.WithLabelValues("inbound", "failed").Inc()
+		n.logOnce(hostOf(remote), "p2p inbound handshake failed", zap.String("remote", remote), zap.Error(err))
+		_ = conn.Close()
+		return
+	}
+	s, reason := n.admit(f)
+	if s == nil {
+		n.m.connections.WithLabelValues("inbound", "rejected").Inc()
+		n.logOnce(f.ID, "p2p rejecting peer", zap.String("peer", f.ID), zap.String("remote", remote), zap.String("reason", reason))
+		writeBestEffort(conn, frame{Type: typeDisconnect, Reason: reason})
+		_ = conn.Close()
+		return
+	}
+	if !s.attach(conn) { // the node closed meanwhile
+		n.remove(s)
+		return
+	}
+	fp := n.cfg.Fingerprint
+	if err := s.send(frame{Type: typeConnectAck, Version: protocolVersion, ID: n.id, Fingerprint: &fp}); err != nil {
+		n.m.connections.WithLabelValues("inbound", "failed").Inc()
+		n.remove(s)
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	n.m.connections.WithLabelValues("inbound", "ready").Inc()
+	n.serve(s)
+}
+
+// admit checks a peer's connect and registers its session; nil and why
+// when it is refused.
+func (n *Node) admit(f frame) (*session, string) {
+	if f.Version != protocolVersion {
+		return nil, fmt.Sprintf("protocol version %d, want %d", f.Version, protocolVersion)
+	}
+	if why := n.cfg.Fingerprint.mismatch(*f.Fingerprint); why != "" {
+		return nil, why
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.closed:
+		return nil, "shutting down"
+	case n.sessions[f.ID] != nil:
+		return nil, "duplicate connection from " + f.ID
+	case len(n.sessions) >= n.cfg.MaxSessions:
+		return nil, "too many connections"
+	}
+	s := newSession(n, f.ID, false)
+	n.sessions[f.ID] = s
+	return s, ""
+}
+
+// serve runs a ready session until it ends, then forgets it.
+func (n *Node) serve(s *session) {
+	close(s.ready)
+	n.m.sessions.Inc()
+	s.run()
+	n.m.sessions.Dec()
+	n.remove(s)
+}
+
+// remove ends s and drops it from the sessions (if it is still the one
+// registered for its peer).
+func (n *Node) remove(s *session) {
+	s.fail(wrap(ErrPeerDown, "connection to %s closed", s.peer))
+	n.mu.Lock()
+	if n.sessions[s.peer] == s {
+		delete(n.sessions, s.peer)
+	}
+	n.mu.Unlock()
+}
+
+// readHandshake reads the peer's first frame, which must be of type want.
+func (n *Node) readHandshake(conn net.Conn, want string) (frame, error) {
+	body, err := readFrame(conn, n.cfg.MaxFrameBytes)
+	if err != nil {
+		return frame{}, err
+	}
+	f, err := decodeFrame(body, n.cfg.MaxHashes)
+	if err != nil {
+		return frame{}, err
+	}
+	if f.Type != want && f.Type != typeDisconnect {
+		return frame{}, malformed("%s during the handshake, want %s", f.Type, want)
+	}
+	return f, nil
+}
+
+// writeBestEffort writes one frame to a connection about to close.
+func writeBestEffort(conn net.Conn, f frame) {
+	if b, err := encodeFrame(f); err == nil {
+		_ = conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = conn.Write(b)
+	}
+}
+
+// logOnce logs at warn the first time for key (a peer), at debug after.
+func (n *Node) logOnce(key, msg string, fields ...zap.Field) {
+	n.mu.Lock()
+	first := !n.warned[key] && len(n.warned) < maxWarned
+	if first {
+		n.warned[key] = true
+	}
+	n.mu.Unlock()
+	if first {
+		n.log.Warn(msg, fields...)
+	} else {
+		n.log.Debug(msg, fields...)
+	}
+}
+
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// holds counts pulls under way: each until its end, in wall time.
+type holds struct {
+	mu    sync.Mutex
+	until []time.Time
+}
+
+// maxHolds bounds the pulls remembered (the oldest are forgotten).
+const maxHolds = 1 << 16
+
+func (h *holds) add(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.prune(time.Now())
+	if len(h.until) >= maxHolds {
+		h.until = h.until[1:]
+	}
+	h.until = append(h.until, time.Now().Add(d))
+}
+
+func (h *holds) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.prune(time.Now())
+	return len(h.until)
+}
+
+func (h *holds) prune(now time.Time) {
+	kept := h.until[:0]
+	for _, t := range h.until {
+		if t.After(now) {
+			kept = append(kept, t)
+		}
+	}
+	h.until = kept
+}
