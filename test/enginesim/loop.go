@@ -84,6 +84,9 @@ func (e *Engine) run() {
 			case f := <-e.ctrl:
 				f()
 				continue
+			case d := <-e.pulls:
+				e.takePull(d)
+				continue
 			case <-e.quit:
 				e.abortAll(ErrClosed)
 				return
@@ -105,6 +108,8 @@ func (e *Engine) drain() bool {
 			e.enqueue(r)
 		case f := <-e.ctrl:
 			f()
+		case d := <-e.pulls:
+			e.takePull(d)
 		case <-e.quit:
 			return false
 		default:
@@ -154,6 +159,10 @@ func (e *Engine) cancel(ids []sched.ID) {
 	e.cancelMu.Lock()
 	e.cancels = append(e.cancels, ids...)
 	e.cancelMu.Unlock()
+	select { // a loop parked for KV takes them now
+	case e.wake <- struct{}{}:
+	default:
+	}
 }
 
 // abortAll fails every request in flight: the core's, running first, then
@@ -180,6 +189,7 @@ func (e *Engine) abortAll(err error) {
 // while sleeping.
 func (e *Engine) step() bool {
 	res := e.core.Step(e.simNow)
+	e.startPulls(lookupsOf(res))
 	m := e.metrics
 	for _, id := range res.Dropped {
 		delete(e.live, id)
@@ -190,8 +200,11 @@ func (e *Engine) step() bool {
 	}
 	if res.Scheduled == 0 {
 		e.observeOffload(res)
+		if len(res.Events) > 0 { // pulled blocks stored in the CPU tier
+			e.emit(res.Events)
+		}
 		e.setLoad(res.Load)
-		return true
+		return e.parkKV()
 	}
 	if !e.sleep(res.Duration) {
 		return false

@@ -1,4 +1,3 @@
-//go:build enginesim_core
 
 package enginesim
 
