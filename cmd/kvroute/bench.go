@@ -27,7 +27,7 @@ import (
 // benchFlags are the settings of one bench run.
 type benchFlags struct {
 	scenario, trace, policies, out, logLevel string
-	engines, gpuBlocks, limit                int
+	engines, gpuBlocks, cpuBlocks, limit     int
 	timeScale, traceRate, epsilon            float64
 	seed                                     uint64
 	sequential, peers, admission             bool
@@ -239,7 +239,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			admission := b.admissionOn(cmd.Flags().Changed("admission"))
 			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d, admission control %s\n", sc.Name(), b.policies, b.timeScale, b.seed,
 				map[bool]string{true: "on", false: "off"}[admission])
-			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks,
+			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks, CPUBlocks: b.cpuBlocks,
 				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission, Profile: b.profile}
 			if cmd.Flags().Changed("load-epsilon") {
 				if b.epsilon < 0 || b.epsilon > 100 {
@@ -271,6 +271,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 		"off by default so that policies are compared on routing alone, except for --scenario overload and tenants, admission's own tests")
 	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
+	f.IntVar(&b.cpuBlocks, "cpu-blocks", 0, "each engine's CPU offload tier in blocks of 16 tokens, with vLLM's P2P tier (0: the scenario's; -1: none)")
 	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
 	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")
 	f.Float64Var(&b.prefillTokens, "saturation-prefill-tokens", admit.DefaultConfig().MaxPrefillTokens, "with --admission: the picker's admission limit on prefill tokens in flight per endpoint (as kvroute picker --saturation-prefill-tokens)")

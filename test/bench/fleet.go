@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +47,11 @@ type FleetConfig struct {
 	// and decode costs, chunk budget and context length cap. Their KV
 	// capacity stays GPUBlocks; the picker is told nothing of it.
 	Profile string
+	// CPUBlocks, when positive, gives every engine vLLM's OffloadingConnector
+	// with a CPU tier of that many blocks (cpu_bytes_to_use at the
+	// profile's KV bytes a token) and its P2P tier on a free port, which
+	// its sidecar advertises (--p2p-port).
+	CPUBlocks int
 }
 
 // Fleet is a running benchmark fleet.
@@ -179,6 +185,16 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		ecfg.EnableScaleOutEndpoints, ecfg.EnablePromptTokensDetails = true, true
 		replay := "tcp://127.0.0.1:*"
 		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay
+		p2pPort := 0
+		if cfg.CPUBlocks > 0 {
+			if p2pPort, err = freeTCPPort(); err != nil {
+				return fail(err)
+			}
+			if ecfg.KVTransfer, err = enginesim.ParseKVTransferConfig(offloadJSON(cfg.CPUBlocks, cfg.BlockSize, lat.KVBytesPerToken, p2pPort)); err != nil {
+				return fail(err)
+			}
+			ecfg.P2PSideChannelHost, ecfg.P2PSideChannelPort = "127.0.0.1", p2pPort
+		}
 		p, err := enginesim.Start(ecfg, log.Named(fmt.Sprint("engine-", i)))
 		if err != nil {
 			return fail(fmt.Errorf("engine %d: %w", i, err))
@@ -190,6 +206,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
 		scfg.AdminListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", cfg.GPUBlocks
 		scfg.ScrapeInterval = 100 * time.Millisecond
+		scfg.P2PPort = p2pPort
 		s, err := sidecar.Start(ctx, scfg, log.Named(fmt.Sprint("sidecar-", i)), nil)
 		if err != nil {
 			return fail(fmt.Errorf("sidecar %d: %w", i, err))
@@ -214,6 +231,25 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return f, nil
+}
+
+// offloadJSON is --kv-transfer-config for a CPU tier of blocks GPU
+// blocks of blockSize tokens at bytesPerToken, with the P2P tier on
+// 127.0.0.1:port, as an operator writes it.
+func offloadJSON(blocks, blockSize int, bytesPerToken float64, port int) string {
+	cpu := int64(float64(blocks*blockSize) * bytesPerToken)
+	return fmt.Sprintf(`{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":`+
+		`{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":%d,"secondary_tiers":[{"type":"p2p","host":"127.0.0.1","port":%d}]}}`, cpu, port)
+}
+
+// freeTCPPort is a port free on 127.0.0.1 now.
+func freeTCPPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // PickerURL is the picker's HTTP base URL.

@@ -39,6 +39,9 @@ type Options struct {
 	Policies  []score.Policy
 	Engines   int // default: the scenario's
 	GPUBlocks int // default: the scenario's, else 2048
+	// CPUBlocks is each engine's CPU offload tier in blocks, with vLLM's
+	// P2P tier (0: the scenario's; negative: none).
+	CPUBlocks int
 	// TimeScale is the engines' time scale (1 real time, 0.1 ten times
 	// faster, 0 no waiting); scenarios scale their own waits by it and
 	// latencies are reported in simulated time (wall time / TimeScale).
@@ -54,6 +57,7 @@ type Options struct {
 	// drops its 429s from the TTFTs.
 	Admission bool
 	// Profile names the engines' latency profile (--profile; "" the
+	// scenario's, else
 	// engine's default, sim-default).
 	Profile string
 	// SaturationPrefillTokens, when set, is the picker's admission limit
@@ -337,6 +341,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if o.GPUBlocks == 0 {
 		o.GPUBlocks = cmp.Or(fc.GPUBlocks, 2048)
 	}
+	if o.CPUBlocks == 0 {
+		o.CPUBlocks = fc.CPUBlocks
+	}
+	o.Profile = cmp.Or(o.Profile, fc.Profile)
 	if o.SampleEvery == 0 {
 		o.SampleEvery = 250 * time.Millisecond
 	}
@@ -355,7 +363,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
 			TimeScale: o.TimeScale, Policy: pickerPolicy(p), Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed,
-			SaturationPrefillTokens: o.SaturationPrefillTokens, Profile: o.Profile})
+			SaturationPrefillTokens: o.SaturationPrefillTokens, Profile: o.Profile, CPUBlocks: max(o.CPUBlocks, 0)})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
