@@ -276,7 +276,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")
 	f.Float64Var(&b.prefillTokens, "saturation-prefill-tokens", admit.DefaultConfig().MaxPrefillTokens, "with --admission: the picker's admission limit on prefill tokens in flight per endpoint (as kvroute picker --saturation-prefill-tokens)")
 	f.Uint64Var(&b.seed, "seed", 1, "workload seed")
-	f.StringVar(&b.profile, "profile", profile.SimDefault, "the engines' latency profile: "+strings.Join(profile.Names(), ", "))
+	f.StringVar(&b.profile, "profile", "", "the engines' latency profile (default: the scenario's, else "+profile.SimDefault+"): "+strings.Join(profile.Names(), ", "))
 	f.StringVar(&b.out, "out", "", "directory for results.json, summary.txt and report.html")
 	f.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	f.DurationVar(&b.duration, "duration", 0, "run for this long (wall time, each policy): the scenario repeats until then, requests in flight at the end are left out; picker and sidecar memory and goroutines are sampled for soak figures (0: the scenario once)")
