@@ -141,7 +141,13 @@ type Results struct {
 	// LLMDCalibration is llm-d's recipe run on the lab's engines, when
 	// llm-d-calibrated ran.
 	LLMDCalibration *Calibration `json:"llm_d_calibration,omitempty"`
-	Goodput         []Goodput    `json:"goodput,omitempty"`
+	// P2PLadder is llm-d's minCachedTokenDelta ladder run on the sweep's
+	// profile (RunLadder), when an arm ran at its threshold
+	// (llm-d-precise+p2p-calibrated, llm-d+p2p-calibrated,
+	// llm-d-load+p2p-calibrated): its table and the value those runs
+	// used, min_cached_token_delta.
+	P2PLadder *Ladder   `json:"p2p_ladder,omitempty"`
+	Goodput   []Goodput `json:"goodput,omitempty"`
 }
 
 type delaysJSON struct {
@@ -207,6 +213,14 @@ func RunSweep(s Sweep) (*Results, error) {
 		}
 		cal = &c
 	}
+	var ladder *Ladder
+	if slices.ContainsFunc(s.Policies, isCalibratedArm) {
+		l, err := RunLadder(cmpOrString(s.Fleet.Profile, s.Scenario.Fleet().Profile), 1)
+		if err != nil {
+			return nil, err
+		}
+		ladder = &l
+	}
 	type job struct {
 		policy string
 		seed   uint64
@@ -244,7 +258,11 @@ func RunSweep(s Sweep) (*Results, error) {
 				if j.policy == PreciseNoPull {
 					cfg.NoPulls = true
 				}
-				outs, err := Run(cfg, s.Scenario, workload.Options{Seed: j.seed, Rate: j.rate})
+				var watch func(*run)
+				if isCalibratedArm(j.policy) {
+					watch = withMinCachedTokenDelta(ladder.MinCachedTokenDelta)
+				}
+				outs, _, err := runWith(cfg, s.Scenario, workload.Options{Seed: j.seed, Rate: j.rate}, watch)
 				if err != nil {
 					errs[i] = fmt.Errorf("%s, seed %d, rate %v: %w", j.policy, j.seed, j.rate, err)
 				} else {
@@ -268,8 +286,21 @@ func RunSweep(s Sweep) (*Results, error) {
 		return nil, err
 	}
 	res := compare(s, runs)
-	res.LLMDCalibration = cal
+	res.LLMDCalibration, res.P2PLadder = cal, ladder
 	return res, nil
+}
+
+// withMinCachedTokenDelta sets every picker's arm's source threshold to
+// tokens before the run starts (picker.Router.SetMinCachedTokenDelta):
+// the calibrated arms' runs.
+func withMinCachedTokenDelta(tokens int) func(*run) {
+	return func(r *run) {
+		for _, p := range r.pickers {
+			if err := p.router.SetMinCachedTokenDelta(tokens); err != nil {
+				r.fail(err)
+			}
+		}
+	}
 }
 
 // PreciseNoPull is kvroute's precise with its source decision off: the
@@ -283,8 +314,12 @@ const PreciseNoPull = "precise-no-pull"
 const LLMDCalibratedP2P = "llm-d-calibrated+p2p"
 
 // policyOf is the picker's policy a policy name runs: its own, llm-d for
-// llm-d-calibrated (llm-d+p2p for its arm), precise for precise-no-pull.
+// llm-d-calibrated (llm-d+p2p for its arm), precise for precise-no-pull,
+// the arm for an arm at the ladder's threshold (…+p2p-calibrated).
 func policyOf(name string) (score.Policy, error) {
+	if p, ok := calibratedArms[name]; ok {
+		return p, nil
+	}
 	switch name {
 	case LLMDCalibrated:
 		return score.LLMD, nil
@@ -296,9 +331,10 @@ func policyOf(name string) (score.Policy, error) {
 	return score.ParsePolicy(name)
 }
 
-// isPeer: name is a peer's policy (llm-d-calibrated and its arm included).
+// isPeer: name is a peer's policy (llm-d-calibrated, its arm and the
+// arms at the ladder's threshold included).
 func isPeer(name string) bool {
-	return name == LLMDCalibrated || name == LLMDCalibratedP2P || score.Policy(name).IsPeer()
+	return name == LLMDCalibrated || name == LLMDCalibratedP2P || isCalibratedArm(name) || score.Policy(name).IsPeer()
 }
 
 // engineURLs are the URLs of the fleet's engines, as build names them.
