@@ -23,8 +23,10 @@ const ClaimSeeds = 101
 // scenario, each run on a fresh fleet.
 type Sweep struct {
 	Scenario workload.Scenario
-	// Policies are routing policy names (score.ParsePolicy), in report
-	// order.
+	// Policies are routing policy names (score.ParsePolicy, and the
+	// lab's own: llm-d-calibrated, llm-d-calibrated+p2p, precise-no-pull,
+	// and the arms at the ladder's threshold, llm-d-precise+p2p-calibrated,
+	// llm-d+p2p-calibrated, llm-d-load+p2p-calibrated), in report order.
 	Policies []string
 	Seeds    []uint64
 	// Rates are multiples of the scenario's nominal arrival rate
@@ -194,7 +196,15 @@ func (s Sweep) Validate() error {
 	return errors.Join(errs...)
 }
 
-// RunSweep runs every policy × rate × seed and compares them.
+// RunSweep runs every policy × rate × seed and compares them. Before
+// the runs, once per sweep: llm-d's load-gate recipe (Calibrate) when
+// llm-d-calibrated or llm-d-calibrated+p2p is among the policies, and
+// llm-d's minCachedTokenDelta ladder (RunLadder, on the sweep's profile,
+// seed 1) when an arm at the ladder's threshold is; each such run holds
+// the arm's threshold at the ladder's value in every picker from its
+// start (picker.Router.SetMinCachedTokenDelta), and results.json
+// records the ladder (p2p_ladder). A recipe that finds no value fails
+// the sweep.
 func RunSweep(s Sweep) (*Results, error) {
 	if len(s.Rates) == 0 {
 		s.Rates = []float64{1}
