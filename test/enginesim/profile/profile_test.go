@@ -214,7 +214,7 @@ func TestTransferConstants(t *testing.T) {
 		cpuBytes       int64
 	}{
 		{profile.SimDefault, 131_072, 50e9, time.Millisecond, 0, 40e9, 0},
-		{profile.GPTOSS120BH200, 41_500, 50e9, 28 * time.Millisecond, 0, 41_500 / 10.6e-6, 88 << 30},
+		{profile.GPTOSS120BH200, 41_500, 50e9, time.Millisecond, 0, 41_500 / 10.6e-6, 88 << 30},
 		{profile.Qwen332BH100TP2, 262_144, 50e9, time.Millisecond, 0, 40e9, 0},
 		{profile.GLM52Rank, 93_000, 50e9, 1250 * time.Millisecond, 6 * time.Second, 4.5e9, 100 << 30},
 	} {
