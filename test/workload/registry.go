@@ -15,7 +15,7 @@ type NamedOptions struct {
 
 // Names lists the scenarios both clocks run, by name.
 func Names() []string {
-	return []string{"agentic-pressure", "agentic-chat", "b2b-saas", "hot-prefix", "coding-agent", "trace", "uniform-pool", "demo"}
+	return []string{"agentic-pressure", "agentic-chat", "b2b-saas", "hot-prefix", "coding-agent", "trace", "uniform-pool", "doc-qa", "hot-set", "tiered-eviction", "demo"}
 }
 
 // Named returns the scenario called name.
@@ -35,6 +35,12 @@ func Named(name string, o NamedOptions) (Scenario, error) {
 		return CodingAgent{}, nil
 	case "uniform-pool":
 		return UniformPool{}, nil
+	case "doc-qa":
+		return DocQA{}, nil
+	case "hot-set":
+		return HotSet{}, nil
+	case "tiered-eviction":
+		return TieredEviction{}, nil
 	case "trace":
 		if o.Trace == "" {
 			return nil, fmt.Errorf("scenario trace needs a Mooncake JSONL file (--trace FILE)")

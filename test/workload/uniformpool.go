@@ -27,6 +27,13 @@ import (
 //   - the pool ≈ 5× one pod's KV | 8 engines × 4,800 blocks of 16
 //     (76.8K tokens): the pool (384K tokens) is 5× one engine and 0.63×
 //     the fleet (the source's 16 pods held it 3×).
+//   - pods with the CPU + P2P tier, 2× a pod's GPU KV (the P2P guide's
+//     sizing) | a CPU tier of 9,600 blocks per engine (2× the GPU; a
+//     tier no larger only mirrors it, vLLM). An engine's share of a
+//     stable partition (8 prefixes, ≈ 50K tokens) already fits its GPU,
+//     so the tier adds hits only to policies that spread the pool (its
+//     154K tokens hold 0.4× of it). Engines of the sim-default profile
+//     (its 10,000 tokens a second, as above).
 //   - constant-rate stages 6–30 requests a second (all misses ≈ 0.6–3×
 //     the fleet's prefill) | one rate per plan: nominal 12 requests a
 //     second, where all misses would use ≈ 94% of the fleet's prefill
@@ -41,6 +48,9 @@ import (
 type UniformPool struct {
 	Engines   int // [8]
 	GPUBlocks int // KV blocks of 16 tokens per engine [4800]
+	// CPUBlocks is each engine's CPU tier in blocks of 16 [2 ×
+	// GPUBlocks, 9600; negative: none].
+	CPUBlocks int
 	Prefixes  int // [64]
 	// PrefixTokens and QuestionTokens size the prompts [6000, 256].
 	PrefixTokens, QuestionTokens int
@@ -51,6 +61,7 @@ type UniformPool struct {
 
 func (u UniformPool) withDefaults() UniformPool {
 	u.Engines, u.GPUBlocks, u.Prefixes = cmp.Or(u.Engines, 8), cmp.Or(u.GPUBlocks, 4800), cmp.Or(u.Prefixes, 64)
+	u.CPUBlocks = cmp.Or(u.CPUBlocks, 2*u.GPUBlocks)
 	u.PrefixTokens, u.QuestionTokens = cmp.Or(u.PrefixTokens, 6000), cmp.Or(u.QuestionTokens, 256)
 	u.OutputTokens, u.Requests, u.QPS = cmp.Or(u.OutputTokens, 64), cmp.Or(u.Requests, 2400), cmp.Or(u.QPS, 12)
 	return u
@@ -59,11 +70,11 @@ func (u UniformPool) withDefaults() UniformPool {
 // Name is the scenario's name.
 func (UniformPool) Name() string { return "uniform-pool" }
 
-// Fleet is the fleet the scenario is defined for (the driver's default
-// context).
+// Fleet is the fleet the scenario is defined for: sim-default engines
+// with a CPU tier (the driver's default context).
 func (u UniformPool) Fleet() Fleet {
 	u = u.withDefaults()
-	return Fleet{Engines: u.Engines, GPUBlocks: u.GPUBlocks}
+	return Fleet{Engines: u.Engines, GPUBlocks: u.GPUBlocks, CPUBlocks: max(u.CPUBlocks, 0)}
 }
 
 // SLO is 1.5 s: twice the cold prefill of a prompt (≈ 6,270 tokens ≈

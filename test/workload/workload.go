@@ -73,8 +73,21 @@ type Fleet struct {
 	Engines     int // engines
 	GPUBlocks   int // KV blocks per engine
 	MaxModelLen int // 0: the driver's default
-	CPUBlocks   int
-	Profile     string
+	// CPUBlocks is each engine's CPU offload tier (vLLM's
+	// OffloadingConnector, docs/kv-transfer.md §1): completed prompt
+	// blocks are copied to CPU and kept LRU; a request whose prefix is in
+	// the engine's own CPU tier loads it back over PCIe instead of
+	// recomputing it, and a peer may pull it from there when the router
+	// names this engine as the source. In blocks of the scenario's block
+	// size, 16 tokens as GPUBlocks; 0: no CPU tier (GPU only). A tier no
+	// larger than GPUBlocks only mirrors the GPU and adds no hits (vLLM),
+	// so a scenario that has one sizes it above.
+	CPUBlocks int
+	// Profile is the engine latency profile the scenario's sizes, rates
+	// and SLO are scaled to, by the name test/enginesim/profile gives it
+	// ("gptoss120b-h200", …); "": sim-default. The scenario's own
+	// GPUBlocks and MaxModelLen stand, not the profile's.
+	Profile string
 }
 
 // Options are a plan's inputs besides the scenario's shape.
