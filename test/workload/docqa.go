@@ -36,9 +36,9 @@ import (
 // Source and scaling (source | here): the P2P guide's doc-Q&A run
 // (benchmark-results/gpt-oss-120b-h200.md@067fe1b; profile
 // guide_p2p-kv-cache-sharing_1.yaml), 14–16 × gpt-oss-120b TP=1 H200 |
-// 4 engines of the gptoss120b-h200 profile (prefill 29.8 ms a step per
-// chunk of 8,192 + 19.14 µs/token + 0.226 ns/token², pulls ≈ 28 ms +
-// 10.6 µs/token):
+// 4 engines of the gptoss120b-h200 profile (prefill in chunks of 8,192,
+// each step 29.8 ms, plus 19.14 µs a token and 0.226 ns a token² over a
+// request; pulls ≈ 28 ms + 10.6 µs a token, kv-transfer.md §6):
 //   - 192 documents of 49,152 tokens | 144 of 16,000–32,000 (uniform,
 //     mean 24,000, about half): a mean document with its question (≈
 //     24,270 tokens) costs ≈ 0.69 s cold on an idle engine and ≈ 0.29 s
@@ -52,8 +52,8 @@ import (
 //     TP=4), so 64 tokens take here the ≈ 2 s that 256 took there, and a
 //     conversation's turns come back at the source's pace against its
 //     owner's prefill. With 256-token answers (and 8K–16K documents) the
-//     owners idled between turns: no policy queued even at 8× the
-//     conversation rate (the lab, seed 1).
+//     owners idled between turns: the sticky policies' p99 stayed under
+//     0.7 s even at 8× the conversation rate (the lab, seed 1).
 //   - 128 conversations concurrent, closed-loop (128 ÷ 14 ≈ 9 an engine)
 //     | open-loop starts at 4 a second nominal (36 s of starts), each
 //     conversation's turns closed-loop as above: a conversation lives ≈
@@ -61,12 +61,13 @@ import (
 //     ≈ 8 an engine at Rate 0.5, the source's 9.
 //   - 1,152 turns | 864 (144 × 6).
 //   - corpus ≈ 9.2M tokens against ≈ 17M of fleet GPU KV (0.54×; ≈ 1.22M
-//     a pod), CPU tier 88 GiB ≈ 2.22M tokens a pod (1.8×) | 144 × 24K ≈
-//     3.46M tokens against 4 × 64,000 blocks of 16 (4.1M, 0.84×; 64,000
-//     is 0.84× the profile's 76,250 and within the summaries' default
-//     capacity, 65,536), CPU tier 115,200 blocks (1.8× GPU): capacity is
-//     not the constraint (an engine's live conversations, ≈ 17 × 26K,
-//     fill under half its GPU) and every document keeps a CPU copy.
+//     a pod), CPU tier 88 GiB ≈ 2.22M tokens a pod (1.8×) | 144 × ≈ 24K
+//     ≈ 3.5M tokens, ≈ 3.7M with the histories, against 4 × 64,000 blocks
+//     of 16 (4.1M: 0.85×, 0.9×; 64,000 is 0.84× the profile's 76,250 and
+//     within the summaries' default capacity, 65,536), CPU tier 115,200
+//     blocks (1.8× GPU): capacity is not the constraint (an engine's live
+//     conversations, ≈ 17 × 26K, fill under half its GPU) and every
+//     document keeps a CPU copy.
 //   - nominal rate: new documents arrive at 4 a second, ≈ 0.68 s of
 //     prefill each, ≈ 68% of the fleet's prefill (≈ 100% near Rate 1.5):
 //     the owners saturate in bursts but the fleet does not. In the lab
@@ -74,7 +75,7 @@ import (
 //     conversation by hash, blind to load (prefix-hash), is past its knee
 //     at rate 1 (p90 7.6 s), a cache-blind one (least-loaded) re-prefills
 //     documents (hits 17%, p90 7.9 s), and affinity with load-aware first
-//     placement (precise, llm-d) keeps every turn home (83% hits, the
+//     placement (precise, llm-d) keeps every turn home (82–83% hits, the
 //     bound: first turns are cold) at p90 0.92–0.95 s, p99 1.4–1.6 s,
 //     crossing the SLO between Rate 1.25 and 1.5. A sweep of Rate
 //     0.5–1.5 spans them.

@@ -87,11 +87,11 @@ func (h HotSet) Fleet() Fleet {
 	return Fleet{Engines: h.Engines, GPUBlocks: h.GPUBlocks, CPUBlocks: max(h.CPUBlocks, 0), Profile: "gptoss120b-h200"}
 }
 
-// SLO is 1 s: twice the cold prefill of a prompt (≈ 12,270 tokens, two
-// chunks ≈ 0.33 s), rounded up: a miss on an idle engine meets it, as
-// does a first copy on a spread engine; a saturated owner's queue does
-// not.
-func (HotSet) SLO() time.Duration { return time.Second }
+// SLO is 750 ms: twice the cold prefill of a prompt (≈ 12,270 tokens,
+// two chunks ≈ 0.33 s), rounded up: a miss on an idle engine meets it,
+// as does a first copy on a spread engine; a saturated owner's queue
+// does not.
+func (HotSet) SLO() time.Duration { return 750 * time.Millisecond }
 
 // Plan draws the prefixes and the arrivals for o.
 func (h HotSet) Plan(o Options) (Plan, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/test/enginesim/chat"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/workload"
 )
 
@@ -263,13 +264,15 @@ func planDigest(reqs []sentRequest) [32]byte {
 
 // syntheticScenarios are the scenarios without a trace file, at their defaults.
 func syntheticScenarios() []workload.Scenario {
-	return []workload.Scenario{workload.B2BSaaS{}, workload.HotPrefix{}, workload.CodingAgent{}, workload.UniformPool{}}
+	return []workload.Scenario{workload.B2BSaaS{}, workload.HotPrefix{}, workload.CodingAgent{}, workload.UniformPool{},
+		workload.DocQA{}, workload.HotSet{}, workload.TieredEviction{}}
 }
 
 // smallScenarios are the synthetic scenarios with fewer requests (as fast under
 // the race detector), for the checks that need no full run.
 func smallScenarios() []workload.Scenario {
-	return []workload.Scenario{workload.B2BSaaS{Requests: 300}, workload.HotPrefix{Requests: 300}, workload.CodingAgent{Conversations: 40}, workload.UniformPool{Requests: 300}}
+	return []workload.Scenario{workload.B2BSaaS{Requests: 300}, workload.HotPrefix{Requests: 300}, workload.CodingAgent{Conversations: 40}, workload.UniformPool{Requests: 300},
+		workload.DocQA{Conversations: 20}, workload.HotSet{Requests: 300}, workload.TieredEviction{Requests: 300, Groups: 40}}
 }
 
 // TestShapes draws each synthetic scenario at seed 1, rate 1 and checks
@@ -284,9 +287,13 @@ func TestShapes(t *testing.T) {
 		rate                    float64 // ± 10%
 		meanOutput              float64 // ± 10%
 		kvPerEngine, kvPerFleet [2]float64
-		convs                   int
-		sessions                int
-		checkTurns              bool
+		// wsPerFleet and wsPerFleetCPU bound the working set (every
+		// distinct block) against the fleet's GPU and CPU tiers.
+		wsPerFleet, wsPerFleetCPU [2]float64
+		convs                     int
+		sessions                  int
+		checkTurns                bool
+		turns                     int // when set, the most turns of a conversation
 	}
 	for _, c := range []struct {
 		sc   workload.Scenario
@@ -311,6 +318,24 @@ func TestShapes(t *testing.T) {
 		{workload.UniformPool{}, want{sessions: 2400, requests: [2]int{2400, 2400}, meanPrompt: 6270, minPrompt: [2]int{6250, 6290}, maxPrompt: [2]int{6250, 6295},
 			prefixes: [2]int{64, 64}, shared: [2]float64{1, 1}, rate: 12, meanOutput: 64, convs: 64,
 			kvPerEngine: [2]float64{4.9, 5.3}, kvPerFleet: [2]float64{0.6, 0.67}}},
+		// 144 documents of 16K–32K (mean ≈ 24K) with 6 turns each of 256
+		// in (the driver's answers are short); 4 conversations a second;
+		// 64 out; the documents with their histories ≈ 0.9× the fleet's
+		// GPU and about half its CPU tiers.
+		{workload.DocQA{}, want{sessions: 144, requests: [2]int{864, 864}, meanPrompt: 25000, minPrompt: [2]int{16260, 16300}, maxPrompt: [2]int{32000, 34500},
+			prefixes: [2]int{144, 144}, shared: [2]float64{1, 1}, rate: 4, meanOutput: 64, convs: 144, turns: 6,
+			kvPerEngine: [2]float64{3.3, 3.9}, kvPerFleet: [2]float64{0.82, 0.97}, wsPerFleet: [2]float64{0.85, 0.99}, wsPerFleetCPU: [2]float64{0.45, 0.55}}},
+		// 4 prefixes of 12,000 plus 256; 100 a second; 128 out; the
+		// prefixes 0.3× an engine (each fits everywhere). The first
+		// 1,000 of the 3,000 requests (the same draws), for time.
+		{workload.HotSet{Requests: 1000}, want{sessions: 1000, requests: [2]int{1000, 1000}, meanPrompt: 12270, minPrompt: [2]int{12260, 12280}, maxPrompt: [2]int{12260, 12285},
+			prefixes: [2]int{4, 4}, shared: [2]float64{1, 1}, rate: 100, meanOutput: 128, convs: 4,
+			kvPerEngine: [2]float64{0.29, 0.31}, kvPerFleet: [2]float64{0.035, 0.04}}},
+		// 200 × 5 prompts of ≈ 16,270 tokens; 30 a second; 64 out; the
+		// working set 1.32× the fleet's GPU and 0.83× its CPU tiers.
+		{workload.TieredEviction{}, want{sessions: 2400, requests: [2]int{2400, 2400}, meanPrompt: 16275, minPrompt: [2]int{16265, 16285}, maxPrompt: [2]int{16265, 16285},
+			prefixes: [2]int{200, 200}, shared: [2]float64{1, 1}, rate: 30, meanOutput: 64, convs: 200,
+			kvPerEngine: [2]float64{10, 10.8}, kvPerFleet: [2]float64{1.25, 1.35}, wsPerFleet: [2]float64{1.3, 1.34}, wsPerFleetCPU: [2]float64{0.81, 0.85}}},
 	} {
 		t.Run(c.sc.Name(), func(t *testing.T) {
 			t.Parallel()
@@ -321,8 +346,10 @@ func TestShapes(t *testing.T) {
 			s, reqs := measurePlan(t, p)
 			f := c.sc.Fleet()
 			engineKV := float64(f.GPUBlocks * simBlockTokens)
-			t.Logf("%s: %v; fleet %d × %d blocks; reused blocks %.2f× an engine, %.2f× the fleet; SLO %v", c.sc.Name(), s, f.Engines, f.GPUBlocks,
-				float64(s.reused)/engineKV, float64(s.reused)/engineKV/float64(f.Engines), c.sc.SLO())
+			fleetKV, fleetCPU := engineKV*float64(f.Engines), float64(f.CPUBlocks*simBlockTokens*f.Engines)
+			t.Logf("%s: %v; fleet %d × %d blocks (CPU %d, profile %q); reused blocks %.2f× an engine, %.2f× the fleet; working set %.2f× the fleet's GPU, %.2f× its CPU; SLO %v",
+				c.sc.Name(), s, f.Engines, f.GPUBlocks, f.CPUBlocks, f.Profile, float64(s.reused)/engineKV, float64(s.reused)/fleetKV,
+				float64(s.workingSet)/fleetKV, float64(s.workingSet)/fleetCPU, c.sc.SLO())
 			w := c.want
 			in := func(v int, b [2]int) bool { return v >= b[0] && v <= b[1] }
 			inF := func(v float64, b [2]float64) bool { return v >= b[0] && v <= b[1] }
@@ -350,8 +377,39 @@ func TestShapes(t *testing.T) {
 			if w.checkTurns && (s.turns < 15 || s.turns > 20) {
 				t.Errorf("the longest conversation has %d turns, want 15–20", s.turns)
 			}
+			if w.turns > 0 && s.turns != w.turns {
+				t.Errorf("the longest conversation has %d turns, want %d", s.turns, w.turns)
+			}
+			if w.wsPerFleet[1] > 0 && !inF(float64(s.workingSet)/fleetKV, w.wsPerFleet) {
+				t.Errorf("working set %d tokens: %.2f× the fleet's GPU, want %v", s.workingSet, float64(s.workingSet)/fleetKV, w.wsPerFleet)
+			}
+			if w.wsPerFleetCPU[1] > 0 && !inF(float64(s.workingSet)/fleetCPU, w.wsPerFleetCPU) {
+				t.Errorf("working set %d tokens: %.2f× the fleet's CPU tiers, want %v", s.workingSet, float64(s.workingSet)/fleetCPU, w.wsPerFleetCPU)
+			}
+			checkProfileSLO(t, c.sc, s)
 			checkLabels(t, reqs)
 		})
+	}
+}
+
+// checkProfileSLO checks, for a scenario scaled to an engine profile,
+// the rule its SLO states: about twice the cold prefill of its mean
+// prompt on an idle engine of the profile (from 2× to 2.5×, rounding up),
+// and no less than the cold prefill of its longest prompt (a miss on an
+// idle engine meets it).
+func checkProfileSLO(t *testing.T, sc workload.Scenario, s planShape) {
+	t.Helper()
+	name := sc.Fleet().Profile
+	if name == "" {
+		return
+	}
+	p, err := profile.Named(name)
+	if err != nil {
+		t.Fatalf("%s: %v", sc.Name(), err)
+	}
+	mean, longest := p.ColdPrefill(int(s.meanPrompt)), p.ColdPrefill(s.maxPrompt)
+	if slo := sc.SLO(); slo < 2*mean || float64(slo) > 2.5*float64(mean) || slo < longest {
+		t.Errorf("%s: SLO %v against a cold mean prompt (%d tokens) of %v and a cold longest (%d) of %v on %s", sc.Name(), slo, int(s.meanPrompt), mean, s.maxPrompt, longest, name)
 	}
 }
 
@@ -423,7 +481,8 @@ func TestDeterminism(t *testing.T) {
 // TestRate: Rate 2 halves every start offset and leaves the requests and
 // the waits inside a session as they were.
 func TestRate(t *testing.T) {
-	for _, sc := range append(smallScenarios(), workload.CodingAgent{Conversations: 40, Think: 1500 * time.Millisecond}) {
+	for _, sc := range append(smallScenarios(), workload.CodingAgent{Conversations: 40, Think: 1500 * time.Millisecond},
+		workload.DocQA{Conversations: 20, Think: time.Second}) {
 		t.Run(sc.Name(), func(t *testing.T) {
 			t.Parallel()
 			var plans [2]workload.Plan
@@ -456,6 +515,9 @@ func TestRate(t *testing.T) {
 			if cs, ok := sc.(workload.CodingAgent); ok && cs.Think > 0 && waits == 0 {
 				t.Fatal("no think time inside a session")
 			}
+			if d, ok := sc.(workload.DocQA); ok && d.Think > 0 && waits == 0 {
+				t.Fatal("no think time inside a session")
+			}
 		})
 	}
 }
@@ -470,13 +532,19 @@ func TestOptionErrors(t *testing.T) {
 			}
 		}
 	}
-	for _, sc := range []workload.Scenario{workload.B2BSaaS{}, workload.HotPrefix{}, workload.UniformPool{}} {
+	for _, sc := range []workload.Scenario{workload.B2BSaaS{}, workload.HotPrefix{}, workload.UniformPool{}, workload.DocQA{}, workload.HotSet{}, workload.TieredEviction{}} {
 		if _, err := sc.Plan(workload.Options{Seed: 1, Rate: 1, MaxModelLen: 2048}); err == nil || !strings.Contains(err.Error(), "fit") {
 			t.Errorf("%s: context 2048: %v", sc.Name(), err)
 		}
 	}
 	if _, err := (workload.HotPrefix{SuffixMin: 10, SuffixMax: 5}).Plan(workload.Options{Seed: 1, Rate: 1}); err == nil {
 		t.Error("hot-prefix: suffix bounds reversed accepted")
+	}
+	if _, err := (workload.DocQA{DocMin: 20000, DocMax: 10000}).Plan(workload.Options{Seed: 1, Rate: 1}); err == nil {
+		t.Error("doc-qa: document bounds reversed accepted")
+	}
+	if _, err := (workload.DocQA{Think: -time.Second}).Plan(workload.Options{Seed: 1, Rate: 1}); err == nil {
+		t.Error("doc-qa: a negative think accepted")
 	}
 }
 
@@ -511,5 +579,85 @@ func TestZipf(t *testing.T) {
 		if !withinFrac(float64(c)/n, want, 0.08) {
 			t.Errorf("prefix %d: %.3f of the requests, want %.3f", k, float64(c)/n, want)
 		}
+	}
+}
+
+// TestTiers: the scenarios of the KV-tiers issue are scaled to a named
+// engine profile and give each engine a CPU tier larger than its GPU (a
+// tier no larger only mirrors it), at their sources' ratios; a negative
+// CPUBlocks is the GPU-only arm, the same fleet and the same requests
+// without the tier. uniform-pool has a tier of 2× its GPU on sim-default;
+// the other scenarios keep their fleets (no tier, sim-default).
+func TestTiers(t *testing.T) {
+	for _, c := range []struct {
+		sc, gpuOnly workload.Scenario
+		small       [2]workload.Scenario // a small plan with and without the tier
+		profile     string
+		cpuOverGPU  float64 // ± 2%
+	}{
+		// The doc-Q&A rig's 88 GiB ≈ 2.22M tokens against ≈ 1.22M of GPU.
+		{workload.DocQA{}, workload.DocQA{CPUBlocks: -1}, [2]workload.Scenario{workload.DocQA{Conversations: 4}, workload.DocQA{Conversations: 4, CPUBlocks: -1}},
+			profile.GPTOSS120BH200, 1.8},
+		// The P2P guide's 2× the pod's GPU KV.
+		{workload.HotSet{}, workload.HotSet{CPUBlocks: -1}, [2]workload.Scenario{workload.HotSet{Requests: 40}, workload.HotSet{Requests: 40, CPUBlocks: -1}},
+			profile.GPTOSS120BH200, 2},
+		// The multi-tier report's 100 GiB ≈ 2.59M tokens against 1,630,790.
+		{workload.TieredEviction{}, workload.TieredEviction{CPUBlocks: -1},
+			[2]workload.Scenario{workload.TieredEviction{Requests: 40, Groups: 10}, workload.TieredEviction{Requests: 40, Groups: 10, CPUBlocks: -1}},
+			profile.GPTOSS120BH200, 1.59},
+		{workload.UniformPool{}, workload.UniformPool{CPUBlocks: -1}, [2]workload.Scenario{workload.UniformPool{Requests: 40}, workload.UniformPool{Requests: 40, CPUBlocks: -1}},
+			"", 2},
+	} {
+		f, g := c.sc.Fleet(), c.gpuOnly.Fleet()
+		if f.Profile != c.profile || f.CPUBlocks <= f.GPUBlocks || !withinFrac(float64(f.CPUBlocks)/float64(f.GPUBlocks), c.cpuOverGPU, 0.02) {
+			t.Errorf("%s: fleet %+v, want profile %q and a CPU tier %.2f× the GPU", c.sc.Name(), f, c.profile, c.cpuOverGPU)
+		}
+		if f.Profile != "" {
+			if _, err := profile.Named(f.Profile); err != nil {
+				t.Errorf("%s: %v", c.sc.Name(), err)
+			}
+		}
+		if f.CPUBlocks = 0; g != f {
+			t.Errorf("%s: the GPU-only arm's fleet %+v, want %+v", c.sc.Name(), g, f)
+		}
+		var digests [2][32]byte
+		for i, sc := range c.small {
+			p, err := sc.Plan(workload.Options{Seed: 2, Rate: 1, MaxModelLen: sc.Fleet().MaxModelLen})
+			if err != nil {
+				t.Fatal(err)
+			}
+			digests[i] = planDigest(drivePlan(t, p, false))
+		}
+		if digests[0] != digests[1] {
+			t.Errorf("%s: the GPU-only arm sends other requests", c.sc.Name())
+		}
+	}
+	for _, sc := range []workload.Scenario{workload.B2BSaaS{}, workload.HotPrefix{}, workload.CodingAgent{}, workload.AgenticPressure{}, workload.AgenticChat(), workload.Demo()} {
+		if f := sc.Fleet(); f.CPUBlocks != 0 || f.Profile != "" {
+			t.Errorf("%s: fleet %+v, want no CPU tier on sim-default", sc.Name(), f)
+		}
+	}
+}
+
+// TestRegistry: every name Names lists (the trace aside, which needs a
+// file) is a scenario of that name, and an unknown name is an error that
+// lists them.
+func TestRegistry(t *testing.T) {
+	for _, name := range workload.Names() {
+		if name == "trace" {
+			continue
+		}
+		sc, err := workload.Named(name, workload.NamedOptions{})
+		if err != nil || !strings.HasPrefix(sc.Name(), name) {
+			t.Errorf("%s: %v, %v", name, sc, err)
+		}
+	}
+	for _, name := range []string{"doc-qa", "hot-set", "tiered-eviction"} {
+		if !slices.Contains(workload.Names(), name) {
+			t.Errorf("%s is not listed", name)
+		}
+	}
+	if _, err := workload.Named("no-such", workload.NamedOptions{}); err == nil || !strings.Contains(err.Error(), "tiered-eviction") {
+		t.Errorf("an unknown name: %v", err)
 	}
 }

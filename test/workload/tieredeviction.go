@@ -49,8 +49,8 @@ import (
 //     router 8.08 s, CPU-aware 2.86 s; at 40 QPS 22.1 / 32.6 / 36.0
 //     requests a second achieved | one rate per plan: nominal 30 QPS,
 //     where the GPU-only fleet struggles. In the lab (seeds 1–3, no CPU
-//     tier) the affinity policies hit ≈ 73% (LRU's bound at 1.32× is ≈
-//     76%) and sit at the SLO at rate 1 (precise p90 0.68 s, llm-d
+//     tier) the affinity policies hit ≈ 73% (LRU under uniform picks
+//     keeps ≈ 1/1.32 = 76%) and sit at the SLO at rate 1 (precise p90 0.68 s, llm-d
 //     1.0 s; p99 1.7–1.9 s), hash pinning is past its knee (p90 5 s) and
 //     a cache-blind policy far past (9% hits); at Rate 4/3 (40 QPS, the
 //     source's top stage) every GPU-only policy's p90 is 2.6–3.6 s; at
