@@ -26,6 +26,13 @@ type reportTable struct {
 	Rate   float64
 	Rows   []reportRow
 	Ratios bool
+	Tiers  []reportTiers
+}
+
+// reportTiers is one policy's line of a rate's tier table.
+type reportTiers struct {
+	Policy, GPU, CPU, Pulled, Recomputed, GB, Busiest string
+	Named, Pulls, Missed, Failed                      int
 }
 
 type reportGoodput struct{ Policy, CI, PerSeed string }
@@ -68,6 +75,11 @@ func reportDataOf(r *Results) reportData {
 				}
 			}
 			t.Rows = append(t.Rows, row)
+			if tt := s.Tiers; tt != nil {
+				t.Tiers = append(t.Tiers, reportTiers{Policy: row.Policy, GPU: ciText(tt.GPUHit, pctText), CPU: ciText(tt.CPUHit, pctText),
+					Pulled: ciText(tt.Pulled, pctText), Recomputed: ciText(tt.Recomputed, pctText), GB: ciText(tt.PulledGB, gbText),
+					Busiest: ciText(tt.MaxSourceShare, pctText), Named: tt.SourcesNamed, Pulls: tt.Pulls, Missed: tt.MissedPulls, Failed: tt.FailedWithPull})
+			}
 		}
 		d.Tables = append(d.Tables, t)
 	}
@@ -82,6 +94,8 @@ func reportDataOf(r *Results) reportData {
 	}
 	return d
 }
+
+func gbText(x float64) string { return fmt.Sprintf("%.1f GB", x) }
 
 // Section is the lab's part of an HTML report: its tables and charts,
 // drawn by Chart.js, which the page must load (before or after it).

@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/kvroute/kvroute/picker/score"
@@ -77,4 +79,33 @@ func TestPullsInTheLab(t *testing.T) {
 	}
 	t.Logf("llm-d-load: hit %.3f mean %.0f ms; +p2p: hit %.3f mean %.0f ms, %d pulls (%d missed), %.1f GB, busiest source %.2f",
 		control.HitRate, control.TTFTMean, arm.HitRate, arm.TTFTMean, tt.Pulls, tt.MissedPulls, tt.PulledGB, tt.MaxSourceShare)
+}
+
+// TestTierTables: the text and HTML reports carry the tier table when a
+// policy touched a tier, and only then.
+func TestTierTables(t *testing.T) {
+	ci := func(x float64) CI { return CI{Mean: Num(x), Lo: Num(x), Hi: Num(x), N: 1} }
+	r := &Results{Scenario: "doc-qa", Rates: []float64{1}, Policies: []string{"precise", "llm-d-precise"}, Summary: []Summary{
+		{Policy: "precise", Rate: 1, Tiers: &TierSummary{GPUHit: ci(0.5), CPUHit: ci(0.1), Pulled: ci(0.3), Recomputed: ci(0.1), PulledGB: ci(12.5),
+			MaxSourceShare: ci(0.4), SourcesNamed: 7, Pulls: 6, MissedPulls: 1}},
+		{Policy: "llm-d-precise", Rate: 1}}}
+	text := Table(r)
+	var page bytes.Buffer
+	if err := WriteReport(&page, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"where the prompt tokens' KV came from", "30.0%", "12.5"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("summary lacks %q:\n%s", want, text)
+		}
+	}
+	if !strings.Contains(page.String(), "busiest source") || !strings.Contains(page.String(), "12.5 GB") {
+		t.Errorf("report.html lacks the tier table")
+	}
+	r.Summary[0].Tiers = nil
+	page.Reset()
+	_ = WriteReport(&page, r)
+	if strings.Contains(Table(r), "KV came from") || strings.Contains(page.String(), "busiest source") {
+		t.Errorf("a tier table without tiers")
+	}
 }

@@ -63,6 +63,7 @@ func Table(r *Results) string {
 				ciText(s.TTFTP90, msText), ciText(s.TTFTP99, msText), ciText(s.CompletedShare, pctText), s.Refused429)
 		}
 		tw.Flush()
+		tierTable(&b, r, rate)
 		if len(r.VsBestPeer) > 0 {
 			fmt.Fprintf(&b, "\nrate ×%g — ÷ the best peer on each seed: mean ratio [bootstrap 95%%]\n", rate)
 			tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
@@ -92,6 +93,31 @@ func Table(r *Results) string {
 	return b.String()
 }
 
+// tierTable writes, when any policy touched a tier at rate, where the
+// prompts' KV came from and the pulls.
+func tierTable(b *bytes.Buffer, r *Results, rate float64) {
+	any := false
+	for _, s := range r.Summary {
+		any = any || s.Rate == rate && s.Tiers != nil
+	}
+	if !any {
+		return
+	}
+	fmt.Fprintf(b, "\nrate ×%g — where the prompt tokens' KV came from (shares), and the pulls (summed over seeds)\n", rate)
+	tw := tabwriter.NewWriter(b, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\tGPU hit\tCPU hit\tpulled\trecomputed\tsources named\tpulls\tmissed\tGB pulled\tbusiest source\tfailed with a source\t")
+	for _, s := range r.Summary {
+		if s.Rate != rate || s.Tiers == nil {
+			continue
+		}
+		t := s.Tiers
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t\n", label(r, s.Policy), pctText(float64(t.GPUHit.Mean)),
+			pctText(float64(t.CPUHit.Mean)), pctText(float64(t.Pulled.Mean)), pctText(float64(t.Recomputed.Mean)), t.SourcesNamed, t.Pulls,
+			t.MissedPulls, fmt.Sprintf("%.1f", float64(t.PulledGB.Mean)), pctText(float64(t.MaxSourceShare.Mean)), t.FailedWithPull)
+	}
+	tw.Flush()
+}
+
 // label is a policy's name in tables: llm-d-precise on a Responses
 // scenario is "llm-d-precise (given tokens)" (upstream llm-d cannot
 // tokenize Responses; peer-policies.md §1.1); llm-d is "llm-d (default)"
@@ -116,7 +142,12 @@ func ciText(c CI, f func(float64) string) string {
 	return fmt.Sprintf("%s [%s, %s]", f(float64(c.Mean)), f(float64(c.Lo)), f(float64(c.Hi)))
 }
 
-func pctText(x float64) string   { return fmt.Sprintf("%.1f%%", 100*x) }
+func pctText(x float64) string {
+	if math.IsNaN(x) {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f%%", 100*x)
+}
 func msText(x float64) string    { return fmt.Sprintf("%.0f ms", x) }
 func ratioText(x float64) string { return fmt.Sprintf("%.3f", x) }
 
