@@ -28,7 +28,9 @@
 //     tests and the lab. Its picks in flight are picker/inflight.Bookings,
 //     under the router's one lock, taken only in bookings.go.
 //   - With a peer's policy (Config.Score.Policy llm-d, llm-d-precise,
-//     dynamo or sglang: comparison baselines, picker/peers), the same
+//     dynamo or sglang, or an arm with KV pulls: llm-d-precise+p2p,
+//     llm-d+p2p, llm-d-load, llm-d-load+p2p, dynamo+hint: comparison
+//     baselines, picker/peers), the same
 //     candidates go to that policy instead of picker/score; it books each
 //     pick at dispatch, at the first streamed chunk (Router.FirstChunk),
 //     at the first output token (Router.FirstToken: on /v1/responses

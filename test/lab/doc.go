@@ -49,6 +49,25 @@
 //     engines (Calibrate: probes through a picker, never the profile's
 //     constants), once per sweep; llm-d-precise on a scenario sending
 //     /v1/responses is labelled as given tokens.
+//   - KV tiers: engines of a fleet with a CPU tier (the scenario's
+//     Fleet.CPUBlocks, or Config.CPUBlocks) run vLLM's OffloadingConnector
+//     at its defaults (offload block = GPU block, prompt blocks only, LRU,
+//     placeholder CPU events, which the sidecar attributes through the
+//     GPU stores) and its P2P tier, each advertising a KV source. A
+//     picker's named source rides to the engine as remote_kv_source; the
+//     engine's lookup is answered at its time from the source's CPU tier
+//     as it then is, the transfer priced by transfer.Links (the profile's
+//     setup and bandwidth, shared by the pulls on either end, a pair's
+//     first pull paying the connection), a pull past vLLM's 30 s timeout
+//     failing into a recompute. Each Outcome splits its prompt by GPU
+//     hit, CPU hit, pulled and recomputed (the engine's figures), and
+//     Figures.Tiers sums them with the pulls. precise-no-pull is precise
+//     with its source decision off (its recompute control); the peers'
+//     arms with pulls are policies (score.ArmPolicies), llm-d-calibrated+p2p
+//     is llm-d+p2p with llm-d-calibrated's gate, and the …+p2p-calibrated
+//     arms run at the minCachedTokenDelta llm-d's own ladder measures on
+//     the sweep's profile (RunLadder, once per sweep; results.json
+//     p2p_ladder).
 //   - The summaries are sized by Config.Capacity (the sidecar's
 //     --capacity; default 65,536 blocks) and the engines named by
 //     Config.EngineURLs when set (decisions hash endpoint names).
