@@ -76,6 +76,14 @@ func TestPullsBetweenRealEngines(t *testing.T) {
 	if n := scrape(t, f.AdminURL()+"/metrics", `kvroute_picker_kv_sources_total\{[^}]*\} (\S+)`); !(n > 0) {
 		t.Errorf("the picker counted %v sources named", n)
 	}
+	tiers, err := engineTiers(ctx, f.EngineURLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(tiers.Pulled > 0 && tiers.Pulls >= 1 && tiers.PulledBytes > 0) ||
+		tiers.GPUHit+tiers.CPUHit+tiers.Pulled+tiers.Recomputed < 0.999 {
+		t.Errorf("the engines' tier figures: %+v", tiers)
+	}
 	read := 0.0
 	for _, u := range f.EngineURLs() {
 		read += scrape(t, u+"/metrics", `vllm:kv_offload_tiering_read_bytes_total\{[^}]*\} (\S+)`)

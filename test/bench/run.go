@@ -86,7 +86,11 @@ type Quantiles struct {
 
 // PolicyResult is one policy's figures (results.json schema).
 type PolicyResult struct {
-	Requests int `json:"requests"`
+	// Tiers, with engines running the CPU and P2P tiers, are where the
+	// prompt tokens' KV came from and the pulls, from the engines'
+	// /metrics at the run's end.
+	Tiers    *EngineTiers `json:"tiers,omitempty"`
+	Requests int          `json:"requests"`
 	Errors   int `json:"errors"`
 	// ErrorSamples are up to five distinct errors, for the failure message.
 	ErrorSamples        []string  `json:"error_samples,omitempty"`
@@ -403,6 +407,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		engines := f.EngineURLs()
 		stats, serr := f.PickerStats()
+		var tiers *EngineTiers
+		if o.CPUBlocks > 0 && serr == nil {
+			tiers, serr = engineTiers(ctx, engines)
+		}
 		f.Close()
 		if err == nil {
 			err = serr
@@ -416,6 +424,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		pr := summarize(outcomes, engines, elapsed, scale)
 		pr.LLMDCalibration = cal
+		pr.Tiers = tiers
 		if o.Admission {
 			pr.Shed429 = shed429(outcomes)
 		}
