@@ -77,7 +77,7 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 	if sc, err := workload.Named(b.scenario, workload.NamedOptions{}); err == nil {
 		return bench.Plan(sc, b.seed, 1), nil
 	}
-	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, agentic-chat, demo, shared-prefix, trace, b2b-saas, hot-prefix, coding-agent, uniform-pool, faults, overload or tenants", b.scenario)
+	return nil, fmt.Errorf("--scenario %q: want seed-continuation, agentic-pressure, agentic-chat, demo, shared-prefix, trace, b2b-saas, hot-prefix, coding-agent, uniform-pool, doc-qa, hot-set, tiered-eviction, faults, overload or tenants", b.scenario)
 }
 
 func newBenchCommand() *cobra.Command {
@@ -149,7 +149,7 @@ Scenarios:
                      as recorded; another seed keeps 80% of its
                      conversations, jitters arrivals by up to half the mean
                      gap and salts the token runs, a different workload.
-  b2b-saas, hot-prefix, coding-agent, uniform-pool
+  b2b-saas, hot-prefix, coding-agent, uniform-pool, doc-qa, hot-set, tiered-eviction
                      the lab's scenarios (kvroute lab --help), on the real
                      clock: the same plans, seeds and bytes.
   overload           2 engines, streaming completions (a 256-token shared

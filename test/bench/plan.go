@@ -51,7 +51,7 @@ func (p planned) Run(ctx context.Context, c *Client, rng *rand.Rand) ([]Outcome,
 
 // fleetOf is a workload's fleet as the bench's.
 func fleetOf(f workload.Fleet) FleetConfig {
-	return FleetConfig{Engines: f.Engines, GPUBlocks: f.GPUBlocks, MaxModelLen: f.MaxModelLen}
+	return FleetConfig{Engines: f.Engines, GPUBlocks: f.GPUBlocks, MaxModelLen: f.MaxModelLen, CPUBlocks: f.CPUBlocks, Profile: f.Profile}
 }
 
 // RunPlan draws s's plan for o and drives it through c on the real clock:
