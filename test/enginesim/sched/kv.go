@@ -135,7 +135,7 @@ func (s *Scheduler) loaded(out *Step, r *request, gpu, load int, now time.Durati
 // (from where they load like the tier's own), a failed or empty one is
 // counted; either way the request is admissible again. An engine without
 // a tier cannot keep pulled blocks (vLLM's P2P tier sits behind its CPU
-// tier): the pull counts, and the request recomputes.
+// tier): the pull is a miss, and the request recomputes.
 func (s *Scheduler) arrive(out *Step, now time.Duration) {
 	for _, r := range s.waiting {
 		w := &r.kv
@@ -150,9 +150,15 @@ func (s *Scheduler) arrive(out *Step, now time.Duration) {
 			out.PullFailures++
 			out.PullMisses++
 		default:
-			w.pulled = s.cache.Insert(r.seq, w.from, w.blocks)
+			// What the tier kept is what was pulled: nothing kept (the
+			// batch fits no chunk of the tier) is a miss, recomputed.
+			if w.pulled = s.cache.Insert(r.seq, w.from, w.blocks); w.pulled == 0 {
+				out.PullFailures++
+				out.PullMisses++
+				continue
+			}
 			out.Pulls++
-			out.PulledBytes += s.bytes(w.blocks)
+			out.PulledBytes += s.bytes(w.pulled)
 		}
 	}
 }

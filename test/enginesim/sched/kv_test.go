@@ -248,12 +248,16 @@ func TestPull(t *testing.T) {
 		pulls, failed  int
 		misses         int
 		wantExtraDelay func(p profile.Profile) time.Duration // between the lookup's answer and the admission
+		noTier         bool                                  // the consumer has no CPU tier to keep them
 	}{
 		{"the source holds them", false, false, 96, 1, 0, 0, func(p profile.Profile) time.Duration {
 			return p.PullTime(96, 1, true) + p.LoadBack(96)
-		}},
-		{"the source evicted them", true, false, 0, 0, 1, 1, func(profile.Profile) time.Duration { return 0 }},
-		{"the pull failed (timed out)", false, true, 0, 0, 1, 0, func(profile.Profile) time.Duration { return transfer.PullTimeout }},
+		}, false},
+		{"the source evicted them", true, false, 0, 0, 1, 1, func(profile.Profile) time.Duration { return 0 }, false},
+		{"the pull failed (timed out)", false, true, 0, 0, 1, 0, func(profile.Profile) time.Duration { return transfer.PullTimeout }, false},
+		// The transfer ran, but nothing was kept: a miss, not a pull, and
+		// no bytes counted.
+		{"the consumer cannot keep them", false, false, 0, 0, 1, 1, func(p profile.Profile) time.Duration { return p.PullTime(96, 1, true) }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ps := newPullSetup(t, warm, c.evicted)
@@ -262,6 +266,9 @@ func TestPull(t *testing.T) {
 				answer = func(lk sched.Lookup) (int, time.Duration, bool) { return 6, lk.At + transfer.PullTimeout, true }
 			}
 			cfg := tiered(32)
+			if c.noTier {
+				cfg = tiered(0)
+			}
 			h := newShell(t, cfg, answer)
 			h.run(arrival{0, sched.Request{ID: 7, Prompt: warm, MaxTokens: 1, Source: "src"}})
 			lk := h.steps[0].Lookups
