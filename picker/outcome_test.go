@@ -207,3 +207,22 @@ func TestAnswerCompleteness(t *testing.T) {
 		t.Error("a long response.completed did not end the stream")
 	}
 }
+
+// TestAccountCountsTiers: an engine reports vLLM's num_cached_tokens, its
+// GPU hit with what it loaded back from its CPU tier and what it pulled;
+// a pick that expected those is as predicted, not "more cached" (which
+// would read as a stale summary).
+func TestAccountCountsTiers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := &Router{cfg: DefaultConfig()}
+	r.m = newMetrics(reg, r)
+	usage := openai.UsageOf([]byte(`{"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":80}}}`))
+	r.account(&Pick{Answer: pickapi.Answer{MatchedTokens: 32}, expectCached: 80, blockSize: 16}, usage)
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "outcome", "as_predicted"); n != 1 {
+		t.Fatalf("as_predicted %v", n)
+	}
+	r.account(&Pick{Answer: pickapi.Answer{MatchedTokens: 32}, blockSize: 16}, usage)
+	if n := testCounter(t, reg, "kvroute_picker_outcomes_total", "outcome", "more_cached_than_predicted"); n != 1 {
+		t.Fatalf("a GPU-only expectation: more_cached %v", n)
+	}
+}

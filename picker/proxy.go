@@ -303,13 +303,16 @@ func (r *Router) abortAnswer(w http.ResponseWriter, endpoint, path string, cut *
 }
 
 // account compares the engine's reported cached tokens with the
-// prediction, at block granularity: only exact agreement is as_predicted.
+// prediction — what the chosen endpoint holds on GPU, loads back from its
+// CPU tier and pulls from the source named (vLLM counts all three in
+// num_cached_tokens) — at block granularity: only exact agreement is
+// as_predicted.
 func (r *Router) account(p *Pick, u openai.Usage) {
 	if !u.Seen {
 		r.m.outcomes.WithLabelValues("no_usage").Inc()
 		return
 	}
-	predicted, cached := p.MatchedTokens, u.Cached
+	predicted, cached := max(p.expectCached, p.MatchedTokens), u.Cached
 	if bs := p.blockSize; bs > 0 {
 		if u.Prompt > 0 {
 			// vLLM recomputes at least the last prompt token: a fully cached

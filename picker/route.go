@@ -151,6 +151,13 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 			zap.String("reason", pick.sourceDropped))
 	}
 	pick.KVSource, pick.KVSourceTokens = pick.source.addr, pick.source.tokens
+	pick.expectCached = d.MatchedTokens + pick.source.tokens // a peer's: its GPU match and its pull
+	if pl := d.Plan; pl != (decide.Placement{}) {
+		pick.expectCached = pl.GPU + pl.CPU
+		if pick.source.url != "" {
+			pick.expectCached += pl.Pulled
+		}
+	}
 	if r.precise(p) {
 		pick.chain = p.heldKeys()
 	}
@@ -191,7 +198,7 @@ func (r *Router) rankFallbacks(p *Prepared, d decide.Decision, snap decide.Snaps
 		if next = decide.Decide(&r.dcfg, dreq, snap, now); !next.OK() {
 			break
 		}
-		out = append(out, fallback{endpoint: next.Endpoint, matched: next.MatchedTokens, uncached: next.Uncached,
+		out = append(out, fallback{endpoint: next.Endpoint, matched: next.MatchedTokens, expectCached: next.Plan.GPU + next.Plan.CPU, uncached: next.Uncached,
 			anotherHeldMore: next.AnotherHeldMore, loadOnly: next.LoadOnly})
 	}
 	return out

@@ -295,6 +295,10 @@ type Pick struct {
 	blockSize       int
 	anotherHeldMore bool // a healthy endpoint held a longer GPU prefix
 	loadOnly        bool // the endpoint's cache was unknown: nothing predicted
+	// expectCached is the prompt tokens the engine is expected to report
+	// cached (vLLM's num_cached_tokens: its GPU hit, what it loads back
+	// from its CPU tier and what it pulls), for the outcome metrics.
+	expectCached int
 	relay           bool // a passthrough request (passthrough.go): no prompt to account for
 	kind            intake.Kind
 	uncached        float64       // the prompt tokens left to prefill, as booked
@@ -324,6 +328,7 @@ type Pick struct {
 type fallback struct {
 	endpoint        string
 	matched         int
+	expectCached    int // its GPU match and what it loads back from its CPU tier
 	uncached        float64
 	anotherHeldMore bool
 	loadOnly        bool
@@ -419,6 +424,7 @@ func (r *Router) servedBy(p *Pick, k int) {
 	f := p.fallbacks[k]
 	r.bookings.move(p, f.endpoint, f.uncached, r.now())
 	p.Endpoint, p.EndpointID, p.MatchedTokens, p.uncached = f.endpoint, endpointID(f.endpoint), f.matched, f.uncached
+	p.expectCached = max(f.expectCached, f.matched)
 	p.MatchedBlocks, p.anotherHeldMore, p.loadOnly = 0, f.anotherHeldMore, f.loadOnly
 	p.predicted = false // priced for the endpoint that failed: nothing to learn from
 	if p.blockSize > 0 {

@@ -162,7 +162,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	}
 	pcfg := picker.DefaultServerConfig()
 	pcfg.AdminListen = "127.0.0.1:0"
-	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = cmp.Or(cfg.PickerListen, "127.0.0.1:0"), "", cfg.GPUBlocks
+	// The summaries are sized to the largest tier, as an operator sizes
+	// --capacity to the engines' blocks.
+	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = cmp.Or(cfg.PickerListen, "127.0.0.1:0"), "", max(cfg.GPUBlocks, cfg.CPUBlocks)
 	pcfg.Router.Score.Policy = cfg.Policy
 	pcfg.Router.PolicySeed = cfg.PolicySeed
 	if cfg.LoadEpsilon != nil {
@@ -204,7 +206,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		f.engines = append(f.engines, e)
 		scfg := sidecar.DefaultConfig()
 		scfg.EngineURL, scfg.KVEvents, scfg.Replay = e.URL(), e.EventsEndpoint(), e.ReplayEndpoint()
-		scfg.AdminListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", cfg.GPUBlocks
+		scfg.AdminListen, scfg.GRPCListen, scfg.Capacity = "127.0.0.1:0", "127.0.0.1:0", max(cfg.GPUBlocks, cfg.CPUBlocks)
 		scfg.ScrapeInterval = 100 * time.Millisecond
 		scfg.P2PPort = p2pPort
 		s, err := sidecar.Start(ctx, scfg, log.Named(fmt.Sprint("sidecar-", i)), nil)

