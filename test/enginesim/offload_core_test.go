@@ -1,8 +1,9 @@
-
 package enginesim
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,5 +32,36 @@ func startedPull(t *testing.T, e *Engine, src string, hs []blockkey.Digest) {
 	})
 	if err := e.do(func() { delete(e.live, 9) }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKVTransferConfigTrailingData: --kv-transfer-config is one JSON object;
+// anything but white space after it is refused, saying so.
+func TestKVTransferConfigTrailingData(t *testing.T) {
+	const obj = `{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"cpu_bytes_to_use":1e9}}`
+	if _, err := ParseKVTransferConfig(obj + " \n\t"); err != nil {
+		t.Fatalf("trailing white space: %v", err)
+	}
+	for _, tail := range []string{" x", "}", " {}", " " + obj, "null", ","} {
+		_, err := ParseKVTransferConfig(obj + tail)
+		if err == nil || !strings.Contains(err.Error(), "trailing data") {
+			t.Errorf("%q after the object: %v, want a trailing-data error", tail, err)
+		}
+	}
+}
+
+// TestP2PTierWarningsSorted: the P2P tier's ignored keys are warned about
+// in a stable (sorted) order, whatever the map's iteration order.
+func TestP2PTierWarningsSorted(t *testing.T) {
+	tier := `{"type":"p2p","zeta":1,"alpha":2,"mu":3,"beta":4,"omega":5,"gamma":6,"kappa":7,"delta":8}`
+	for range 20 { // map iteration is random: one sorted run proves nothing
+		k, err := ParseKVTransferConfig(`{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":
+			{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":1e9,"secondary_tiers":[` + tier + `]}}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(k.Warnings) != 8 || !slices.IsSorted(k.Warnings) {
+			t.Fatalf("warnings %q: want the 8 ignored keys, sorted", k.Warnings)
+		}
 	}
 }

@@ -1,4 +1,3 @@
-
 package enginesim_test
 
 import (

@@ -107,8 +107,6 @@ const maxPulls = 256
 // startPulls runs a step's lookups at their peers, each in its own
 // goroutine; their outcomes come back on e.pulls for takePull. It runs on
 // the scheduler goroutine (it reads the requests' kv_request_ids).
-//
-//lint:ignore U1000 the loop calls it once the core's lookups land
 func (e *Engine) startPulls(lks []lookup) {
 	for _, lk := range lks {
 		r, ok := e.live[lk.id]
@@ -137,8 +135,6 @@ func (e *Engine) startPulls(lks []lookup) {
 
 // takePull hands a pull's outcome to the core, on the scheduler
 // goroutine, and counts it.
-//
-//lint:ignore U1000 the loop calls it once the core's lookups land
 func (e *Engine) takePull(d pullDone) {
 	if m := e.metrics.offload; m != nil {
 		m.observePull(d)
