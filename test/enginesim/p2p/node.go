@@ -180,13 +180,23 @@ func (n *Node) inbound(conn net.Conn) {
 	n.serve(s)
 }
 
+// acceptable says why a peer's connect (or connect_ack) is refused: its
+// protocol version or its fingerprint; "" when it is acceptable. A frame
+// without a fingerprint is refused, whatever let it through.
+func acceptable(ours Fingerprint, f frame) string {
+	switch {
+	case f.Version != protocolVersion:
+		return fmt.Sprintf("protocol version %d, want %d", f.Version, protocolVersion)
+	case f.Fingerprint == nil:
+		return "no fingerprint"
+	}
+	return ours.mismatch(*f.Fingerprint)
+}
+
 // admit checks a peer's connect and registers its session; nil and why
 // when it is refused.
 func (n *Node) admit(f frame) (*session, string) {
-	if f.Version != protocolVersion {
-		return nil, fmt.Sprintf("protocol version %d, want %d", f.Version, protocolVersion)
-	}
-	if why := n.cfg.Fingerprint.mismatch(*f.Fingerprint); why != "" {
+	if why := acceptable(n.cfg.Fingerprint, f); why != "" {
 		return nil, why
 	}
 	n.mu.Lock()
@@ -224,7 +234,8 @@ func (n *Node) remove(s *session) {
 	n.mu.Unlock()
 }
 
-// readHandshake reads the peer's first frame, which must be of type want.
+// readHandshake reads the peer's first frame, which must be of type want
+// (see handshakeFrame).
 func (n *Node) readHandshake(conn net.Conn, want string) (frame, error) {
 	body, err := readFrame(conn, n.cfg.MaxFrameBytes)
 	if err != nil {
@@ -234,10 +245,18 @@ func (n *Node) readHandshake(conn net.Conn, want string) (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	if f.Type != want && f.Type != typeDisconnect {
-		return frame{}, malformed("%s during the handshake, want %s", f.Type, want)
+	return f, handshakeFrame(f, want)
+}
+
+// handshakeFrame checks a decoded first frame: a connect opening an
+// inbound connection; a connect_ack, or a disconnect refusing us,
+// answering our connect. Anything else (a disconnect in place of a
+// connect included) is a failed handshake.
+func handshakeFrame(f frame, want string) error {
+	if f.Type == want || (want == typeConnectAck && f.Type == typeDisconnect) {
+		return nil
 	}
-	return f, nil
+	return malformed("%s during the handshake, want %s", f.Type, want)
 }
 
 // writeBestEffort writes one frame to a connection about to close.

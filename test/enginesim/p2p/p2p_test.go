@@ -379,6 +379,9 @@ func TestHostileFrames(t *testing.T) {
 	}{
 		{"oversized at the handshake", func([]byte) [][]byte { return [][]byte{{0xff, 0xff, 0xff, 0xff}} }, "oversized"},
 		{"garbage at the handshake", func([]byte) [][]byte { return [][]byte{lengthPrefixed("not json")} }, "malformed"},
+		{"disconnect in place of connect", func([]byte) [][]byte {
+			return [][]byte{lengthPrefixed(`{"type":"disconnect","version":1,"id":"x:1"}`)}
+		}, "malformed"},
 		{"lookup before the handshake", func([]byte) [][]byte {
 			return [][]byte{lengthPrefixed(`{"type":"lookup","hashes":"` + strings.Repeat("A", 44) + `"}`)}
 		}, "malformed"},

@@ -163,10 +163,8 @@ func (n *Node) checkAck(conn net.Conn, peer string) error {
 		return wrap(ErrHandshake, "from %s: %v", peer, err)
 	case f.Type == typeDisconnect:
 		return wrap(ErrRejected, "%s refused: %.200s", peer, f.Reason)
-	case f.Version != protocolVersion:
-		return wrap(ErrRejected, "%s speaks protocol version %d, want %d", peer, f.Version, protocolVersion)
 	}
-	if why := n.cfg.Fingerprint.mismatch(*f.Fingerprint); why != "" {
+	if why := acceptable(n.cfg.Fingerprint, f); why != "" {
 		writeBestEffort(conn, frame{Type: typeDisconnect, Reason: why})
 		return wrap(ErrRejected, "%s: %s", peer, why)
 	}
