@@ -103,7 +103,8 @@ func readFrame(r io.Reader, max int) ([]byte, error) {
 
 // decodeFrame parses and checks one frame's body: a known type, the
 // fields its type needs, every bound (maxHashes digests, string lengths,
-// non-negative counts).
+// non-negative counts, hits and blocks of at most maxHashes: no message
+// asks about more). Active is not bounded here: the consumer clamps it.
 func decodeFrame(body []byte, maxHashes int) (frame, error) {
 	var f frame
 	if err := json.Unmarshal(body, &f); err != nil {
@@ -114,6 +115,9 @@ func decodeFrame(body []byte, maxHashes int) (frame, error) {
 	}
 	if f.Hits < 0 || f.Active < 0 || f.HoldMS < 0 || f.Blocks < 0 {
 		return frame{}, malformed("a negative count")
+	}
+	if f.Hits > maxHashes || f.Blocks > maxHashes {
+		return frame{}, malformed("%d hits, %d blocks: at most %d", f.Hits, f.Blocks, maxHashes)
 	}
 	switch f.Type {
 	case typeConnect, typeConnectAck:

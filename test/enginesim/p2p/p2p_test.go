@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/test/enginesim/p2p"
+	"github.com/kvroute/kvroute/test/enginesim/p2p/p2ptest"
 	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -575,4 +577,71 @@ func TestHalfOpenConnectionsBounded(t *testing.T) {
 		_, err := pull(t, dst, src.ID(), hs, noHold)
 		return err
 	})
+}
+
+// TestHostileAnswers: a source answering with counts no honest source
+// sends — hits or blocks past what was asked (up to 2^62, which overflowed
+// a sum), or a flood of pulls under way — never panics the consumer: a
+// count past what was asked fails the pull as rejected, counted as a
+// malformed frame; an active count is taken up to p2p.MaxActive. The
+// consumer pulls on afterwards.
+func TestHostileAnswers(t *testing.T) {
+	const huge = 1 << 62
+	hs := digests("m", 2)
+	for _, c := range []struct {
+		name    string
+		lookup  map[string]any
+		fetch   map[string]any
+		fails   bool
+		hits    int // the leading hashes the consumer takes the source to hold
+		reports int // the source's active pulls, as the consumer takes them
+	}{
+		{"hits and blocks of 2^62", map[string]any{"type": "lookup_resp", "hits": huge, "blocks": huge}, nil, true, 0, 0},
+		{"more hits than asked", map[string]any{"type": "lookup_resp", "hits": 3}, nil, true, 0, 0},
+		{"blocks in place of hits", map[string]any{"type": "lookup_resp", "blocks": 2}, nil, false, 0, 0},
+		{"more blocks than asked", map[string]any{"type": "lookup_resp", "hits": 2},
+			map[string]any{"type": "transfer_done", "success": true, "blocks": 3}, true, 0, 0},
+		{"active 2^62", map[string]any{"type": "lookup_resp", "hits": 2, "active": huge},
+			map[string]any{"type": "transfer_done", "success": true, "blocks": 2}, false, 2, p2p.MaxActive},
+		{"active at the int's bound", map[string]any{"type": "lookup_resp", "hits": 2, "active": math.MaxInt64},
+			map[string]any{"type": "transfer_done", "success": true, "blocks": 2}, false, 2, p2p.MaxActive},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := p2ptest.NewSource(t, fingerprint(), func(op string, _ int) map[string]any {
+				if op == "lookup" {
+					return c.lookup
+				}
+				return c.fetch
+			})
+			dst, dstReg := node(t, config(), newTier())
+			var sawSrc []int
+			res, err := pull(t, dst, src.ID, hs, func(_, srcActive, _ int, _ bool) time.Duration {
+				sawSrc = append(sawSrc, srcActive)
+				return 0
+			})
+			rejected := counter(t, dstReg, "kvroute_engine_p2p_frames_rejected_total", map[string]string{"reason": "malformed"})
+			if c.fails {
+				if p2p.Reason(err) != "rejected" || res.Blocks != 0 {
+					t.Fatalf("pull: %+v, %v: want it rejected, nothing fetched", res, err)
+				}
+				if rejected != 1 {
+					t.Errorf("%v malformed frames counted, want 1", rejected)
+				}
+				return
+			}
+			if err != nil || rejected != 0 {
+				t.Fatalf("pull: %+v, %v (%v frames rejected)", res, err, rejected)
+			}
+			if res.Hits != c.hits || res.Blocks > res.Hits || res.SrcActive != c.reports {
+				t.Errorf("pull: %+v: want %d hits, blocks ≤ hits, the source's pulls taken as %d", res, c.hits, c.reports)
+			}
+			if res.Hits > 0 && fmt.Sprint(sawSrc) != fmt.Sprint([]int{c.reports}) {
+				t.Errorf("hold saw the source's pulls as %v, want [%d]", sawSrc, c.reports)
+			}
+			good, _ := node(t, config(), newTier(hs...))
+			if res, err := pull(t, dst, good.ID(), hs, noHold); err != nil || res.Blocks != 2 {
+				t.Errorf("a pull from an honest source after: %+v, %v", res, err)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -56,9 +57,17 @@ func (n *Node) Pull(ctx context.Context, peer, kvRequestID string, hashes []bloc
 	return res, err
 }
 
+// MaxActive bounds the pulls a source may report it is serving: a node
+// remembers at most this many (and a default node answers at most
+// MaxSessions × MaxInflight requests at once, the same 65536). A larger
+// report is taken as MaxActive, so the share of a link stays finite.
+const MaxActive = maxHolds
+
 // probe sends lookups (or fetches, carrying hold) of hashes in messages of
 // at most MaxHashes, until one comes back short: the leading hits and the
-// largest active count reported.
+// largest active count reported (at most MaxActive). An answer claiming
+// more hits (or blocks) than its message asked about ends the session:
+// the pull fails as rejected and the frame is counted.
 func (n *Node) probe(ctx context.Context, s *session, op, kvRequestID string, hashes []blockkey.Digest, hold time.Duration) (hits, active int, err error) {
 	want := typeLookupResp
 	if op == typeFetch {
@@ -70,8 +79,20 @@ func (n *Node) probe(ctx context.Context, s *session, op, kvRequestID string, ha
 		if err != nil {
 			return hits, active, err
 		}
-		got := min(r.Hits+r.Blocks, len(chunk)) // the answer carries one of the two
-		hits, active = hits+got, max(active, r.Active)
+		got := r.Hits // a lookup_resp's answer; a transfer_done's is Blocks
+		if op == typeFetch {
+			got = r.Blocks
+		}
+		if got < 0 || got > len(chunk) {
+			err := &frameError{reason: errMalformed, detail: fmt.Sprintf("%s answering %d hashes with %d", r.Type, len(chunk), got)}
+			s.reject(err)
+			return hits, active, wrap(ErrRejected, "%s: %v", s.peer, err)
+		}
+		if r.Active > MaxActive {
+			n.logOnce(s.peer, "p2p peer reports more pulls under way than a node can; taken as the bound",
+				zap.String("peer", s.peer), zap.Int("active", r.Active), zap.Int("bound", MaxActive))
+		}
+		hits, active = hits+got, max(active, min(r.Active, MaxActive))
 		if got < len(chunk) {
 			break
 		}

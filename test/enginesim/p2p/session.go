@@ -200,7 +200,7 @@ func (s *session) reject(err error) {
 	reason := s.n.countRejected(err)
 	s.n.logOnce(s.peer, "p2p peer sent a bad frame; closing the connection", zap.String("peer", s.peer), zap.Error(err))
 	s.sayGoodbye("protocol error: " + reason)
-	s.fail(wrap(ErrPeerDown, "%s: %v", s.peer, err))
+	s.fail(wrap(ErrRejected, "%s sent a bad frame: %v", s.peer, err))
 }
 
 // countRejected counts a peer's bad frame by its reason and returns it.
@@ -268,7 +268,10 @@ func (s *session) answer(f frame) {
 		_ = s.send(frame{Type: typeLookupResp, Seq: f.Seq, Hits: hits, Active: s.n.serving.count()})
 		return
 	}
-	hold := min(time.Duration(f.HoldMS)*time.Millisecond, s.n.cfg.PullTimeout)
+	hold := s.n.cfg.PullTimeout // HoldMS is the peer's: bounded before it is a Duration
+	if f.HoldMS < hold.Milliseconds() {
+		hold = time.Duration(f.HoldMS) * time.Millisecond
+	}
 	if hits > 0 {
 		s.n.serving.add(hold)
 	}
