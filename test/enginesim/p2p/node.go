@@ -159,8 +159,13 @@ func (n *Node) inbound(conn net.Conn) {
 	}
 	s, reason := n.admit(f)
 	if s == nil {
-		n.m.connections.WithLabelValues("inbound", "rejected").Inc()
-		n.logOnce(f.ID, "p2p rejecting peer", zap.String("peer", f.ID), zap.String("remote", remote), zap.String("reason", reason))
+		if reason == reasonCrossed {
+			n.m.connections.WithLabelValues("inbound", "crossed").Inc()
+			n.log.Debug("p2p dials crossed; keeping ours", zap.String("peer", f.ID))
+		} else {
+			n.m.connections.WithLabelValues("inbound", "rejected").Inc()
+			n.logOnce(f.ID, "p2p rejecting peer", zap.String("peer", f.ID), zap.String("remote", remote), zap.String("reason", reason))
+		}
 		writeBestEffort(conn, frame{Type: typeDisconnect, Reason: reason})
 		_ = conn.Close()
 		return
@@ -200,19 +205,51 @@ func (n *Node) admit(f frame) (*session, string) {
 		return nil, why
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch {
-	case n.closed:
+	if n.closed {
+		n.mu.Unlock()
 		return nil, "shutting down"
-	case n.sessions[f.ID] != nil:
+	}
+	old := n.sessions[f.ID]
+	switch {
+	case old == nil:
+		if len(n.sessions) >= n.cfg.MaxSessions {
+			n.mu.Unlock()
+			return nil, "too many connections"
+		}
+	case old.outbound && f.ID < n.id && !old.established:
+		// Our dial and the peer's crossed: the lower identity's is kept,
+		// here the peer's. Ours is dropped, its pulls wait for this one.
+	case old.outbound && f.ID > n.id:
+		n.mu.Unlock()
+		return nil, reasonCrossed // ours is kept: the peer waits for it
+	default:
+		n.mu.Unlock()
 		return nil, "duplicate connection from " + f.ID
-	case len(n.sessions) >= n.cfg.MaxSessions:
-		return nil, "too many connections"
 	}
 	s := newSession(n, f.ID, false)
 	n.sessions[f.ID] = s
+	n.mu.Unlock()
+	if old != nil {
+		n.m.connections.WithLabelValues("outbound", "crossed").Inc()
+		n.log.Debug("p2p dials crossed; keeping the peer's", zap.String("peer", f.ID))
+		old.fail(errSuperseded)
+	}
 	return s, ""
 }
+
+// reasonCrossed is the disconnect refusing a peer's connection because
+// ours to it, dialled at the same time, is kept: the connection dialled by
+// the lower identity (host:port, compared as strings) wins, so two nodes
+// dialling each other at once end with one connection, both pulls over
+// it.
+const reasonCrossed = "crossed dials: keeping the lower identity's connection"
+
+// errSuperseded ends a pending outbound session the peer's own connection
+// replaced; its waiters take the replacement.
+var errSuperseded = errors.New("p2p: superseded by the peer's connection")
+
+// errCrossed is a refusal saying the peer keeps its own connection.
+var errCrossed = errors.New("p2p: the peer keeps its own connection")
 
 // serve runs a ready session until it ends, then forgets it.
 func (n *Node) serve(s *session) {
@@ -227,6 +264,12 @@ func (n *Node) serve(s *session) {
 // registered for its peer).
 func (n *Node) remove(s *session) {
 	s.fail(wrap(ErrPeerDown, "connection to %s closed", s.peer))
+	n.forget(s)
+}
+
+// forget drops s from the sessions if it is still the one registered for
+// its peer: the next pull to the peer dials afresh.
+func (n *Node) forget(s *session) {
 	n.mu.Lock()
 	if n.sessions[s.peer] == s {
 		delete(n.sessions, s.peer)

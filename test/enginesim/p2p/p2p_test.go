@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -643,5 +644,211 @@ func TestHostileAnswers(t *testing.T) {
 				t.Errorf("a pull from an honest source after: %+v, %v", res, err)
 			}
 		})
+	}
+}
+
+// TestCrossedDials: two nodes pulling from each other at once dial each
+// other at once; the connection the lower identity dialled is kept, the
+// other side's pulls go over it, and no pull fails. Each round ends with
+// one connection between the pair.
+func TestCrossedDials(t *testing.T) {
+	const rounds, each = 40, 4
+	ha, hb := digests("na", 3), digests("nb", 3)
+	crossed := 0.0
+	for r := 0; r < rounds; r++ {
+		a, aReg := node(t, config(), newTier(ha...))
+		b, bReg := node(t, config(), newTier(hb...))
+		start := make(chan struct{})
+		errs := make(chan error, 2*each)
+		var wg sync.WaitGroup
+		for i := 0; i < each; i++ {
+			for _, c := range []struct {
+				from *p2p.Node
+				to   string
+				hs   []blockkey.Digest
+			}{{a, b.ID(), hb}, {b, a.ID(), ha}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if res, err := c.from.Pull(ctx, c.to, "r", c.hs, noHold); err != nil || res.Blocks != 3 {
+						errs <- fmt.Errorf("round %d, %s from %s: %+v, %v (%s)", r, c.from.ID(), c.to, res, err, p2p.Reason(err))
+					}
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if t.Failed() {
+			return
+		}
+		testnet.Await(t, 5*time.Second, 5*time.Millisecond, func() error {
+			for _, reg := range []*prometheus.Registry{aReg, bReg} {
+				open := counter(t, reg, "kvroute_engine_p2p_sessions", nil)
+				ready := counter(t, reg, "kvroute_engine_p2p_connections_total", map[string]string{"outcome": "ready"})
+				if open != 1 || ready != 1 {
+					return fmt.Errorf("round %d: %v connections open, %v made ready: want one", r, open, ready)
+				}
+			}
+			return nil
+		})
+		crossed += counter(t, aReg, "kvroute_engine_p2p_connections_total", map[string]string{"outcome": "crossed"}) +
+			counter(t, bReg, "kvroute_engine_p2p_connections_total", map[string]string{"outcome": "crossed"})
+		a.Close()
+		b.Close()
+	}
+	t.Logf("%v crossed connections in %d rounds", crossed, rounds)
+}
+
+// rawPeer is a scripted peer for the tests below: frames in and out over
+// one connection, its JSON as maps.
+type rawPeer struct {
+	t *testing.T
+	c net.Conn
+}
+
+func (p rawPeer) send(v map[string]any) {
+	p.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		p.t.Error(err)
+		return
+	}
+	if _, err := p.c.Write(lengthPrefixed(string(b))); err != nil {
+		p.t.Error(err)
+	}
+}
+
+func (p rawPeer) recv() map[string]any {
+	p.t.Helper()
+	var head [4]byte
+	if _, err := io.ReadFull(p.c, head[:]); err != nil {
+		p.t.Error(err)
+		return nil
+	}
+	body := make([]byte, binary.BigEndian.Uint32(head[:]))
+	if _, err := io.ReadFull(p.c, body); err != nil {
+		p.t.Error(err)
+		return nil
+	}
+	var v map[string]any
+	if err := json.Unmarshal(body, &v); err != nil {
+		p.t.Error(err)
+	}
+	return v
+}
+
+// TestCrossedDialWaits: a node whose dial the peer refused because the
+// peer's own crossing dial is kept (the peer has the lower identity)
+// waits for that connection, and its pull goes over it.
+func TestCrossedDialWaits(t *testing.T) {
+	var ln net.Listener
+	var dst *p2p.Node
+	var dstReg *prometheus.Registry
+	for range 100 { // the peer's identity must sort before the node's
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, reg := node(t, config(), newTier())
+		if l.Addr().String() < n.ID() {
+			ln, dst, dstReg = l, n, reg
+			break
+		}
+		_ = l.Close()
+		n.Close()
+	}
+	if ln == nil {
+		t.Fatal("no peer address sorting before the node's")
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	peerID := ln.Addr().String()
+	hs := digests("o", 3)
+
+	done := make(chan error, 1)
+	var res p2p.PullResult
+	go func() {
+		var err error
+		res, err = pull(t, dst, peerID, hs, noHold)
+		done <- err
+	}()
+	in, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = in.Close() }()
+	_ = in.SetDeadline(time.Now().Add(10 * time.Second))
+	theirs := rawPeer{t, in}
+	if f := theirs.recv(); f["type"] != "connect" || f["id"] != dst.ID() {
+		t.Fatalf("the node's dial opened with %v", f)
+	}
+	theirs.send(map[string]any{"type": "disconnect", "reason": "crossed dials: keeping the lower identity's connection"})
+	_ = in.Close()
+
+	out, err := net.DialTimeout("tcp", dst.ID(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = out.Close() }()
+	_ = out.SetDeadline(time.Now().Add(10 * time.Second))
+	ours := rawPeer{t, out}
+	ours.send(map[string]any{"type": "connect", "version": 1, "id": peerID, "fingerprint": fingerprint()})
+	if f := ours.recv(); f["type"] != "connect_ack" {
+		t.Fatalf("the node answered the peer's connect with %v", f)
+	}
+	for _, want := range []string{"lookup", "fetch"} {
+		f := ours.recv()
+		if f["type"] != want {
+			t.Fatalf("got %v, want a %s", f, want)
+		}
+		typ, field := "lookup_resp", "hits"
+		if want == "fetch" {
+			typ, field = "transfer_done", "blocks"
+		}
+		ours.send(map[string]any{"type": typ, "seq": f["seq"], field: len(hs), "success": true})
+	}
+	if err := <-done; err != nil || res.Blocks != len(hs) {
+		t.Fatalf("pull: %+v, %v: want %d blocks over the peer's connection", res, err, len(hs))
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		want   float64
+	}{
+		{map[string]string{"direction": "outbound", "outcome": "crossed"}, 1},
+		{map[string]string{"direction": "inbound", "outcome": "ready"}, 1},
+		{map[string]string{"outcome": "rejected"}, 0},
+	} {
+		if got := counter(t, dstReg, "kvroute_engine_p2p_connections_total", c.labels); got != c.want {
+			t.Errorf("connections%v = %v, want %v", c.labels, got, c.want)
+		}
+	}
+}
+
+// TestIdentityIsTheAddressDialled: sessions are keyed by the peer's
+// identity, and a dial knows only the address dialled, so a peer
+// answering as another identity is refused (rejected, saying why).
+func TestIdentityIsTheAddressDialled(t *testing.T) {
+	hs := digests("p", 2)
+	src := p2ptest.NewSource(t, fingerprint(), func(op string, n int) map[string]any {
+		return map[string]any{"type": map[string]string{"lookup": "lookup_resp", "fetch": "transfer_done"}[op], "hits": n, "blocks": n}
+	})
+	src.AnswerAs("localhost:1")
+	dst, dstReg := node(t, config(), newTier())
+	_, err := pull(t, dst, src.ID, hs, noHold)
+	if p2p.Reason(err) != "rejected" || !strings.Contains(err.Error(), "must be the address peers dial") {
+		t.Fatalf("pull: %v: want it rejected for the identity", err)
+	}
+	if got := counter(t, dstReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "outbound", "outcome": "rejected"}); got != 1 {
+		t.Errorf("%v outbound rejections", got)
+	}
+	src.AnswerAs("")
+	if res, err := pull(t, dst, src.ID, hs, noHold); err != nil || res.Blocks != 2 {
+		t.Errorf("answering as the address dialled: %+v, %v", res, err)
 	}
 }

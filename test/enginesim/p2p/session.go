@@ -16,8 +16,12 @@ import (
 // sides send lookups and fetches over it and answer the other's.
 type session struct {
 	n        *Node
-	peer     string // the peer's identity (host:port)
+	peer     string // the peer's identity (host:port), its key in the node's sessions
 	outbound bool
+	// established is set, under the node's lock, once an outbound
+	// session's handshake completed and it is still the one registered:
+	// a pending one may be superseded by the peer's own connection.
+	established bool
 
 	conn  net.Conn      // set before ready closes
 	ready chan struct{} // closed once the handshake completed

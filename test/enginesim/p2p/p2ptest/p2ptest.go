@@ -6,6 +6,7 @@
 package p2ptest
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -33,6 +34,15 @@ type Source struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]bool
+	as    string // the identity it answers with; ID when ""
+}
+
+// AnswerAs makes the source answer later connects as id, not as the
+// address it listens on.
+func (s *Source) AnswerAs(id string) {
+	s.mu.Lock()
+	s.as = id
+	s.mu.Unlock()
 }
 
 // maxFrame bounds a frame the source reads.
@@ -92,7 +102,10 @@ func (s *Source) serve(c net.Conn) {
 	if read(c, &hello) != nil || hello.Type != "connect" {
 		return
 	}
-	if write(c, map[string]any{"type": "connect_ack", "version": 1, "id": s.ID, "fingerprint": s.fp}) != nil {
+	s.mu.Lock()
+	id := cmp.Or(s.as, s.ID)
+	s.mu.Unlock()
+	if write(c, map[string]any{"type": "connect_ack", "version": 1, "id": id, "fingerprint": s.fp}) != nil {
 		return
 	}
 	for {
