@@ -94,9 +94,14 @@ func readFrame(r io.Reader, max int) ([]byte, error) {
 	if uint64(n) > uint64(max) {
 		return nil, &frameError{reason: errOversized, detail: fmt.Sprintf("%d bytes, at most %d", n, max)}
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	// Read as it arrives: a peer announcing a large frame and sending
+	// little of it holds no more memory than it sent.
+	body, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil {
 		return nil, err
+	}
+	if len(body) < int(n) {
+		return nil, io.ErrUnexpectedEOF
 	}
 	return body, nil
 }

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) *metrics {
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_engine_p2p_sessions",
 			Help: "P2P side-channel connections open and ready.", ConstLabels: labels}),
 		framesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_p2p_frames_rejected_total",
-			Help:        "P2P side-channel frames rejected, by reason (oversized, malformed, unexpected); the connection is closed.",
+			Help:        "P2P side-channel frames rejected, by reason: oversized, malformed, unexpected (the connection is closed); busy (a lookup or fetch past the node's bound on requests being answered at once, answered as a miss).",
 			ConstLabels: labels}, []string{"reason"}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_engine_p2p_served_total",
 			Help:        "Peers' lookup and fetch messages answered from this engine's CPU tier, by op.",
@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer, labels prometheus.Labels) *metrics {
 			m.connections.WithLabelValues(d, o)
 		}
 	}
-	for _, r := range []string{"oversized", "malformed", "unexpected"} {
+	for _, r := range []string{"oversized", "malformed", "unexpected", "busy"} {
 		m.framesRejected.WithLabelValues(r)
 	}
 	m.served.WithLabelValues(typeLookup)

@@ -39,11 +39,13 @@ type Node struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[string]*session // by peer identity, pending or ready
+	perHost  map[string]int      // inbound sessions registered, by remote address
 	warned   map[string]bool     // peers already logged at warn
 
 	serving, receiving holds // the pulls under way from and to here
 
 	handshakes chan struct{} // inbound connections not yet admitted
+	answering  chan struct{} // peers' requests being answered, node-wide
 }
 
 // maxHandshakes bounds the inbound connections in their handshake; more
@@ -72,8 +74,8 @@ func New(cfg Config, lookup LookupFunc, log *zap.Logger, reg prometheus.Register
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, log: log, lookup: lookup, m: newMetrics(reg, cfg.Labels), ln: ln, id: identity(cfg.Host, port),
-		ctx: ctx, cancel: cancel, sessions: map[string]*session{}, warned: map[string]bool{},
-		handshakes: make(chan struct{}, maxHandshakes)}
+		ctx: ctx, cancel: cancel, sessions: map[string]*session{}, perHost: map[string]int{}, warned: map[string]bool{},
+		handshakes: make(chan struct{}, maxHandshakes), answering: make(chan struct{}, cfg.MaxAnswering)}
 	n.wg.Add(1)
 	go n.accept()
 	return n, nil
@@ -157,7 +159,7 @@ func (n *Node) inbound(conn net.Conn) {
 		_ = conn.Close()
 		return
 	}
-	s, reason := n.admit(f)
+	s, reason := n.admit(f, hostOf(remote))
 	if s == nil {
 		if reason == reasonCrossed {
 			n.m.connections.WithLabelValues("inbound", "crossed").Inc()
@@ -198,9 +200,9 @@ func acceptable(ours Fingerprint, f frame) string {
 	return ours.mismatch(*f.Fingerprint)
 }
 
-// admit checks a peer's connect and registers its session; nil and why
-// when it is refused.
-func (n *Node) admit(f frame) (*session, string) {
+// admit checks a peer's connect, from remote address host, and registers
+// its session; nil and why when it is refused.
+func (n *Node) admit(f frame, host string) (*session, string) {
 	if why := acceptable(n.cfg.Fingerprint, f); why != "" {
 		return nil, why
 	}
@@ -208,6 +210,10 @@ func (n *Node) admit(f frame) (*session, string) {
 	if n.closed {
 		n.mu.Unlock()
 		return nil, "shutting down"
+	}
+	if n.perHost[host] >= n.cfg.MaxSessionsPerHost {
+		n.mu.Unlock()
+		return nil, fmt.Sprintf("too many connections from %s", host)
 	}
 	old := n.sessions[f.ID]
 	switch {
@@ -227,7 +233,9 @@ func (n *Node) admit(f frame) (*session, string) {
 		return nil, "duplicate connection from " + f.ID
 	}
 	s := newSession(n, f.ID, false)
+	s.host = host
 	n.sessions[f.ID] = s
+	n.perHost[host]++
 	n.mu.Unlock()
 	if old != nil {
 		n.m.connections.WithLabelValues("outbound", "crossed").Inc()
@@ -273,6 +281,11 @@ func (n *Node) forget(s *session) {
 	n.mu.Lock()
 	if n.sessions[s.peer] == s {
 		delete(n.sessions, s.peer)
+		if !s.outbound {
+			if n.perHost[s.host]--; n.perHost[s.host] <= 0 {
+				delete(n.perHost, s.host)
+			}
+		}
 	}
 	n.mu.Unlock()
 }

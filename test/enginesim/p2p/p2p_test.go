@@ -32,8 +32,11 @@ import (
 type tier struct {
 	mu   sync.Mutex
 	held map[blockkey.Digest]bool
-	// gate, when set, holds every lookup until it is closed or ctx ends.
-	gate chan struct{}
+	// gate, when set, holds every lookup until it is closed or ctx ends;
+	// entered, when set (buffered), is told of a lookup held when it has
+	// room.
+	gate    chan struct{}
+	entered chan struct{}
 }
 
 func newTier(hs ...blockkey.Digest) *tier {
@@ -46,6 +49,10 @@ func newTier(hs ...blockkey.Digest) *tier {
 
 func (t *tier) lookup(ctx context.Context, hs []blockkey.Digest) (int, error) {
 	if t.gate != nil {
+		select { // buffered: the test hears of the first lookup held
+		case t.entered <- struct{}{}:
+		default:
+		}
 		select {
 		case <-t.gate:
 		case <-ctx.Done():
@@ -544,6 +551,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *p2p.Config) { c.Fingerprint.BlockSize = 0 },
 		func(c *p2p.Config) { c.MaxFrameBytes = 100 },
 		func(c *p2p.Config) { c.PullTimeout = 0 },
+		func(c *p2p.Config) { c.MaxSessionsPerHost = 0 },
+		func(c *p2p.Config) { c.MaxAnswering = 0 },
 	} {
 		c := config()
 		edit(&c)
@@ -851,4 +860,89 @@ func TestIdentityIsTheAddressDialled(t *testing.T) {
 	if res, err := pull(t, dst, src.ID, hs, noHold); err != nil || res.Blocks != 2 {
 		t.Errorf("answering as the address dialled: %+v, %v", res, err)
 	}
+}
+
+// TestAnsweringBounded: the node answers at most MaxAnswering requests at
+// once across its connections; one past it is answered at once as a miss
+// (the consumer recomputes), counted as busy, and the one held is answered
+// when its lookup ends.
+func TestAnsweringBounded(t *testing.T) {
+	cfg := config()
+	cfg.MaxAnswering = 1
+	hs := digests("q", 2)
+	tr := newTier(hs...)
+	tr.gate, tr.entered = make(chan struct{}), make(chan struct{}, 1)
+	src, srcReg := node(t, cfg, tr)
+	first, _ := node(t, config(), newTier())
+	second, _ := node(t, config(), newTier())
+
+	held := make(chan error, 1)
+	var heldRes p2p.PullResult
+	go func() {
+		var err error
+		heldRes, err = pull(t, first, src.ID(), hs, noHold)
+		held <- err
+	}()
+	select {
+	case <-tr.entered: // the first consumer's lookup holds the node's one slot
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first lookup never reached the tier")
+	}
+	res, err := pull(t, second, src.ID(), hs, noHold)
+	if err != nil || res.Hits != 0 || res.Blocks != 0 {
+		t.Fatalf("a pull past the node's bound: %+v, %v: want a miss at once", res, err)
+	}
+	if got := counter(t, srcReg, "kvroute_engine_p2p_frames_rejected_total", map[string]string{"reason": "busy"}); got != 1 {
+		t.Errorf("%v busy frames counted, want 1", got)
+	}
+	close(tr.gate)
+	if err := <-held; err != nil || heldRes.Blocks != 2 {
+		t.Fatalf("the pull held: %+v, %v: want 2 blocks once answered", heldRes, err)
+	}
+	if res, err := pull(t, second, src.ID(), hs, noHold); err != nil || res.Blocks != 2 {
+		t.Errorf("a pull once the slot is free: %+v, %v", res, err)
+	}
+}
+
+// TestSessionsPerHostBounded: one remote address holds at most
+// MaxSessionsPerHost inbound connections, whatever identities it claims;
+// one past it is refused and counted, and one is taken again once a
+// connection closes.
+func TestSessionsPerHostBounded(t *testing.T) {
+	cfg := config()
+	cfg.MaxSessionsPerHost = 2
+	src, srcReg := node(t, cfg, newTier())
+	admitted := func(id string) (net.Conn, bool) {
+		c := raw(t, src)
+		if _, err := c.Write(hello(id)); err != nil {
+			t.Fatal(err)
+		}
+		f := rawPeer{t, c}.recv()
+		return c, f["type"] == "connect_ack"
+	}
+	var open []net.Conn
+	for i := 0; i < 2; i++ {
+		c, ok := admitted("flood:" + strconv.Itoa(i))
+		if !ok {
+			t.Fatalf("connection %d refused under the bound", i)
+		}
+		open = append(open, c)
+	}
+	extra, ok := admitted("flood:2")
+	if ok {
+		t.Fatal("a third connection from one address admitted, bound 2")
+	}
+	closedByPeer(t, extra)
+	if got := counter(t, srcReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "inbound", "outcome": "rejected"}); got != 1 {
+		t.Errorf("%v inbound rejections, want 1", got)
+	}
+	_ = open[0].Close()
+	n := 3
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		n++
+		if _, ok := admitted("flood:" + strconv.Itoa(n)); !ok {
+			return errors.New("still refused after a connection closed")
+		}
+		return nil
+	})
 }

@@ -18,6 +18,7 @@ type session struct {
 	n        *Node
 	peer     string // the peer's identity (host:port), its key in the node's sessions
 	outbound bool
+	host     string // an inbound session's remote address (its per-host count)
 	// established is set, under the node's lock, once an outbound
 	// session's handshake completed and it is still the one registered:
 	// a pending one may be superseded by the peer's own connection.
@@ -164,6 +165,13 @@ func (s *session) run() {
 			case <-s.done:
 				return
 			}
+			select {
+			case s.n.answering <- struct{}{}:
+			default: // the node answers as many as it may: a miss, now
+				s.busy(f)
+				<-s.sem
+				continue
+			}
 			s.handlers.Add(1)
 			go s.answer(f)
 		case typeLookupResp, typeTransferDone:
@@ -252,7 +260,22 @@ func (s *session) deliver(f frame) bool {
 	return true
 }
 
-// answer serves one of the peer's requests from the local CPU tier.
+// busy answers a request past the node's MaxAnswering as a miss, at
+// once, and counts it.
+func (s *session) busy(f frame) {
+	s.n.m.framesRejected.WithLabelValues("busy").Inc()
+	s.n.logOnce("busy", "p2p side channel: too many requests being answered; answering more as misses",
+		zap.String("peer", s.peer), zap.Int("max_answering", s.n.cfg.MaxAnswering))
+	if f.Type == typeLookup {
+		_ = s.send(frame{Type: typeLookupResp, Seq: f.Seq, Active: s.n.serving.count()})
+		return
+	}
+	_ = s.send(frame{Type: typeTransferDone, Seq: f.Seq})
+}
+
+// answer serves one of the peer's requests from the local CPU tier. It
+// holds a node-wide answering slot for the lookup only: a peer that does
+// not read its answers stalls its own connection, not the node.
 func (s *session) answer(f frame) {
 	defer func() {
 		<-s.sem
@@ -260,6 +283,7 @@ func (s *session) answer(f frame) {
 	}()
 	hashes := unpackHashes(f.Hashes)
 	hits, err := s.n.lookup(s.ctx, hashes)
+	<-s.n.answering
 	if s.ctx.Err() != nil {
 		return // the session or the node is closing: no answer
 	}
