@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -122,6 +123,9 @@ func ParseKVTransferConfig(s string) (KVTransferConfig, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
 		return k, fmt.Errorf("--kv-transfer-config: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return k, errors.New("--kv-transfer-config: trailing data after the JSON object (want exactly one object)")
 	}
 	if raw.KVConnector == nil {
 		if raw.KVConnectorExtra != nil {
@@ -335,6 +339,7 @@ func parseP2PTier(t map[string]json.RawMessage) (P2PTierConfig, []string, error)
 			warns = append(warns, fmt.Sprintf("secondary_tiers p2p: %q is not read; ignored", key))
 		}
 	}
+	slices.Sort(warns)
 	if v, ok := t["host"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &tier.Host); err != nil || tier.Host == "" || len(tier.Host) > 253 {
 			return tier, nil, fmt.Errorf("host %s: want a host name or address", v)

@@ -1,4 +1,3 @@
-
 package enginesim
 
 // The engine's calls into the scheduler core's CPU tier and pulls, against

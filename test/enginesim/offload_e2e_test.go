@@ -1,4 +1,3 @@
-
 package enginesim_test
 
 import (
@@ -81,5 +80,38 @@ func pullBetweenEngines(t *testing.T, scale float64) {
 	}
 	if got := scraped(t, b, "vllm:kv_offload_tiering_promotion_job_failures_total", nil); got != 1 {
 		t.Errorf("%v promotion job failures", got)
+	}
+}
+
+// TestPullTimeoutRecomputes: on a link so slow that the prefix's transfer
+// would outlast vLLM's 30 s load timeout (at time scale 0, so nothing
+// waits), B's pull from A fails as a timeout, counted, and the request
+// recomputes and completes with nothing pulled.
+func TestPullTimeoutRecomputes(t *testing.T) {
+	cfg := tieringConfig(t)
+	cfg.Sim.Latency.PullBytesPerSecond = 1
+	a := start(t, cfg).Engines()[0]
+	b := start(t, cfg).Engines()[0]
+	prompt := make([]int, 2048)
+	for i := range prompt {
+		prompt[i] = 3000 + i
+	}
+	if code := post(t, a.URL()+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 1}, nil); code != 200 {
+		t.Fatalf("seeding A: %d", code)
+	}
+	var out usageOf
+	code := post(t, b.URL()+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 1,
+		"kv_transfer_params": source(a.P2PID())}, &out)
+	if code != 200 || out.Usage.PromptTokens != len(prompt) {
+		t.Fatalf("B: %d %+v: want the request completed", code, out)
+	}
+	if got := scraped(t, b, "kvroute_engine_p2p_pull_failures_total", map[string]string{"reason": "timeout"}); got != 1 {
+		t.Errorf("%v pulls failed as timeouts, want 1", got)
+	}
+	if got := scraped(t, b, "kvroute_engine_prompt_tokens_by_tier_total", map[string]string{"tier": "p2p"}); got != 0 {
+		t.Errorf("%v tokens pulled, want none", got)
+	}
+	if got := scraped(t, a, "kvroute_engine_p2p_served_total", map[string]string{"op": "lookup"}); got < 1 {
+		t.Errorf("A answered %v lookups: the pull never reached it", got)
 	}
 }

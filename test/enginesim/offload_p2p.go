@@ -10,7 +10,9 @@ import (
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/test/enginesim/p2p"
+	"github.com/kvroute/kvroute/test/enginesim/profile"
 	"github.com/kvroute/kvroute/test/enginesim/sched"
+	"github.com/kvroute/kvroute/test/enginesim/transfer"
 )
 
 // lookup is one probe the core asks for: request id's prompt blocks (GPU
@@ -107,8 +109,6 @@ const maxPulls = 256
 // startPulls runs a step's lookups at their peers, each in its own
 // goroutine; their outcomes come back on e.pulls for takePull. It runs on
 // the scheduler goroutine (it reads the requests' kv_request_ids).
-//
-//lint:ignore U1000 the loop calls it once the core's lookups land
 func (e *Engine) startPulls(lks []lookup) {
 	for _, lk := range lks {
 		r, ok := e.live[lk.id]
@@ -137,8 +137,6 @@ func (e *Engine) startPulls(lks []lookup) {
 
 // takePull hands a pull's outcome to the core, on the scheduler
 // goroutine, and counts it.
-//
-//lint:ignore U1000 the loop calls it once the core's lookups land
 func (e *Engine) takePull(d pullDone) {
 	if m := e.metrics.offload; m != nil {
 		m.observePull(d)
@@ -149,13 +147,17 @@ func (e *Engine) takePull(d pullDone) {
 // pull runs one lookup at its peer, off the scheduler goroutine: the
 // probe, the fetch of the hits, and the transfer time from the profile
 // with both ends' pulls under way (the source's as it reported them).
-// The peer is told the time in wall time (scaled), to count the pull.
+// The peer is told the time in wall time (scaled), to count the pull. A
+// pull whose transfer would outlast transfer.PullTimeout (vLLM's
+// _LOAD_TIMEOUT_S) fails as a timeout at its start + PullTimeout, with
+// nothing loaded, and the request recomputes, as the lab's fleet does.
 func (e *Engine) pull(ctx context.Context, lk lookup, kvRequestID string) pullDone {
 	p := e.cfg.Sim.Profile()
 	perBlock := e.cfg.BlockSize // a lookup's hashes are GPU blocks'
 	scale := e.cfg.Sim.TimeScale
 	hold := func(hits, srcActive, dstActive int, first bool) time.Duration {
-		return time.Duration(float64(pullDuration(p, hits*perBlock, srcActive, dstActive, first)) * scale)
+		w, _ := pullWait(p, hits*perBlock, srcActive, dstActive, first)
+		return time.Duration(float64(w) * scale)
 	}
 	res, err := e.node.Pull(ctx, lk.source, kvRequestID, lk.hashes, hold)
 	d := pullDone{id: lk.id, at: lk.at, probed: len(lk.hashes), found: res.Hits}
@@ -165,7 +167,27 @@ func (e *Engine) pull(ctx context.Context, lk lookup, kvRequestID string) pullDo
 			zap.String("source", lk.source), zap.Error(err))
 		return d
 	}
-	d.blocks = res.Blocks
-	d.wait = pullDuration(p, res.Blocks*perBlock, res.SrcActive, res.DstActive, res.First)
+	w, timedOut := pullWait(p, res.Blocks*perBlock, res.SrcActive, res.DstActive, res.First)
+	if timedOut {
+		d.failed, d.reason, d.wait = true, "timeout", transfer.PullTimeout
+		e.log.Debug("P2P pull would outlast the pull timeout; the request recomputes", zap.Uint64("request", uint64(lk.id)),
+			zap.String("source", lk.source), zap.Int("blocks", res.Blocks), zap.Duration("timeout", transfer.PullTimeout))
+		return d
+	}
+	d.blocks, d.wait = res.Blocks, w
 	return d
+}
+
+// pullWait is a pull's transfer time, in simulated time, and whether it
+// outlasts transfer.PullTimeout; then the time is PullTimeout, when the
+// consumer gives up. The pulls under way are taken in [0, p2p.MaxActive]
+// whatever a peer reported, and the time is never negative: one that
+// overflows is past the timeout.
+func pullWait(p profile.Profile, tokens, srcActive, dstActive int, first bool) (time.Duration, bool) {
+	clamp := func(n int) int { return min(max(n, 0), p2p.MaxActive) }
+	w := pullDuration(p, tokens, clamp(srcActive), clamp(dstActive), first)
+	if w < 0 || w > transfer.PullTimeout {
+		return transfer.PullTimeout, true
+	}
+	return w, false
 }

@@ -84,6 +84,17 @@ type Config struct {
 	// MaxSessions bounds the connections, inbound and outbound; an inbound
 	// one past it is refused.
 	MaxSessions int
+	// MaxSessionsPerHost bounds the inbound connections from one remote
+	// address (loopback included): identities are self-asserted, so one
+	// client could otherwise take every session. One past it is refused
+	// (connections_total{inbound,rejected}).
+	MaxSessionsPerHost int
+	// MaxAnswering bounds the peers' lookups and fetches being answered
+	// at once, across every connection (each connection's own bound is
+	// MaxInflight). One arriving past it is not queued: it is answered at
+	// once as a miss (no hit, no block; the consumer recomputes) and
+	// counted (frames_rejected_total{reason="busy"}).
+	MaxAnswering int
 	// Labels are constant labels on the node's metrics (the engine's
 	// model_name and engine).
 	Labels prometheus.Labels
@@ -101,14 +112,16 @@ const maxString = 1024
 // DefaultConfig returns vLLM's defaults (localhost:5710) and the bounds.
 func DefaultConfig() Config {
 	return Config{
-		Host:             DefaultHost,
-		Port:             DefaultPort,
-		HandshakeTimeout: 10 * time.Second,
-		PullTimeout:      30 * time.Second,
-		MaxHashes:        16384,
-		MaxFrameBytes:    1 << 20,
-		MaxInflight:      64,
-		MaxSessions:      1024,
+		Host:               DefaultHost,
+		Port:               DefaultPort,
+		HandshakeTimeout:   10 * time.Second,
+		PullTimeout:        30 * time.Second,
+		MaxHashes:          16384,
+		MaxFrameBytes:      1 << 20,
+		MaxInflight:        64,
+		MaxSessions:        1024,
+		MaxSessionsPerHost: 64,
+		MaxAnswering:       256,
 	}
 }
 
@@ -128,6 +141,7 @@ func (c Config) Validate() error {
 	// A full message of MaxHashes digests, base64 in JSON, must fit a frame.
 	check(c.MaxFrameBytes >= 4096+c.MaxHashes*digestSize*4/3, "max frame %d bytes cannot carry %d hashes", c.MaxFrameBytes, c.MaxHashes)
 	check(c.MaxInflight > 0 && c.MaxSessions > 0, "max in flight %d and max sessions %d must be positive", c.MaxInflight, c.MaxSessions)
+	check(c.MaxSessionsPerHost > 0 && c.MaxAnswering > 0, "max sessions per host %d and max answering %d must be positive", c.MaxSessionsPerHost, c.MaxAnswering)
 	if err := c.Fingerprint.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("p2p: %w", err))
 	}

@@ -9,6 +9,13 @@
 //     peer and reused both ways afterwards: either side sends lookups and
 //     fetches over it and answers the other's. A second connection from a
 //     peer that already has one is rejected ("duplicate connection").
+//     Two nodes dialling each other at once keep the connection the lower
+//     identity (compared as strings) dialled: the other side's pending
+//     dial gives way to it, and its pulls go over it
+//     (connections_total{outcome="crossed"}).
+//   - Connections are keyed by the peer's identity, which is the address
+//     it is dialled at: a peer answering a dial as another identity is
+//     rejected, saying so (set the tier's host to the address peers use).
 //   - A handshake first: the dialer sends connect, the listener answers
 //     connect_ack, each carrying its identity (host:port, as it is dialed:
 //     the tier's host verbatim and its port, base + data-parallel index)
@@ -37,7 +44,8 @@
 // Where it differs from vLLM: lookups are not split per scheduler step
 // (one lookup per pull, split only past MaxHashes hashes); an unanswered
 // probe is bounded by the pull timeout (vLLM's has none); a peer's claimed
-// identity is trusted, as vLLM trusts it; a source does not pin blocks
+// identity is trusted, as vLLM trusts it (nothing authenticates a peer:
+// see docs/security.md); a source does not pin blocks
 // between lookup and fetch; the P/D roles (remote_prefiller,
 // remote_decoder) are not served.
 //
@@ -45,13 +53,19 @@
 // {"type": connect | connect_ack | disconnect | lookup | lookup_resp |
 // fetch | transfer_done, …}; hashes are the 32-byte block digests
 // concatenated (base64 in JSON). Everything from the network is hostile: a
-// frame over MaxFrameBytes is refused before its body is read, a message
-// over MaxHashes hashes, a bad field or a frame out of place closes the
-// connection (kvroute_engine_p2p_frames_rejected_total{reason}), and the
-// peer is logged at warn once, at debug after. A peer's requests are
-// answered MaxInflight at a time, writes are bounded by the pull timeout,
-// connections by MaxSessions, and connections still in their handshake
-// by 64 (more are closed at once).
+// frame over MaxFrameBytes is refused before its body is read (and a body
+// is held only as far as it arrived), a message over MaxHashes hashes, a
+// bad field, a count past what was asked (hits, blocks) or a frame out of
+// place (anything but connect opening a connection) closes the connection
+// (kvroute_engine_p2p_frames_rejected_total{reason}) and fails the pulls
+// on it as rejected, and the peer is logged at warn once, at debug after.
+// A source's count of pulls under way is taken up to MaxActive. A peer's
+// requests are answered MaxInflight at a time; the node's, across every
+// connection, MaxAnswering at a time, and one past that is answered at
+// once as a miss (reason "busy"). Writes are bounded by the pull timeout,
+// connections by MaxSessions, inbound ones from one remote address by
+// MaxSessionsPerHost (identities are self-asserted), and connections
+// still in their handshake by 64 (more are closed at once).
 //
 // Answers come from a LookupFunc, which the engine serves on its scheduler
 // goroutine: the core stays pure and single-threaded. Close ends every

@@ -14,7 +14,9 @@ var (
 	ErrUnreachable = errors.New("p2p: peer unreachable")
 	// ErrRejected: the peer refused the connection (a fingerprint
 	// mismatch, a duplicate connection, too many connections), or this
-	// node refused the peer's answer.
+	// node refused the peer: its answer to our connect (a mismatch, an
+	// identity other than the address dialled) or a bad frame on the
+	// connection (malformed, out of place, a count past what was asked).
 	ErrRejected = errors.New("p2p: connection rejected")
 	// ErrHandshake: the connection was not ready within the handshake
 	// timeout, or the handshake was malformed.

@@ -94,16 +94,22 @@ func readFrame(r io.Reader, max int) ([]byte, error) {
 	if uint64(n) > uint64(max) {
 		return nil, &frameError{reason: errOversized, detail: fmt.Sprintf("%d bytes, at most %d", n, max)}
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	// Read as it arrives: a peer announcing a large frame and sending
+	// little of it holds no more memory than it sent.
+	body, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil {
 		return nil, err
+	}
+	if len(body) < int(n) {
+		return nil, io.ErrUnexpectedEOF
 	}
 	return body, nil
 }
 
 // decodeFrame parses and checks one frame's body: a known type, the
 // fields its type needs, every bound (maxHashes digests, string lengths,
-// non-negative counts).
+// non-negative counts, hits and blocks of at most maxHashes: no message
+// asks about more). Active is not bounded here: the consumer clamps it.
 func decodeFrame(body []byte, maxHashes int) (frame, error) {
 	var f frame
 	if err := json.Unmarshal(body, &f); err != nil {
@@ -114,6 +120,9 @@ func decodeFrame(body []byte, maxHashes int) (frame, error) {
 	}
 	if f.Hits < 0 || f.Active < 0 || f.HoldMS < 0 || f.Blocks < 0 {
 		return frame{}, malformed("a negative count")
+	}
+	if f.Hits > maxHashes || f.Blocks > maxHashes {
+		return frame{}, malformed("%d hits, %d blocks: at most %d", f.Hits, f.Blocks, maxHashes)
 	}
 	switch f.Type {
 	case typeConnect, typeConnectAck:

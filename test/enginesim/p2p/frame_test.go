@@ -11,7 +11,8 @@ import (
 )
 
 // FuzzFrame: any bytes are read and decoded without panicking, within the
-// bounds; whatever decodes, re-encodes to a frame that decodes the same.
+// bounds; whatever decodes, re-encodes to a frame that decodes the same;
+// whatever opens an inbound handshake is checked without panicking.
 func FuzzFrame(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"connect","version":1,"id":"h:1","fingerprint":{"block_size":16,"hash_seed":"s","hash_algo":"a","model":"m"}}`,
@@ -19,6 +20,8 @@ func FuzzFrame(f *testing.F) {
 		`{"type":"lookup_resp","seq":3,"hits":2,"active":1}`,
 		`{"type":"transfer_done","seq":4,"success":true,"blocks":2}`,
 		`{"type":"disconnect","reason":"x"}`,
+		`{"type":"disconnect","version":1,"id":"x:1"}`,
+		`{"type":"connect_ack","version":1,"id":"x:1"}`,
 		`{"type":"fetch","hashes":""}`,
 		`[]`, `{"type":1}`, `{"hits":1e99}`,
 	} {
@@ -44,6 +47,19 @@ func FuzzFrame(f *testing.F) {
 		}
 		if len(fr.Hashes)/digestSize > maxHashes || len(fr.Hashes)%digestSize != 0 {
 			t.Fatalf("accepted %d hash bytes", len(fr.Hashes))
+		}
+		for _, want := range []string{typeConnect, typeConnectAck} {
+			if handshakeFrame(fr, want) == nil && fr.Type != typeDisconnect {
+				if fr.ID == "" || fr.Fingerprint == nil {
+					t.Fatalf("a %s without id or fingerprint opens a handshake: %+v", fr.Type, fr)
+				}
+			}
+		}
+		if handshakeFrame(fr, typeConnect) == nil {
+			if fr.Type != typeConnect {
+				t.Fatalf("a %s opens an inbound handshake", fr.Type)
+			}
+			_ = acceptable(Fingerprint{BlockSize: 16}, fr) // must not panic
 		}
 		wire, err := encodeFrame(fr)
 		if err != nil {

@@ -39,11 +39,13 @@ type Node struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[string]*session // by peer identity, pending or ready
+	perHost  map[string]int      // inbound sessions registered, by remote address
 	warned   map[string]bool     // peers already logged at warn
 
 	serving, receiving holds // the pulls under way from and to here
 
 	handshakes chan struct{} // inbound connections not yet admitted
+	answering  chan struct{} // peers' requests being answered, node-wide
 }
 
 // maxHandshakes bounds the inbound connections in their handshake; more
@@ -72,8 +74,8 @@ func New(cfg Config, lookup LookupFunc, log *zap.Logger, reg prometheus.Register
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, log: log, lookup: lookup, m: newMetrics(reg, cfg.Labels), ln: ln, id: identity(cfg.Host, port),
-		ctx: ctx, cancel: cancel, sessions: map[string]*session{}, warned: map[string]bool{},
-		handshakes: make(chan struct{}, maxHandshakes)}
+		ctx: ctx, cancel: cancel, sessions: map[string]*session{}, perHost: map[string]int{}, warned: map[string]bool{},
+		handshakes: make(chan struct{}, maxHandshakes), answering: make(chan struct{}, cfg.MaxAnswering)}
 	n.wg.Add(1)
 	go n.accept()
 	return n, nil
@@ -157,10 +159,15 @@ func (n *Node) inbound(conn net.Conn) {
 		_ = conn.Close()
 		return
 	}
-	s, reason := n.admit(f)
+	s, reason := n.admit(f, hostOf(remote))
 	if s == nil {
-		n.m.connections.WithLabelValues("inbound", "rejected").Inc()
-		n.logOnce(f.ID, "p2p rejecting peer", zap.String("peer", f.ID), zap.String("remote", remote), zap.String("reason", reason))
+		if reason == reasonCrossed {
+			n.m.connections.WithLabelValues("inbound", "crossed").Inc()
+			n.log.Debug("p2p dials crossed; keeping ours", zap.String("peer", f.ID))
+		} else {
+			n.m.connections.WithLabelValues("inbound", "rejected").Inc()
+			n.logOnce(f.ID, "p2p rejecting peer", zap.String("peer", f.ID), zap.String("remote", remote), zap.String("reason", reason))
+		}
 		writeBestEffort(conn, frame{Type: typeDisconnect, Reason: reason})
 		_ = conn.Close()
 		return
@@ -180,29 +187,77 @@ func (n *Node) inbound(conn net.Conn) {
 	n.serve(s)
 }
 
-// admit checks a peer's connect and registers its session; nil and why
-// when it is refused.
-func (n *Node) admit(f frame) (*session, string) {
-	if f.Version != protocolVersion {
-		return nil, fmt.Sprintf("protocol version %d, want %d", f.Version, protocolVersion)
+// acceptable says why a peer's connect (or connect_ack) is refused: its
+// protocol version or its fingerprint; "" when it is acceptable. A frame
+// without a fingerprint is refused, whatever let it through.
+func acceptable(ours Fingerprint, f frame) string {
+	switch {
+	case f.Version != protocolVersion:
+		return fmt.Sprintf("protocol version %d, want %d", f.Version, protocolVersion)
+	case f.Fingerprint == nil:
+		return "no fingerprint"
 	}
-	if why := n.cfg.Fingerprint.mismatch(*f.Fingerprint); why != "" {
+	return ours.mismatch(*f.Fingerprint)
+}
+
+// admit checks a peer's connect, from remote address host, and registers
+// its session; nil and why when it is refused.
+func (n *Node) admit(f frame, host string) (*session, string) {
+	if why := acceptable(n.cfg.Fingerprint, f); why != "" {
 		return nil, why
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch {
-	case n.closed:
+	if n.closed {
+		n.mu.Unlock()
 		return nil, "shutting down"
-	case n.sessions[f.ID] != nil:
+	}
+	if n.perHost[host] >= n.cfg.MaxSessionsPerHost {
+		n.mu.Unlock()
+		return nil, fmt.Sprintf("too many connections from %s", host)
+	}
+	old := n.sessions[f.ID]
+	switch {
+	case old == nil:
+		if len(n.sessions) >= n.cfg.MaxSessions {
+			n.mu.Unlock()
+			return nil, "too many connections"
+		}
+	case old.outbound && f.ID < n.id && !old.established:
+		// Our dial and the peer's crossed: the lower identity's is kept,
+		// here the peer's. Ours is dropped, its pulls wait for this one.
+	case old.outbound && f.ID > n.id:
+		n.mu.Unlock()
+		return nil, reasonCrossed // ours is kept: the peer waits for it
+	default:
+		n.mu.Unlock()
 		return nil, "duplicate connection from " + f.ID
-	case len(n.sessions) >= n.cfg.MaxSessions:
-		return nil, "too many connections"
 	}
 	s := newSession(n, f.ID, false)
+	s.host = host
 	n.sessions[f.ID] = s
+	n.perHost[host]++
+	n.mu.Unlock()
+	if old != nil {
+		n.m.connections.WithLabelValues("outbound", "crossed").Inc()
+		n.log.Debug("p2p dials crossed; keeping the peer's", zap.String("peer", f.ID))
+		old.fail(errSuperseded)
+	}
 	return s, ""
 }
+
+// reasonCrossed is the disconnect refusing a peer's connection because
+// ours to it, dialled at the same time, is kept: the connection dialled by
+// the lower identity (host:port, compared as strings) wins, so two nodes
+// dialling each other at once end with one connection, both pulls over
+// it.
+const reasonCrossed = "crossed dials: keeping the lower identity's connection"
+
+// errSuperseded ends a pending outbound session the peer's own connection
+// replaced; its waiters take the replacement.
+var errSuperseded = errors.New("p2p: superseded by the peer's connection")
+
+// errCrossed is a refusal saying the peer keeps its own connection.
+var errCrossed = errors.New("p2p: the peer keeps its own connection")
 
 // serve runs a ready session until it ends, then forgets it.
 func (n *Node) serve(s *session) {
@@ -217,14 +272,26 @@ func (n *Node) serve(s *session) {
 // registered for its peer).
 func (n *Node) remove(s *session) {
 	s.fail(wrap(ErrPeerDown, "connection to %s closed", s.peer))
+	n.forget(s)
+}
+
+// forget drops s from the sessions if it is still the one registered for
+// its peer: the next pull to the peer dials afresh.
+func (n *Node) forget(s *session) {
 	n.mu.Lock()
 	if n.sessions[s.peer] == s {
 		delete(n.sessions, s.peer)
+		if !s.outbound {
+			if n.perHost[s.host]--; n.perHost[s.host] <= 0 {
+				delete(n.perHost, s.host)
+			}
+		}
 	}
 	n.mu.Unlock()
 }
 
-// readHandshake reads the peer's first frame, which must be of type want.
+// readHandshake reads the peer's first frame, which must be of type want
+// (see handshakeFrame).
 func (n *Node) readHandshake(conn net.Conn, want string) (frame, error) {
 	body, err := readFrame(conn, n.cfg.MaxFrameBytes)
 	if err != nil {
@@ -234,10 +301,18 @@ func (n *Node) readHandshake(conn net.Conn, want string) (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	if f.Type != want && f.Type != typeDisconnect {
-		return frame{}, malformed("%s during the handshake, want %s", f.Type, want)
+	return f, handshakeFrame(f, want)
+}
+
+// handshakeFrame checks a decoded first frame: a connect opening an
+// inbound connection; a connect_ack, or a disconnect refusing us,
+// answering our connect. Anything else (a disconnect in place of a
+// connect included) is a failed handshake.
+func handshakeFrame(f frame, want string) error {
+	if f.Type == want || (want == typeConnectAck && f.Type == typeDisconnect) {
+		return nil
 	}
-	return f, nil
+	return malformed("%s during the handshake, want %s", f.Type, want)
 }
 
 // writeBestEffort writes one frame to a connection about to close.

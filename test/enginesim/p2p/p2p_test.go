@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime"
 	"strconv"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/test/enginesim/p2p"
+	"github.com/kvroute/kvroute/test/enginesim/p2p/p2ptest"
 	"github.com/kvroute/kvroute/test/metrictest"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -29,8 +32,11 @@ import (
 type tier struct {
 	mu   sync.Mutex
 	held map[blockkey.Digest]bool
-	// gate, when set, holds every lookup until it is closed or ctx ends.
-	gate chan struct{}
+	// gate, when set, holds every lookup until it is closed or ctx ends;
+	// entered, when set (buffered), is told of a lookup held when it has
+	// room.
+	gate    chan struct{}
+	entered chan struct{}
 }
 
 func newTier(hs ...blockkey.Digest) *tier {
@@ -43,6 +49,10 @@ func newTier(hs ...blockkey.Digest) *tier {
 
 func (t *tier) lookup(ctx context.Context, hs []blockkey.Digest) (int, error) {
 	if t.gate != nil {
+		select { // buffered: the test hears of the first lookup held
+		case t.entered <- struct{}{}:
+		default:
+		}
 		select {
 		case <-t.gate:
 		case <-ctx.Done():
@@ -281,18 +291,15 @@ func TestFingerprintMismatchRejected(t *testing.T) {
 	}
 }
 
-// TestUnreachablePeerFailsFast: nothing listens: the pull fails at once as
-// unreachable (the caller recomputes), and is counted.
+// TestUnreachablePeerFailsFast: nothing listens: the pull fails as
+// unreachable (the caller recomputes), not as a timeout — it does not wait
+// out the pull timeout, which would fail it as one — and is counted.
 func TestUnreachablePeerFailsFast(t *testing.T) {
 	dst, dstReg := node(t, config(), newTier())
 	peer := net.JoinHostPort("127.0.0.1", strconv.Itoa(testnet.FreePort(t)))
-	start := time.Now()
 	_, err := pull(t, dst, peer, digests("g", 2), noHold)
 	if p2p.Reason(err) != "unreachable" {
 		t.Fatalf("pull: %v, want unreachable", err)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("took %v to fail", took)
 	}
 	if got := counter(t, dstReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "outbound", "outcome": "failed"}); got != 1 {
 		t.Errorf("%v failed connections", got)
@@ -303,7 +310,9 @@ func TestUnreachablePeerFailsFast(t *testing.T) {
 }
 
 // TestHandshakeTimeout: a peer that accepts and never answers is dead
-// after the handshake timeout.
+// after the handshake timeout: the pull fails as a handshake failure, not
+// as the pull's own timeout (5 s, far past the handshake's 200 ms), which
+// it would be if the handshake were not bounded.
 func TestHandshakeTimeout(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -326,14 +335,26 @@ func TestHandshakeTimeout(t *testing.T) {
 	cfg := config()
 	cfg.HandshakeTimeout = 200 * time.Millisecond
 	dst, _ := node(t, cfg, newTier())
-	start := time.Now()
 	_, err = pull(t, dst, ln.Addr().String(), digests("h", 1), noHold)
 	if p2p.Reason(err) != "handshake" {
 		t.Fatalf("pull: %v, want handshake", err)
 	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("took %v", took)
-	}
+}
+
+// TestSilentInboundDropped: a connection to the node that never sends its
+// connect is closed by the node once the handshake timeout passes (the
+// client's own deadline, 5 s, bounds the wait), counted as failed.
+func TestSilentInboundDropped(t *testing.T) {
+	cfg := config()
+	cfg.HandshakeTimeout = 200 * time.Millisecond
+	src, srcReg := node(t, cfg, newTier())
+	closedByPeer(t, raw(t, src))
+	testnet.Await(t, 5*time.Second, 5*time.Millisecond, func() error {
+		if got := counter(t, srcReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "inbound", "outcome": "failed"}); got != 1 {
+			return fmt.Errorf("%v failed inbound connections", got)
+		}
+		return nil
+	})
 }
 
 // raw dials n and returns the connection.
@@ -379,6 +400,9 @@ func TestHostileFrames(t *testing.T) {
 	}{
 		{"oversized at the handshake", func([]byte) [][]byte { return [][]byte{{0xff, 0xff, 0xff, 0xff}} }, "oversized"},
 		{"garbage at the handshake", func([]byte) [][]byte { return [][]byte{lengthPrefixed("not json")} }, "malformed"},
+		{"disconnect in place of connect", func([]byte) [][]byte {
+			return [][]byte{lengthPrefixed(`{"type":"disconnect","version":1,"id":"x:1"}`)}
+		}, "malformed"},
 		{"lookup before the handshake", func([]byte) [][]byte {
 			return [][]byte{lengthPrefixed(`{"type":"lookup","hashes":"` + strings.Repeat("A", 44) + `"}`)}
 		}, "malformed"},
@@ -538,6 +562,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *p2p.Config) { c.Fingerprint.BlockSize = 0 },
 		func(c *p2p.Config) { c.MaxFrameBytes = 100 },
 		func(c *p2p.Config) { c.PullTimeout = 0 },
+		func(c *p2p.Config) { c.MaxSessionsPerHost = 0 },
+		func(c *p2p.Config) { c.MaxAnswering = 0 },
 	} {
 		c := config()
 		edit(&c)
@@ -548,28 +574,388 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestHalfOpenConnectionsBounded: connections that never finish their
-// handshake are bounded; past the bound a new one is closed at once, and
-// the node serves again once they time out.
+// handshake are bounded; past the bound a new one is closed at once —
+// while the silent ones are still held (their handshake timeout is a
+// minute, past the client's 5 s deadline that bounds the wait) — and the
+// node serves again once they are gone.
 func TestHalfOpenConnectionsBounded(t *testing.T) {
 	cfg := config()
-	cfg.HandshakeTimeout = time.Second
+	cfg.HandshakeTimeout = time.Minute
 	hs := digests("l", 1)
 	src, srcReg := node(t, cfg, newTier(hs...))
 	const bound = 64 // the node's limit on handshakes under way
+	silent := make([]net.Conn, 0, bound)
 	for i := 0; i < bound; i++ {
-		raw(t, src) // silent
+		silent = append(silent, raw(t, src))
 	}
-	extra := raw(t, src)
-	_ = extra.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("the connection past the bound: %v, want it closed", err)
+	closedByPeer(t, raw(t, src)) // the connection past the bound
+	if got := counter(t, srcReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "inbound", "outcome": "failed"}); got != 1 {
+		t.Errorf("%v failed connections, want the one past the bound", got)
 	}
-	if got := counter(t, srcReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "inbound", "outcome": "failed"}); got < 1 {
-		t.Errorf("%v failed connections", got)
+	for _, c := range silent {
+		_ = c.Close()
 	}
 	dst, _ := node(t, config(), newTier())
 	testnet.Await(t, 10*time.Second, 50*time.Millisecond, func() error {
 		_, err := pull(t, dst, src.ID(), hs, noHold)
 		return err
+	})
+}
+
+// TestHostileAnswers: a source answering with counts no honest source
+// sends — hits or blocks past what was asked (up to 2^62, which overflowed
+// a sum), or a flood of pulls under way — never panics the consumer: a
+// count past what was asked fails the pull as rejected, counted as a
+// malformed frame; an active count is taken up to p2p.MaxActive. The
+// consumer pulls on afterwards.
+func TestHostileAnswers(t *testing.T) {
+	const huge = 1 << 62
+	hs := digests("m", 2)
+	for _, c := range []struct {
+		name    string
+		lookup  map[string]any
+		fetch   map[string]any
+		fails   bool
+		hits    int // the leading hashes the consumer takes the source to hold
+		reports int // the source's active pulls, as the consumer takes them
+	}{
+		{"hits and blocks of 2^62", map[string]any{"type": "lookup_resp", "hits": huge, "blocks": huge}, nil, true, 0, 0},
+		{"more hits than asked", map[string]any{"type": "lookup_resp", "hits": 3}, nil, true, 0, 0},
+		{"blocks in place of hits", map[string]any{"type": "lookup_resp", "blocks": 2}, nil, false, 0, 0},
+		{"more blocks than asked", map[string]any{"type": "lookup_resp", "hits": 2},
+			map[string]any{"type": "transfer_done", "success": true, "blocks": 3}, true, 0, 0},
+		{"active 2^62", map[string]any{"type": "lookup_resp", "hits": 2, "active": huge},
+			map[string]any{"type": "transfer_done", "success": true, "blocks": 2}, false, 2, p2p.MaxActive},
+		{"active at the int's bound", map[string]any{"type": "lookup_resp", "hits": 2, "active": math.MaxInt64},
+			map[string]any{"type": "transfer_done", "success": true, "blocks": 2}, false, 2, p2p.MaxActive},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := p2ptest.NewSource(t, fingerprint(), func(op string, _ int) map[string]any {
+				if op == "lookup" {
+					return c.lookup
+				}
+				return c.fetch
+			})
+			dst, dstReg := node(t, config(), newTier())
+			var sawSrc []int
+			res, err := pull(t, dst, src.ID, hs, func(_, srcActive, _ int, _ bool) time.Duration {
+				sawSrc = append(sawSrc, srcActive)
+				return 0
+			})
+			rejected := counter(t, dstReg, "kvroute_engine_p2p_frames_rejected_total", map[string]string{"reason": "malformed"})
+			if c.fails {
+				if p2p.Reason(err) != "rejected" || res.Blocks != 0 {
+					t.Fatalf("pull: %+v, %v: want it rejected, nothing fetched", res, err)
+				}
+				if rejected != 1 {
+					t.Errorf("%v malformed frames counted, want 1", rejected)
+				}
+				return
+			}
+			if err != nil || rejected != 0 {
+				t.Fatalf("pull: %+v, %v (%v frames rejected)", res, err, rejected)
+			}
+			if res.Hits != c.hits || res.Blocks > res.Hits || res.SrcActive != c.reports {
+				t.Errorf("pull: %+v: want %d hits, blocks ≤ hits, the source's pulls taken as %d", res, c.hits, c.reports)
+			}
+			if res.Hits > 0 && fmt.Sprint(sawSrc) != fmt.Sprint([]int{c.reports}) {
+				t.Errorf("hold saw the source's pulls as %v, want [%d]", sawSrc, c.reports)
+			}
+			good, _ := node(t, config(), newTier(hs...))
+			if res, err := pull(t, dst, good.ID(), hs, noHold); err != nil || res.Blocks != 2 {
+				t.Errorf("a pull from an honest source after: %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+// TestCrossedDials: two nodes pulling from each other at once dial each
+// other at once; the connection the lower identity dialled is kept, the
+// other side's pulls go over it, and no pull fails. Each round ends with
+// one connection between the pair.
+func TestCrossedDials(t *testing.T) {
+	const rounds, each = 40, 4
+	ha, hb := digests("na", 3), digests("nb", 3)
+	crossed := 0.0
+	for r := 0; r < rounds; r++ {
+		a, aReg := node(t, config(), newTier(ha...))
+		b, bReg := node(t, config(), newTier(hb...))
+		start := make(chan struct{})
+		errs := make(chan error, 2*each)
+		var wg sync.WaitGroup
+		for i := 0; i < each; i++ {
+			for _, c := range []struct {
+				from *p2p.Node
+				to   string
+				hs   []blockkey.Digest
+			}{{a, b.ID(), hb}, {b, a.ID(), ha}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if res, err := c.from.Pull(ctx, c.to, "r", c.hs, noHold); err != nil || res.Blocks != 3 {
+						errs <- fmt.Errorf("round %d, %s from %s: %+v, %v (%s)", r, c.from.ID(), c.to, res, err, p2p.Reason(err))
+					}
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if t.Failed() {
+			return
+		}
+		testnet.Await(t, 5*time.Second, 5*time.Millisecond, func() error {
+			for _, reg := range []*prometheus.Registry{aReg, bReg} {
+				open := counter(t, reg, "kvroute_engine_p2p_sessions", nil)
+				ready := counter(t, reg, "kvroute_engine_p2p_connections_total", map[string]string{"outcome": "ready"})
+				if open != 1 || ready != 1 {
+					return fmt.Errorf("round %d: %v connections open, %v made ready: want one", r, open, ready)
+				}
+			}
+			return nil
+		})
+		crossed += counter(t, aReg, "kvroute_engine_p2p_connections_total", map[string]string{"outcome": "crossed"}) +
+			counter(t, bReg, "kvroute_engine_p2p_connections_total", map[string]string{"outcome": "crossed"})
+		a.Close()
+		b.Close()
+	}
+	t.Logf("%v crossed connections in %d rounds", crossed, rounds)
+}
+
+// rawPeer is a scripted peer for the tests below: frames in and out over
+// one connection, its JSON as maps.
+type rawPeer struct {
+	t *testing.T
+	c net.Conn
+}
+
+func (p rawPeer) send(v map[string]any) {
+	p.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		p.t.Error(err)
+		return
+	}
+	if _, err := p.c.Write(lengthPrefixed(string(b))); err != nil {
+		p.t.Error(err)
+	}
+}
+
+func (p rawPeer) recv() map[string]any {
+	p.t.Helper()
+	var head [4]byte
+	if _, err := io.ReadFull(p.c, head[:]); err != nil {
+		p.t.Error(err)
+		return nil
+	}
+	body := make([]byte, binary.BigEndian.Uint32(head[:]))
+	if _, err := io.ReadFull(p.c, body); err != nil {
+		p.t.Error(err)
+		return nil
+	}
+	var v map[string]any
+	if err := json.Unmarshal(body, &v); err != nil {
+		p.t.Error(err)
+	}
+	return v
+}
+
+// TestCrossedDialWaits: a node whose dial the peer refused because the
+// peer's own crossing dial is kept (the peer has the lower identity)
+// waits for that connection, and its pull goes over it.
+func TestCrossedDialWaits(t *testing.T) {
+	var ln net.Listener
+	var dst *p2p.Node
+	var dstReg *prometheus.Registry
+	for range 100 { // the peer's identity must sort before the node's
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, reg := node(t, config(), newTier())
+		if l.Addr().String() < n.ID() {
+			ln, dst, dstReg = l, n, reg
+			break
+		}
+		_ = l.Close()
+		n.Close()
+	}
+	if ln == nil {
+		t.Fatal("no peer address sorting before the node's")
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	peerID := ln.Addr().String()
+	hs := digests("o", 3)
+
+	done := make(chan error, 1)
+	var res p2p.PullResult
+	go func() {
+		var err error
+		res, err = pull(t, dst, peerID, hs, noHold)
+		done <- err
+	}()
+	in, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = in.Close() }()
+	_ = in.SetDeadline(time.Now().Add(10 * time.Second))
+	theirs := rawPeer{t, in}
+	if f := theirs.recv(); f["type"] != "connect" || f["id"] != dst.ID() {
+		t.Fatalf("the node's dial opened with %v", f)
+	}
+	theirs.send(map[string]any{"type": "disconnect", "reason": "crossed dials: keeping the lower identity's connection"})
+	_ = in.Close()
+
+	out, err := net.DialTimeout("tcp", dst.ID(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = out.Close() }()
+	_ = out.SetDeadline(time.Now().Add(10 * time.Second))
+	ours := rawPeer{t, out}
+	ours.send(map[string]any{"type": "connect", "version": 1, "id": peerID, "fingerprint": fingerprint()})
+	if f := ours.recv(); f["type"] != "connect_ack" {
+		t.Fatalf("the node answered the peer's connect with %v", f)
+	}
+	for _, want := range []string{"lookup", "fetch"} {
+		f := ours.recv()
+		if f["type"] != want {
+			t.Fatalf("got %v, want a %s", f, want)
+		}
+		typ, field := "lookup_resp", "hits"
+		if want == "fetch" {
+			typ, field = "transfer_done", "blocks"
+		}
+		ours.send(map[string]any{"type": typ, "seq": f["seq"], field: len(hs), "success": true})
+	}
+	if err := <-done; err != nil || res.Blocks != len(hs) {
+		t.Fatalf("pull: %+v, %v: want %d blocks over the peer's connection", res, err, len(hs))
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		want   float64
+	}{
+		{map[string]string{"direction": "outbound", "outcome": "crossed"}, 1},
+		{map[string]string{"direction": "inbound", "outcome": "ready"}, 1},
+		{map[string]string{"outcome": "rejected"}, 0},
+	} {
+		if got := counter(t, dstReg, "kvroute_engine_p2p_connections_total", c.labels); got != c.want {
+			t.Errorf("connections%v = %v, want %v", c.labels, got, c.want)
+		}
+	}
+}
+
+// TestIdentityIsTheAddressDialled: sessions are keyed by the peer's
+// identity, and a dial knows only the address dialled, so a peer
+// answering as another identity is refused (rejected, saying why).
+func TestIdentityIsTheAddressDialled(t *testing.T) {
+	hs := digests("p", 2)
+	src := p2ptest.NewSource(t, fingerprint(), func(op string, n int) map[string]any {
+		return map[string]any{"type": map[string]string{"lookup": "lookup_resp", "fetch": "transfer_done"}[op], "hits": n, "blocks": n}
+	})
+	src.AnswerAs("localhost:1")
+	dst, dstReg := node(t, config(), newTier())
+	_, err := pull(t, dst, src.ID, hs, noHold)
+	if p2p.Reason(err) != "rejected" || !strings.Contains(err.Error(), "must be the address peers dial") {
+		t.Fatalf("pull: %v: want it rejected for the identity", err)
+	}
+	if got := counter(t, dstReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "outbound", "outcome": "rejected"}); got != 1 {
+		t.Errorf("%v outbound rejections", got)
+	}
+	src.AnswerAs("")
+	if res, err := pull(t, dst, src.ID, hs, noHold); err != nil || res.Blocks != 2 {
+		t.Errorf("answering as the address dialled: %+v, %v", res, err)
+	}
+}
+
+// TestAnsweringBounded: the node answers at most MaxAnswering requests at
+// once across its connections; one past it is answered at once as a miss
+// (the consumer recomputes), counted as busy, and the one held is answered
+// when its lookup ends.
+func TestAnsweringBounded(t *testing.T) {
+	cfg := config()
+	cfg.MaxAnswering = 1
+	hs := digests("q", 2)
+	tr := newTier(hs...)
+	tr.gate, tr.entered = make(chan struct{}), make(chan struct{}, 1)
+	src, srcReg := node(t, cfg, tr)
+	first, _ := node(t, config(), newTier())
+	second, _ := node(t, config(), newTier())
+
+	held := make(chan error, 1)
+	var heldRes p2p.PullResult
+	go func() {
+		var err error
+		heldRes, err = pull(t, first, src.ID(), hs, noHold)
+		held <- err
+	}()
+	select {
+	case <-tr.entered: // the first consumer's lookup holds the node's one slot
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first lookup never reached the tier")
+	}
+	res, err := pull(t, second, src.ID(), hs, noHold)
+	if err != nil || res.Hits != 0 || res.Blocks != 0 {
+		t.Fatalf("a pull past the node's bound: %+v, %v: want a miss at once", res, err)
+	}
+	if got := counter(t, srcReg, "kvroute_engine_p2p_frames_rejected_total", map[string]string{"reason": "busy"}); got != 1 {
+		t.Errorf("%v busy frames counted, want 1", got)
+	}
+	close(tr.gate)
+	if err := <-held; err != nil || heldRes.Blocks != 2 {
+		t.Fatalf("the pull held: %+v, %v: want 2 blocks once answered", heldRes, err)
+	}
+	if res, err := pull(t, second, src.ID(), hs, noHold); err != nil || res.Blocks != 2 {
+		t.Errorf("a pull once the slot is free: %+v, %v", res, err)
+	}
+}
+
+// TestSessionsPerHostBounded: one remote address holds at most
+// MaxSessionsPerHost inbound connections, whatever identities it claims;
+// one past it is refused and counted, and one is taken again once a
+// connection closes.
+func TestSessionsPerHostBounded(t *testing.T) {
+	cfg := config()
+	cfg.MaxSessionsPerHost = 2
+	src, srcReg := node(t, cfg, newTier())
+	admitted := func(id string) (net.Conn, bool) {
+		c := raw(t, src)
+		if _, err := c.Write(hello(id)); err != nil {
+			t.Fatal(err)
+		}
+		f := rawPeer{t, c}.recv()
+		return c, f["type"] == "connect_ack"
+	}
+	var open []net.Conn
+	for i := 0; i < 2; i++ {
+		c, ok := admitted("flood:" + strconv.Itoa(i))
+		if !ok {
+			t.Fatalf("connection %d refused under the bound", i)
+		}
+		open = append(open, c)
+	}
+	extra, ok := admitted("flood:2")
+	if ok {
+		t.Fatal("a third connection from one address admitted, bound 2")
+	}
+	closedByPeer(t, extra)
+	if got := counter(t, srcReg, "kvroute_engine_p2p_connections_total", map[string]string{"direction": "inbound", "outcome": "rejected"}); got != 1 {
+		t.Errorf("%v inbound rejections, want 1", got)
+	}
+	_ = open[0].Close()
+	n := 3
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		n++
+		if _, ok := admitted("flood:" + strconv.Itoa(n)); !ok {
+			return errors.New("still refused after a connection closed")
+		}
+		return nil
 	})
 }

@@ -2,6 +2,8 @@ package p2p
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -56,9 +58,17 @@ func (n *Node) Pull(ctx context.Context, peer, kvRequestID string, hashes []bloc
 	return res, err
 }
 
+// MaxActive bounds the pulls a source may report it is serving: a node
+// remembers at most this many (and a default node answers at most
+// MaxSessions × MaxInflight requests at once, the same 65536). A larger
+// report is taken as MaxActive, so the share of a link stays finite.
+const MaxActive = maxHolds
+
 // probe sends lookups (or fetches, carrying hold) of hashes in messages of
 // at most MaxHashes, until one comes back short: the leading hits and the
-// largest active count reported.
+// largest active count reported (at most MaxActive). An answer claiming
+// more hits (or blocks) than its message asked about ends the session:
+// the pull fails as rejected and the frame is counted.
 func (n *Node) probe(ctx context.Context, s *session, op, kvRequestID string, hashes []blockkey.Digest, hold time.Duration) (hits, active int, err error) {
 	want := typeLookupResp
 	if op == typeFetch {
@@ -70,8 +80,20 @@ func (n *Node) probe(ctx context.Context, s *session, op, kvRequestID string, ha
 		if err != nil {
 			return hits, active, err
 		}
-		got := min(r.Hits+r.Blocks, len(chunk)) // the answer carries one of the two
-		hits, active = hits+got, max(active, r.Active)
+		got := r.Hits // a lookup_resp's answer; a transfer_done's is Blocks
+		if op == typeFetch {
+			got = r.Blocks
+		}
+		if got < 0 || got > len(chunk) {
+			err := &frameError{reason: errMalformed, detail: fmt.Sprintf("%s answering %d hashes with %d", r.Type, len(chunk), got)}
+			s.reject(err)
+			return hits, active, wrap(ErrRejected, "%s: %v", s.peer, err)
+		}
+		if r.Active > MaxActive {
+			n.logOnce(s.peer, "p2p peer reports more pulls under way than a node can; taken as the bound",
+				zap.String("peer", s.peer), zap.Int("active", r.Active), zap.Int("bound", MaxActive))
+		}
+		hits, active = hits+got, max(active, min(r.Active, MaxActive))
 		if got < len(chunk) {
 			break
 		}
@@ -80,37 +102,65 @@ func (n *Node) probe(ctx context.Context, s *session, op, kvRequestID string, ha
 }
 
 // session returns the ready connection to peer, dialing it when there is
-// none (concurrent callers share one dial).
+// none (concurrent callers share one dial). A pending dial the peer's own
+// connection superseded (crossed dials) hands its callers over to that
+// connection.
 func (n *Node) session(ctx context.Context, peer string) (*session, error) {
 	if _, _, err := net.SplitHostPort(peer); err != nil {
 		return nil, wrap(ErrUnreachable, "peer %q: %v", peer, err)
 	}
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, ErrClosed
-	}
-	s := n.sessions[peer]
-	if s == nil {
-		if len(n.sessions) >= n.cfg.MaxSessions {
+	for {
+		n.mu.Lock()
+		if n.closed {
 			n.mu.Unlock()
-			return nil, wrap(ErrUnreachable, "too many connections to dial %s", peer)
+			return nil, ErrClosed
 		}
-		s = newSession(n, peer, true)
-		n.sessions[peer] = s
-		n.wg.Add(1)
-		go n.dial(s)
+		s := n.sessions[peer]
+		if s == nil {
+			if len(n.sessions) >= n.cfg.MaxSessions {
+				n.mu.Unlock()
+				return nil, wrap(ErrUnreachable, "too many connections to dial %s", peer)
+			}
+			s = newSession(n, peer, true)
+			n.sessions[peer] = s
+			n.wg.Add(1)
+			go n.dial(s)
+		}
+		n.mu.Unlock()
+		r, err := s.await(ctx)
+		if !errors.Is(err, errSuperseded) {
+			return r, err
+		}
 	}
-	n.mu.Unlock()
-	return s.await(ctx)
 }
 
 // dial connects an outbound session: the connection, our connect, the
 // peer's connect_ack, each within the handshake timeout; then it runs the
-// session.
+// session. A dial the peer refused because its own, crossing ours, is
+// kept waits (within the handshake timeout) for that connection to
+// supersede it.
 func (n *Node) dial(s *session) {
 	defer n.wg.Done()
 	conn, err := n.connect(s)
+	if err != nil && errors.Is(err, errCrossed) && s.peer < n.id {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		t := time.NewTimer(n.cfg.HandshakeTimeout)
+		select {
+		case <-s.done: // superseded, or the node closed
+			err = s.err
+		case <-t.C:
+			err = wrap(ErrRejected, "%s kept its own connection, which did not arrive within %v", s.peer, n.cfg.HandshakeTimeout)
+		}
+		t.Stop()
+	}
+	if superseded(s) {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return
+	}
 	if err != nil {
 		outcome := "failed"
 		if Reason(err) == "rejected" {
@@ -118,13 +168,32 @@ func (n *Node) dial(s *session) {
 		}
 		n.m.connections.WithLabelValues("outbound", outcome).Inc()
 		n.logOnce(s.peer, "p2p connection to peer failed; its pulls recompute", zap.String("peer", s.peer), zap.Error(err))
+		n.forget(s) // before its waiters learn: a pull after theirs dials afresh
 		s.fail(err)
-		n.remove(s)
+		return
+	}
+	n.mu.Lock()
+	current := n.sessions[s.peer] == s
+	s.established = current
+	n.mu.Unlock()
+	if !current { // superseded (or removed) as the handshake ended
+		s.fail(errSuperseded)
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
 	n.m.connections.WithLabelValues("outbound", "ready").Inc()
 	n.serve(s)
+}
+
+// superseded reports whether s ended because the peer's connection
+// replaced it.
+func superseded(s *session) bool {
+	select {
+	case <-s.done:
+		return errors.Is(s.err, errSuperseded)
+	default:
+		return false
+	}
 }
 
 // connect dials s.peer and runs our side of the handshake.
@@ -161,12 +230,18 @@ func (n *Node) checkAck(conn net.Conn, peer string) error {
 	switch {
 	case err != nil:
 		return wrap(ErrHandshake, "from %s: %v", peer, err)
+	case f.Type == typeDisconnect && f.Reason == reasonCrossed:
+		return fmt.Errorf("%w: %w: %s", ErrRejected, errCrossed, peer)
 	case f.Type == typeDisconnect:
 		return wrap(ErrRejected, "%s refused: %.200s", peer, f.Reason)
-	case f.Version != protocolVersion:
-		return wrap(ErrRejected, "%s speaks protocol version %d, want %d", peer, f.Version, protocolVersion)
 	}
-	if why := n.cfg.Fingerprint.mismatch(*f.Fingerprint); why != "" {
+	why := acceptable(n.cfg.Fingerprint, f)
+	if why == "" && f.ID != peer {
+		// Sessions are keyed by identity, and a dial knows only the
+		// address it dials: the two must be one.
+		why = fmt.Sprintf("the peer dialled at %s answers as %.200q: its side channel's host must be the address peers dial it at", peer, f.ID)
+	}
+	if why != "" {
 		writeBestEffort(conn, frame{Type: typeDisconnect, Reason: why})
 		return wrap(ErrRejected, "%s: %s", peer, why)
 	}

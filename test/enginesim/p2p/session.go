@@ -16,8 +16,13 @@ import (
 // sides send lookups and fetches over it and answer the other's.
 type session struct {
 	n        *Node
-	peer     string // the peer's identity (host:port)
+	peer     string // the peer's identity (host:port), its key in the node's sessions
 	outbound bool
+	host     string // an inbound session's remote address (its per-host count)
+	// established is set, under the node's lock, once an outbound
+	// session's handshake completed and it is still the one registered:
+	// a pending one may be superseded by the peer's own connection.
+	established bool
 
 	conn  net.Conn      // set before ready closes
 	ready chan struct{} // closed once the handshake completed
@@ -160,6 +165,13 @@ func (s *session) run() {
 			case <-s.done:
 				return
 			}
+			select {
+			case s.n.answering <- struct{}{}:
+			default: // the node answers as many as it may: a miss, now
+				s.busy(f)
+				<-s.sem
+				continue
+			}
 			s.handlers.Add(1)
 			go s.answer(f)
 		case typeLookupResp, typeTransferDone:
@@ -200,7 +212,7 @@ func (s *session) reject(err error) {
 	reason := s.n.countRejected(err)
 	s.n.logOnce(s.peer, "p2p peer sent a bad frame; closing the connection", zap.String("peer", s.peer), zap.Error(err))
 	s.sayGoodbye("protocol error: " + reason)
-	s.fail(wrap(ErrPeerDown, "%s: %v", s.peer, err))
+	s.fail(wrap(ErrRejected, "%s sent a bad frame: %v", s.peer, err))
 }
 
 // countRejected counts a peer's bad frame by its reason and returns it.
@@ -248,7 +260,22 @@ func (s *session) deliver(f frame) bool {
 	return true
 }
 
-// answer serves one of the peer's requests from the local CPU tier.
+// busy answers a request past the node's MaxAnswering as a miss, at
+// once, and counts it.
+func (s *session) busy(f frame) {
+	s.n.m.framesRejected.WithLabelValues("busy").Inc()
+	s.n.logOnce("busy", "p2p side channel: too many requests being answered; answering more as misses",
+		zap.String("peer", s.peer), zap.Int("max_answering", s.n.cfg.MaxAnswering))
+	if f.Type == typeLookup {
+		_ = s.send(frame{Type: typeLookupResp, Seq: f.Seq, Active: s.n.serving.count()})
+		return
+	}
+	_ = s.send(frame{Type: typeTransferDone, Seq: f.Seq})
+}
+
+// answer serves one of the peer's requests from the local CPU tier. It
+// holds a node-wide answering slot for the lookup only: a peer that does
+// not read its answers stalls its own connection, not the node.
 func (s *session) answer(f frame) {
 	defer func() {
 		<-s.sem
@@ -256,6 +283,7 @@ func (s *session) answer(f frame) {
 	}()
 	hashes := unpackHashes(f.Hashes)
 	hits, err := s.n.lookup(s.ctx, hashes)
+	<-s.n.answering
 	if s.ctx.Err() != nil {
 		return // the session or the node is closing: no answer
 	}
@@ -268,7 +296,10 @@ func (s *session) answer(f frame) {
 		_ = s.send(frame{Type: typeLookupResp, Seq: f.Seq, Hits: hits, Active: s.n.serving.count()})
 		return
 	}
-	hold := min(time.Duration(f.HoldMS)*time.Millisecond, s.n.cfg.PullTimeout)
+	hold := s.n.cfg.PullTimeout // HoldMS is the peer's: bounded before it is a Duration
+	if f.HoldMS < hold.Milliseconds() {
+		hold = time.Duration(f.HoldMS) * time.Millisecond
+	}
 	if hits > 0 {
 		s.n.serving.add(hold)
 	}
