@@ -233,6 +233,18 @@ func TestExampleFleet(t *testing.T) {
 		t.Fatalf("sidecars network policy %+v", np.Spec)
 	}
 	checkAdminPolicy(t, np, 8090)
+	// vLLM's P2P side channel is open to engine pods only.
+	p2p := false
+	for _, in := range np.Spec.Ingress {
+		for _, p := range in.Ports {
+			if p.Port != nil && p.Port.IntValue() == 5710 {
+				p2p = len(in.From) == 1 && in.From[0].PodSelector != nil && in.From[0].PodSelector.MatchLabels["kvroute.io/role"] == "engine"
+			}
+		}
+	}
+	if !p2p {
+		t.Fatal("the sidecars' network policy does not open the P2P side channel (5710) to engine pods only")
+	}
 	// The picker and the vLLM pods join the same pool.
 	if objs["Service/kvroute-gossip"] == nil || objs["Deployment/kvroute-picker"] == nil || objs["Service/kvroute-sidecars"] == nil {
 		t.Fatal("the example lacks the base or the component's objects")
