@@ -90,8 +90,12 @@
 //     remote_kv_source {kv_request_id, remote_host, remote_port}: the core
 //     looks the prefix up at that peer and pulls the leading blocks it
 //     still holds (off the scheduler goroutine; the transfer time is this
-//     engine's profile's, with both ends' pulls under way); any failure
-//     recomputes. What the connector would not use is ignored, never an
+//     engine's profile's, with both ends' pulls under way, a transfer past
+//     vLLM's 30 s load timeout failing as "timeout"); any failure
+//     recomputes (kvroute_engine_p2p_pull_failures_total{reason}). The
+//     side channel answers at most p2p.Config.MaxAnswering peer requests
+//     at once (more are answered as misses, "busy") and at most
+//     MaxSessionsPerHost connections from one address. What the connector would not use is ignored, never an
 //     error, and counted (kvroute_engine_kv_transfer_params_ignored_total
 //     {reason}: malformed, no_p2p_tier, not_modelled for the P/D roles
 //     remote_prefiller — which hides remote_kv_source, as in vLLM — and
