@@ -214,8 +214,10 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			if err != nil {
 				return usageError(err)
 			}
-			if _, err := profile.Named(b.profile); err != nil {
-				return usageError(fmt.Errorf("--profile: %w", err))
+			if b.profile != "" { // "": the scenario's
+				if _, err := profile.Named(b.profile); err != nil {
+					return usageError(fmt.Errorf("--profile: %w", err))
+				}
 			}
 			ps, err := b.policyList(cmd.Flags().Changed("policies"))
 			if err != nil {

@@ -17,10 +17,10 @@ import (
 
 // labFlags are the settings of one lab sweep.
 type labFlags struct {
-	scenario, trace, policies, seeds, rates, out, profile string
+	scenario, trace, policies, seeds, rates, out, profile            string
 	engines, gpuBlocks, cpuBlocks, pickers, workers, capacity, limit int
-	slo                                                   time.Duration
-	delays                                                lab.Delays
+	slo                                                              time.Duration
+	delays                                                           lab.Delays
 }
 
 // labPolicies is the default comparison: kvroute against the four peers.

@@ -1,8 +1,3 @@
-// Package p2ptest is a scripted peer for tests of the P2P side channel's
-// consumers: a raw TCP server on 127.0.0.1 that speaks the side channel's
-// framing (a 4-byte big-endian length, then one JSON object) without the
-// p2p package's checks, so a test can make it answer anything, hostile
-// answers included.
 package p2ptest
 
 import (
