@@ -299,11 +299,11 @@ type Pick struct {
 	// cached (vLLM's num_cached_tokens: its GPU hit, what it loads back
 	// from its CPU tier and what it pulls), for the outcome metrics.
 	expectCached int
-	relay           bool // a passthrough request (passthrough.go): no prompt to account for
-	kind            intake.Kind
-	uncached        float64       // the prompt tokens left to prefill, as booked
-	fallbacks       []fallback    // the next best endpoints (PickOptions.Fallbacks), best first
-	waited          time.Duration // in the admission queue
+	relay        bool // a passthrough request (passthrough.go): no prompt to account for
+	kind         intake.Kind
+	uncached     float64       // the prompt tokens left to prefill, as booked
+	fallbacks    []fallback    // the next best endpoints (PickOptions.Fallbacks), best first
+	waited       time.Duration // in the admission queue
 	// source is where the chosen endpoint pulls the prompt's prefix from
 	// (Answer.KVSource is its address; zero: none), and sourceDropped why
 	// the decision's source was not named ("" when it was, or none).

@@ -52,7 +52,9 @@ const (
 
 // ArmPolicies lists the peers' arms with KV pulls, for runs on engines
 // with vLLM's CPU and P2P tiers.
-func ArmPolicies() []Policy { return []Policy{LLMDPreciseP2P, LLMDP2P, LLMDLoad, LLMDLoadP2P, DynamoHint} }
+func ArmPolicies() []Policy {
+	return []Policy{LLMDPreciseP2P, LLMDP2P, LLMDLoad, LLMDLoadP2P, DynamoHint}
+}
 
 // IsPeer reports whether p is one of the peers' policies or arms.
 func (p Policy) IsPeer() bool {

@@ -91,7 +91,7 @@ type PolicyResult struct {
 	// /metrics at the run's end.
 	Tiers    *EngineTiers `json:"tiers,omitempty"`
 	Requests int          `json:"requests"`
-	Errors   int `json:"errors"`
+	Errors   int          `json:"errors"`
 	// ErrorSamples are up to five distinct errors, for the failure message.
 	ErrorSamples        []string  `json:"error_samples,omitempty"`
 	HitRate             float64   `json:"hit_rate"`
