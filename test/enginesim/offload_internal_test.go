@@ -22,20 +22,8 @@ import (
 // peer held, or a failure with its reason; the P2P tier's metrics count
 // it.
 func TestPull(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Host, cfg.Port, cfg.Sim.TimeScale = "127.0.0.1", 0, 0
-	k, err := ParseKVTransferConfig(`{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":
-		{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":1e9,"secondary_tiers":[{"type":"p2p","host":"127.0.0.1"}]}}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.KVTransfer, cfg.P2PSideChannelPort = k, 0
-	p, err := Start(cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	e := p.Engines()[0]
+	e := tieringEngine(t, nil)
+	cfg := e.cfg
 
 	hs := make([]blockkey.Digest, 6)
 	for i := range hs {
