@@ -188,7 +188,7 @@ func (r *run) build(n, blocks, cpuBlocks, maxModelLen int, prof string) error {
 		// blocks only, LRU, placeholder CPU events.
 		scfg.Cache.CPUBlocks, scfg.Cache.OffloadBlocks, scfg.Cache.OffloadPromptOnly, scfg.Cache.SelfDescribing = cpuBlocks, 1, true, false
 	}
-	r.latency, r.kvBytesPerToken = scfg.Latency, scfg.Latency.KVBytesPerToken
+	r.latency, r.kvBytesPerToken, r.blockSize = scfg.Latency, scfg.Latency.KVBytesPerToken, scfg.Cache.BlockSize
 	params := summary.ForCapacity(cmp.Or(r.cfg.Capacity, index.DefaultCapacity))
 	now := r.sim.clock()
 	for i := 0; i < n; i++ {
@@ -324,7 +324,7 @@ func (r *run) lookup(e *engine, lk sched.Lookup) {
 	}
 	ready, failed := now, false
 	if blocks > 0 {
-		end, _ := r.links.Start(src.url, e.url, blocks*r.front.Sched().Cache.BlockSize, now, r.latency)
+		end, _ := r.links.Start(src.url, e.url, blocks*r.blockSize, now, r.latency)
 		if end-now > transfer.PullTimeout {
 			ready, failed, blocks = now+transfer.PullTimeout, true, 0
 		} else {

@@ -72,6 +72,7 @@ type run struct {
 	links           transfer.Links
 	latency         profile.Profile
 	kvBytesPerToken float64
+	blockSize       int // the engines' KV block, in tokens
 	pickers         []*pickerNode
 	sessions        []*session
 	active          int // sessions not over
