@@ -45,6 +45,11 @@ type ServerConfig struct {
 	// Sidecars are sidecar gRPC addresses to follow besides (or instead
 	// of) those gossip finds.
 	Sidecars []string
+	// PeerPickers are the gRPC addresses (host:port) of the other pickers
+	// of this fleet, whose bookings this picker follows besides (or
+	// instead of) those gossip finds (--peer-pickers). The picker's own
+	// address may be listed: it is recognised and skipped.
+	PeerPickers []string
 	// AllowRemoteEndpoints are networks (CIDRs, or single addresses) whose
 	// endpoints any sidecar may advertise (--allow-remote-endpoints).
 	// Default none: a sidecar's endpoints are routed only when on its own
