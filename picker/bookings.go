@@ -22,6 +22,9 @@ type bookings struct {
 	// admitAll: admission is told of no routable endpoint's load, so it
 	// never judges a group saturated (Router.AdmitAll).
 	admitAll bool
+	// expired counts the other pickers' bookings dropped at their
+	// lifetime before their first token (set by the router; nil: none).
+	expired func(n int)
 }
 
 // book records p's pick of its endpoint at now: uncached prompt tokens,
@@ -34,6 +37,9 @@ func (k *bookings) book(p *Pick, uncached float64, carried bool, now time.Time) 
 	}
 	if carried && p.source.url != "" {
 		k.b.Pull(&p.booking, p.source.url)
+	}
+	if p.PredictedTTFTMs > 0 {
+		k.b.Predict(&p.booking, p.PredictedTTFTMs/1000)
 	}
 	k.mu.Unlock()
 }
@@ -53,17 +59,22 @@ func (k *bookings) held(eps []fleet.Endpoint, chain []uint64) map[string]int {
 	return out
 }
 
-// pending is what each of eps has in flight from this picker at now,
+// pending is what each of eps has in flight from this picker and the
+// other pickers whose bookings it follows (theirs expired first) at now,
 // judged by when its last load report arrived here (not by the sidecar's
 // clock: clocks of different machines disagree). Sparse: absent is none.
 func (k *bookings) pending(eps []fleet.Endpoint, now time.Time) map[string]inflight.Pending {
 	out := map[string]inflight.Pending{}
 	k.mu.Lock()
-	defer k.mu.Unlock()
+	phantoms := k.b.Expire(now)
 	for _, e := range eps {
 		if pend := k.b.Pending(e.URL, e.LoadAt, now); pend != (inflight.Pending{}) {
 			out[e.URL] = pend
 		}
+	}
+	k.mu.Unlock()
+	if phantoms > 0 && k.expired != nil {
+		k.expired(phantoms)
 	}
 	return out
 }

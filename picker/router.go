@@ -72,6 +72,11 @@ type Config struct {
 	// prefill work shrinks at this rate from the moment it was made.
 	// Default 5,000.
 	PrefillTokensPerSecond float64
+	// PeerBookingLifetime bounds how long another picker's booking counts
+	// in this picker's decisions (--peer-booking-lifetime): a booking
+	// whose release was lost stops counting this long after its pick.
+	// Default 30 s.
+	PeerBookingLifetime time.Duration
 	// PolicySeed seeds the random tie-breaks of a peer policy (llm-d,
 	// llm-d-precise, dynamo, sglang: comparison baselines), so a bench run
 	// is reproducible. kvroute's own policies draw no random numbers. Any
@@ -123,7 +128,7 @@ type Renderer interface {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), Predict: predict.DefaultConfig(), Pulls: true, AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
-		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000,
+		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000, PeerBookingLifetime: 30 * time.Second,
 		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1, Admission: admit.DefaultConfig(), FairnessHeader: "x-kvroute-tenant",
 		Clock: time.Now}
 }
@@ -153,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.PrefillTokensPerSecond > 0) {
 		errs = append(errs, fmt.Errorf("prefill rate %v tokens/s: want a positive rate", c.PrefillTokensPerSecond))
+	}
+	if c.PeerBookingLifetime <= 0 {
+		errs = append(errs, fmt.Errorf("--peer-booking-lifetime %v: want a positive duration", c.PeerBookingLifetime))
 	}
 	if err := c.Health.Validate(); err != nil {
 		errs = append(errs, err)
@@ -226,6 +234,7 @@ type Router struct {
 	admit *admission // the queue for saturated groups
 
 	bookings bookings // picks in flight and a peer policy's state, under the router's one lock
+	pm       *peerMetrics
 	learn    *learner // the TTFT models, under their own lock
 }
 
@@ -239,7 +248,7 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 		log = zap.NewNop()
 	}
 	lcfg := inflight.DefaultConfig()
-	lcfg.PrefillTokensPerSecond = cfg.PrefillTokensPerSecond
+	lcfg.PrefillTokensPerSecond, lcfg.PeerLifetime = cfg.PrefillTokensPerSecond, cfg.PeerBookingLifetime
 	books, err := inflight.NewBookings(lcfg)
 	if err != nil {
 		return nil, err
@@ -262,6 +271,8 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 		}
 	}
 	r.m = newMetrics(reg, r)
+	r.pm = newPeerMetrics(reg)
+	r.bookings.expired = func(n int) { r.pm.expired.Add(float64(n)) }
 	r.coal = render.NewCoalescer(cfg.TokenizeTimeout, r.m.coalesced.Inc)
 	r.admit = newAdmission(cfg.Admission, log.Named("admission"), reg, r.admitLoads)
 	return r, nil

@@ -15,6 +15,17 @@ type Bookings struct {
 	awaitN   map[string]int            // endpoint → how many such picks
 	held     map[string]map[uint64]int // endpoint → block key → such picks whose prompt has it
 	pulls    map[string]int            // source endpoint → carried picks pulling from it before their first output token
+
+	// This picker's own bookings as shared with its peers (peers.go).
+	journalOn bool
+	journal   []Op
+	overflow  bool
+	live      map[uint64]*Op // this picker's bookings that count, by ID, as Live sends them
+	liveLoose []looseAdd     // the live picks not carried, oldest first
+	// The peers' bookings applied here (peers.go).
+	peers     map[string]map[uint64]*Booking
+	peerStats map[string]*PeerStat
+	expiries  expiries
 }
 
 // Booking is one pick as booked: where, its Ledger record, and the
@@ -31,6 +42,10 @@ type Booking struct {
 	// Source is the endpoint the pick pulls its prefix from (Pull), until
 	// its first output token; "" for none.
 	Source string
+	// peer is the picker a booking applied from another picker's is of
+	// ("": this picker's own), and predicted the prefill it predicted.
+	peer      string
+	predicted float64
 }
 
 // NewBookings returns empty bookings; cfg is the Ledger's.
@@ -40,13 +55,19 @@ func NewBookings(cfg Config) (*Bookings, error) {
 		return nil, err
 	}
 	return &Bookings{ledger: l, prefill: map[string]float64{}, prefillN: map[string]int{}, await: map[string]float64{}, awaitN: map[string]int{},
-		held: map[string]map[uint64]int{}, pulls: map[string]int{}}, nil
+		held: map[string]map[uint64]int{}, pulls: map[string]int{}, peers: map[string]map[uint64]*Booking{}, peerStats: map[string]*PeerStat{}}, nil
 }
 
 // Book records a pick of endpoint at now with uncached prompt tokens; a
 // carried pick's tokens also count as prefill in flight until FirstByte
 // or Done.
 func (b *Bookings) Book(endpoint string, uncached float64, carried bool, now time.Time) Booking {
+	bk := b.book(endpoint, uncached, carried, now)
+	b.journalOp(&bk, Op{Kind: OpAdd, Endpoint: endpoint, Uncached: max(uncached, 0), Carried: carried, At: now})
+	return bk
+}
+
+func (b *Bookings) book(endpoint string, uncached float64, carried bool, now time.Time) Booking {
 	bk := Booking{Endpoint: endpoint, send: b.ledger.Record(endpoint, uncached, now)}
 	if carried {
 		bk.Await, bk.awaiting = max(uncached, 0), true
@@ -64,8 +85,14 @@ func (b *Bookings) Book(endpoint string, uncached float64, carried bool, now tim
 // FirstByte ends bk's prefill in flight: its first byte came (or it
 // ended). Once per booking: a second call does nothing.
 func (b *Bookings) FirstByte(bk *Booking) {
+	if b.firstByte(bk) {
+		b.journalOp(bk, Op{Kind: OpFirstByte})
+	}
+}
+
+func (b *Bookings) firstByte(bk *Booking) bool {
 	if bk.Prefill <= 0 {
-		return
+		return false
 	}
 	if left := b.prefill[bk.Endpoint] - bk.Prefill; left > 0.5 && b.prefillN[bk.Endpoint] > 1 {
 		b.prefill[bk.Endpoint] = left
@@ -75,6 +102,7 @@ func (b *Bookings) FirstByte(bk *Booking) {
 		delete(b.prefillN, bk.Endpoint)
 	}
 	bk.Prefill = 0
+	return true
 }
 
 // Hold records the block keys of a carried pick's prompt as about to be
@@ -138,6 +166,7 @@ func (b *Bookings) Pull(bk *Booking, source string) {
 	}
 	bk.Source = source
 	b.pulls[source]++
+	b.journalOp(bk, Op{Kind: OpPull, Source: source})
 }
 
 // FirstToken ends bk's wait for its first output token (a stream's
@@ -145,8 +174,14 @@ func (b *Bookings) Pull(bk *Booking, source string) {
 // response.created), and its hold on its prompt's blocks. Once per
 // booking.
 func (b *Bookings) FirstToken(bk *Booking) {
+	if b.firstToken(bk) {
+		b.journalOp(bk, Op{Kind: OpFirstToken})
+	}
+}
+
+func (b *Bookings) firstToken(bk *Booking) bool {
 	if !bk.awaiting {
-		return
+		return false
 	}
 	b.release(bk)
 	bk.awaiting = false
@@ -163,13 +198,15 @@ func (b *Bookings) FirstToken(bk *Booking) {
 		delete(b.await, bk.Endpoint)
 		delete(b.awaitN, bk.Endpoint)
 	}
+	return true
 }
 
 // Done ends bk: its request finished.
 func (b *Bookings) Done(bk *Booking) {
 	b.ledger.Done(bk.Endpoint, bk.send)
-	b.FirstByte(bk)
-	b.FirstToken(bk)
+	b.firstByte(bk)
+	b.firstToken(bk)
+	b.journalOp(bk, Op{Kind: OpDone})
 }
 
 // Move moves bk to endpoint, with that endpoint's uncached tokens, at

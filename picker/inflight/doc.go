@@ -27,4 +27,17 @@
 //     prompt's block keys (Hold) are held on its endpoint as long, and
 //     HeldPrefix answers how many leading keys of a chain are held there.
 //     Move takes both along while the pick awaits.
+//   - Shared with the other pickers (DESIGN.md §16, peers.go): with
+//     Journal on, every change to this picker's own bookings is kept as
+//     an Op (add, pull, first byte, first token, done) for TakeJournal,
+//     at most JournalLimit between takes (past it the journal says it
+//     overflowed), and Live lists the ones that count now. Apply counts
+//     another picker's Ops as this picker's own picks are counted (the
+//     ledger, the wait for a first token, pulls, prefill), idempotently:
+//     an add held already, or a change to a booking not held, is ignored.
+//     A peer's booking counts until released or until PeerLifetime after
+//     its pick (Expire), so a lost release never leaves a phantom; a lost
+//     add hides the pick only until a load report covers it. Peers'
+//     bookings are never journalled, and their prompts' keys are not
+//     shared (HeldPrefix is this picker's own).
 package inflight

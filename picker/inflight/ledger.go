@@ -18,11 +18,16 @@ type Config struct {
 	Forget time.Duration
 	// PerEndpoint bounds the picks kept per endpoint. Default 4,096.
 	PerEndpoint int
+	// PeerLifetime bounds how long another picker's booking counts here
+	// (Bookings.Apply): past it, counted from when the pick was made, it
+	// is dropped, whether or not its release came, so a lost release
+	// never leaves a phantom. Default 30 s, as Forget.
+	PeerLifetime time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{PrefillTokensPerSecond: 5000, Forget: 30 * time.Second, PerEndpoint: 4096}
+	return Config{PrefillTokensPerSecond: 5000, Forget: 30 * time.Second, PerEndpoint: 4096, PeerLifetime: 30 * time.Second}
 }
 
 // Validate checks c.
@@ -33,6 +38,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Forget <= 0 {
 		errs = append(errs, errors.New("in-flight forget interval must be positive"))
+	}
+	if c.PeerLifetime <= 0 {
+		errs = append(errs, fmt.Errorf("peer booking lifetime %v: want a positive duration", c.PeerLifetime))
 	}
 	if c.PerEndpoint < 1 {
 		errs = append(errs, fmt.Errorf("in-flight picks per endpoint %d: want at least 1", c.PerEndpoint))
