@@ -21,6 +21,8 @@ type labFlags struct {
 	engines, gpuBlocks, cpuBlocks, pickers, workers, capacity, limit int
 	slo                                                              time.Duration
 	delays                                                           lab.Delays
+	isolated                                                         bool
+	bookingLoss                                                      float64
 }
 
 // labPolicies is the default comparison: kvroute against the four peers.
@@ -75,7 +77,10 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	f.DurationVar(&l.delays.SummaryToPicker, "summary-to-picker", l.delays.SummaryToPicker, "a summary delta or load report from the sidecar to a picker")
 	f.DurationVar(&l.delays.LoadPeriod, "load-period", l.delays.LoadPeriod, "the sidecar's load report period")
 	f.DurationVar(&l.delays.Render, "render-time", l.delays.Render, "a request's render and decision in the picker")
-	f.DurationVar(&l.delays.Hop, "hop", l.delays.Hop, "one way between a picker and an engine")
+	f.DurationVar(&l.delays.Hop, "hop", l.delays.Hop, "one way between a picker and an engine (and between two pickers)")
+	f.DurationVar(&l.delays.BookingFlush, "bookings-flush", l.delays.BookingFlush, "how long a picker's booking changes wait before their batch goes to the other pickers")
+	f.BoolVar(&l.isolated, "isolated-pickers", false, "the pickers do not exchange their bookings (an ablation)")
+	f.Float64Var(&l.bookingLoss, "booking-loss", 0, "the chance that a batch of bookings from one picker to another is lost (0..1)")
 	return cmd
 }
 
@@ -100,7 +105,7 @@ func (l *labFlags) sweep() (lab.Sweep, error) {
 	}
 	cfg := lab.DefaultConfig()
 	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile, cfg.Capacity = l.engines, l.gpuBlocks, l.pickers, l.delays, l.profile, l.capacity
-	cfg.CPUBlocks = l.cpuBlocks
+	cfg.CPUBlocks, cfg.Isolated, cfg.BookingLoss = l.cpuBlocks, l.isolated, l.bookingLoss
 	if err := (lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, Fleet: cfg}).Validate(); err != nil {
 		return lab.Sweep{}, err
 	}

@@ -40,13 +40,19 @@ type Delays struct {
 	// Hop is one way between the picker and an engine (the request
 	// forwarded; the answer's bytes back). Default 300 µs: the proxy's
 	// overhead end to end, p50 +0.3 ms (docs/benchmarks.md, Picker).
+	// A batch of bookings between two pickers takes one hop too.
 	Hop time.Duration
+	// BookingFlush is how long a picker's booking change waits before its
+	// batch goes to the other pickers: the changes of that wait go
+	// together. Default 5 ms, kvroute picker's --bookings-flush.
+	BookingFlush time.Duration
 }
 
 // DefaultDelays returns the measured defaults.
 func DefaultDelays() Delays {
 	return Delays{EventToIndex: time.Millisecond, DeltaInterval: 10 * time.Millisecond, SummaryToPicker: 8 * time.Millisecond,
-		LoadPeriod: 100 * time.Millisecond, Render: 10 * time.Millisecond, Hop: 300 * time.Microsecond}
+		LoadPeriod: 100 * time.Millisecond, Render: 10 * time.Millisecond, Hop: 300 * time.Microsecond,
+		BookingFlush: 5 * time.Millisecond}
 }
 
 // Validate checks d: every delay ≥ 0, the periods positive.
@@ -55,7 +61,7 @@ func (d Delays) Validate() error {
 	for _, v := range []struct {
 		name string
 		d    time.Duration
-	}{{"--event-to-index", d.EventToIndex}, {"--summary-to-picker", d.SummaryToPicker}, {"--render-time", d.Render}, {"--hop", d.Hop}} {
+	}{{"--event-to-index", d.EventToIndex}, {"--summary-to-picker", d.SummaryToPicker}, {"--render-time", d.Render}, {"--hop", d.Hop}, {"--bookings-flush", d.BookingFlush}} {
 		if v.d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: want ≥ 0", v.name, v.d))
 		}
@@ -97,6 +103,16 @@ type Config struct {
 	// Pickers is how many pickers share the fleet; requests are spread
 	// over them at random, as a Kubernetes Service does. Default 1.
 	Pickers int
+	// Isolated pickers do not exchange their bookings (an ablation: each
+	// knows only its own picks until the engines' next load reports).
+	// Default false: with several pickers, each sends its booking changes
+	// to the others every Delays.BookingFlush, a hop away, as kvroute
+	// picker's bookings streams do.
+	Isolated bool
+	// BookingLoss is the chance that one batch of bookings from one
+	// picker to another is lost (0..1; default 0): a fault, for the
+	// exchange's loss tolerance.
+	BookingLoss float64
 	// Policy is the pickers' routing policy.
 	Policy score.Policy
 	// Delays are the modelled delays.
@@ -133,6 +149,9 @@ func (c Config) Validate() error {
 	}
 	if c.Pickers < 1 {
 		errs = append(errs, fmt.Errorf("--pickers %d: want ≥ 1", c.Pickers))
+	}
+	if !(c.BookingLoss >= 0 && c.BookingLoss <= 1) {
+		errs = append(errs, fmt.Errorf("--booking-loss %v: want 0..1", c.BookingLoss))
 	}
 	if _, err := score.ParsePolicy(string(c.Policy)); err != nil {
 		errs = append(errs, err)

@@ -70,6 +70,10 @@ func (e *engine) count(st sched.Step) {
 type pickerNode struct {
 	router *picker.Router
 	fleet  *localfleet.Fleet
+	name   string
+	// flushing: a batch of this picker's booking changes is due to go to
+	// the other pickers (shared).
+	flushing bool
 }
 
 // renderer renders as the engines do, in process: every engine of the
@@ -229,7 +233,46 @@ func (r *run) build(n, blocks, cpuBlocks, maxModelLen int, prof string) error {
 		}
 		r.pickers = append(r.pickers, p)
 	}
+	if r.shared() {
+		for _, p := range r.pickers {
+			p.router.ShareBookings(true)
+		}
+	}
 	return nil
+}
+
+// shared reports whether the run's pickers exchange their bookings.
+func (r *run) shared() bool { return r.cfg.Pickers > 1 && !r.cfg.Isolated }
+
+// bookingsChanged is p's shell noticing a change to its bookings: the
+// next batch goes to the other pickers Delays.BookingFlush later, with
+// every change made by then, as kvroute picker's flush does.
+func (r *run) bookingsChanged(p *pickerNode) {
+	if !r.shared() || p.flushing {
+		return
+	}
+	p.flushing = true
+	r.sim.after(r.cfg.Delays.BookingFlush, func() { r.flushBookings(p) })
+}
+
+// flushBookings sends p's booking changes to every other picker, a hop
+// away; each batch is lost with Config.BookingLoss's chance. When p's
+// journal overflowed, its live bookings go instead (the stream's resend).
+func (r *run) flushBookings(p *pickerNode) {
+	p.flushing = false
+	ops, overflow := p.router.TakeBookings(r.sim.clock())
+	if overflow {
+		ops = p.router.LiveBookings()
+	}
+	if len(ops) == 0 {
+		return
+	}
+	for _, q := range r.pickers {
+		if q == p || (r.cfg.BookingLoss > 0 && r.lossRNG.Float64() < r.cfg.BookingLoss) {
+			continue
+		}
+		r.sim.after(r.cfg.Delays.Hop, func() { q.router.ApplyBookings(p.name, ops, r.sim.clock()) })
+	}
 }
 
 // newPicker is picker k: a router as kvroute picker runs it, over an
@@ -266,7 +309,7 @@ func (r *run) newPicker(params summary.Params, k int) (*pickerNode, error) {
 			return nil, err
 		}
 	}
-	return &pickerNode{router: router, fleet: lf}, nil
+	return &pickerNode{router: router, fleet: lf, name: fmt.Sprintf("picker-%d", k)}, nil
 }
 
 // kick starts e stepping if it is idle.

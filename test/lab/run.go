@@ -62,6 +62,7 @@ type run struct {
 	seed        uint64
 	sim         sim
 	rng         *rand.Rand // the Service's spread over the pickers
+	lossRNG     *rand.Rand // which batches of bookings are lost (Config.BookingLoss)
 	front       *enginesim.Front
 	maxModelLen int
 	engines     []*engine
@@ -171,7 +172,7 @@ func runWith(cfg Config, s workload.Scenario, o workload.Options, watch func(*ru
 	}
 	r := &run{cfg: cfg, seed: o.Seed, byURL: map[string]*engine{}, bySource: map[string]*engine{}, last: map[int]lastTurn{}, renders: map[renderKey]*enginesim.Generation{},
 		sim: sim{base: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
-		rng: rand.New(rand.NewPCG(o.Seed, 0x6c6162))}
+		rng: rand.New(rand.NewPCG(o.Seed, 0x6c6162)), lossRNG: rand.New(rand.NewPCG(o.Seed, 0x6c6f7373))}
 	cpu := cfg.CPUBlocks
 	if cpu == 0 {
 		cpu = f.CPUBlocks
@@ -305,6 +306,7 @@ func (r *run) decide(f *flight) {
 		return
 	}
 	rt.Book(pick, opt, now)
+	r.bookingsChanged(f.picker)
 	f.pick = pick
 	e := r.byURL[pick.Endpoint]
 	if e == nil {
@@ -347,7 +349,10 @@ func (r *run) arrive(e *engine, f *flight) {
 	f.out.PromptTokens = len(g.Prompt)
 	if f.kind == intake.Responses {
 		// response.created goes out at once: the picker's first byte.
-		r.back(f, func() { f.picker.router.FirstChunk(f.pick, r.sim.clock()) })
+		r.back(f, func() {
+			f.picker.router.FirstChunk(f.pick, r.sim.clock())
+			r.bookingsChanged(f.picker)
+		})
 	}
 	r.kick(e)
 }
@@ -370,6 +375,7 @@ func (r *run) token(f *flight, u sched.Update) {
 				f.picker.router.FirstChunk(f.pick, now)
 			}
 			f.picker.router.FirstToken(f.pick, now)
+			r.bookingsChanged(f.picker)
 			if f.pick.PredictedTTFTMs > 0 {
 				f.out.PredictedTTFT = time.Duration(f.pick.PredictedTTFTMs * float64(time.Millisecond))
 				f.out.DispatchTTFT = f.pick.ObservedTTFT
@@ -385,6 +391,7 @@ func (r *run) token(f *flight, u sched.Update) {
 func (r *run) done(f *flight, status int) {
 	if f.pick != nil {
 		f.picker.router.Done(f.pick)
+		r.bookingsChanged(f.picker)
 	}
 	r.answer(f, status)
 }
