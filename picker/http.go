@@ -36,6 +36,9 @@ type HandlerOptions struct {
 	// without a keyring off loopback (--gossip-insecure); /debug/endpoints
 	// shows it.
 	GossipInsecure func() bool
+	// Pickers, when set, fills in what /debug/endpoints shows of the
+	// bookings shared with the other pickers.
+	Pickers func(*debugapi.Picker)
 }
 
 // Handler serves the public API: the OpenAI endpoints (proxied or passed
@@ -67,7 +70,11 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
 	self := func() debugapi.Picker {
-		return debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
+		p := debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
+		if o.Pickers != nil {
+			o.Pickers(&p)
+		}
+		return p
 	}
 	mux.HandleFunc("GET "+debugapi.Path, func(w http.ResponseWriter, req *http.Request) { r.handleDebugEndpoints(w, req, self()) })
 	mux.HandleFunc("GET /debug/admission", r.handleDebugAdmission)

@@ -23,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
 
 // ServerConfig configures a picker process. Start from
@@ -50,6 +51,22 @@ type ServerConfig struct {
 	// instead of) those gossip finds (--peer-pickers). The picker's own
 	// address may be listed: it is recognised and skipped.
 	PeerPickers []string
+	// GRPCAdvertise is the address (host:port) other pickers dial for
+	// this picker's bookings, gossiped in its metadata
+	// (--grpc-advertise). Default: the host of its gossip address and
+	// --grpc-listen's port.
+	GRPCAdvertise string
+	// BookingsFlush is how often this picker's booking changes go to the
+	// pickers following them, batched (--bookings-flush). Default 5 ms.
+	BookingsFlush time.Duration
+	// PeerTLSCA, when set, makes the picker follow the other pickers'
+	// bookings over TLS, verifying their gRPC certificates against this
+	// PEM CA bundle for PeerTLSServerName (default: the host dialled), and
+	// presenting its own --grpc-tls-cert as its client certificate
+	// (--peer-tls-ca, --peer-tls-server-name). The pickers of one fleet
+	// serve their gRPC port alike: a picker serving TLS follows the others
+	// over TLS, so it needs this (or --grpc-client-ca, taken instead).
+	PeerTLSCA, PeerTLSServerName string
 	// AllowRemoteEndpoints are networks (CIDRs, or single addresses) whose
 	// endpoints any sidecar may advertise (--allow-remote-endpoints).
 	// Default none: a sidecar's endpoints are routed only when on its own
@@ -123,7 +140,14 @@ type ServerConfig struct {
 // DefaultServerConfig returns the defaults.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", AdminListen: ":8081", GRPCListen: ":9000", Capacity: 65536, MaxGroupEndpoints: fleet.DefaultSlots, ExtProc: extproc.DefaultConfig(),
-		DrainDelay: 5 * time.Second, ShutdownTimeout: 30 * time.Second}
+		DrainDelay: 5 * time.Second, ShutdownTimeout: 30 * time.Second, BookingsFlush: 5 * time.Millisecond}
+}
+
+// sharesBookings reports whether the picker streams its bookings to the
+// other pickers and follows theirs: it has a gRPC port to serve them on
+// and a way to find the others (gossip, --peer-pickers).
+func (c *ServerConfig) sharesBookings() bool {
+	return c.GRPCListen != "" && (c.Gossip != nil || len(c.PeerPickers) > 0)
 }
 
 // Validate checks c.
@@ -160,6 +184,22 @@ func (c *ServerConfig) Validate() error {
 	}
 	if _, err := c.allowRemote(); err != nil {
 		errs = append(errs, err)
+	}
+	if len(c.PeerPickers) > 0 && c.GRPCListen == "" {
+		errs = append(errs, errors.New("--peer-pickers without --grpc-listen: the pickers follow each other's bookings on their gRPC ports"))
+	}
+	for _, a := range c.PeerPickers {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("--peer-pickers %q: want host:port (another picker's --grpc-listen)", a))
+		}
+	}
+	if c.GRPCAdvertise != "" {
+		if _, port, err := net.SplitHostPort(c.GRPCAdvertise); err != nil || port == "" || port == "0" {
+			errs = append(errs, fmt.Errorf("--grpc-advertise %q: want host:port", c.GRPCAdvertise))
+		}
+	}
+	if c.BookingsFlush < time.Millisecond || c.BookingsFlush > time.Second {
+		errs = append(errs, fmt.Errorf("--bookings-flush %v: want 1ms..1s", c.BookingsFlush))
 	}
 	if c.Gossip == nil && len(c.Sidecars) == 0 {
 		errs = append(errs, errors.New("no way to find sidecars: give --join (gossip) or --sidecars"))
@@ -206,6 +246,7 @@ type Server struct {
 	view    *fleetview.View
 	router  *Router
 	members *gossip.Members
+	share   *shareHub // the bookings streams (nil: not shared)
 	http    *http.Server
 	httpLn  net.Listener
 	admin   *http.Server
@@ -272,6 +313,11 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 			return fail(err)
 		}
 		go s.view.FollowGossip(runCtx, s.members)
+	}
+	if cfg.sharesBookings() {
+		if err := s.startShare(runCtx, &cfg, tf); err != nil {
+			return fail(err)
+		}
 	}
 	s.serve(&cfg, tf)
 	go func() {
@@ -340,7 +386,7 @@ func (s *Server) listen(cfg *ServerConfig, tf *tlsFiles) error {
 
 // serve starts serving on every listener opened.
 func (s *Server) serve(cfg *ServerConfig, tf *tlsFiles) {
-	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready, GossipInsecure: s.members.Insecure,
+	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready, GossipInsecure: s.members.Insecure, Pickers: s.share.debug,
 		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})}
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.
@@ -359,8 +405,11 @@ func (s *Server) serve(cfg *ServerConfig, tf *tlsFiles) {
 	}
 	if s.grpcLn != nil {
 		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes)+4096),
-			grpc.ChainUnaryInterceptor(recoverUnary(s.log)), tf.grpcCreds())
+			grpc.ChainUnaryInterceptor(recoverUnary(s.log)), grpc.ChainStreamInterceptor(recoverStream(s.log)), tf.grpcCreds())
 		s.router.registerGRPC(s.grpc, s.decisionToken)
+		if s.share != nil {
+			pb.RegisterBookingsServer(s.grpc, s.share)
+		}
 		go func() { _ = s.grpc.Serve(s.grpcLn) }()
 	}
 	if s.eppLn != nil {
@@ -469,6 +518,7 @@ func (s *Server) Close() {
 		// clients can send them to another replica.
 		s.router.admit.close()
 	}
+	s.share.close() // its streams end, so the gRPC server's graceful stop need not wait for them
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		if err := s.http.Shutdown(ctx); err != nil {

@@ -29,9 +29,29 @@ func (c *ServerConfig) validateTLS() []error {
 	check(c.GRPCClientCA == "" || c.GRPCTLSCert != "",
 		"--grpc-client-ca needs --grpc-tls-cert and --grpc-tls-key: client certificates are asked for in a TLS handshake")
 	check(c.GRPCTLSCert == "" || c.GRPCListen != "", "--grpc-tls-cert without --grpc-listen: the gRPC decision API is off")
+	check(c.PeerTLSCA == "" || c.GRPCTLSCert != "",
+		"--peer-tls-ca needs --grpc-tls-cert and --grpc-tls-key: a picker follows the others over TLS when it serves its own gRPC port with TLS, presenting that certificate")
+	check(c.PeerTLSServerName == "" || c.PeerTLSCA != "", "--peer-tls-server-name needs --peer-tls-ca: it is the name the other pickers' certificates are verified for")
+	if ca, _ := c.peerCA(); c.sharesBookings() && c.GRPCTLSCert != "" && ca == "" {
+		errs = append(errs, errors.New("--grpc-tls-cert with other pickers to follow (gossip or --peer-pickers) needs --peer-tls-ca (or --grpc-client-ca): the other pickers serve TLS too, and their certificates are verified against it"))
+	}
 	check(c.ExtProcClientCA == "" || c.ExtProcTLSCert != "",
 		"--ext-proc-client-ca needs --ext-proc-tls-cert and --ext-proc-tls-key: client certificates are asked for in a TLS handshake")
 	return errs
+}
+
+// peerCA is the CA bundle the other pickers' certificates are verified
+// against, and the flag that gave it: --peer-tls-ca, else
+// --grpc-client-ca (the pickers' own CA, when they require client
+// certificates), else none.
+func (c *ServerConfig) peerCA() (path, flag string) {
+	switch {
+	case c.PeerTLSCA != "":
+		return c.PeerTLSCA, "--peer-tls-ca"
+	case c.GRPCClientCA != "":
+		return c.GRPCClientCA, "--grpc-client-ca"
+	}
+	return "", ""
 }
 
 // tlsFiles is the picker's TLS material held from files: the credentials
@@ -39,6 +59,7 @@ func (c *ServerConfig) validateTLS() []error {
 // the files Watch re-reads.
 type tlsFiles struct {
 	sidecars      credentials.TransportCredentials
+	peers         credentials.TransportCredentials // following the other pickers' bookings (nil: plaintext)
 	grpc, extProc credentials.TransportCredentials
 	files         []secretfile.Checker
 }
@@ -80,6 +101,17 @@ func openTLS(cfg *ServerConfig, m *secretfile.Metrics, log *zap.Logger) (*tlsFil
 	var err error
 	if t.grpc, err = server("grpc", "--grpc-tls-cert", cfg.GRPCTLSCert, "--grpc-tls-key", cfg.GRPCTLSKey, "--grpc-client-ca", cfg.GRPCClientCA); err != nil {
 		return nil, err
+	}
+	if ca, caFlag := cfg.peerCA(); cfg.sharesBookings() && ca != "" {
+		roots, err := bundle("peer_ca", caFlag, ca)
+		if err != nil {
+			return nil, err
+		}
+		kp, err := pair("peer_tls", "--grpc-tls-cert", cfg.GRPCTLSCert, "--grpc-tls-key", cfg.GRPCTLSKey)
+		if err != nil {
+			return nil, err
+		}
+		t.peers = secretfile.ClientCredentials(kp, roots, cfg.PeerTLSServerName)
 	}
 	if t.extProc, err = server("ext_proc", "--ext-proc-tls-cert", cfg.ExtProcTLSCert, "--ext-proc-tls-key", cfg.ExtProcTLSKey,
 		"--ext-proc-client-ca", cfg.ExtProcClientCA); err != nil {

@@ -103,7 +103,53 @@ type Picker struct {
 	// GossipInsecure: its gossip runs without a keyring off loopback
 	// (--gossip-insecure).
 	GossipInsecure bool `json:"gossip_insecure"`
+	// Instance is the picker's instance id, random at each start ("" when
+	// it shares no bookings).
+	Instance string `json:"instance,omitempty"`
+	// Pickers are the other pickers whose bookings it follows (found
+	// through gossip, or --peer-pickers), sorted by address; absent when
+	// it shares no bookings (SharesBookings false).
+	Pickers []PeerPicker `json:"pickers,omitempty"`
+	// SharesBookings: it streams its bookings to the other pickers and
+	// follows theirs (it has a gRPC port and a way to find them).
+	SharesBookings bool `json:"shares_bookings"`
 }
+
+// PeerPicker is another picker as this one follows its bookings.
+type PeerPicker struct {
+	// Address is the other picker's gRPC address as dialled.
+	Address string `json:"address"`
+	// Awaiting are its bookings held here before their first token.
+	Awaiting int `json:"awaiting"`
+	// Error is why its stream last failed ("" none).
+	Error string `json:"error,omitempty"`
+	// Expired counts its bookings dropped at their lifetime while still
+	// awaiting their first token (releases lost).
+	Expired uint64 `json:"expired"`
+	// Instance is its instance id, from its last batch.
+	Instance string `json:"instance,omitempty"`
+	// LagSeconds is how old its last batch was when it arrived, by the
+	// two pickers' clocks (nil before one).
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
+	// LastBatchSeconds is how long ago its last batch (heartbeats
+	// included) arrived (nil before one).
+	LastBatchSeconds *float64 `json:"last_batch_seconds,omitempty"`
+	// Live are its bookings counted here now.
+	Live int `json:"live"`
+	// Received counts its booking changes applied here.
+	Received uint64 `json:"received"`
+	// State is following (its stream is up), connecting (dialling, or
+	// waiting to dial again after a failure) or self (the address is this
+	// picker's own: skipped).
+	State string `json:"state"`
+}
+
+// Peer picker states.
+const (
+	PeerFollowing  = "following"
+	PeerConnecting = "connecting"
+	PeerSelf       = "self"
+)
 
 // Refusal is an endpoint the picker was offered but did not take, and
 // why (Reason: see the package's contract).

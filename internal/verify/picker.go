@@ -1,6 +1,16 @@
 package verify
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
+)
+
+// MaxPickerSilence is how long another picker's bookings stream may be
+// silent (its batches and heartbeats, one a second) before "pickers
+// agree" fails.
+const MaxPickerSilence = 5.0 // seconds
 
 // PickerFacts is what verify saw of the picker itself.
 type PickerFacts struct {
@@ -13,6 +23,10 @@ type PickerFacts struct {
 	PublicAdminStatus int
 	// PublicAdminErr, when set, is why the public port did not answer.
 	PublicAdminErr string
+	// SharesBookings and Pickers are what /debug/endpoints says of the
+	// bookings it shares with the other pickers.
+	SharesBookings bool
+	Pickers        []debugapi.PeerPicker
 }
 
 // JudgePicker checks the picker itself: its gossip is encrypted (or on
@@ -32,5 +46,45 @@ func JudgePicker(f PickerFacts) []Check {
 		admin.OK, admin.Detail = false, fmt.Sprintf("the public port answers %d for /debug/endpoints", f.PublicAdminStatus)
 		admin.Cause = "every pod's address and load is served to clients: run a picker that serves its admin surface on --admin-listen only"
 	}
-	return []Check{gossip, admin}
+	return []Check{gossip, admin, judgePickersAgree(f)}
+}
+
+// judgePickersAgree checks that the picker follows every other picker it
+// knows of, each stream up and heard from within MaxPickerSilence: then
+// each decision counts the others' picks in flight. With no other picker
+// known, there is nothing to agree with.
+func judgePickersAgree(f PickerFacts) Check {
+	c := Check{Name: "pickers agree", OK: true}
+	if !f.SharesBookings {
+		c.Detail = "the picker shares no bookings (no --grpc-listen, or neither gossip nor --peer-pickers): with one picker, nothing to agree with"
+		return c
+	}
+	var bad []string
+	n := 0
+	for _, p := range f.Pickers {
+		switch {
+		case p.State == debugapi.PeerSelf:
+			continue
+		case p.State != debugapi.PeerFollowing:
+			why := p.State
+			if p.Error != "" {
+				why += ": " + p.Error
+			}
+			bad = append(bad, fmt.Sprintf("%s (%s)", p.Address, why))
+		case p.LastBatchSeconds != nil && *p.LastBatchSeconds > MaxPickerSilence:
+			bad = append(bad, fmt.Sprintf("%s (silent for %.1f s)", p.Address, *p.LastBatchSeconds))
+		}
+		n++
+	}
+	c.Figure = fmt.Sprintf("%d/%d", n-len(bad), n)
+	switch {
+	case len(bad) > 0:
+		c.OK, c.Detail = false, "the picker cannot follow the bookings of "+strings.Join(bad, ", ")
+		c.Cause = "each picker counts only its own picks there until the engines report: open the pickers' gRPC port (--grpc-listen) to each other (NetworkPolicy), and give them one TLS setup (--grpc-tls-cert, --peer-tls-ca)"
+	case n == 0:
+		c.Detail = "no other picker found (gossip, --peer-pickers): with one picker, nothing to agree with"
+	default:
+		c.Detail = fmt.Sprintf("the picker follows the bookings of all %d other pickers", n)
+	}
+	return c
 }

@@ -66,7 +66,7 @@ func TestJudge(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	identity := strings.Repeat("identity block_size,identity hash_algo,identity key_format,identity summary_params,identity tokenizer_fingerprint,sidecar fresh,picker state,", 2)
-	want := identity + "picker gossip encrypted,picker admin private,routable,kv sources," + strings.Repeat("sidecar reachable,gossip encrypted,sidecar stream,engine reports cached tokens,", 2) +
+	want := identity + "picker gossip encrypted,picker admin private,pickers agree,routable,kv sources," + strings.Repeat("sidecar reachable,gossip encrypted,sidecar stream,engine reports cached tokens,", 2) +
 		"probe chat same endpoint,probe chat prediction,probe chat keys on sidecar,probe chat other salt,probe chat tokens,probe chat tokens," +
 		"probe lag,probe lag"
 	if got := strings.Join(names, ","); got != want {
@@ -80,7 +80,7 @@ func TestJudge(t *testing.T) {
 	}
 	// Without the refused endpoint and the odd template, everything passes.
 	f.Refused, f.Probes[0].Tokens = nil, f.Probes[0].Tokens[:1]
-	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "32 checks, 32 passed, 0 failed" {
+	if r := Judge(f, DefaultLimits()); !r.OK || Summary(r.Checks) != "33 checks, 33 passed, 0 failed" {
 		t.Fatalf("%v: %s %q", r.OK, Summary(r.Checks), failures(r.Checks))
 	}
 	// The limits are Judge's: a tighter --max-lag fails the slower
@@ -149,6 +149,14 @@ func TestJudgePicker(t *testing.T) {
 		{"insecure gossip", PickerFacts{GossipInsecure: true, PublicAdminStatus: 404}, "picker gossip encrypted", "--gossip-key-file"},
 		{"admin on the public port", PickerFacts{PublicAdminStatus: 200}, "picker admin private", "--admin-listen"},
 		{"public port silent", PickerFacts{PublicAdminErr: "connection refused"}, "picker admin private", "--picker"},
+		{"pickers agree", PickerFacts{PublicAdminStatus: 404, SharesBookings: true, Pickers: []debugapi.PeerPicker{
+			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(0.5)}, {Address: "10.0.0.3:9000", State: debugapi.PeerSelf}}}, "", ""},
+		{"one picker", PickerFacts{PublicAdminStatus: 404, SharesBookings: true}, "", ""},
+		{"pickers cannot reach each other", PickerFacts{PublicAdminStatus: 404, SharesBookings: true, Pickers: []debugapi.PeerPicker{
+			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(0.5)},
+			{Address: "10.0.0.2:9000", State: debugapi.PeerConnecting, Error: "connection refused"}}}, "pickers agree", "NetworkPolicy"},
+		{"a picker silent", PickerFacts{PublicAdminStatus: 404, SharesBookings: true, Pickers: []debugapi.PeerPicker{
+			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(9.0)}}}, "pickers agree", "--grpc-listen"},
 	} {
 		var failed []string
 		for _, c := range JudgePicker(tc.f) {
@@ -164,3 +172,5 @@ func TestJudgePicker(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

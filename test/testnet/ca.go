@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -55,24 +56,32 @@ func NewCA(t testing.TB, name string) *CA {
 // localhost and the extra DNS names given.
 func (ca *CA) Server(t testing.TB, cn string, dnsNames ...string) Leaf {
 	t.Helper()
-	return ca.sign(t, cn, x509.ExtKeyUsageServerAuth, append([]string{"localhost"}, dnsNames...))
+	return ca.sign(t, cn, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, append([]string{"localhost"}, dnsNames...))
+}
+
+// Peer signs a certificate for both ends (server and client auth), for
+// 127.0.0.1 and localhost: a process that serves and dials its peers
+// with one certificate, as pickers following each other's bookings do.
+func (ca *CA) Peer(t testing.TB, cn string) Leaf {
+	t.Helper()
+	return ca.sign(t, cn, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, []string{"localhost"})
 }
 
 // Client signs a client certificate (client auth).
 func (ca *CA) Client(t testing.TB, cn string) Leaf {
 	t.Helper()
-	return ca.sign(t, cn, x509.ExtKeyUsageClientAuth, nil)
+	return ca.sign(t, cn, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
 }
 
-func (ca *CA) sign(t testing.TB, cn string, usage x509.ExtKeyUsage, dnsNames []string) Leaf {
+func (ca *CA) sign(t testing.TB, cn string, usage []x509.ExtKeyUsage, dnsNames []string) Leaf {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 	}
-	if usage == x509.ExtKeyUsageServerAuth {
+	if slices.Contains(usage, x509.ExtKeyUsageServerAuth) {
 		tmpl.DNSNames, tmpl.IPAddresses = dnsNames, []net.IP{net.ParseIP("127.0.0.1")}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)

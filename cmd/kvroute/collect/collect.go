@@ -194,6 +194,7 @@ func (c *Collector) readPicker(ctx context.Context, f *verify.Facts) error {
 		return fmt.Errorf("the picker's endpoints, on its admin port: %w (the picker's --admin-listen; give it with --picker-admin)", err)
 	}
 	f.Self.GossipInsecure = doc.Picker.GossipInsecure
+	f.Self.SharesBookings, f.Self.Pickers = doc.Picker.SharesBookings, doc.Picker.Pickers
 	for _, e := range doc.Endpoints {
 		if c.model == "" || e.Model == c.model {
 			f.Fleet = append(f.Fleet, e)

@@ -81,7 +81,11 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	srv := httptest.NewServer(r.AdminHandler(picker.HandlerOptions{GossipInsecure: func() bool { return true }}))
+	lastBatch, peerLag := 0.4, 0.002
+	peers := []debugapi.PeerPicker{{Address: "10.0.0.7:9000", Awaiting: 2, Error: "", Expired: 1, Instance: "9f86d081884c7d65", LagSeconds: &peerLag,
+		LastBatchSeconds: &lastBatch, Live: 5, Received: 40, State: debugapi.PeerFollowing}}
+	srv := httptest.NewServer(r.AdminHandler(picker.HandlerOptions{GossipInsecure: func() bool { return true },
+		Pickers: func(p *debugapi.Picker) { p.SharesBookings, p.Instance, p.Pickers = true, "0a1b2c3d4e5f6071", peers }}))
 	t.Cleanup(srv.Close)
 
 	// The bytes: all of them the document's, in its order.
@@ -99,7 +103,7 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	// TestPredictedTTFTIsLearnedAndShown covers them); a fixed fleet has
 	// taught the model nothing.
 	unset := slices.DeleteFunc(debugapi.Unset(strict), func(name string) bool {
-		return strings.HasPrefix(name, "ttft_models[].") || name == "endpoints[].ttft"
+		return strings.HasPrefix(name, "ttft_models[].") || name == "endpoints[].ttft" || name == "picker.pickers[].error" // a stream up has none
 	})
 	if len(unset) > 0 {
 		t.Errorf("the fleet leaves fields unset, which this test would not compare: %v", unset)
@@ -150,6 +154,9 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	}
 	if s := strict.SidecarsFailing[0]; s != (debugapi.SidecarFailing{Sidecar: "10.0.0.5:9090", Reason: "tls", Error: "x509: unknown authority"}) || !f.Self.GossipInsecure {
 		t.Errorf("failing %+v, the picker's gossip insecure %v", s, f.Self.GossipInsecure)
+	}
+	if !f.Self.SharesBookings || !reflect.DeepEqual(f.Self.Pickers, peers) {
+		t.Errorf("the pickers followed: shares %v, %+v", f.Self.SharesBookings, f.Self.Pickers)
 	}
 
 	// And verify judges them: the picker's state and reason, the trust
@@ -206,7 +213,7 @@ func TestDebugEndpointsEmpty(t *testing.T) {
 	t.Cleanup(r.Close)
 	srv := httptest.NewServer(r.AdminHandler(picker.HandlerOptions{}))
 	t.Cleanup(srv.Close)
-	const want = `{"endpoints":[],"picker":{"gossip_insecure":false},"refused":[],"sidecars_failing":[],"ttft_models":[]}`
+	const want = `{"endpoints":[],"picker":{"gossip_insecure":false,"shares_bookings":false},"refused":[],"sidecars_failing":[],"ttft_models":[]}`
 	if got := get(t, srv.URL+debugapi.Path); string(bytes.TrimSpace(got)) != want {
 		t.Errorf("got %s, want %s", got, want)
 	}
