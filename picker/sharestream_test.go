@@ -1,0 +1,217 @@
+package picker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvroute/kvroute/internal/debugapi"
+	"github.com/kvroute/kvroute/internal/verify"
+	"github.com/kvroute/kvroute/picker"
+	testpod "github.com/kvroute/kvroute/test/pod"
+	"github.com/kvroute/kvroute/test/testnet"
+)
+
+// sharingPicker starts a picker over pod serving gRPC on grpcAddr and
+// following the bookings of the pickers at peers.
+func sharingPicker(t *testing.T, pod *testpod.Pod, grpcAddr string, peers []string, adjust func(*picker.ServerConfig)) (*picker.Server, *prometheus.Registry) {
+	t.Helper()
+	s, _, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
+		cfg.GRPCListen, cfg.PeerPickers = grpcAddr, peers
+		if adjust != nil {
+			adjust(cfg)
+		}
+	})
+	return s, reg
+}
+
+// pickersOf is what s's /debug/endpoints says of the bookings it shares,
+// by the other picker's address.
+func pickersOf(t *testing.T, s *picker.Server) (debugapi.Picker, map[string]debugapi.PeerPicker) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.AdminAddr() + debugapi.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc debugapi.Document
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]debugapi.PeerPicker{}
+	for _, p := range doc.Picker.Pickers {
+		out[p.Address] = p
+	}
+	return doc.Picker, out
+}
+
+// following waits until s follows every address of want and names its
+// own address (self) as itself.
+func following(t *testing.T, s *picker.Server, self string, want ...string) {
+	t.Helper()
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		me, peers := pickersOf(t, s)
+		if !me.SharesBookings || me.Instance == "" {
+			return fmt.Errorf("shares %v, instance %q", me.SharesBookings, me.Instance)
+		}
+		if self != "" && peers[self].State != debugapi.PeerSelf {
+			return fmt.Errorf("its own address: %+v", peers[self])
+		}
+		for _, a := range want {
+			if p := peers[a]; p.State != debugapi.PeerFollowing || p.LastBatchSeconds == nil {
+				return fmt.Errorf("%s: %+v", a, p)
+			}
+		}
+		return nil
+	})
+}
+
+// TestPickersShareBookings: two pickers listing both addresses (each its
+// own too) follow each other's bookings over their gRPC ports: a
+// decision-API pick and a proxied request on one are held by the other
+// (added, then released when the answer ends), counted sent and
+// received. When one stops, the other says so: /debug/endpoints shows
+// the stream failing, and verify's "pickers agree" fails naming it.
+func TestPickersShareBookings(t *testing.T) {
+	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
+	ga, gb := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	a, ra := sharingPicker(t, pod, ga, []string{ga, gb}, nil)
+	b, rb := sharingPicker(t, pod, gb, []string{ga, gb}, nil)
+	following(t, a, ga, gb)
+	following(t, b, gb, ga)
+
+	base := "http://" + a.Addr()
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error { // the endpoint routable
+		resp, err := http.Post(base+"/routing/v1/pick", "application/json", strings.NewReader(chatBody("s", "hello")))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			raw, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("%d %s", resp.StatusCode, raw)
+		}
+		return nil
+	})
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("s", "hello again")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("proxied: %d", resp.StatusCode)
+	}
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		st := b.Router().PickerBookings()[ga]
+		// The pick and the proxied request; the latter ended, so it awaits
+		// nothing (the decision API's pick counts until a report covers it).
+		if st.Added < 2 || st.Awaiting != 0 {
+			return fmt.Errorf("b holds of a: %+v", st)
+		}
+		if sent, _ := series(t, ra, "kvroute_picker_bookings_sent_total", nil); sent < 4 { // add, first byte, first token, done, and the pick's add
+			return fmt.Errorf("a sent %v changes", sent)
+		}
+		if got, _ := series(t, rb, "kvroute_picker_bookings_received_total", nil); got < 4 {
+			return fmt.Errorf("b received %v changes", got)
+		}
+		return nil
+	})
+	if n, _ := series(t, rb, "kvroute_picker_pickers_following", nil); n != 1 {
+		t.Errorf("b follows %v pickers, want 1", n)
+	}
+	if _, peers := pickersOf(t, b); peers[ga].Received < 4 || peers[ga].Instance == "" {
+		t.Errorf("b's /debug/endpoints of a: %+v", peers[ga])
+	}
+
+	a.Close()
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		me, peers := pickersOf(t, b)
+		if p := peers[ga]; p.State != debugapi.PeerConnecting || p.Error == "" {
+			return fmt.Errorf("a, stopped: %+v", p)
+		}
+		checks := verify.JudgePicker(verify.PickerFacts{PublicAdminStatus: 404, SharesBookings: me.SharesBookings, Pickers: me.Pickers})
+		for _, c := range checks {
+			if c.Name == "pickers agree" {
+				if c.OK || !strings.Contains(c.Detail, ga) {
+					return fmt.Errorf("verify: %+v", c)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no pickers agree check in %+v", checks)
+	})
+	if n, _ := series(t, rb, "kvroute_picker_pickers_following", nil); n != 0 {
+		t.Errorf("b follows %v pickers after a stopped, want 0", n)
+	}
+}
+
+// TestPickersShareBookingsMutualTLS: pickers serving their gRPC port
+// with TLS and requiring client certificates (--grpc-client-ca, the CA
+// their peers are verified against too) follow each other with their own
+// certificates. A picker in plaintext, or with a certificate of another
+// CA, cannot follow them, and says so.
+func TestPickersShareBookingsMutualTLS(t *testing.T) {
+	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
+	ca, other := testnet.NewCA(t, "kvroute-ca"), testnet.NewCA(t, "other-ca")
+	files := func(c *testnet.CA, name string) testnet.Files {
+		f := testnet.NewFiles(t)
+		f.Write(t, c.Peer(t, name), c)
+		return f
+	}
+	mtls := func(f testnet.Files) func(*picker.ServerConfig) {
+		return func(cfg *picker.ServerConfig) { cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCClientCA = f.Cert, f.Key, f.CA }
+	}
+	ga, gb := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	a, _ := sharingPicker(t, pod, ga, []string{gb}, mtls(files(ca, "picker-a")))
+	b, _ := sharingPicker(t, pod, gb, []string{ga}, mtls(files(ca, "picker-b")))
+	following(t, a, "", gb)
+	following(t, b, "", ga)
+
+	for name, adjust := range map[string]func(*picker.ServerConfig){
+		"plaintext":  nil,
+		"another CA": mtls(files(other, "picker-x")),
+	} {
+		x, _ := sharingPicker(t, pod, fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), []string{ga}, adjust)
+		testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+			if _, peers := pickersOf(t, x); peers[ga].State != debugapi.PeerConnecting || peers[ga].Error == "" {
+				return fmt.Errorf("%s: %+v", name, peers[ga])
+			}
+			return nil
+		})
+		if st := x.Router().PickerBookings()[ga]; st.Added != 0 || st.Applied != 0 {
+			t.Errorf("%s: x got a's bookings: %+v", name, st)
+		}
+	}
+}
+
+// TestShareConfig: the settings of the bookings streams that cannot work
+// are refused at start, saying why.
+func TestShareConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, says string
+		adjust     func(*picker.ServerConfig)
+	}{
+		{"peers without gRPC", "--peer-pickers without --grpc-listen", func(c *picker.ServerConfig) { c.GRPCListen, c.PeerPickers = "", []string{"127.0.0.1:9000"} }},
+		{"a peer not host:port", "want host:port", func(c *picker.ServerConfig) { c.PeerPickers = []string{"picker-b"} }},
+		{"TLS without a CA for the peers", "needs --peer-tls-ca", func(c *picker.ServerConfig) {
+			c.PeerPickers, c.GRPCTLSCert, c.GRPCTLSKey = []string{"127.0.0.1:9000"}, "cert.pem", "key.pem"
+		}},
+		{"a peer CA without a certificate", "--peer-tls-ca needs --grpc-tls-cert", func(c *picker.ServerConfig) { c.PeerTLSCA = "ca.pem" }},
+		{"flush too long", "--bookings-flush", func(c *picker.ServerConfig) { c.BookingsFlush = time.Minute }},
+		{"lifetime zero", "--peer-booking-lifetime", func(c *picker.ServerConfig) { c.Router.PeerBookingLifetime = 0 }},
+	} {
+		cfg := picker.DefaultServerConfig()
+		cfg.Sidecars = []string{"127.0.0.1:1"}
+		tc.adjust(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.says)
+		}
+	}
+}
