@@ -386,3 +386,38 @@ func TestSaturated(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerBookingsCounted: another picker's pick, applied to this
+// picker's bookings, is priced on its endpoint as this picker's own would
+// be; when the pick's add was lost, the endpoint's next load report
+// (which counts the request waiting) prices the same queue, so a lost
+// add hides a request only until that report.
+func TestPeerBookingsCounted(t *testing.T) {
+	cfg := DefaultConfig()
+	req := anchored()
+	picked := now.Add(-50 * time.Millisecond)
+	price := func(delivered, reported bool) float64 {
+		t.Helper()
+		a, _ := inflight.NewBookings(inflight.DefaultConfig())
+		b, _ := inflight.NewBookings(inflight.DefaultConfig())
+		a.Journal(true)
+		a.Book("e", 2000, true, picked)
+		ops, _ := a.TakeJournal(picked)
+		if delivered {
+			b.Apply("a", ops, picked.Add(time.Millisecond))
+		}
+		e := ep("e", 0, 0, 200*time.Millisecond) // a report from before the pick: it does not count it
+		if reported {
+			e = ep("e", 1, 0, 10*time.Millisecond) // the next one: the request waits there
+		}
+		snap := Snapshot{Endpoints: []fleet.Endpoint{e}, InFlight: map[string]inflight.Pending{"e": b.Pending("e", e.LoadAt, now)}, MeanTokens: 2000}
+		return Candidates(&cfg, req, snap, now)[0].Predicted
+	}
+	alone, held := price(false, false), price(true, false)
+	if !(held > alone) {
+		t.Fatalf("the other picker's pick did not raise the prediction: %v alone, %v with it", alone, held)
+	}
+	if lost, got := price(false, true), price(true, true); math.Abs(lost-got) > 1e-9 || !(lost > alone) {
+		t.Fatalf("after the report: add lost %v, delivered %v (before it, alone %v)", lost, got, alone)
+	}
+}
