@@ -30,6 +30,6 @@ RUN apt-get update \
 COPY --from=build /out/kvroute /usr/local/bin/kvroute
 USER 65532:65532
 # Picker HTTP and gRPC, sidecar gRPC and debug, gossip (TCP and UDP).
-EXPOSE 8080 8081 9000 9090 8090 7946 7946/udp
+EXPOSE 8080 8081 9000 9001 9090 8090 7946 7946/udp
 ENTRYPOINT ["/usr/local/bin/kvroute"]
 CMD ["--help"]

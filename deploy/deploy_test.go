@@ -134,8 +134,13 @@ func TestBase(t *testing.T) {
 		}
 	}
 	np := objs["NetworkPolicy/kvroute-picker"].(*networkingv1.NetworkPolicy)
-	if len(np.Spec.Ingress) != 3 || np.Spec.Ingress[0].From != nil || np.Spec.Ingress[1].From[0].PodSelector.MatchLabels["kvroute.io/gossip"] != "true" {
+	if len(np.Spec.Ingress) != 4 || np.Spec.Ingress[0].From != nil || np.Spec.Ingress[1].From[0].PodSelector.MatchLabels["kvroute.io/gossip"] != "true" {
 		t.Fatalf("network policy %+v", np.Spec)
+	}
+	// The bookings streams: from the other pickers only.
+	if peer := np.Spec.Ingress[2]; len(peer.From) != 1 || peer.From[0].PodSelector == nil ||
+		peer.From[0].PodSelector.MatchLabels["app.kubernetes.io/name"] != "kvroute-picker" || len(peer.Ports) != 1 || peer.Ports[0].Port.IntValue() != 9001 {
+		t.Fatalf("the bookings streams' rule %+v", peer)
 	}
 	checkAdminPolicy(t, np, 8081)
 	var cfg map[string]any

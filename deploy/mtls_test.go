@@ -84,8 +84,19 @@ func TestMTLSComponent(t *testing.T) {
 	}
 	mountsSecret(t, p, pc, "kvroute-picker-tls", mount)
 	plainPicker := container(t, plain["Deployment/kvroute-picker"].(*appsv1.Deployment), "picker")
-	if !slices.Equal(pc.Args[:len(plainPicker.Args)], plainPicker.Args) || len(pc.Args) != len(plainPicker.Args)+4 {
-		t.Errorf("picker args %v: want the base's %v and four TLS flags", pc.Args, plainPicker.Args)
+	// The bookings streams between pickers: mutual TLS with the same
+	// files, verified for the name the certificate carries.
+	for flag, file := range map[string]string{"peer-tls-cert": "tls.crt", "peer-tls-key": "tls.key", "peer-tls-ca": "ca.crt"} {
+		if got := flagValue(pc.Args, flag); got != mount+"/"+file {
+			t.Errorf("picker --%s=%q, want %s/%s", flag, got, mount, file)
+		}
+	}
+	peerName := flagValue(pc.Args, "peer-tls-server-name")
+	if peerName == "" {
+		t.Error("the pickers verify each other for the pod IPs they dial: no --peer-tls-server-name")
+	}
+	if !slices.Equal(pc.Args[:len(plainPicker.Args)], plainPicker.Args) || len(pc.Args) != len(plainPicker.Args)+8 {
+		t.Errorf("picker args %v: want the base's %v and eight TLS flags", pc.Args, plainPicker.Args)
 	}
 
 	v := objs["Deployment/vllm-qwen3"].(*appsv1.Deployment)
@@ -169,7 +180,8 @@ func TestMTLSComponent(t *testing.T) {
 	if !slices.Contains(side.Spec.Usages, "server auth") || !slices.Contains(side.Spec.DNSNames, serverName) || side.Spec.IssuerRef.Name != "kvroute-ca" {
 		t.Errorf("the sidecars' certificate: %+v (want server auth and the name %q)", side.Spec, serverName)
 	}
-	if !slices.Contains(pick.Spec.Usages, "client auth") || pick.Spec.IssuerRef.Name != "kvroute-ca" {
-		t.Errorf("the pickers' certificate: %+v (want client auth)", pick.Spec)
+	if !slices.Contains(pick.Spec.Usages, "client auth") || !slices.Contains(pick.Spec.Usages, "server auth") ||
+		!slices.Contains(pick.Spec.DNSNames, peerName) || pick.Spec.IssuerRef.Name != "kvroute-ca" {
+		t.Errorf("the pickers' certificate: %+v (want client and server auth and the name %q)", pick.Spec, peerName)
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/fleetview"
-	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 )
 
 // ServerConfig configures a picker process. Start from
@@ -51,22 +50,28 @@ type ServerConfig struct {
 	// instead of) those gossip finds (--peer-pickers). The picker's own
 	// address may be listed: it is recognised and skipped.
 	PeerPickers []string
-	// GRPCAdvertise is the address (host:port) other pickers dial for
+	// PeerListen serves this picker's bookings to the other pickers of
+	// the fleet (kvroute.v1.Bookings), who find it through gossip or
+	// --peer-pickers (--peer-listen); "" turns the sharing off. Default
+	// 127.0.0.1:0, a port of its own on loopback, gossiped: the pickers of
+	// one host share their bookings with no flag; a fleet over several
+	// hosts listens on a routable address (the deploy manifests: :9001).
+	PeerListen string
+	// PeerAdvertise is the address (host:port) other pickers dial for
 	// this picker's bookings, gossiped in its metadata
-	// (--grpc-advertise). Default: the host of its gossip address and
-	// --grpc-listen's port.
-	GRPCAdvertise string
+	// (--peer-advertise). Default: --peer-listen's address as bound, with
+	// the gossip address's host when it binds every interface.
+	PeerAdvertise string
 	// BookingsFlush is how often this picker's booking changes go to the
 	// pickers following them, batched (--bookings-flush). Default 5 ms.
 	BookingsFlush time.Duration
-	// PeerTLSCA, when set, makes the picker follow the other pickers'
-	// bookings over TLS, verifying their gRPC certificates against this
-	// PEM CA bundle for PeerTLSServerName (default: the host dialled), and
-	// presenting its own --grpc-tls-cert as its client certificate
-	// (--peer-tls-ca, --peer-tls-server-name). The pickers of one fleet
-	// serve their gRPC port alike: a picker serving TLS follows the others
-	// over TLS, so it needs this (or --grpc-client-ca, taken instead).
-	PeerTLSCA, PeerTLSServerName string
+	// PeerTLSCert, PeerTLSKey and PeerTLSCA, when set (all three or
+	// none), make the bookings streams mutual TLS: the picker serves them
+	// with this certificate and requires the followers' certificates to
+	// chain to the CA bundle, and follows the other pickers presenting it,
+	// verifying theirs against the bundle for PeerTLSServerName (default:
+	// the host dialled). The certificate needs server and client auth.
+	PeerTLSCert, PeerTLSKey, PeerTLSCA, PeerTLSServerName string
 	// AllowRemoteEndpoints are networks (CIDRs, or single addresses) whose
 	// endpoints any sidecar may advertise (--allow-remote-endpoints).
 	// Default none: a sidecar's endpoints are routed only when on its own
@@ -140,14 +145,14 @@ type ServerConfig struct {
 // DefaultServerConfig returns the defaults.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Router: DefaultConfig(), Listen: ":8080", AdminListen: ":8081", GRPCListen: ":9000", Capacity: 65536, MaxGroupEndpoints: fleet.DefaultSlots, ExtProc: extproc.DefaultConfig(),
-		DrainDelay: 5 * time.Second, ShutdownTimeout: 30 * time.Second, BookingsFlush: 5 * time.Millisecond}
+		DrainDelay: 5 * time.Second, ShutdownTimeout: 30 * time.Second, PeerListen: "127.0.0.1:0", BookingsFlush: 5 * time.Millisecond}
 }
 
 // sharesBookings reports whether the picker streams its bookings to the
-// other pickers and follows theirs: it has a gRPC port to serve them on
-// and a way to find the others (gossip, --peer-pickers).
+// other pickers and follows theirs: it has a port to serve them on and a
+// way to find the others (gossip, --peer-pickers).
 func (c *ServerConfig) sharesBookings() bool {
-	return c.GRPCListen != "" && (c.Gossip != nil || len(c.PeerPickers) > 0)
+	return c.PeerListen != "" && (c.Gossip != nil || len(c.PeerPickers) > 0)
 }
 
 // Validate checks c.
@@ -185,17 +190,17 @@ func (c *ServerConfig) Validate() error {
 	if _, err := c.allowRemote(); err != nil {
 		errs = append(errs, err)
 	}
-	if len(c.PeerPickers) > 0 && c.GRPCListen == "" {
-		errs = append(errs, errors.New("--peer-pickers without --grpc-listen: the pickers follow each other's bookings on their gRPC ports"))
+	if len(c.PeerPickers) > 0 && c.PeerListen == "" {
+		errs = append(errs, errors.New("--peer-pickers without --peer-listen: the pickers follow each other's bookings on their --peer-listen ports"))
 	}
 	for _, a := range c.PeerPickers {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf("--peer-pickers %q: want host:port (another picker's --grpc-listen)", a))
+			errs = append(errs, fmt.Errorf("--peer-pickers %q: want host:port (another picker's --peer-listen)", a))
 		}
 	}
-	if c.GRPCAdvertise != "" {
-		if _, port, err := net.SplitHostPort(c.GRPCAdvertise); err != nil || port == "" || port == "0" {
-			errs = append(errs, fmt.Errorf("--grpc-advertise %q: want host:port", c.GRPCAdvertise))
+	if c.PeerAdvertise != "" {
+		if _, port, err := net.SplitHostPort(c.PeerAdvertise); err != nil || port == "" || port == "0" {
+			errs = append(errs, fmt.Errorf("--peer-advertise %q: want host:port", c.PeerAdvertise))
 		}
 	}
 	if c.BookingsFlush < time.Millisecond || c.BookingsFlush > time.Second {
@@ -247,6 +252,8 @@ type Server struct {
 	router  *Router
 	members *gossip.Members
 	share   *shareHub // the bookings streams (nil: not shared)
+	peerSrv *grpc.Server
+	peerLn  net.Listener
 	http    *http.Server
 	httpLn  net.Listener
 	admin   *http.Server
@@ -407,9 +414,6 @@ func (s *Server) serve(cfg *ServerConfig, tf *tlsFiles) {
 		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Router.MaxBodyBytes)+4096),
 			grpc.ChainUnaryInterceptor(recoverUnary(s.log)), grpc.ChainStreamInterceptor(recoverStream(s.log)), tf.grpcCreds())
 		s.router.registerGRPC(s.grpc, s.decisionToken)
-		if s.share != nil {
-			pb.RegisterBookingsServer(s.grpc, s.share)
-		}
 		go func() { _ = s.grpc.Serve(s.grpcLn) }()
 	}
 	if s.eppLn != nil {
@@ -518,7 +522,12 @@ func (s *Server) Close() {
 		// clients can send them to another replica.
 		s.router.admit.close()
 	}
-	s.share.close() // its streams end, so the gRPC server's graceful stop need not wait for them
+	s.share.close() // its streams end, so the server's graceful stop need not wait for them
+	if s.peerSrv != nil {
+		stopGRPC(s.peerSrv, time.Second)
+	} else if s.peerLn != nil {
+		_ = s.peerLn.Close()
+	}
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		if err := s.http.Shutdown(ctx); err != nil {

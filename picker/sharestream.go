@@ -464,30 +464,53 @@ func (h *shareHub) close() {
 	}
 }
 
-// startShare starts the bookings streams: the hub, advertised in gossip
-// by this picker's gRPC address, following the pickers listed and those
-// gossip finds until ctx ends.
+// startShare starts the bookings streams: the hub and its own gRPC
+// server on --peer-listen, advertised in gossip, following the pickers
+// listed and those gossip finds until ctx ends.
 func (s *Server) startShare(ctx context.Context, cfg *ServerConfig, tf *tlsFiles) error {
+	var err error
+	if s.peerLn, err = net.Listen("tcp", cfg.PeerListen); err != nil {
+		return fmt.Errorf("--peer-listen %s: %w", cfg.PeerListen, err)
+	}
 	s.share = newShareHub(s.router, shareConfig{flush: cfg.BookingsFlush, heartbeat: shareHeartbeat, stale: shareStaleAfter,
 		buffer: shareBuffer, backoff: shareFirstBackof, creds: tf.peers}, s.log.Named("bookings"))
 	for _, a := range cfg.PeerPickers {
 		s.share.static[a] = true
 	}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 10), grpc.ChainStreamInterceptor(recoverStream(s.log))}
+	if tf.peerServer != nil {
+		opts = append(opts, grpc.Creds(tf.peerServer))
+	}
+	s.peerSrv = grpc.NewServer(opts...)
+	pb.RegisterBookingsServer(s.peerSrv, s.share)
+	go func() { _ = s.peerSrv.Serve(s.peerLn) }()
+	adv := cfg.PeerAdvertise
+	if adv == "" {
+		adv = s.peerLn.Addr().String()
+	}
 	if s.members != nil {
-		adv := cfg.GRPCAdvertise
-		if adv == "" {
-			host, _, err := net.SplitHostPort(s.members.LocalAddr())
+		if host, port, _ := net.SplitHostPort(adv); cfg.PeerAdvertise == "" && net.ParseIP(host).IsUnspecified() {
+			// Bound on every interface: others dial the gossip address's host.
+			ghost, _, err := net.SplitHostPort(s.members.LocalAddr())
 			if err != nil {
 				return fmt.Errorf("gossip address %q: %w", s.members.LocalAddr(), err)
 			}
-			_, port, _ := net.SplitHostPort(s.grpcLn.Addr().String())
-			adv = net.JoinHostPort(host, port)
+			adv = net.JoinHostPort(ghost, port)
 		}
 		if err := s.members.SetMeta(gossip.Meta{Role: gossip.RolePicker, GRPC: adv}); err != nil {
 			return fmt.Errorf("gossip metadata: %w", err)
 		}
-		s.log.Info("sharing bookings with the other pickers", zap.String("grpc_advertise", adv), zap.String("instance", s.share.id))
 	}
+	s.log.Info("sharing bookings with the other pickers", zap.String("peer_advertise", adv), zap.String("instance", s.share.id))
 	go s.share.reconcileLoop(ctx, s.members)
 	return nil
+}
+
+// PeerAddr is the address the bookings streams are served on ("" when
+// not shared).
+func (s *Server) PeerAddr() string {
+	if s.peerLn == nil {
+		return ""
+	}
+	return s.peerLn.Addr().String()
 }

@@ -18,12 +18,12 @@ import (
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
-// sharingPicker starts a picker over pod serving gRPC on grpcAddr and
-// following the bookings of the pickers at peers.
-func sharingPicker(t *testing.T, pod *testpod.Pod, grpcAddr string, peers []string, adjust func(*picker.ServerConfig)) (*picker.Server, *prometheus.Registry) {
+// sharingPicker starts a picker over pod serving its bookings on
+// peerAddr and following those of the pickers at peers.
+func sharingPicker(t *testing.T, pod *testpod.Pod, peerAddr string, peers []string, adjust func(*picker.ServerConfig)) (*picker.Server, *prometheus.Registry) {
 	t.Helper()
 	s, _, reg := startObserved(t, pod, func(cfg *picker.ServerConfig) {
-		cfg.GRPCListen, cfg.PeerPickers = grpcAddr, peers
+		cfg.PeerListen, cfg.PeerPickers = peerAddr, peers
 		if adjust != nil {
 			adjust(cfg)
 		}
@@ -73,7 +73,7 @@ func following(t *testing.T, s *picker.Server, self string, want ...string) {
 }
 
 // TestPickersShareBookings: two pickers listing both addresses (each its
-// own too) follow each other's bookings over their gRPC ports: a
+// own too) follow each other's bookings over their --peer-listen ports: a
 // decision-API pick and a proxied request on one are held by the other
 // (added, then released when the answer ends), counted sent and
 // received. When one stops, the other says so: /debug/endpoints shows
@@ -152,11 +152,10 @@ func TestPickersShareBookings(t *testing.T) {
 	}
 }
 
-// TestPickersShareBookingsMutualTLS: pickers serving their gRPC port
-// with TLS and requiring client certificates (--grpc-client-ca, the CA
-// their peers are verified against too) follow each other with their own
-// certificates. A picker in plaintext, or with a certificate of another
-// CA, cannot follow them, and says so.
+// TestPickersShareBookingsMutualTLS: pickers serving their bookings with
+// mutual TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca) follow each
+// other with their own certificates. A picker in plaintext, or with a
+// certificate of another CA, cannot follow them, and says so.
 func TestPickersShareBookingsMutualTLS(t *testing.T) {
 	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
 	ca, other := testnet.NewCA(t, "kvroute-ca"), testnet.NewCA(t, "other-ca")
@@ -166,7 +165,7 @@ func TestPickersShareBookingsMutualTLS(t *testing.T) {
 		return f
 	}
 	mtls := func(f testnet.Files) func(*picker.ServerConfig) {
-		return func(cfg *picker.ServerConfig) { cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCClientCA = f.Cert, f.Key, f.CA }
+		return func(cfg *picker.ServerConfig) { cfg.PeerTLSCert, cfg.PeerTLSKey, cfg.PeerTLSCA = f.Cert, f.Key, f.CA }
 	}
 	ga, gb := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	a, _ := sharingPicker(t, pod, ga, []string{gb}, mtls(files(ca, "picker-a")))
@@ -198,12 +197,11 @@ func TestShareConfig(t *testing.T) {
 		name, says string
 		adjust     func(*picker.ServerConfig)
 	}{
-		{"peers without gRPC", "--peer-pickers without --grpc-listen", func(c *picker.ServerConfig) { c.GRPCListen, c.PeerPickers = "", []string{"127.0.0.1:9000"} }},
+		{"peers without a port", "--peer-pickers without --peer-listen", func(c *picker.ServerConfig) { c.PeerListen, c.PeerPickers = "", []string{"127.0.0.1:9001"} }},
 		{"a peer not host:port", "want host:port", func(c *picker.ServerConfig) { c.PeerPickers = []string{"picker-b"} }},
-		{"TLS without a CA for the peers", "needs --peer-tls-ca", func(c *picker.ServerConfig) {
-			c.PeerPickers, c.GRPCTLSCert, c.GRPCTLSKey = []string{"127.0.0.1:9000"}, "cert.pem", "key.pem"
-		}},
-		{"a peer CA without a certificate", "--peer-tls-ca needs --grpc-tls-cert", func(c *picker.ServerConfig) { c.PeerTLSCA = "ca.pem" }},
+		{"TLS without a CA", "go together", func(c *picker.ServerConfig) { c.PeerTLSCert, c.PeerTLSKey = "cert.pem", "key.pem" }},
+		{"a CA without a certificate", "go together", func(c *picker.ServerConfig) { c.PeerTLSCA = "ca.pem" }},
+		{"a server name without a CA", "--peer-tls-server-name needs --peer-tls-ca", func(c *picker.ServerConfig) { c.PeerTLSServerName = "kvroute-picker" }},
 		{"flush too long", "--bookings-flush", func(c *picker.ServerConfig) { c.BookingsFlush = time.Minute }},
 		{"lifetime zero", "--peer-booking-lifetime", func(c *picker.ServerConfig) { c.Router.PeerBookingLifetime = 0 }},
 	} {

@@ -29,29 +29,12 @@ func (c *ServerConfig) validateTLS() []error {
 	check(c.GRPCClientCA == "" || c.GRPCTLSCert != "",
 		"--grpc-client-ca needs --grpc-tls-cert and --grpc-tls-key: client certificates are asked for in a TLS handshake")
 	check(c.GRPCTLSCert == "" || c.GRPCListen != "", "--grpc-tls-cert without --grpc-listen: the gRPC decision API is off")
-	check(c.PeerTLSCA == "" || c.GRPCTLSCert != "",
-		"--peer-tls-ca needs --grpc-tls-cert and --grpc-tls-key: a picker follows the others over TLS when it serves its own gRPC port with TLS, presenting that certificate")
+	check((c.PeerTLSCert == "") == (c.PeerTLSKey == "") && (c.PeerTLSCert == "") == (c.PeerTLSCA == ""),
+		"--peer-tls-cert, --peer-tls-key and --peer-tls-ca go together: the bookings streams between pickers are mutual TLS (each picker serves and follows with its certificate, verified against the CA bundle), or plaintext")
 	check(c.PeerTLSServerName == "" || c.PeerTLSCA != "", "--peer-tls-server-name needs --peer-tls-ca: it is the name the other pickers' certificates are verified for")
-	if ca, _ := c.peerCA(); c.sharesBookings() && c.GRPCTLSCert != "" && ca == "" {
-		errs = append(errs, errors.New("--grpc-tls-cert with other pickers to follow (gossip or --peer-pickers) needs --peer-tls-ca (or --grpc-client-ca): the other pickers serve TLS too, and their certificates are verified against it"))
-	}
 	check(c.ExtProcClientCA == "" || c.ExtProcTLSCert != "",
 		"--ext-proc-client-ca needs --ext-proc-tls-cert and --ext-proc-tls-key: client certificates are asked for in a TLS handshake")
 	return errs
-}
-
-// peerCA is the CA bundle the other pickers' certificates are verified
-// against, and the flag that gave it: --peer-tls-ca, else
-// --grpc-client-ca (the pickers' own CA, when they require client
-// certificates), else none.
-func (c *ServerConfig) peerCA() (path, flag string) {
-	switch {
-	case c.PeerTLSCA != "":
-		return c.PeerTLSCA, "--peer-tls-ca"
-	case c.GRPCClientCA != "":
-		return c.GRPCClientCA, "--grpc-client-ca"
-	}
-	return "", ""
 }
 
 // tlsFiles is the picker's TLS material held from files: the credentials
@@ -59,7 +42,9 @@ func (c *ServerConfig) peerCA() (path, flag string) {
 // the files Watch re-reads.
 type tlsFiles struct {
 	sidecars      credentials.TransportCredentials
-	peers         credentials.TransportCredentials // following the other pickers' bookings (nil: plaintext)
+	// peers and peerServer: the bookings streams between pickers, as a
+	// follower and as the followed (nil: plaintext).
+	peers, peerServer credentials.TransportCredentials
 	grpc, extProc credentials.TransportCredentials
 	files         []secretfile.Checker
 }
@@ -102,15 +87,16 @@ func openTLS(cfg *ServerConfig, m *secretfile.Metrics, log *zap.Logger) (*tlsFil
 	if t.grpc, err = server("grpc", "--grpc-tls-cert", cfg.GRPCTLSCert, "--grpc-tls-key", cfg.GRPCTLSKey, "--grpc-client-ca", cfg.GRPCClientCA); err != nil {
 		return nil, err
 	}
-	if ca, caFlag := cfg.peerCA(); cfg.sharesBookings() && ca != "" {
-		roots, err := bundle("peer_ca", caFlag, ca)
+	if cfg.sharesBookings() && cfg.PeerTLSCert != "" {
+		kp, err := pair("peer_tls", "--peer-tls-cert", cfg.PeerTLSCert, "--peer-tls-key", cfg.PeerTLSKey)
 		if err != nil {
 			return nil, err
 		}
-		kp, err := pair("peer_tls", "--grpc-tls-cert", cfg.GRPCTLSCert, "--grpc-tls-key", cfg.GRPCTLSKey)
+		roots, err := bundle("peer_ca", "--peer-tls-ca", cfg.PeerTLSCA)
 		if err != nil {
 			return nil, err
 		}
+		t.peerServer = secretfile.ServerCredentials("peer", kp, roots, m, log)
 		t.peers = secretfile.ClientCredentials(kp, roots, cfg.PeerTLSServerName)
 	}
 	if t.extProc, err = server("ext_proc", "--ext-proc-tls-cert", cfg.ExtProcTLSCert, "--ext-proc-tls-key", cfg.ExtProcTLSKey,

@@ -111,13 +111,13 @@ type Picker struct {
 	// it shares no bookings (SharesBookings false).
 	Pickers []PeerPicker `json:"pickers,omitempty"`
 	// SharesBookings: it streams its bookings to the other pickers and
-	// follows theirs (it has a gRPC port and a way to find them).
+	// follows theirs (--peer-listen, and gossip or --peer-pickers).
 	SharesBookings bool `json:"shares_bookings"`
 }
 
 // PeerPicker is another picker as this one follows its bookings.
 type PeerPicker struct {
-	// Address is the other picker's gRPC address as dialled.
+	// Address is the other picker's --peer-listen address as dialled.
 	Address string `json:"address"`
 	// Awaiting are its bookings held here before their first token.
 	Awaiting int `json:"awaiting"`

@@ -56,7 +56,7 @@ func JudgePicker(f PickerFacts) []Check {
 func judgePickersAgree(f PickerFacts) Check {
 	c := Check{Name: "pickers agree", OK: true}
 	if !f.SharesBookings {
-		c.Detail = "the picker shares no bookings (no --grpc-listen, or neither gossip nor --peer-pickers): with one picker, nothing to agree with"
+		c.Detail = "the picker shares no bookings (--peer-listen empty, or neither gossip nor --peer-pickers): with one picker, nothing to agree with"
 		return c
 	}
 	var bad []string
@@ -80,7 +80,7 @@ func judgePickersAgree(f PickerFacts) Check {
 	switch {
 	case len(bad) > 0:
 		c.OK, c.Detail = false, "the picker cannot follow the bookings of "+strings.Join(bad, ", ")
-		c.Cause = "each picker counts only its own picks there until the engines report: open the pickers' gRPC port (--grpc-listen) to each other (NetworkPolicy), and give them one TLS setup (--grpc-tls-cert, --peer-tls-ca)"
+		c.Cause = "each picker counts only its own picks there until the engines report: have each listen on a routable address (--peer-listen, e.g. :9001; the default is loopback) open to the others (NetworkPolicy), and give them one TLS setup (--peer-tls-cert, --peer-tls-key, --peer-tls-ca)"
 	case n == 0:
 		c.Detail = "no other picker found (gossip, --peer-pickers): with one picker, nothing to agree with"
 	default:

@@ -156,7 +156,7 @@ func TestJudgePicker(t *testing.T) {
 			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(0.5)},
 			{Address: "10.0.0.2:9000", State: debugapi.PeerConnecting, Error: "connection refused"}}}, "pickers agree", "NetworkPolicy"},
 		{"a picker silent", PickerFacts{PublicAdminStatus: 404, SharesBookings: true, Pickers: []debugapi.PeerPicker{
-			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(9.0)}}}, "pickers agree", "--grpc-listen"},
+			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(9.0)}}}, "pickers agree", "--peer-listen"},
 	} {
 		var failed []string
 		for _, c := range JudgePicker(tc.f) {

@@ -27,7 +27,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Bookings is a picker's picks in flight, streamed to the other pickers
-// of its fleet (DESIGN.md §16), on the picker's gRPC port, under its TLS.
+// of its fleet (DESIGN.md §16), on the picker's --peer-listen port, under its TLS (--peer-tls-*).
 type BookingsClient interface {
 	// WatchBookings streams this picker's bookings: first every booking
 	// that counts now (a batch with live set), then its changes as they
@@ -69,7 +69,7 @@ type Bookings_WatchBookingsClient = grpc.ServerStreamingClient[BookingBatch]
 // for forward compatibility.
 //
 // Bookings is a picker's picks in flight, streamed to the other pickers
-// of its fleet (DESIGN.md §16), on the picker's gRPC port, under its TLS.
+// of its fleet (DESIGN.md §16), on the picker's --peer-listen port, under its TLS (--peer-tls-*).
 type BookingsServer interface {
 	// WatchBookings streams this picker's bookings: first every booking
 	// that counts now (a batch with live set), then its changes as they
