@@ -41,12 +41,12 @@ func (c *ServerConfig) validateTLS() []error {
 // of its servers and of its client to the sidecars (nil: plaintext), and
 // the files Watch re-reads.
 type tlsFiles struct {
-	sidecars      credentials.TransportCredentials
+	sidecars credentials.TransportCredentials
 	// peers and peerServer: the bookings streams between pickers, as a
 	// follower and as the followed (nil: plaintext).
 	peers, peerServer credentials.TransportCredentials
-	grpc, extProc credentials.TransportCredentials
-	files         []secretfile.Checker
+	grpc, extProc     credentials.TransportCredentials
+	files             []secretfile.Checker
 }
 
 // openTLS reads every TLS file configured; an error names the flag.
