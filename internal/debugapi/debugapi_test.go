@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite the golden file")
 // and shows a bare endpoint and refusal with their optional fields
 // omitted.
 func example() Document {
-	lag, medianErr := 0.018, 0.12
+	lag, medianErr, peerLag, lastBatch := 0.018, 0.12, 0.002, 0.4
 	return Document{
 		Endpoints: []Endpoint{{
 			Endpoint: "http://10.0.0.1:8000", EndpointID: "0123456789abcdef", Sidecar: "10.0.0.1:9090", SidecarDebug: "http://10.0.0.1:9091",
@@ -31,7 +31,10 @@ func example() Document {
 			Endpoint: "http://10.0.0.2:8000", EndpointID: "fedcba9876543210", Sidecar: "10.0.0.2:9090", Group: "g1", Model: "m",
 			BlockSize: 16, NeverUpdated: true, State: "cached",
 		}},
-		Picker: Picker{GossipInsecure: true},
+		Picker: Picker{GossipInsecure: true, Instance: "0a1b2c3d4e5f6071", SharesBookings: true, Pickers: []PeerPicker{
+			{Address: "10.0.0.8:9001", Awaiting: 2, Expired: 1, Instance: "9f86d081884c7d65", LagSeconds: &peerLag, LastBatchSeconds: &lastBatch,
+				Live: 5, Received: 40, State: PeerFollowing},
+			{Address: "10.0.0.9:9001", Error: "connection refused", State: PeerConnecting}}},
 		Refused: []Refusal{{
 			Endpoint: "http://203.0.113.7:8000", Sidecar: "10.0.0.3:9090", Reason: "remote_endpoint", Model: "m", BlockSize: 16,
 			SummaryParams: "m=65536", TokenizerFingerprint: "tok", Since: "2026-01-02T03:04:05.5Z", Detail: "not on the sidecar's host",
