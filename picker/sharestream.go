@@ -219,9 +219,9 @@ func (h *shareHub) WatchBookings(req *pb.WatchBookingsRequest, stream grpc.Serve
 		return err
 	}
 	h.r.pm.sent.Add(float64(len(first.Ops)))
-	hb := time.NewTicker(h.cfg.heartbeat)
+	hb := time.NewTicker(h.cfg.heartbeat / 2) // an idle stream's batches are at most 1.5 heartbeats apart
 	defer hb.Stop()
-	idle := false
+	last := time.Now()
 	for {
 		select {
 		case <-stream.Context().Done():
@@ -232,14 +232,14 @@ func (h *shareHub) WatchBookings(req *pb.WatchBookingsRequest, stream grpc.Serve
 			if err := stream.Send(b); err != nil {
 				return err
 			}
-			idle = false
-		case <-hb.C:
-			if idle {
+			last = time.Now()
+		case t := <-hb.C:
+			if t.Sub(last) >= h.cfg.heartbeat {
 				if err := stream.Send(&pb.BookingBatch{Picker: h.id, SentUnixNano: h.r.now().UnixNano()}); err != nil {
 					return err
 				}
+				last = t
 			}
-			idle = true
 		}
 	}
 }
@@ -285,6 +285,7 @@ func (h *shareHub) reconcile(m *gossip.Members) {
 		f.cancel()
 		<-f.done
 		h.r.ForgetPicker(f.addr, true)
+		h.r.pm.lag.DeleteLabelValues(f.addr)
 		h.r.pm.streams.WithLabelValues("gone").Inc()
 		h.log.Info("no longer following a picker's bookings: it left", zap.String("picker", f.addr))
 	}
@@ -315,8 +316,14 @@ func (h *shareHub) follow(ctx context.Context, f *followed) {
 		creds = insecure.NewCredentials()
 	}
 	wait := h.cfg.backoff
+	following := false
+	defer func() {
+		if following {
+			h.r.pm.connected.Dec()
+		}
+	}()
 	for ctx.Err() == nil {
-		err := h.stream(ctx, f, creds, func() { wait = h.cfg.backoff })
+		err := h.stream(ctx, f, creds, func() { wait, following = h.cfg.backoff, true })
 		if ctx.Err() != nil {
 			return
 		}
@@ -338,6 +345,7 @@ func (h *shareHub) follow(ctx context.Context, f *followed) {
 		}
 		h.r.pm.streams.WithLabelValues(cause).Inc()
 		if was == debugapi.PeerFollowing {
+			following = false
 			h.r.pm.connected.Dec()
 			h.log.Warn("lost the bookings stream of a picker; its bookings count until their lifetime, and it is dialled again",
 				zap.String("picker", f.addr), zap.Error(err))

@@ -56,6 +56,10 @@ type Op struct {
 	FirstByte, FirstToken bool
 }
 
+// PeerLimit bounds the bookings held of one peer: its adds past it are
+// ignored (a peer's burst beyond it is priced by the engines' reports).
+const PeerLimit = 1 << 17
+
 // JournalLimit bounds the operations kept for TakeJournal; past it the
 // journal is dropped and TakeJournal says so (the shell then sends its
 // peers Live again).
@@ -182,7 +186,7 @@ func (b *Bookings) Apply(peer string, ops []Op, now time.Time) {
 		st.Applied++
 		if op.Kind == OpAdd {
 			expires := op.At.Add(b.ledger.cfg.PeerLifetime)
-			if m[op.ID] != nil || op.Endpoint == "" || !expires.After(now) {
+			if m[op.ID] != nil || op.Endpoint == "" || !expires.After(now) || len(m) >= PeerLimit {
 				continue
 			}
 			bk := b.book(op.Endpoint, op.Uncached, op.Carried, op.At)
