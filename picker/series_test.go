@@ -100,12 +100,13 @@ func TestMetricSeriesPerEndpoint(t *testing.T) {
 	if !maps.Equal(sums[false], sums[true]) {
 		t.Errorf("summed over the endpoints, the series differ:\ndefault   %v\nper endpoint %v", sums[false], sums[true])
 	}
-	for _, k := range []string{
-		"kvroute_picker_stream_aborts_total{cause=upstream_truncated}",
-		"kvroute_picker_kv_sources_total{}",
+	for k, want := range map[string]float64{
+		"kvroute_picker_stream_aborts_total{cause=upstream_truncated}": seriesEndpoints,
+		"kvroute_picker_kv_sources_total{}":                            seriesEndpoints,
+		"kvroute_picker_selected_total{}":                              3 * seriesEndpoints, // a whole stream, a cut one, a source's pick
 	} {
-		if sums[false][k] != seriesEndpoints {
-			t.Errorf("%s = %v, want one an endpoint (%d)", k, sums[false][k], seriesEndpoints)
+		if sums[false][k] != want {
+			t.Errorf("%s = %v, want %v", k, sums[false][k], want)
 		}
 	}
 	if v, ok := sums[false]["kvroute_picker_endpoint_requests_in_flight{}"]; !ok || v != 0 {
