@@ -410,9 +410,9 @@ func buildDashboard() (dashboard.Dashboard, error) {
 	g.timeseries(dashPanel{title: "Overridden share of decisions", unit: units.PercentUnit, w: 6, min: dashNum(0),
 		desc: "Load overrides over all decisions: high means the fleet is too small for where its cache is."},
 		dq(dashSum("", dashRate("kvroute_picker_load_overrides_total"))+" / "+dashSum("", dashRate("kvroute_picker_decisions_total")), "overridden"))
-	g.timeseries(dashPanel{title: "Requests in flight by endpoint", unit: units.Short, w: 6, min: dashNum(0), stack: true,
-		desc: "Proxied requests sent to an engine and not yet answered in full, all pickers together."},
-		dq(dashSum("engine", dashSel("kvroute_picker_endpoint_requests_in_flight")), "{{engine}}"))
+	g.timeseries(dashPanel{title: "Requests in flight by picker", unit: units.Short, w: 6, min: dashNum(0), stack: true,
+		desc: "Proxied requests sent to engines and not yet answered in full, by picker (stacked: all of them). Per engine, run the pickers with --per-endpoint-metrics and group kvroute_picker_endpoint_requests_in_flight by engine."},
+		dq(dashSum("pod", dashSel("kvroute_picker_endpoint_requests_in_flight")), "{{pod}}"))
 
 	g.row("Endpoint health")
 	g.stateTimeline(dashPanel{title: "Endpoint health state", w: 24, h: 9,

@@ -86,8 +86,9 @@
 //     (HTTP and gRPC); the endpoint picker sets
 //     x-kv-cache-source-host-port (llm-d's routing sidecar header),
 //     replacing the client's, or removes the client's when none is named.
-//     Named sources are counted per source (kvroute_picker_kv_sources_total
-//     {engine}, kvroute_picker_kv_pull_tokens_total), every decision's
+//     Named sources are counted (kvroute_picker_kv_sources_total, per
+//     source with Config.PerEndpointMetrics;
+//     kvroute_picker_kv_pull_tokens_total), every decision's
 //     Plan by place (kvroute_picker_planned_prompt_tokens_total), and the
 //     access log carries kv_source.
 //   - The proxy forwards the body as received (the tenant salt and the KV
@@ -106,7 +107,8 @@
 //     panic(http.ErrAbortHandler) after flushing what was written: the
 //     HTTP/1.1 connection closes without the last chunk (or short of the
 //     Content-Length), the HTTP/2 stream is reset, so the client sees an
-//     error. Counted in kvroute_picker_stream_aborts_total{engine,cause};
+//     error. Counted in kvroute_picker_stream_aborts_total{cause} (and
+//     engine, with Config.PerEndpointMetrics);
 //     an engine's read error is also reported to passive ejection. A
 //     handler wrapping the proxy must let that panic through.
 //   - A client's leaving cancels its request to the engine, which aborts it.
@@ -162,6 +164,18 @@
 //     responses in OpenAI's error format, the served endpoint and the
 //     answer's usage read back into the outcome accounting, the pick's
 //     in-flight record ended with the stream; with gRPC health.
+//   - Metric series per endpoint (metrics.go; label engine, its URL):
+//     three by default, so a scrape grows by three series an endpoint —
+//     kvroute_picker_selected_total here, and the fleet view's current
+//     health state (kvroute_picker_endpoint_state at 1) and staleness.
+//     In-flight requests, stream aborts and KV sources are summed over
+//     the endpoints, under the same names without the engine label, and
+//     the TTFT speed factors are left out (/debug/endpoints has them).
+//     Config.PerEndpointMetrics (--per-endpoint-metrics) puts the engine
+//     label back on those, exports the speed factors and every health
+//     state at 0 or 1: twelve series an endpoint that served, pulled
+//     from and learned. A query summing the engine label away reads the
+//     same either way.
 //   - Server owns the sockets and goroutines: gossip membership, the fleet
 //     view, the HTTP API, the gRPC kvroute.v1.Picker service and the
 //     endpoint picker.

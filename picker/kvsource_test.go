@@ -3,6 +3,7 @@ package picker
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -265,42 +266,53 @@ func TestForwardCarriesTheSource(t *testing.T) {
 }
 
 // TestSourceMetrics: a pick naming a source counts it by the source's
-// engine with its tokens; a dropped one by reason; the decision's plan by
-// place.
+// engine (with --per-endpoint-metrics; else in the one series of all
+// sources) with its tokens; a dropped one by reason; the decision's plan
+// by place.
 func TestSourceMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	r := &Router{cfg: DefaultConfig()}
-	r.m = newMetrics(reg, r)
-	d := decide.Decision{Endpoint: "http://10.0.0.1:8000", Source: "http://10.0.0.2:8000", SourceTokens: 4096,
-		Plan: decide.Placement{GPU: 64, CPU: 32, Pulled: 4096, Recompute: 100}}
-	p := &Pick{}
-	p.source, p.sourceDropped = sourceOf(&d, kvGroup())
-	r.m.observe(&notes{}, &d, p)
-	d2 := decide.Decision{Endpoint: "http://10.0.0.2:8000", Source: "http://10.0.0.2:8000", SourceTokens: 100}
-	p2 := &Pick{}
-	p2.source, p2.sourceDropped = sourceOf(&d2, kvGroup())
-	r.m.observe(&notes{}, &d2, p2)
-	for _, c := range []struct {
-		name, label, value string
-		want               float64
-	}{
-		{"kvroute_picker_kv_sources_total", "engine", "http://10.0.0.2:8000", 1},
-		{"kvroute_picker_kv_pull_tokens_total", "", "", 4096},
-		{"kvroute_picker_kv_sources_dropped_total", "reason", sourceIsComputing, 1},
-		{"kvroute_picker_kv_sources_dropped_total", "reason", sourceNotInGroup, 0},
-		{"kvroute_picker_planned_prompt_tokens_total", "place", "gpu", 64},
-		{"kvroute_picker_planned_prompt_tokens_total", "place", "cpu", 32},
-		{"kvroute_picker_planned_prompt_tokens_total", "place", "pulled", 4096},
-		{"kvroute_picker_planned_prompt_tokens_total", "place", "recomputed", 100},
-	} {
-		var labels map[string]string
-		if c.label != "" {
-			labels = map[string]string{c.label: c.value}
-		}
-		got := metrictest.Gathered(t, reg, c.name, labels)
-		if got != c.want {
-			t.Errorf("%s{%s=%q} = %v, want %v", c.name, c.label, c.value, got, c.want)
-		}
+	for _, perEndpoint := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per-endpoint=%v", perEndpoint), func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			r := &Router{cfg: DefaultConfig()}
+			r.cfg.PerEndpointMetrics = perEndpoint
+			r.m = newMetrics(reg, r)
+			d := decide.Decision{Endpoint: "http://10.0.0.1:8000", Source: "http://10.0.0.2:8000", SourceTokens: 4096,
+				Plan: decide.Placement{GPU: 64, CPU: 32, Pulled: 4096, Recompute: 100}}
+			p := &Pick{}
+			p.source, p.sourceDropped = sourceOf(&d, kvGroup())
+			r.m.observe(&notes{}, &d, p)
+			d2 := decide.Decision{Endpoint: "http://10.0.0.2:8000", Source: "http://10.0.0.2:8000", SourceTokens: 100}
+			p2 := &Pick{}
+			p2.source, p2.sourceDropped = sourceOf(&d2, kvGroup())
+			r.m.observe(&notes{}, &d2, p2)
+			bySource := 0.0 // the source's own series: only per endpoint
+			if perEndpoint {
+				bySource = 1
+			}
+			for _, c := range []struct {
+				name, label, value string
+				want               float64
+			}{
+				{"kvroute_picker_kv_sources_total", "", "", 1},
+				{"kvroute_picker_kv_sources_total", "engine", "http://10.0.0.2:8000", bySource},
+				{"kvroute_picker_kv_pull_tokens_total", "", "", 4096},
+				{"kvroute_picker_kv_sources_dropped_total", "reason", sourceIsComputing, 1},
+				{"kvroute_picker_kv_sources_dropped_total", "reason", sourceNotInGroup, 0},
+				{"kvroute_picker_planned_prompt_tokens_total", "place", "gpu", 64},
+				{"kvroute_picker_planned_prompt_tokens_total", "place", "cpu", 32},
+				{"kvroute_picker_planned_prompt_tokens_total", "place", "pulled", 4096},
+				{"kvroute_picker_planned_prompt_tokens_total", "place", "recomputed", 100},
+			} {
+				var labels map[string]string
+				if c.label != "" {
+					labels = map[string]string{c.label: c.value}
+				}
+				got := metrictest.Gathered(t, reg, c.name, labels)
+				if got != c.want {
+					t.Errorf("%s{%s=%q} = %v, want %v", c.name, c.label, c.value, got, c.want)
+				}
+			}
+		})
 	}
 }
 

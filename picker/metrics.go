@@ -9,7 +9,10 @@ import (
 )
 
 // metrics are the picker's series (kvroute_picker_*); the fleet view adds
-// staleness, lag, resyncs and refusals of its own.
+// staleness, lag, resyncs and refusals of its own. Per endpoint (label
+// engine) only selected_total is kept by default; in-flight requests,
+// stream aborts and KV sources carry the engine label, and the TTFT speed
+// factors are exported, only with Config.PerEndpointMetrics (byEngine).
 type metrics struct {
 	decisions      *prometheus.CounterVec
 	refused        *prometheus.CounterVec
@@ -27,23 +30,23 @@ type metrics struct {
 	promptTokens   prometheus.Counter
 	predicted      prometheus.Counter
 	reported       prometheus.Counter
-	requests       *prometheus.CounterVec   // by route, model, code
-	duration       *prometheus.HistogramVec // by route, model
-	ttfb           *prometheus.HistogramVec // by route, model
-	inFlight       *prometheus.GaugeVec     // proxied requests at an engine, by engine (label engine)
-	retries        *prometheus.CounterVec   // by cause
-	streamAborts   *prometheus.CounterVec   // by engine, cause
-	eppRequests    *prometheus.CounterVec   // endpoint picker (ext_proc) requests, by result
-	eppServed      *prometheus.CounterVec   // endpoint picker answers, by the endpoint that served them
-	chosen         sync.Map                 // endpoints picked at least once: their per-endpoint series exist
-	ttftError      prometheus.Histogram     // |predicted − observed| ÷ observed
+	requests       *prometheus.CounterVec       // by route, model, code
+	duration       *prometheus.HistogramVec     // by route, model
+	ttfb           *prometheus.HistogramVec     // by route, model
+	inFlight       byEngine[prometheus.Gauge]   // proxied requests at engines (by engine: PerEndpointMetrics)
+	retries        *prometheus.CounterVec       // by cause
+	streamAborts   byEngine[prometheus.Counter] // by cause (and engine: PerEndpointMetrics)
+	eppRequests    *prometheus.CounterVec       // endpoint picker (ext_proc) requests, by result
+	eppServed      *prometheus.CounterVec       // endpoint picker answers, by the endpoint that served them
+	chosen         sync.Map                     // endpoints picked at least once: their per-endpoint series exist
+	ttftError      prometheus.Histogram         // |predicted − observed| ÷ observed
 	ttftObserved   prometheus.Histogram
 	ttftPredicted  prometheus.Histogram
-	// KV sources: named per source endpoint (label engine), dropped by
-	// reason, the prompt tokens expected pulled, the decisions' prompt
-	// tokens by where they are expected to come from, and the clients'
-	// kv_transfer_params removed.
-	kvSources       *prometheus.CounterVec
+	// KV sources: named (per source endpoint, label engine, with
+	// PerEndpointMetrics), dropped by reason, the prompt tokens expected
+	// pulled, the decisions' prompt tokens by where they are expected to
+	// come from, and the clients' kv_transfer_params removed.
+	kvSources       byEngine[prometheus.Counter]
 	kvSourceDrops   *prometheus.CounterVec
 	kvPullTokens    prometheus.Counter
 	plannedTokens   *prometheus.CounterVec
@@ -54,6 +57,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "picker", Name: name, Help: help}
 	}
+	perEndpoint := r.cfg.PerEndpointMetrics
 	m := &metrics{
 		decisions:      prometheus.NewCounterVec(opts("decisions_total", "Routing decisions, by policy and reason."), []string{"policy", "reason"}),
 		refused:        prometheus.NewCounterVec(opts("refused_total", "Requests refused before a decision, by reason."), []string{"reason"}),
@@ -83,15 +87,15 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "time_to_first_byte_seconds",
 			Help:    "From a request's arrival to the first byte of its answer's body sent to the client (for a stream: the time to first token as the client sees it), by route and model.",
 			Buckets: latencyBuckets()}, []string{"route", "model"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "endpoint_requests_in_flight",
-			Help: "Proxied requests sent to an engine and not yet answered in full, by engine (its URL)."}, []string{"engine"}),
+		inFlight: newByEngine[prometheus.Gauge](perEndpoint, prometheus.NewGaugeVec, prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "endpoint_requests_in_flight",
+			Help: "Proxied requests sent to engines and not yet answered in full: all engines together, or by engine (its URL) with --per-endpoint-metrics."}),
 		retries: prometheus.NewCounterVec(opts("upstream_retries_total", "Requests offered to another engine because the chosen one could not be reached (connect_error) or answered 502, 503 or 504 (bad_status) before any byte reached the client."),
 			[]string{"cause"}),
 		matchedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "matched_blocks",
 			Help:    "GPU blocks the chosen endpoint held of the request's prefix.",
 			Buckets: []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384}}),
-		streamAborts: prometheus.NewCounterVec(opts("stream_aborts_total", "Answers aborted after their first byte went to the client (the connection closed or the stream reset, never a clean end), "+
-			"by engine (its URL) and cause: upstream_error (reading the engine's answer failed), upstream_truncated (it ended before its final event), client_gone (the client left)."), []string{"engine", "cause"}),
+		streamAborts: newByEngine[prometheus.Counter](perEndpoint, prometheus.NewCounterVec, opts("stream_aborts_total", "Answers aborted after their first byte went to the client (the connection closed or the stream reset, never a clean end), "+
+			"by cause (and by engine, its URL, with --per-endpoint-metrics): upstream_error (reading the engine's answer failed), upstream_truncated (it ended before its final event), client_gone (the client left)."), "cause"),
 		eppRequests: prometheus.NewCounterVec(opts("extproc_requests_total", "Requests the endpoint picker (ext_proc) answered, by result: picked (a destination sent), no_endpoint (503: none ready), "+
 			"subset_empty (503: none of the gateway's subset hint is an endpoint here), shed (429: every candidate saturated), refused (another refusal: unknown model 404, bad request 400, body too large 413, …), "+
 			"error (the stream ended in a gRPC error: a protocol violation, the body timeout)."), []string{"result"}),
@@ -105,12 +109,12 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		eppServed: prometheus.NewCounterVec(opts("extproc_served_total", "Endpoint picker answers by the endpoint the gateway reports served them: picked, fallback (a later one of the list), "+
 			"other (not in the list), unreported (no x-gateway-destination-endpoint-served)."), []string{"as"}),
 	}
-	m.newKVSourceMetrics(opts)
+	m.newKVSourceMetrics(opts, perEndpoint)
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.refused, m.unresolved, m.fallbacks, m.selected, m.tokenize, m.tokenizeErrors, m.coalesced,
 			m.matchedBlocks, m.overhead, m.overrides, m.overrideTokens, m.outcomes, m.promptTokens, m.predicted, m.reported,
-			m.requests, m.duration, m.ttfb, m.inFlight, m.retries, m.streamAborts, m.eppRequests, m.eppServed, endpointsByGroup{r},
-			m.ttftError, m.ttftObserved, m.ttftPredicted, ttftModels{r}, m.kvSources, m.kvSourceDrops, m.kvPullTokens, m.plannedTokens,
+			m.requests, m.duration, m.ttfb, m.inFlight.vec, m.retries, m.streamAborts.vec, m.eppRequests, m.eppServed, endpointsByGroup{r},
+			m.ttftError, m.ttftObserved, m.ttftPredicted, ttftModels{r}, m.kvSources.vec, m.kvSourceDrops, m.kvPullTokens, m.plannedTokens,
 			m.clientKVDropped)
 	}
 	// Series the alerts and the dashboard divide by or watch for a first
@@ -143,14 +147,21 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 	for _, p := range placeLabels {
 		m.plannedTokens.WithLabelValues(p)
 	}
+	// Without the engine label the dashboard's series exist from the
+	// start; with it, an endpoint's stream aborts do from its first pick.
+	m.inFlight.zero()
+	m.kvSources.zero()
+	for _, c := range streamAbortCauses {
+		m.streamAborts.zero(c)
+	}
 	return m
 }
 
 // newKVSourceMetrics makes the KV source series (named, dropped, pulled
 // tokens, the plan's places, the clients' kv_transfer_params dropped).
-func (m *metrics) newKVSourceMetrics(opts func(name, help string) prometheus.CounterOpts) {
-	m.kvSources = prometheus.NewCounterVec(opts("kv_sources_total", "Decisions that named a KV source (the endpoint the chosen one pulls the prompt's prefix from, "+
-		"out of its CPU tier: vLLM's remote_kv_source), by engine (the source's URL)."), []string{"engine"})
+func (m *metrics) newKVSourceMetrics(opts func(name, help string) prometheus.CounterOpts, perEndpoint bool) {
+	m.kvSources = newByEngine[prometheus.Counter](perEndpoint, prometheus.NewCounterVec, opts("kv_sources_total", "Decisions that named a KV source (the endpoint the chosen one pulls the prompt's prefix from, "+
+		"out of its CPU tier: vLLM's remote_kv_source): all sources together, or by engine (the source's URL) with --per-endpoint-metrics."))
 	m.kvSourceDrops = prometheus.NewCounterVec(opts("kv_sources_dropped_total", "KV sources a decision named that the picker did not pass on, by reason: "+
 		"computing (the chosen endpoint itself), not_in_group (not an endpoint of the request's identity group), "+
 		"no_address (it advertises no P2P side channel: --p2p-port on its sidecar)."), []string{"reason"})
@@ -202,9 +213,11 @@ func (m *metrics) observe(n *notes, d *decide.Decision, p *Pick) {
 	if d.LoadOnly {
 		m.fallbacks.WithLabelValues("load_only_endpoint").Inc()
 	}
-	if _, seen := m.chosen.LoadOrStore(d.Endpoint, true); !seen {
-		for _, c := range streamAbortCauses {
-			m.streamAborts.WithLabelValues(d.Endpoint, c) // at 0 from the first pick
+	if m.streamAborts.perEndpoint {
+		if _, seen := m.chosen.LoadOrStore(d.Endpoint, true); !seen {
+			for _, c := range streamAbortCauses {
+				m.streamAborts.WithLabelValues(d.Endpoint, c) // at 0 from the first pick
+			}
 		}
 	}
 	m.decisions.WithLabelValues(string(d.Policy), string(d.Reason)).Inc()
@@ -228,6 +241,48 @@ func (m *metrics) observe(n *notes, d *decide.Decision, p *Pick) {
 	if p.source.url != "" {
 		m.kvSources.WithLabelValues(p.source.url).Inc()
 		m.kvPullTokens.Add(float64(p.source.tokens))
+	}
+}
+
+// byEngine is a metric vector whose first label, engine (an endpoint's
+// URL), is there only per endpoint (Config.PerEndpointMetrics): without
+// it, every endpoint counts in the series of the other labels, so a fleet
+// of any size exports as many series as one endpoint. Queries that sum
+// the engine label away read the same in both modes.
+type byEngine[M any] struct {
+	vec interface {
+		prometheus.Collector
+		WithLabelValues(lvs ...string) M
+	}
+	perEndpoint bool
+}
+
+// newByEngine makes a byEngine vector with labels (engine first, per
+// endpoint) and opts; newVec is prometheus.NewCounterVec or NewGaugeVec.
+func newByEngine[M any, O any, V interface {
+	prometheus.Collector
+	WithLabelValues(lvs ...string) M
+}](perEndpoint bool, newVec func(O, []string) V, opts O, labels ...string) byEngine[M] {
+	if perEndpoint {
+		labels = append([]string{"engine"}, labels...)
+	}
+	return byEngine[M]{vec: newVec(opts, labels), perEndpoint: perEndpoint}
+}
+
+// WithLabelValues is the series of engine and the other labels' values;
+// without the engine label, of the other labels' values alone.
+func (b byEngine[M]) WithLabelValues(engine string, lvs ...string) M {
+	if b.perEndpoint {
+		return b.vec.WithLabelValues(append([]string{engine}, lvs...)...)
+	}
+	return b.vec.WithLabelValues(lvs...)
+}
+
+// zero makes the series of the other labels' values exist (at 0) when
+// there is no engine label; per endpoint, an endpoint's come with it.
+func (b byEngine[M]) zero(lvs ...string) {
+	if !b.perEndpoint {
+		b.vec.WithLabelValues(lvs...)
 	}
 }
 
@@ -262,7 +317,7 @@ var (
 	ttftErrDesc = prometheus.NewDesc("kvroute_picker_ttft_model_median_error_ratio",
 		"Median of |predicted − observed| ÷ observed over the TTFT model's last 512 requests, by identity group.", []string{"group"}, nil)
 	ttftSpeedDesc = prometheus.NewDesc("kvroute_picker_ttft_speed_factor",
-		"Each endpoint's learned speed against its group's TTFT curve (2: twice as slow), by engine (its URL).", []string{"engine"}, nil)
+		"Each endpoint's learned speed against its group's TTFT curve (2: twice as slow), by engine (its URL); exported with --per-endpoint-metrics only (/debug/endpoints shows it always).", []string{"engine"}, nil)
 )
 
 func (t ttftModels) Describe(ch chan<- *prometheus.Desc) {
@@ -280,6 +335,9 @@ func (t ttftModels) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(ttftObsDesc, prometheus.GaugeValue, float64(m.Observations), g)
 		if m.MedianRelativeError != nil {
 			ch <- prometheus.MustNewConstMetric(ttftErrDesc, prometheus.GaugeValue, *m.MedianRelativeError, g)
+		}
+		if !t.r.cfg.PerEndpointMetrics {
+			continue
 		}
 		for url, e := range m.Endpoints {
 			ch <- prometheus.MustNewConstMetric(ttftSpeedDesc, prometheus.GaugeValue, e.Speed, url)

@@ -89,6 +89,14 @@ type Config struct {
 	// AccessLog is the share of requests the access log records, one
 	// info line each (never prompt text): 1 every one, 0 none. Default 1.
 	AccessLog float64
+	// PerEndpointMetrics (--per-endpoint-metrics) exports every series
+	// that can name an endpoint with its engine label: in-flight requests,
+	// stream aborts, KV sources, TTFT speed factors, and (the fleet view's
+	// fleetview.Config.PerEndpointMetrics) every health state at 0 or 1.
+	// Default false: an endpoint has three series (selected_total, its
+	// current health state, its staleness) and the rest are summed over
+	// the endpoints, so the series do not grow with the fleet.
+	PerEndpointMetrics bool
 	// Admission holds when a model group is saturated and how requests
 	// wait for it (picker/admit; --saturation-*, --queue-size,
 	// --queue-timeout). Every saturation limit 0 turns admission off.

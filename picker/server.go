@@ -348,6 +348,7 @@ func (s *Server) newRouter(cfg *ServerConfig, tf *tlsFiles) error {
 	vcfg.Models = cfg.Models
 	vcfg.Slots = cfg.MaxGroupEndpoints
 	vcfg.AllowRemote, _ = cfg.allowRemote() // valid: checked by Validate
+	vcfg.PerEndpointMetrics = cfg.Router.PerEndpointMetrics
 	var err error
 	if s.view, err = fleetview.New(vcfg, s.log.Named("view"), s.reg); err != nil {
 		return err

@@ -170,6 +170,8 @@ and ?explain=true on the decision API.`,
 	f.IntVar(&r.AnchorTokens, "anchor-tokens", r.AnchorTokens, "anchor of a raw prompt (completions, token ids): its first N tokens")
 	f.StringVar(&r.ResponseHeaders, "response-headers", r.ResponseHeaders, "x-kvroute-* headers on proxied answers: all, decision (no pod address) or none; the decision API is unaffected")
 	f.Float64Var(&r.AccessLog, "access-log", r.AccessLog, "share of requests the access log records, one info line each without prompt text: 1 every one, 0 off, 0.1 one in ten")
+	f.BoolVar(&r.PerEndpointMetrics, "per-endpoint-metrics", r.PerEndpointMetrics, "label every metric that can name an endpoint by it (engine): in-flight requests, stream aborts, KV sources, TTFT speed factors and every health state; "+
+		"off, an endpoint has three series (selected_total, its current health state, its staleness) and the rest are summed over the endpoints")
 	f.Float64Var(&r.Admission.MaxWaiting, "saturation-waiting", r.Admission.MaxWaiting, "admission: an endpoint with at least this many requests queued at its engine (reported, plus picks not yet reported) is saturated; 0 does not check")
 	f.Float64Var(&r.Admission.MaxKVUsage, "saturation-kv-usage", r.Admission.MaxKVUsage, "admission: an endpoint whose engine reports at least this share of its KV cache in use (0..1) is saturated; 0 does not check")
 	f.Float64Var(&r.Admission.MaxPrefillTokens, "saturation-prefill-tokens", r.Admission.MaxPrefillTokens, "admission: an endpoint with at least this many uncached prompt tokens from this picker before their first byte is saturated; 0 does not check")

@@ -88,6 +88,11 @@
 //     elsewhere. Anything else is dropped (the endpoint is taken without
 //     a source: never named as one) and logged at warn, once per stream.
 //   - Staleness per endpoint is the time since its last update of any kind.
+//   - Series per endpoint (label engine): two by default, its staleness
+//     and its current health state (kvroute_picker_endpoint_state at 1);
+//     Config.PerEndpointMetrics adds the other states at 0 (five in all).
+//     Everything else the view exports is fleet-wide or by a label of a
+//     few values (reason, state, kind, result), whatever the fleet's size.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.
 package fleetview

@@ -75,6 +75,13 @@ type Config struct {
 	// SystemLookup and 2 s.
 	Lookup        Lookup
 	LookupTimeout time.Duration
+	// PerEndpointMetrics exports kvroute_picker_endpoint_state with a
+	// series for every state of every endpoint (1 for its current one, 0
+	// for the others: four an endpoint), as the picker's
+	// --per-endpoint-metrics asks. Default false: only each endpoint's
+	// current state (one series, at 1), which alerts and dashboards read
+	// the same way.
+	PerEndpointMetrics bool
 }
 
 // DefaultConfig returns the defaults: Slots 1,024, Retry 500 ms, plaintext;

@@ -29,7 +29,8 @@ type healthMetrics struct {
 var (
 	statesDesc = prometheus.NewDesc("kvroute_picker_endpoint_states", "Endpoints by health state (cached, load_only, draining, down).", []string{"state"}, nil)
 	stateDesc  = prometheus.NewDesc("kvroute_picker_endpoint_state",
-		"Each endpoint's health state, by engine (its URL): 1 for the current one (cached, load_only, draining, down), 0 for the others.", []string{"engine", "state"}, nil)
+		"Each endpoint's health state, by engine (its URL): 1 for the current one (cached, load_only, draining, down); "+
+			"with --per-endpoint-metrics also 0 for the others, else only the current one is exported.", []string{"engine", "state"}, nil)
 )
 
 func newHealthMetrics(v *View) healthMetrics {
@@ -57,7 +58,8 @@ func (m healthMetrics) register(reg prometheus.Registerer) {
 func (m healthMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- statesDesc; ch <- stateDesc }
 
 // Collect counts the endpoints by state, and gives each endpoint's state,
-// when scraped.
+// when scraped: its current one at 1, and the others at 0 only with
+// Config.PerEndpointMetrics (one series an endpoint, not four).
 func (m healthMetrics) Collect(ch chan<- prometheus.Metric) {
 	n := map[fleet.HealthState]int{}
 	now := time.Now()
@@ -68,6 +70,8 @@ func (m healthMetrics) Collect(ch chan<- prometheus.Metric) {
 			v := 0.0
 			if s == st {
 				v = 1
+			} else if !m.v.cfg.PerEndpointMetrics {
+				continue
 			}
 			ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, e.URL, s.String())
 		}

@@ -17,11 +17,13 @@ import (
 // engine process is SIGKILLed mid-stream ends in an error in the OpenAI
 // Go SDK's stream reader — the picker aborts the client's response rather
 // than ending it cleanly — and the picker counts it as upstream_error for
-// that engine. A whole stream before it ends with no error and no abort.
+// that engine (the picker runs with --per-endpoint-metrics: the engine
+// label is there). A whole stream before it ends with no error and no
+// abort.
 func TestStreamCutBySIGKILL(t *testing.T) {
 	bin := buildKvroute(t)
 	// Real simulated time: 25 ms a token, so 400 tokens take 10 s.
-	f := startHealthFleet(t, bin, 1, []string{"--sim-time-scale", "1"}, nil)
+	f := startHealthFleet(t, bin, 1, []string{"--sim-time-scale", "1"}, nil, "--per-endpoint-metrics")
 	engine := f.urls[0]
 	c := openai.NewClient(option.WithBaseURL(f.picker+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	params := func(n int64) openai.ChatCompletionNewParams {
