@@ -49,8 +49,8 @@ type Figures struct {
 	Continuations int `json:"continuations"`
 	// WarmReturnRate is the share of Continuations that landed on their
 	// previous turn's engine (Endpoint = PrevEndpoint): follow-ups back on
-	// the worker that served the turn they follow, as SMG's cache-aware
-	// routing means to keep them. Null without continuations.
+	// the worker that served the turn they follow (the stickiness SMG's
+	// cache-aware routing aims at). Null without continuations.
 	WarmReturnRate Num `json:"warm_return_rate"`
 	// LoadImbalance is the busiest engine's completed requests ÷ the
 	// mean over the engines.
