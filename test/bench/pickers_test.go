@@ -2,18 +2,23 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/test/testnet"
 )
 
-// TestSpreadOverPickers: with two pickers, each runs its own gRPC
-// listener, the client sends each request to one of them at random —
-// both receive some — and the figures are produced, the pickers'
-// decisions and overhead samples summed over both.
+// TestSpreadOverPickers: with two pickers, the client sends each request
+// to one of them at random — both receive some — and the figures are
+// produced, the pickers' decisions and overhead samples summed over
+// both; each picker runs its own gRPC listener and follows the other's
+// bookings there.
 func TestSpreadOverPickers(t *testing.T) {
 	res, err := Run(context.Background(), Options{Scenario: SeedContinuation{Conversations: 6, OutputTokens: 8},
 		Policies: []score.Policy{score.Precise}, Engines: 2, Pickers: 2, TimeScale: 0, Seed: 7, SampleEvery: 20 * time.Millisecond})
@@ -56,6 +61,34 @@ func TestSpreadOverPickers(t *testing.T) {
 	if urls := f.PickerURLs(); len(urls) != 2 || urls[0] == urls[1] {
 		t.Fatalf("picker URLs %v", urls)
 	}
+	// Each picker was told the other's gRPC address: each follows the
+	// other's bookings.
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		for i, reg := range f.regs {
+			if n := gauge(t, reg, "kvroute_picker_pickers_following"); n != 1 {
+				return fmt.Errorf("picker %d follows %v pickers, want 1", i, n)
+			}
+		}
+		return nil
+	})
+}
+
+// gauge is the value of the gauge name in reg (summed over its series).
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, fam := range fams {
+		if fam.GetName() == name {
+			for _, m := range fam.Metric {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // TestLoadSpread: the busiest engine ÷ the mean, and the coefficient of
