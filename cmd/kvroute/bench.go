@@ -186,9 +186,9 @@ Scenarios:
                      Fails when the router failed a request.
 
 --pickers N runs N pickers over each fleet (in process, each with its own
-HTTP, admin and gRPC listeners, metrics and state — peer policies keep one
-per replica, as in their own systems — and every picker's gRPC address to
-exchange bookings with); the client sends each request, a conversation's
+HTTP, admin, gRPC and bookings listeners, metrics and state — peer policies
+keep one per replica, as in their own systems — and every picker's
+bookings address to exchange bookings with, as --peer-pickers); the client sends each request, a conversation's
 turns each on its own, to one of them drawn at random from --seed, as a
 Kubernetes Service spreads them. The pickers' decisions, outcomes and
 overhead are summed; results.json has per policy "picker_requests" and
@@ -286,7 +286,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 		"off by default so that policies are compared on routing alone, except for --scenario overload and tenants, admission's own tests")
 	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
-	f.IntVar(&b.pickers, "pickers", 1, "pickers sharing each fleet, each with its own state and listeners, told each other's gRPC addresses; the client sends each request to one drawn at random (from --seed), as a Service spreads them")
+	f.IntVar(&b.pickers, "pickers", 1, "pickers sharing each fleet, each with its own state and listeners, told each other's bookings addresses (as --peer-pickers); the client sends each request to one drawn at random (from --seed), as a Service spreads them")
 	f.IntVar(&b.cpuBlocks, "cpu-blocks", 0, "each engine's CPU offload tier in blocks of 16 tokens, with vLLM's P2P tier (0: the scenario's; -1: none)")
 	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
 	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")

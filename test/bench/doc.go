@@ -26,10 +26,11 @@
 //     arithmetic is picker/peers.CalibratedPeak), where llm-d keeps the
 //     guide's values.
 //   - Options.Pickers (--pickers N, default 1) runs N pickers over each
-//     fleet (DESIGN.md §16), each with its own HTTP, admin and gRPC
-//     listeners, metrics registry and state (a peer policy keeps one per
-//     replica, as in its own system), each told every picker's gRPC
-//     address (picker.ServerConfig.PeerPickers). The client sends each
+//     fleet (DESIGN.md §16), each with its own HTTP, admin, gRPC and
+//     bookings (picker.ServerConfig.PeerListen) listeners, metrics
+//     registry and state (a peer policy keeps one per replica, as in its
+//     own system), each told every picker's bookings address
+//     (PeerPickers) to exchange bookings with. The client sends each
 //     request, a conversation's turns each on its own, to a picker drawn
 //     at random from the run's seed (NewSpreadClient), as a Kubernetes
 //     Service spreads them; the pickers' decisions, outcomes and overhead

@@ -37,11 +37,12 @@ type FleetConfig struct {
 	// 127.0.0.1:0.
 	PickerListen string
 	// Pickers is how many pickers share the fleet (default 1). With more
-	// than one, each has its own HTTP, admin and gRPC listeners on free
-	// 127.0.0.1 ports, its own metrics registry and its own state (peer
-	// policies keep one per replica, as in their own systems), and is
-	// told every picker's gRPC address (picker.ServerConfig.PeerPickers)
-	// to exchange bookings. One picker runs without gRPC, as before.
+	// than one, each has its own HTTP, admin, gRPC and bookings
+	// (picker.ServerConfig.PeerListen) listeners on free 127.0.0.1 ports,
+	// its own metrics registry and its own state (peer policies keep one
+	// per replica, as in their own systems), and is told every picker's
+	// bookings address (PeerPickers) to exchange bookings with. One
+	// picker runs without gRPC, as before.
 	Pickers int
 	// LoadEpsilon, when set, is the picker's bounded-load factor ε
 	// (default the picker's, 0.25).
@@ -279,25 +280,26 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 }
 
 // startPickers starts f's pickers from pcfg: one as configured, or
-// several, each on its own listeners and registry, every one told all
-// the pickers' gRPC addresses (PeerPickers).
+// several, each on its own listeners (HTTP, admin, gRPC, and the
+// bookings streams' port) and registry, every one told all the pickers'
+// bookings addresses (PeerPickers; its own is recognised and skipped).
 func (f *Fleet) startPickers(ctx context.Context, pcfg picker.ServerConfig, log *zap.Logger) error {
 	n := f.cfg.Pickers
-	var grpcAddrs []string
+	var peerAddrs []string
 	if n > 1 {
 		for range n {
 			port, err := freeTCPPort()
 			if err != nil {
 				return err
 			}
-			grpcAddrs = append(grpcAddrs, fmt.Sprintf("127.0.0.1:%d", port))
+			peerAddrs = append(peerAddrs, fmt.Sprintf("127.0.0.1:%d", port))
 		}
 	}
 	for i := range n {
 		c, name := pcfg, "picker"
 		if n > 1 {
 			name = fmt.Sprint("picker-", i)
-			c.GRPCListen, c.PeerPickers = grpcAddrs[i], grpcAddrs
+			c.GRPCListen, c.PeerListen, c.PeerPickers = "127.0.0.1:0", peerAddrs[i], peerAddrs
 			if i > 0 {
 				c.Listen = "127.0.0.1:0"
 			}

@@ -17,8 +17,8 @@ import (
 // TestSpreadOverPickers: with two pickers, the client sends each request
 // to one of them at random — both receive some — and the figures are
 // produced, the pickers' decisions and overhead samples summed over
-// both; each picker runs its own gRPC listener and follows the other's
-// bookings there.
+// both; each picker runs its own gRPC and bookings listeners and follows
+// the other's bookings.
 func TestSpreadOverPickers(t *testing.T) {
 	res, err := Run(context.Background(), Options{Scenario: SeedContinuation{Conversations: 6, OutputTokens: 8},
 		Policies: []score.Policy{score.Precise}, Engines: 2, Pickers: 2, TimeScale: 0, Seed: 7, SampleEvery: 20 * time.Millisecond})
@@ -51,12 +51,14 @@ func TestSpreadOverPickers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var grpc []string
+	var addrs []string
 	for _, pk := range f.Pickers() {
-		if pk.GRPCAddr() == "" || slices.Contains(grpc, pk.GRPCAddr()) {
-			t.Fatalf("picker gRPC addresses %v, then %q: want one each", grpc, pk.GRPCAddr())
+		for _, a := range []string{pk.GRPCAddr(), pk.PeerAddr()} {
+			if a == "" || slices.Contains(addrs, a) {
+				t.Fatalf("picker gRPC and bookings addresses %v, then %q: want one each", addrs, a)
+			}
+			addrs = append(addrs, a)
 		}
-		grpc = append(grpc, pk.GRPCAddr())
 	}
 	if urls := f.PickerURLs(); len(urls) != 2 || urls[0] == urls[1] {
 		t.Fatalf("picker URLs %v", urls)
