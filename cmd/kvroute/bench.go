@@ -28,6 +28,7 @@ import (
 type benchFlags struct {
 	scenario, trace, policies, out, logLevel string
 	engines, gpuBlocks, cpuBlocks, limit     int
+	pickers                                  int
 	timeScale, traceRate, epsilon            float64
 	seed                                     uint64
 	sequential, peers, admission             bool
@@ -184,6 +185,16 @@ Scenarios:
                      scale 0.5 unless --time-scale is given: about 4 minutes.
                      Fails when the router failed a request.
 
+--pickers N runs N pickers over each fleet (in process, each with its own
+HTTP, admin, gRPC and bookings listeners, metrics and state — peer policies
+keep one per replica, as in their own systems — and every picker's
+bookings address to exchange bookings with, as --peer-pickers); the client sends each request, a conversation's
+turns each on its own, to one of them drawn at random from --seed, as a
+Kubernetes Service spreads them. The pickers' decisions, outcomes and
+overhead are summed; results.json has per policy "picker_requests" and
+fleet "pickers". Every policy reports "load_cv" beside "load_imbalance":
+the answered requests per engine's standard deviation ÷ their mean.
+
 --duration D runs each policy for D of wall time: the scenario repeats (a
 new seed stream each time) until D, requests cut at D are left out; memory
 and goroutines are sampled every 2 s into results.json (resources) and the
@@ -230,6 +241,8 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 				return usageError(fmt.Errorf("--time-scale %v: want ≥ 0", b.timeScale))
 			case b.engines < 0 || b.gpuBlocks < 0:
 				return usageError(fmt.Errorf("--engines and --gpu-blocks must not be negative"))
+			case b.pickers < 1:
+				return usageError(fmt.Errorf("--pickers %d: want ≥ 1", b.pickers))
 			}
 			log, err := newLogger(b.logLevel)
 			if err != nil {
@@ -242,7 +255,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d, admission control %s\n", sc.Name(), b.policies, b.timeScale, b.seed,
 				map[bool]string{true: "on", false: "off"}[admission])
 			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks, CPUBlocks: b.cpuBlocks,
-				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission, Profile: b.profile}
+				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission, Profile: b.profile, Pickers: b.pickers}
 			if cmd.Flags().Changed("load-epsilon") {
 				if b.epsilon < 0 || b.epsilon > 100 {
 					return usageError(fmt.Errorf("--load-epsilon %v: want 0..100", b.epsilon))
@@ -273,6 +286,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 		"off by default so that policies are compared on routing alone, except for --scenario overload and tenants, admission's own tests")
 	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
+	f.IntVar(&b.pickers, "pickers", 1, "pickers sharing each fleet, each with its own state and listeners, told each other's bookings addresses (as --peer-pickers); the client sends each request to one drawn at random (from --seed), as a Service spreads them")
 	f.IntVar(&b.cpuBlocks, "cpu-blocks", 0, "each engine's CPU offload tier in blocks of 16 tokens, with vLLM's P2P tier (0: the scenario's; -1: none)")
 	f.Float64Var(&b.timeScale, "time-scale", 1, "simulated engine time: 1 real time, 0.1 ten times faster, 0 no waiting")
 	f.Float64Var(&b.epsilon, "load-epsilon", score.DefaultConfig().Epsilon, "the picker's bounded-load factor ε (as kvroute picker --load-epsilon)")
@@ -296,7 +310,7 @@ const faultsTimeScale = 0.5
 // runFaults runs --scenario faults.
 func (b *benchFlags) runFaults(cmd *cobra.Command) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon", "saturation-prefill-tokens", "admission"} {
+	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon", "saturation-prefill-tokens", "admission", "pickers"} {
 		if fl.Changed(name) {
 			return usageError(fmt.Errorf("--%s is not for --scenario faults", name))
 		}

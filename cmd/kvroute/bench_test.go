@@ -94,6 +94,8 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--policies", "llm-d,nope", "--out", "x"},
 		{"bench", "--saturation-prefill-tokens", "4096", "--out", "x"},
 		{"bench", "--scenario", "faults", "--admission", "--out", "x"},
+		{"bench", "--pickers", "0", "--out", "x"},
+		{"bench", "--scenario", "faults", "--pickers", "2", "--out", "x"},
 	} {
 		if code, _, errOut := runArgs(args...); code != 2 || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
@@ -101,7 +103,7 @@ func TestBenchUsage(t *testing.T) {
 	}
 	code, out, _ := runArgs("bench", "--help")
 	for _, want := range []string{"--peers", "--sequential", "llm-d-precise", "sglang", "best peer", "chance", "--admission", "llm-d-calibrated",
-		"given tokens", "median TTFT"} {
+		"given tokens", "median TTFT", "--pickers", "load_cv"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("bench --help (exit %d) lacks %q", code, want)
 		}

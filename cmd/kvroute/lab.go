@@ -17,12 +17,12 @@ import (
 
 // labFlags are the settings of one lab sweep.
 type labFlags struct {
-	scenario, trace, policies, seeds, rates, out, profile            string
-	engines, gpuBlocks, cpuBlocks, pickers, workers, capacity, limit int
-	slo                                                              time.Duration
-	delays                                                           lab.Delays
-	isolated                                                         bool
-	bookingLoss                                                      float64
+	scenario, trace, policies, seeds, rates, out, profile, pickers string
+	engines, gpuBlocks, cpuBlocks, workers, capacity, limit        int
+	slo                                                            time.Duration
+	delays                                                         lab.Delays
+	isolated                                                       bool
+	bookingLoss                                                    float64
 }
 
 // labPolicies is the default comparison: kvroute against the four peers.
@@ -49,6 +49,17 @@ its 95% interval. When a peer ran: per seed each policy's hit rate and TTFTs
 interval. With several rates: goodput, the highest rate whose p90 TTFT is
 within --slo with ≥ 99% of requests completed, per seed, with its interval.
 
+--pickers M spreads requests over M pickers at random, as a Kubernetes
+Service does, each with its own bookings (exchanged with the others unless
+--isolated-pickers) and its own peer-policy state.
+--pickers 1,2,4,8 runs the whole sweep at each count (the same seeds, rates
+and policies) and compares each with one picker: per policy, count and
+rate the hit rate, p99 TTFT, load CV (the requests per engine's standard
+deviation ÷ mean) and warm returns, the hit rate and p99 TTFT ÷ one
+picker's paired by seed with a bootstrap 95% interval, and with several
+rates goodput and its ratio (results.json by_pickers; the rest of the file
+is the sweep at one picker).
+
 Defaults are tuned on seeds 1–10 only; claims use seeds from 101 up
 (results.json claim_seeds says whether every seed is ≥ 101).
 
@@ -68,7 +79,7 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	f.IntVar(&l.gpuBlocks, "gpu-blocks", 0, "KV blocks per engine (0: the scenario's)")
 	f.StringVar(&l.profile, "profile", "", "the engines' latency profile (default: the scenario's, else "+profile.SimDefault+"): "+strings.Join(profile.Names(), ", "))
 	f.IntVar(&l.cpuBlocks, "cpu-blocks", 0, "each engine's CPU offload tier in blocks, with vLLM's P2P tier (0: the scenario's; -1: none)")
-	f.IntVar(&l.pickers, "pickers", 1, "pickers; requests are spread over them at random, as a Service does")
+	f.StringVar(&l.pickers, "pickers", "1", "pickers; requests are spread over them at random, as a Service does; a list (1,2,4,8) sweeps each count and compares it with 1")
 	f.IntVar(&l.capacity, "capacity", 0, "the summaries' capacity in blocks, as sidecar and picker --capacity (0: their default, 65536)")
 	f.IntVar(&l.workers, "workers", 0, "runs at once (0: one per CPU); results do not depend on it")
 	f.StringVar(&l.out, "out", "", "the output directory (required)")
@@ -84,19 +95,24 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	return cmd
 }
 
-// sweep builds the sweep from the flags.
-func (l *labFlags) sweep() (lab.Sweep, error) {
+// sweep builds the sweep from the flags, and the numbers of pickers to
+// run it at (one, or several to compare).
+func (l *labFlags) sweep() (lab.Sweep, []int, error) {
+	counts, err := parsePickers(l.pickers)
+	if err != nil {
+		return lab.Sweep{}, nil, err
+	}
 	sc, err := workload.Named(l.scenario, workload.NamedOptions{Trace: l.trace, TraceLimit: l.limit})
 	if err != nil {
-		return lab.Sweep{}, err
+		return lab.Sweep{}, nil, err
 	}
 	seeds, err := parseSeeds(l.seeds)
 	if err != nil {
-		return lab.Sweep{}, err
+		return lab.Sweep{}, nil, err
 	}
 	rates, err := parseRates(l.rates)
 	if err != nil {
-		return lab.Sweep{}, err
+		return lab.Sweep{}, nil, err
 	}
 	var pols []string
 	for _, p := range strings.Split(l.policies, ",") {
@@ -104,32 +120,51 @@ func (l *labFlags) sweep() (lab.Sweep, error) {
 		pols = append(pols, p)
 	}
 	cfg := lab.DefaultConfig()
-	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile, cfg.Capacity = l.engines, l.gpuBlocks, l.pickers, l.delays, l.profile, l.capacity
+	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile, cfg.Capacity = l.engines, l.gpuBlocks, counts[0], l.delays, l.profile, l.capacity
 	cfg.CPUBlocks, cfg.Isolated, cfg.BookingLoss = l.cpuBlocks, l.isolated, l.bookingLoss
 	if err := (lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, Fleet: cfg}).Validate(); err != nil {
-		return lab.Sweep{}, err
+		return lab.Sweep{}, nil, err
 	}
-	return lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, SLO: l.slo, Fleet: cfg, Workers: l.workers}, nil
+	return lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, SLO: l.slo, Fleet: cfg, Workers: l.workers}, counts, nil
+}
+
+// parsePickers reads --pickers: a count, or a comma-separated list of
+// them (lab.ValidatePickerCounts).
+func parsePickers(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--pickers %q: %q is not a number of pickers", s, f)
+		}
+		out = append(out, n)
+	}
+	return out, lab.ValidatePickerCounts(out)
 }
 
 func (l *labFlags) run(cmd *cobra.Command) error {
 	if l.out == "" {
 		return usageError(fmt.Errorf("--out DIR is required"))
 	}
-	s, err := l.sweep()
+	s, counts, err := l.sweep()
 	if err != nil {
 		return usageError(err)
 	}
 	w := cmd.OutOrStdout()
-	total := len(s.Policies) * len(s.Seeds) * len(s.Rates)
-	fmt.Fprintf(w, "lab %s: %d policies × %d seeds × %d rates = %d runs\n", s.Scenario.Name(), len(s.Policies), len(s.Seeds), len(s.Rates), total)
+	total := len(s.Policies) * len(s.Seeds) * len(s.Rates) * len(counts)
+	if len(counts) == 1 {
+		fmt.Fprintf(w, "lab %s: %d policies × %d seeds × %d rates = %d runs\n", s.Scenario.Name(), len(s.Policies), len(s.Seeds), len(s.Rates), total)
+	} else {
+		fmt.Fprintf(w, "lab %s: %d policies × %d seeds × %d rates × %d counts of pickers (%s) = %d runs\n", s.Scenario.Name(), len(s.Policies),
+			len(s.Seeds), len(s.Rates), len(counts), l.pickers, total)
+	}
 	start := time.Now()
 	s.Progress = func(done, total int) {
 		if done%max(1, total/10) == 0 || done == total {
 			fmt.Fprintf(cmd.ErrOrStderr(), "  %d/%d runs (%.0f s)\n", done, total, time.Since(start).Seconds())
 		}
 	}
-	res, err := lab.RunSweep(s)
+	res, err := lab.RunByPickers(s, counts)
 	if err != nil {
 		return err
 	}

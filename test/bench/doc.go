@@ -1,8 +1,9 @@
 // Package bench runs kvroute's routing benchmarks: a fleet of simulated
-// vLLM engines (`kvroute engine`), a sidecar each and a picker, all over
-// real sockets on 127.0.0.1 in this process, driven by a scenario once per
-// routing policy — a fresh fleet for each, so no policy inherits another's
-// cache — and summarised in results.json and a table (DESIGN.md §9).
+// vLLM engines (`kvroute engine`), a sidecar each and a picker (or
+// several), all over real sockets on 127.0.0.1 in this process, driven by
+// a scenario once per routing policy — a fresh fleet for each, so no
+// policy inherits another's cache — and summarised in results.json and a
+// table (DESIGN.md §9).
 //
 // Contract:
 //   - Every request goes through the picker's OpenAI endpoints, exactly as
@@ -24,6 +25,17 @@
 //     the policy's fresh fleet before its scenario (calibrateLLMD; the
 //     arithmetic is picker/peers.CalibratedPeak), where llm-d keeps the
 //     guide's values.
+//   - Options.Pickers (--pickers N, default 1) runs N pickers over each
+//     fleet (DESIGN.md §16), each with its own HTTP, admin, gRPC and
+//     bookings (picker.ServerConfig.PeerListen) listeners, metrics
+//     registry and state (a peer policy keeps one per replica, as in its
+//     own system), each told every picker's bookings address
+//     (PeerPickers) to exchange bookings with. The client sends each
+//     request, a conversation's turns each on its own, to a picker drawn
+//     at random from the run's seed (NewSpreadClient), as a Kubernetes
+//     Service spreads them; the pickers' decisions, outcomes and overhead
+//     histograms are summed (Fleet.PickerStats). One picker runs without
+//     gRPC, as it always has.
 //   - Admission control is off unless Options.Admission: every request is
 //     admitted at once (picker Router.AdmitAll), so a comparison measures
 //     routing alone; with it, each policy's 429s are counted
@@ -48,6 +60,10 @@
 //     "policy_labels"; per policy "shed_429" (with admission) and, for
 //     llm-d-calibrated, "llm_d_calibration" (LLMDCalibration: the probes'
 //     TTFTs, the measured peak and τ), also in summary.txt.
+//   - fleet "pickers"; per policy "load_imbalance" (the busiest engine's
+//     answered requests ÷ the mean), "load_cv" (their population standard
+//     deviation ÷ their mean) and, with several pickers,
+//     "picker_requests" (the requests sent to each).
 //   - "warm_return_chance": 1 ÷ the engines, the warm-return share of
 //     routing at random, against which each policy's "warm_return_rate"
 //     (warm returns ÷ continuations) is judged ("vs chance" in the table).

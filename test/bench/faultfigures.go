@@ -162,7 +162,7 @@ func faultResults(seed uint64, fo FaultsOptions, run faultsRun, window time.Dura
 	fr.ClientRetries, fr.Skipped = run.retries, run.skipped
 
 	r := &Results{Scenario: "faults", Seed: seed, Policies: map[string]*PolicyResult{}, scale: run.scale, origin: run.start}
-	r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Fleet.BlockSize = fo.Engines, fo.GPUBlocks, 16
+	r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Fleet.BlockSize, r.Fleet.Pickers = fo.Engines, fo.GPUBlocks, 16, fo.Pickers
 	r.WarmReturnChance = 1 / float64(fo.Engines)
 	pr := summarize(run.outcomes, run.engines, elapsed, run.scale)
 	pr.HitRateOverTime = hitRateOverTime(run.outcomes, run.start, elapsed, run.scale)

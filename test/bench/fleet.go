@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"go.uber.org/zap"
 
@@ -32,8 +33,17 @@ type FleetConfig struct {
 	Policy      score.Policy  // the picker's policy
 	Log         *zap.Logger   // nil: quiet
 	Ready       time.Duration // bound on the fleet coming up; default 30 s
-	// PickerListen is the picker's HTTP address; default 127.0.0.1:0.
+	// PickerListen is the (first) picker's HTTP address; default
+	// 127.0.0.1:0.
 	PickerListen string
+	// Pickers is how many pickers share the fleet (default 1). With more
+	// than one, each has its own HTTP, admin, gRPC and bookings
+	// (picker.ServerConfig.PeerListen) listeners on free 127.0.0.1 ports,
+	// its own metrics registry and its own state (peer policies keep one
+	// per replica, as in their own systems), and is told every picker's
+	// bookings address (PeerPickers) to exchange bookings with. One
+	// picker runs without gRPC, as before.
+	Pickers int
 	// LoadEpsilon, when set, is the picker's bounded-load factor ε
 	// (default the picker's, 0.25).
 	LoadEpsilon *float64
@@ -60,11 +70,12 @@ type Fleet struct {
 	procs    []*enginesim.Process
 	engines  []*enginesim.Engine
 	sidecars []*sidecar.Sidecar
-	picker   *picker.Server
-	reg      *prometheus.Registry // the picker's metrics
+	pickers  []*picker.Server
+	regs     []*prometheus.Registry // each picker's metrics
 }
 
-// PickerStats are figures read from the picker's metrics.
+// PickerStats are figures read from the pickers' metrics, summed over
+// the pickers (the overhead histogram merged).
 type PickerStats struct {
 	Overhead       PickOverhead // arrival → dispatch, per attempt
 	Outcomes       map[string]float64
@@ -73,40 +84,70 @@ type PickerStats struct {
 	OverrideTokens float64            // cached tokens given up by them
 }
 
-// PickerStats reads the picker's metrics.
+// PickerStats reads the pickers' metrics and sums them.
 func (f *Fleet) PickerStats() (PickerStats, error) {
 	st := PickerStats{Outcomes: map[string]float64{}, Decisions: map[string]float64{}}
-	families, err := f.reg.Gather()
-	if err != nil {
-		return st, err
-	}
-	for _, fam := range families {
-		switch fam.GetName() {
-		case "kvroute_picker_proxy_overhead_seconds":
-			st.Overhead = overheadOf(fam.Metric[0].GetHistogram())
-		case "kvroute_picker_decisions_total":
-			for _, m := range fam.Metric {
-				for _, l := range m.Label {
-					if l.GetName() == "reason" {
-						st.Decisions[l.GetValue()] += m.GetCounter().GetValue()
-					}
-				}
+	var overhead *dto.Histogram
+	for _, reg := range f.regs {
+		families, err := reg.Gather()
+		if err != nil {
+			return st, err
+		}
+		for _, fam := range families {
+			if fam.GetName() == "kvroute_picker_proxy_overhead_seconds" {
+				overhead = mergeHistogram(overhead, fam.Metric[0].GetHistogram())
+				continue
 			}
-		case "kvroute_picker_load_overrides_total":
-			st.LoadOverrides = fam.Metric[0].GetCounter().GetValue()
-		case "kvroute_picker_load_override_tokens_total":
-			st.OverrideTokens = fam.Metric[0].GetCounter().GetValue()
-		case "kvroute_picker_outcomes_total":
-			for _, m := range fam.Metric {
-				for _, l := range m.Label {
-					if l.GetName() == "outcome" {
-						st.Outcomes[l.GetValue()] += m.GetCounter().GetValue()
-					}
+			addPickerFamily(&st, fam)
+		}
+	}
+	if overhead != nil {
+		st.Overhead = overheadOf(overhead)
+	}
+	return st, nil
+}
+
+// mergeHistogram adds h to sum (nil: none yet; the pickers' histograms
+// share their buckets) and returns the sum.
+func mergeHistogram(sum, h *dto.Histogram) *dto.Histogram {
+	if sum == nil {
+		out := &dto.Histogram{SampleCount: proto.Uint64(h.GetSampleCount()), SampleSum: proto.Float64(h.GetSampleSum())}
+		for _, b := range h.Bucket {
+			out.Bucket = append(out.Bucket, &dto.Bucket{UpperBound: proto.Float64(b.GetUpperBound()), CumulativeCount: proto.Uint64(b.GetCumulativeCount())})
+		}
+		return out
+	}
+	sum.SampleCount = proto.Uint64(sum.GetSampleCount() + h.GetSampleCount())
+	sum.SampleSum = proto.Float64(sum.GetSampleSum() + h.GetSampleSum())
+	for i, b := range sum.Bucket {
+		if i < len(h.Bucket) && h.Bucket[i].GetUpperBound() == b.GetUpperBound() {
+			b.CumulativeCount = proto.Uint64(b.GetCumulativeCount() + h.Bucket[i].GetCumulativeCount())
+		}
+	}
+	return sum
+}
+
+// addPickerFamily adds one picker's metric family to st.
+func addPickerFamily(st *PickerStats, fam *dto.MetricFamily) {
+	byLabel := func(into map[string]float64, label string) {
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == label {
+					into[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	return st, nil
+	switch fam.GetName() {
+	case "kvroute_picker_decisions_total":
+		byLabel(st.Decisions, "reason")
+	case "kvroute_picker_outcomes_total":
+		byLabel(st.Outcomes, "outcome")
+	case "kvroute_picker_load_overrides_total":
+		st.LoadOverrides += fam.Metric[0].GetCounter().GetValue()
+	case "kvroute_picker_load_override_tokens_total":
+		st.OverrideTokens += fam.Metric[0].GetCounter().GetValue()
+	}
 }
 
 // overheadOf reads the overhead histogram: the mean exactly (the sum of
@@ -137,10 +178,14 @@ func overheadOf(h *dto.Histogram) PickOverhead {
 	return o
 }
 
-// StartFleet starts engines, sidecars and a picker on 127.0.0.1.
+// StartFleet starts engines, sidecars and cfg.Pickers pickers on
+// 127.0.0.1.
 func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	if cfg.Engines == 0 {
 		cfg.Engines = 2
+	}
+	if cfg.Pickers == 0 {
+		cfg.Pickers = 1
 	}
 	if cfg.GPUBlocks == 0 {
 		cfg.GPUBlocks = 2048
@@ -216,23 +261,57 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		f.sidecars = append(f.sidecars, s)
 		pcfg.Sidecars = append(pcfg.Sidecars, s.GRPCAddr())
 	}
-	f.reg = prometheus.NewRegistry()
-	pk, err := picker.Start(ctx, pcfg, log.Named("picker"), f.reg)
-	if err != nil {
-		return fail(fmt.Errorf("picker: %w", err))
+	if err := f.startPickers(ctx, pcfg, log); err != nil {
+		return fail(err)
 	}
-	f.picker = pk
 	deadline := time.Now().Add(cfg.Ready)
-	for len(pk.View().Endpoints()) < cfg.Engines {
-		if ctx.Err() != nil {
-			return fail(ctx.Err())
+	for i, pk := range f.pickers {
+		for len(pk.View().Endpoints()) < cfg.Engines {
+			if ctx.Err() != nil {
+				return fail(ctx.Err())
+			}
+			if time.Now().After(deadline) {
+				return fail(fmt.Errorf("picker %d knows %d of %d endpoints after %v", i, len(pk.View().Endpoints()), cfg.Engines, cfg.Ready))
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("the picker knows %d of %d endpoints after %v", len(pk.View().Endpoints()), cfg.Engines, cfg.Ready))
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return f, nil
+}
+
+// startPickers starts f's pickers from pcfg: one as configured, or
+// several, each on its own listeners (HTTP, admin, gRPC, and the
+// bookings streams' port) and registry, every one told all the pickers'
+// bookings addresses (PeerPickers; its own is recognised and skipped).
+func (f *Fleet) startPickers(ctx context.Context, pcfg picker.ServerConfig, log *zap.Logger) error {
+	n := f.cfg.Pickers
+	var peerAddrs []string
+	if n > 1 {
+		for range n {
+			port, err := freeTCPPort()
+			if err != nil {
+				return err
+			}
+			peerAddrs = append(peerAddrs, fmt.Sprintf("127.0.0.1:%d", port))
+		}
+	}
+	for i := range n {
+		c, name := pcfg, "picker"
+		if n > 1 {
+			name = fmt.Sprint("picker-", i)
+			c.GRPCListen, c.PeerListen, c.PeerPickers = "127.0.0.1:0", peerAddrs[i], peerAddrs
+			if i > 0 {
+				c.Listen = "127.0.0.1:0"
+			}
+		}
+		reg := prometheus.NewRegistry()
+		pk, err := picker.Start(ctx, c, log.Named(name), reg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		f.pickers, f.regs = append(f.pickers, pk), append(f.regs, reg)
+	}
+	return nil
 }
 
 // offloadJSON is --kv-transfer-config for a CPU tier of blocks GPU
@@ -254,11 +333,24 @@ func freeTCPPort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// PickerURL is the picker's HTTP base URL.
-func (f *Fleet) PickerURL() string { return "http://" + f.picker.Addr() }
+// PickerURL is the (first) picker's HTTP base URL.
+func (f *Fleet) PickerURL() string { return "http://" + f.pickers[0].Addr() }
 
-// AdminURL is the picker's admin base URL (/metrics, /debug/*, /readyz).
-func (f *Fleet) AdminURL() string { return "http://" + f.picker.AdminAddr() }
+// PickerURLs are every picker's HTTP base URL.
+func (f *Fleet) PickerURLs() []string {
+	out := make([]string, len(f.pickers))
+	for i, p := range f.pickers {
+		out[i] = "http://" + p.Addr()
+	}
+	return out
+}
+
+// AdminURL is the (first) picker's admin base URL (/metrics, /debug/*,
+// /readyz).
+func (f *Fleet) AdminURL() string { return "http://" + f.pickers[0].AdminAddr() }
+
+// Pickers are the fleet's pickers.
+func (f *Fleet) Pickers() []*picker.Server { return f.pickers }
 
 // EngineURLs lists the engines' base URLs.
 func (f *Fleet) EngineURLs() []string {
@@ -286,8 +378,8 @@ func (f *Fleet) EngineStats() []enginesim.Stats {
 
 // Close stops everything.
 func (f *Fleet) Close() {
-	if f.picker != nil {
-		f.picker.Close()
+	for _, p := range f.pickers {
+		p.Close()
 	}
 	for _, s := range f.sidecars {
 		s.Close()

@@ -285,7 +285,9 @@ const calibrationModel = "Qwen/Qwen3-0.6B"
 // figures it returns.
 func setUpFleet(ctx context.Context, o Options, f *Fleet, p score.Policy, scale float64) (*LLMDCalibration, error) {
 	if !o.Admission {
-		f.picker.Router().AdmitAll()
+		for _, pk := range f.Pickers() {
+			pk.Router().AdmitAll()
+		}
 	}
 	if p != LLMDCalibrated {
 		return nil, nil
@@ -294,8 +296,9 @@ func setUpFleet(ctx context.Context, o Options, f *Fleet, p score.Policy, scale 
 	return calibrateLLMD(ctx, f, chunk, scale, o.Seed)
 }
 
-// calibrateLLMD runs llm-d's recipe through f's picker (LLMDCalibration)
-// and sets the measured peak and T_max on the picker's llm-d policy.
+// calibrateLLMD runs llm-d's recipe through f's (first) picker
+// (LLMDCalibration) and sets the measured peak and T_max on every
+// picker's llm-d policy.
 func calibrateLLMD(ctx context.Context, f *Fleet, chunk int, scale float64, seed uint64) (*LLMDCalibration, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x6c6c6d2d64)) // a prompt of its own for each probe
 	hc := &http.Client{Timeout: RequestTimeout}
@@ -314,8 +317,10 @@ func calibrateLLMD(ctx context.Context, f *Fleet, chunk int, scale float64, seed
 		}
 	}
 	peak := peers.CalibratedPeak(chunk, ttfts)
-	if err := f.picker.Router().SetLLMDLoadGate(peak, peers.CalibrationTMax); err != nil {
-		return nil, fmt.Errorf("llm-d calibration: peak %v tokens/s: %w", peak, err)
+	for _, pk := range f.Pickers() { // one measurement of the engines, every replica's gate
+		if err := pk.Router().SetLLMDLoadGate(peak, peers.CalibrationTMax); err != nil {
+			return nil, fmt.Errorf("llm-d calibration: peak %v tokens/s: %w", peak, err)
+		}
 	}
 	cal := &LLMDCalibration{ChunkTokens: chunk, Warmup: peers.CalibrationWarmup, PeakPrefillThroughput: peak,
 		MedianTTFTms: msOf(peers.MedianDuration(ttfts)), MaxTTFTPenaltySeconds: peers.CalibrationTMax.Seconds(),

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -42,6 +43,10 @@ type Options struct {
 	// CPUBlocks is each engine's CPU offload tier in blocks, with vLLM's
 	// P2P tier (0: the scenario's; negative: none).
 	CPUBlocks int
+	// Pickers is how many pickers share each fleet (default 1): the
+	// client sends each request to one of them drawn at random (from
+	// Seed), as a Kubernetes Service spreads them (NewSpreadClient).
+	Pickers int
 	// TimeScale is the engines' time scale (1 real time, 0.1 ten times
 	// faster, 0 no waiting); scenarios scale their own waits by it and
 	// latencies are reported in simulated time (wall time / TimeScale).
@@ -104,7 +109,14 @@ type PolicyResult struct {
 	// WarmReturnRate is WarmReturns ÷ Continuations (0 without any): set
 	// it against Results.WarmReturnChance.
 	WarmReturnRate float64 `json:"warm_return_rate"`
-	LoadImbalance  float64 `json:"load_imbalance"`
+	// LoadImbalance is the busiest engine's answered requests ÷ the
+	// mean; LoadCV their coefficient of variation over the engines
+	// (population standard deviation ÷ mean; 0: an even spread).
+	LoadImbalance float64 `json:"load_imbalance"`
+	LoadCV        float64 `json:"load_cv"`
+	// PickerRequests are the requests sent to each picker (in the order
+	// of the fleet's pickers), present with several.
+	PickerRequests []int   `json:"picker_requests,omitempty"`
 	ThroughputRPS  float64 `json:"throughput_rps"`
 	// PickOverheadUs is the picker's own time per request (arrival to
 	// dispatch): an exact mean, and quantiles as histogram bucket bounds.
@@ -274,6 +286,9 @@ type Results struct {
 		Engines            int `json:"engines"`
 		GPUBlocksPerEngine int `json:"gpu_blocks_per_engine"`
 		BlockSize          int `json:"block_size"`
+		// Pickers share the fleet: requests spread over them at random
+		// (the faults scenario: round-robin over its picker processes).
+		Pickers int `json:"pickers"`
 	} `json:"fleet"`
 	PooledBoundHitRate float64 `json:"pooled_bound_hit_rate"`
 	// WorkingSetBlocks is the number of distinct KV blocks the requests
@@ -358,7 +373,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale, Lab: o.Lab,
 		Admission: o.Admission}
-	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize = o.Engines, o.GPUBlocks, 16
+	o.Pickers = max(o.Pickers, 1)
+	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize, res.Fleet.Pickers = o.Engines, o.GPUBlocks, 16, o.Pickers
 	res.WarmReturnChance = 1 / float64(o.Engines)
 	for i, p := range o.Policies {
 		mml := fc.MaxModelLen
@@ -367,7 +383,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
 			TimeScale: o.TimeScale, Policy: pickerPolicy(p), Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed,
-			SaturationPrefillTokens: o.SaturationPrefillTokens, Profile: o.Profile, CPUBlocks: max(o.CPUBlocks, 0)})
+			SaturationPrefillTokens: o.SaturationPrefillTokens, Profile: o.Profile, CPUBlocks: max(o.CPUBlocks, 0), Pickers: o.Pickers})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
@@ -376,7 +392,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		client := NewClient(f.PickerURL())
+		client := NewSpreadClient(f.PickerURLs(), o.Seed)
 		client.TimeScale, client.MaxModelLen, client.Engines = o.TimeScale, f.MaxModelLen(), o.Engines
 		var done atomic.Int64
 		if o.Progress != nil {
@@ -423,6 +439,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			res.SendsResponses = res.SendsResponses || outcomes[k].Path == "/v1/responses"
 		}
 		pr := summarize(outcomes, engines, elapsed, scale)
+		if o.Pickers > 1 {
+			pr.PickerRequests = perPicker(outcomes, f.PickerURLs())
+		}
 		pr.LLMDCalibration = cal
 		pr.Tiers = tiers
 		if o.Admission {
@@ -609,17 +628,41 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale fl
 	}
 	r.TTFTms, r.ContinuationTTFTms = quantiles(ttft), quantiles(cont)
 	r.TTFTPercentiles = percentiles(ttft)
-	mx, sum := 0, 0
-	for _, n := range r.RequestsPerEndpoint {
-		mx, sum = max(mx, n), sum+n
-	}
-	if sum > 0 {
-		r.LoadImbalance = float64(mx) / (float64(sum) / float64(len(engines)))
-	}
+	r.LoadImbalance, r.LoadCV = loadSpread(r.RequestsPerEndpoint)
 	if elapsed > 0 { // answered requests per second of simulated time
 		r.ThroughputRPS = float64(r.Requests-r.Errors) / (elapsed.Seconds() / scale)
 	}
 	return r
+}
+
+// loadSpread is the spread of the requests per engine: the busiest ÷
+// the mean, and the coefficient of variation (population standard
+// deviation ÷ mean); 0 and 0 when none was answered.
+func loadSpread(per []int) (imbalance, cv float64) {
+	mx, sum := 0, 0
+	for _, n := range per {
+		mx, sum = max(mx, n), sum+n
+	}
+	if sum == 0 {
+		return 0, 0
+	}
+	mean := float64(sum) / float64(len(per))
+	ss := 0.0
+	for _, n := range per {
+		ss += (float64(n) - mean) * (float64(n) - mean)
+	}
+	return float64(mx) / mean, math.Sqrt(ss/float64(len(per))) / mean
+}
+
+// perPicker counts the requests sent to each picker of bases.
+func perPicker(outs []Outcome, bases []string) []int {
+	n := make([]int, len(bases))
+	for _, o := range outs {
+		if i := slices.Index(bases, o.Picker); i >= 0 {
+			n[i]++
+		}
+	}
+	return n
 }
 
 func quantiles(v []float64) Quantiles {
@@ -825,16 +868,24 @@ func Table(r *Results) string {
 			r.Scenario, r.Fleet.Engines, r.Fleet.GPUBlocksPerEngine, r.Seed, r.WorkingSetRatio, 100*r.PooledBoundHitRate)
 	}
 	fmt.Fprintf(&b, "warm returns by chance (a pick at random among %d engines): %.1f%%\n", r.Fleet.Engines, 100*r.WarmReturnChance)
+	if r.Faults == nil && r.Fleet.Pickers > 1 {
+		fmt.Fprintf(&b, "%d pickers, each request sent to one drawn at random (as a Service spreads them); their figures summed\n", r.Fleet.Pickers)
+	}
 	if r.Admission {
 		fmt.Fprintf(&b, "admission control on: 429s are counted in errors and shown apart\n")
 	}
 	w := nameWidth(r)
-	fmt.Fprintf(&b, "\n%-*s %8s %6s %8s %9s %11s %11s %11s %11s %9s %9s%s\n", w, "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "vs chance", "imbalance", shedHeader(r))
+	fmt.Fprintf(&b, "\n%-*s %8s %6s %8s %9s %11s %11s %11s %11s %9s %9s %7s%s\n", w, "policy", "requests", "errors", "hit", "cont. hit", "ttft mean", "ttft p90", "cont. mean", "warm", "vs chance", "imbalance", "load CV", shedHeader(r))
 	for _, p := range r.Order {
 		x := r.Policies[p]
 		vs := vsChance(x, r.WarmReturnChance)
-		fmt.Fprintf(&b, "%-*s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %5d/%-5d %9s %9.2f%s\n", w, r.Label(p), x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
-			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Continuations, vs, x.LoadImbalance, shedCell(r, x))
+		fmt.Fprintf(&b, "%-*s %8d %6d %7.1f%% %8.1f%% %9.0fms %9.0fms %9.0fms %5d/%-5d %9s %9.2f %7.3f%s\n", w, r.Label(p), x.Requests, x.Errors, 100*x.HitRate, 100*x.ContinuationHitRate,
+			x.TTFTms.Mean, x.TTFTms.P90, x.ContinuationTTFTms.Mean, x.WarmReturns, x.Continuations, vs, x.LoadImbalance, x.LoadCV, shedCell(r, x))
+	}
+	for _, p := range r.Order {
+		if x := r.Policies[p]; len(x.PickerRequests) > 0 {
+			fmt.Fprintf(&b, "%-*s requests per picker: %v\n", w, r.Label(p), x.PickerRequests)
+		}
 	}
 	if len(r.Order) > 0 && len(r.Policies[r.Order[0]].Steps) > 0 {
 		fmt.Fprintf(&b, "\nper load step\n%-*s %4s %6s %8s %8s %11s %11s %11s %10s\n", w, "policy", "step", "qps", "requests", "hit", "ttft p50", "ttft p90", "ttft p99", "answered/s")

@@ -72,8 +72,11 @@ type Client struct {
 	// pool, when set, spreads requests over several pickers (the faults
 	// scenario); base is then unused.
 	pool *pickerPool
-	hc   *http.Client
-	done func() // called after each request, when set
+	// spread, when set, sends each request to a picker drawn at random
+	// (NewSpreadClient); base is then unused.
+	spread *randomSpread
+	hc     *http.Client
+	done   func() // called after each request, when set
 	// TimeScale is the engines' time scale (1 real time): scenarios wait
 	// simulated durations through Wait.
 	TimeScale float64
@@ -99,6 +102,33 @@ const (
 func NewClient(base string) *Client {
 	return &Client{base: base, TimeScale: 1, routed: map[string]int{}, slots: make(chan struct{}, MaxInFlight),
 		hc: &http.Client{Timeout: RequestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: MaxInFlight}}}
+}
+
+// NewSpreadClient returns a client of the pickers at bases that sends
+// each request to one of them drawn at random, as a Kubernetes Service
+// spreads connections over its pods: every request is drawn on its own,
+// a conversation's turns included. The draws come from seed (the
+// bench's), in the order the requests are sent. With one base it is
+// NewClient(bases[0]).
+func NewSpreadClient(bases []string, seed uint64) *Client {
+	c := NewClient(bases[0])
+	if len(bases) > 1 {
+		c.spread = &randomSpread{bases: bases, rng: rand.New(rand.NewPCG(seed, 0x737072656164))}
+	}
+	return c
+}
+
+// randomSpread draws a picker at random for each request.
+type randomSpread struct {
+	bases []string
+	mu    sync.Mutex
+	rng   *rand.Rand
+}
+
+func (s *randomSpread) next() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bases[s.rng.IntN(len(s.bases))]
 }
 
 // acquire takes a slot for a request; false when ctx ended first.
@@ -315,8 +345,11 @@ func (c *Client) send(ctx context.Context, o *Outcome) (*http.Response, error) {
 	}
 	for try := 1; ; try++ {
 		o.Picker = c.base
-		if c.pool != nil {
+		switch {
+		case c.pool != nil:
 			o.Picker = c.pool.next()
+		case c.spread != nil:
+			o.Picker = c.spread.next()
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.Picker+o.Path, bytes.NewReader(o.Body))
 		if err != nil {

@@ -76,6 +76,14 @@
 //     results.json holds no wall-clock time, so the same scenario, seeds,
 //     rates and flags give the same bytes. Runs of a sweep are independent
 //     and may run in parallel (Sweep.Workers) without changing them.
+//   - Figures per run (Figures): the hit rate, TTFTs and completions as
+//     the bench defines them; warm returns, the share of follow-ups (a
+//     completed later turn whose previous turn's engine is known) that
+//     landed on that engine (follow-ups on their previous turn's worker,
+//     the stickiness SMG's cache-aware routing aims at); and the spread of completed requests over the
+//     engines (every engine counted, idle ones as 0): load imbalance, the
+//     busiest ÷ the mean, and load CV, their population standard
+//     deviation ÷ their mean.
 //   - The protocol (Sweep): every policy on every seed at every rate, each
 //     run on a fresh fleet; per policy and rate the mean of each figure
 //     and its 95% interval over the seeds (package stats); against the
@@ -83,4 +91,14 @@
 //     seed, and the mean ratio with a bootstrap 95% interval; with several
 //     rates, goodput. Defaults are tuned on seeds 1–10; claims use seeds
 //     from ClaimSeeds (101) up, and results.json says which.
+//   - By pickers (RunByPickers, kvroute lab --pickers 1,2,4,8): the sweep
+//     once per number of pickers, the same scenario, policies, seeds and
+//     rates; results.json is the sweep at one picker with "by_pickers":
+//     per policy, count and rate the means of the hit rate, p99 TTFT,
+//     load CV and warm returns, and past one picker the hit rate and p99
+//     TTFT ÷ one picker's on the same seed (the same policy and rate), a
+//     mean ratio with a bootstrap 95% interval (stats.PairedRatio); with
+//     several rates goodput and its ratio likewise; and the sweeps at the
+//     other counts whole. One count is RunSweep at that count, the same
+//     bytes.
 package lab

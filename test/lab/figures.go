@@ -42,12 +42,24 @@ type Figures struct {
 	TTFTP50    Num `json:"ttft_p50_ms"`
 	TTFTP90    Num `json:"ttft_p90_ms"`
 	TTFTP99    Num `json:"ttft_p99_ms"`
-	// Continuations are requests continuing an answered turn; a warm
-	// return lands where that turn went.
-	Continuations  int `json:"continuations"`
+	// Continuations are the completed follow-ups: requests of a later
+	// turn (Turn > 1) that continue an answered turn, the endpoint that
+	// turn went to known (Outcome.PrevEndpoint: the session's Prev, else
+	// the conversation's latest answered turn when it was sent).
+	Continuations int `json:"continuations"`
+	// WarmReturnRate is the share of Continuations that landed on their
+	// previous turn's engine (Endpoint = PrevEndpoint): follow-ups back on
+	// the worker that served the turn they follow (the stickiness SMG's
+	// cache-aware routing aims at). Null without continuations.
 	WarmReturnRate Num `json:"warm_return_rate"`
-	// LoadImbalance is the busiest engine's requests ÷ the mean.
+	// LoadImbalance is the busiest engine's completed requests ÷ the
+	// mean over the engines.
 	LoadImbalance Num `json:"load_imbalance"`
+	// LoadCV is the coefficient of variation of the completed requests
+	// per engine: their population standard deviation ÷ their mean, over
+	// every engine of the fleet (those that served none count as 0); 0
+	// when spread evenly, null when none completed.
+	LoadCV Num `json:"load_cv"`
 	// Duration is the run's simulated length, first send to last answer.
 	DurationS Num `json:"duration_s"`
 	// Resyncs counts summary deltas a picker took out of order (0 in a
@@ -140,7 +152,7 @@ func (f *Figures) CompletedShare() float64 {
 // figuresOf sums a run's outcomes over its engines.
 func figuresOf(outs []Outcome, engines []string) Figures {
 	f := Figures{Requests: len(outs)}
-	var prompt, cached int
+	var prompt, cached, warm int
 	var ttft []float64
 	per := map[string]int{}
 	var first, last time.Duration = math.MaxInt64, 0
@@ -167,29 +179,13 @@ func figuresOf(outs []Outcome, engines []string) Figures {
 		if o.Turn > 1 && o.PrevEndpoint != "" {
 			f.Continuations++
 			if o.PrevEndpoint == o.Endpoint {
-				f.WarmReturnRate++
-			}
-		}
-	}
-	f.HitRate, f.WarmReturnRate = ratio(cached, prompt), Num(math.NaN())
-	if f.Continuations > 0 {
-		warm := 0
-		for i := range outs {
-			if o := &outs[i]; o.OK() && o.Turn > 1 && o.PrevEndpoint != "" && o.PrevEndpoint == o.Endpoint {
 				warm++
 			}
 		}
-		f.WarmReturnRate = ratio(warm, f.Continuations)
 	}
+	f.HitRate, f.WarmReturnRate = ratio(cached, prompt), ratio(warm, f.Continuations)
 	f.TTFTMean, f.TTFTP50, f.TTFTP90, f.TTFTP99 = Num(meanOf(ttft)), Num(stats.Quantile(ttft, 0.5)), Num(stats.Quantile(ttft, 0.9)), Num(stats.Quantile(ttft, 0.99))
-	mx, sum := 0, 0
-	for _, e := range engines {
-		mx, sum = max(mx, per[e]), sum+per[e]
-	}
-	f.LoadImbalance = Num(math.NaN())
-	if sum > 0 {
-		f.LoadImbalance = Num(float64(mx) / (float64(sum) / float64(len(engines))))
-	}
+	f.LoadImbalance, f.LoadCV = loadSpread(per, engines)
 	f.DurationS = Num(math.NaN())
 	if len(outs) > 0 {
 		f.DurationS = Num((last - first).Seconds())
@@ -197,6 +193,27 @@ func figuresOf(outs []Outcome, engines []string) Figures {
 	f.PredictionError = Num(predictionError(outs))
 	f.Tiers = tiersOf(outs)
 	return f
+}
+
+// loadSpread is the spread of the requests per engine over the fleet's
+// engines (an engine absent from per served none): the busiest ÷ the
+// mean, and the coefficient of variation (population standard deviation
+// ÷ mean). Both NaN when none served any.
+func loadSpread(per map[string]int, engines []string) (imbalance, cv Num) {
+	mx, sum := 0, 0
+	for _, e := range engines {
+		mx, sum = max(mx, per[e]), sum+per[e]
+	}
+	if sum == 0 {
+		return Num(math.NaN()), Num(math.NaN())
+	}
+	mean := float64(sum) / float64(len(engines))
+	ss := 0.0
+	for _, e := range engines {
+		d := float64(per[e]) - mean
+		ss += d * d
+	}
+	return Num(float64(mx) / mean), Num(math.Sqrt(ss/float64(len(engines))) / mean)
 }
 
 // predictionError is the median relative error of the predicted

@@ -74,8 +74,13 @@ type Summary struct {
 	TTFTP90        CI      `json:"ttft_p90_ms"`
 	TTFTP99        CI      `json:"ttft_p99_ms"`
 	CompletedShare CI      `json:"completed_share"`
-	Refused429     int     `json:"refused_429"`
-	Failed         int     `json:"failed"`
+	// WarmReturnRate, LoadImbalance and LoadCV are Figures' (a seed
+	// without continuations has no warm-return rate, and is left out).
+	WarmReturnRate CI  `json:"warm_return_rate"`
+	LoadImbalance  CI  `json:"load_imbalance"`
+	LoadCV         CI  `json:"load_cv"`
+	Refused429     int `json:"refused_429"`
+	Failed         int `json:"failed"`
 	// Tiers, when any run touched a tier: the shares of the prompt
 	// tokens by where their KV came from, and the pulls.
 	Tiers *TierSummary `json:"tiers,omitempty"`
@@ -150,6 +155,10 @@ type Results struct {
 	// used, min_cached_token_delta.
 	P2PLadder *Ladder   `json:"p2p_ladder,omitempty"`
 	Goodput   []Goodput `json:"goodput,omitempty"`
+	// ByPickers, when the sweep ran at several numbers of pickers
+	// (RunByPickers), compares each with one picker; the rest of Results
+	// is then the sweep at one picker.
+	ByPickers *ByPickers `json:"by_pickers,omitempty"`
 }
 
 type delaysJSON struct {
@@ -435,7 +444,10 @@ func summaryOf(p string, rate float64, fs []*Figures) Summary {
 		TTFTP50:        col(func(f *Figures) float64 { return float64(f.TTFTP50) }),
 		TTFTP90:        col(func(f *Figures) float64 { return float64(f.TTFTP90) }),
 		TTFTP99:        col(func(f *Figures) float64 { return float64(f.TTFTP99) }),
-		CompletedShare: col(func(f *Figures) float64 { return f.CompletedShare() })}
+		CompletedShare: col(func(f *Figures) float64 { return f.CompletedShare() }),
+		WarmReturnRate: col(func(f *Figures) float64 { return float64(f.WarmReturnRate) }),
+		LoadImbalance:  col(func(f *Figures) float64 { return float64(f.LoadImbalance) }),
+		LoadCV:         col(func(f *Figures) float64 { return float64(f.LoadCV) })}
 	for _, f := range fs {
 		s.Refused429 += f.Refused429
 		s.Failed += f.Failed

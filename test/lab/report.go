@@ -17,6 +17,7 @@ var reportTemplate string
 // reportRow is one policy's line of a rate's table.
 type reportRow struct {
 	Policy, Hit, Mean, P90, P99, Completed string
+	Warm, LoadCV                           string
 	Refused                                int
 	HasRatios                              bool
 	HitRatio, MeanRatio, P90Ratio          string
@@ -37,6 +38,31 @@ type reportTiers struct {
 
 type reportGoodput struct{ Policy, CI, PerSeed string }
 
+// reportPickers is the comparison by number of pickers: a table per
+// rate, and goodput's.
+type reportPickers struct {
+	Counts  string
+	Tables  []reportPickerTable
+	Goodput []reportPickerGoodput
+}
+
+type reportPickerTable struct {
+	Rate float64
+	Rows []reportPickerRow
+}
+
+type reportPickerRow struct {
+	Policy                                     string
+	Pickers                                    int
+	Hit, HitRatio, P99, P99Ratio, LoadCV, Warm string
+}
+
+type reportPickerGoodput struct {
+	Policy         string
+	Pickers        int
+	Goodput, Ratio string
+}
+
 type reportData struct {
 	R       *Results
 	ID      string
@@ -45,6 +71,7 @@ type reportData struct {
 	SLO     float64
 	Tables  []reportTable
 	Goodput []reportGoodput
+	Pickers *reportPickers
 	ChartJS template.JS
 }
 
@@ -60,7 +87,7 @@ func reportDataOf(r *Results) reportData {
 			}
 			row := reportRow{Policy: label(r, s.Policy), Hit: ciText(s.HitRate, pctText), Mean: ciText(s.TTFTMean, msText),
 				P90: ciText(s.TTFTP90, msText), P99: ciText(s.TTFTP99, msText), Completed: ciText(s.CompletedShare, pctText),
-				Refused: s.Refused429, HasRatios: t.Ratios}
+				Refused: s.Refused429, HasRatios: t.Ratios, Warm: ciText(s.WarmReturnRate, pctText), LoadCV: ciText(s.LoadCV, ratioText)}
 			for _, x := range r.VsBestPeer {
 				if x.Rate != rate || x.Policy != s.Policy {
 					continue
@@ -89,10 +116,39 @@ func reportDataOf(r *Results) reportData {
 		for _, x := range g.PerSeed {
 			per = append(per, fmt.Sprintf("%.2f", float64(x)))
 		}
-		d.Goodput = append(d.Goodput, reportGoodput{Policy: label(r, g.Policy), CI: ciText(g.Goodput, func(x float64) string { return fmt.Sprintf("×%.2f", x) }),
-			PerSeed: strings.Join(per, " ")})
+		d.Goodput = append(d.Goodput, reportGoodput{Policy: label(r, g.Policy), CI: ciText(g.Goodput, goodputText), PerSeed: strings.Join(per, " ")})
 	}
+	d.Pickers = reportPickersOf(r)
 	return d
+}
+
+// reportPickersOf is the by-pickers comparison's tables (nil: none).
+func reportPickersOf(r *Results) *reportPickers {
+	bp := r.ByPickers
+	if bp == nil {
+		return nil
+	}
+	var counts []string
+	for _, n := range bp.Counts {
+		counts = append(counts, fmt.Sprint(n))
+	}
+	out := &reportPickers{Counts: strings.Join(counts, ", ")}
+	for _, rate := range r.Rates {
+		t := reportPickerTable{Rate: rate}
+		for _, x := range bp.Rows {
+			if x.Rate == rate {
+				t.Rows = append(t.Rows, reportPickerRow{Policy: label(r, x.Policy), Pickers: x.Pickers, Hit: ciText(x.HitRate, pctText),
+					HitRatio: pairedText(x.HitRatio), P99: ciText(x.TTFTP99, msText), P99Ratio: pairedText(x.TTFTP99Ratio),
+					LoadCV: ciText(x.LoadCV, ratioText), Warm: ciText(x.WarmReturnRate, pctText)})
+			}
+		}
+		out.Tables = append(out.Tables, t)
+	}
+	for _, g := range bp.Goodput {
+		out.Goodput = append(out.Goodput, reportPickerGoodput{Policy: label(r, g.Policy), Pickers: g.Pickers, Goodput: ciText(g.Goodput, goodputText),
+			Ratio: pairedText(g.Ratio)})
+	}
+	return out
 }
 
 func gbText(x float64) string { return fmt.Sprintf("%.1f GB", x) }

@@ -54,13 +54,14 @@ func Table(r *Results) string {
 	for _, rate := range r.Rates {
 		fmt.Fprintf(&b, "\nrate ×%g — mean over %d seeds [95%% interval]\n", rate, len(r.Seeds))
 		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "policy\thit rate\tTTFT mean\tTTFT p90\tTTFT p99\tcompleted\t429\t")
+		fmt.Fprintln(tw, "policy\thit rate\tTTFT mean\tTTFT p90\tTTFT p99\tcompleted\t429\twarm returns\tload CV\t")
 		for _, s := range r.Summary {
 			if s.Rate != rate {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", label(r, s.Policy), ciText(s.HitRate, pctText), ciText(s.TTFTMean, msText),
-				ciText(s.TTFTP90, msText), ciText(s.TTFTP99, msText), ciText(s.CompletedShare, pctText), s.Refused429)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t\n", label(r, s.Policy), ciText(s.HitRate, pctText), ciText(s.TTFTMean, msText),
+				ciText(s.TTFTP90, msText), ciText(s.TTFTP99, msText), ciText(s.CompletedShare, pctText), s.Refused429,
+				ciText(s.WarmReturnRate, pctText), ciText(s.LoadCV, ratioText))
 		}
 		tw.Flush()
 		tierTable(&b, r, rate)
@@ -86,12 +87,61 @@ func Table(r *Results) string {
 		fmt.Fprintf(&b, "\ngoodput: the highest rate (× nominal) with p90 TTFT ≤ %s and ≥ 99%% completed, mean over seeds [95%%]\n", msText(float64(r.SLOms)))
 		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
 		for _, g := range r.Goodput {
-			fmt.Fprintf(tw, "%s\t%s\t\n", label(r, g.Policy), ciText(g.Goodput, func(x float64) string { return fmt.Sprintf("×%.2f", x) }))
+			fmt.Fprintf(tw, "%s\t%s\t\n", label(r, g.Policy), ciText(g.Goodput, goodputText))
 		}
 		tw.Flush()
 	}
+	byPickersTable(&b, r)
 	return b.String()
 }
+
+// byPickersTable writes, when the sweep ran at several numbers of
+// pickers, each policy's figures by count and their ratios to one
+// picker.
+func byPickersTable(b *bytes.Buffer, r *Results) {
+	bp := r.ByPickers
+	if bp == nil {
+		return
+	}
+	var counts []string
+	for _, n := range bp.Counts {
+		counts = append(counts, fmt.Sprint(n))
+	}
+	fmt.Fprintf(b, "\nby pickers: the sweep at %s pickers (requests spread at random), the same seeds and rates; ÷ 1 picker paired by seed: mean ratio [bootstrap 95%%]\n",
+		strings.Join(counts, ", "))
+	for _, rate := range r.Rates {
+		fmt.Fprintf(b, "\nrate ×%g — by pickers, mean over %d seeds [95%% interval]\n", rate, len(r.Seeds))
+		tw := tabwriter.NewWriter(b, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "policy\tpickers\thit rate\thit ÷ 1\tTTFT p99\tp99 ÷ 1\tload CV\twarm returns\t")
+		for _, x := range bp.Rows {
+			if x.Rate != rate {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", label(r, x.Policy), x.Pickers, ciText(x.HitRate, pctText), pairedText(x.HitRatio),
+				ciText(x.TTFTP99, msText), pairedText(x.TTFTP99Ratio), ciText(x.LoadCV, ratioText), ciText(x.WarmReturnRate, pctText))
+		}
+		tw.Flush()
+	}
+	if len(bp.Goodput) > 0 {
+		fmt.Fprintf(b, "\ngoodput by pickers, mean over seeds [95%%]; ÷ 1 picker paired by seed [bootstrap 95%%]\n")
+		tw := tabwriter.NewWriter(b, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "policy\tpickers\tgoodput\tgoodput ÷ 1\t")
+		for _, g := range bp.Goodput {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", label(r, g.Policy), g.Pickers, ciText(g.Goodput, goodputText), pairedText(g.Ratio))
+		}
+		tw.Flush()
+	}
+}
+
+// pairedText is a paired ratio, "—" where there is none (one picker).
+func pairedText(p *Paired) string {
+	if p == nil {
+		return "—"
+	}
+	return ciText(p.Ratio, ratioText)
+}
+
+func goodputText(x float64) string { return fmt.Sprintf("×%.2f", x) }
 
 // tierTable writes, when any policy touched a tier at rate, where the
 // prompts' KV came from and the pulls.
