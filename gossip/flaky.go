@@ -98,8 +98,26 @@ func (p *Partitionable) DialTimeout(addr string, timeout time.Duration) (net.Con
 // StreamCh implements memberlist.Transport.
 func (p *Partitionable) StreamCh() <-chan net.Conn { return p.streams }
 
-// Shutdown implements memberlist.Transport.
+// Shutdown implements memberlist.Transport. The inner transport's
+// listeners hand what arrives to unbuffered channels and are waited for:
+// once the forwarders have stopped, what still arrives is drained here
+// until they have ended, or a packet arriving during the shutdown would
+// block one of them, and the shutdown, for ever.
 func (p *Partitionable) Shutdown() error {
 	p.once.Do(func() { close(p.stop) })
-	return p.inner.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-p.inner.PacketCh():
+			case c := <-p.inner.StreamCh():
+				c.Close()
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := p.inner.Shutdown()
+	close(done)
+	return err
 }
