@@ -23,6 +23,15 @@
 //     summary and load report transit, the load report period, render,
 //     the picker-to-engine hop), each with a default measured in
 //     docs/benchmarks.md.
+//   - Several pickers share their bookings as kvroute picker's bookings
+//     streams do (DESIGN.md §16): each router journals its booking changes
+//     (picker.Router.ShareBookings); the first change after a quiet spell
+//     starts a flush Delays.BookingFlush later (the shell's --bookings-flush
+//     ticker, at its longest wait), whose batch reaches every other picker
+//     a Delays.Hop later (Router.ApplyBookings), each batch to each picker
+//     lost with Config.BookingLoss's chance. Config.Isolated turns the
+//     exchange off (the ablation: each picker knows its own picks only).
+//     Peer policies keep their own state per picker, as in their systems.
 //   - A request goes to a picker drawn at random (as a Kubernetes Service
 //     spreads connections), is decided there after the render time, is
 //     booked, reaches its engine a hop later, and is answered token by
