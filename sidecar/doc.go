@@ -29,7 +29,11 @@
 //     counts; counting summaries (internal/summary) per tier are batched
 //     into numbered deltas every DeltaInterval and streamed over gRPC
 //     (kvroute.v1.Sidecar) with snapshots and load reports; the sidecar
-//     gossips its gRPC address, identity group and positions. Close ends
+//     gossips its gRPC address, identity group, the models its endpoints
+//     serve (all or none, gossip.AdvertisedModels: a picker sharded by
+//     model dials only the sidecars of its models) and positions; what
+//     does not fit in the metadata is left out, the endpoint digests
+//     first, then the models (pickers then dial and ask). Close ends
 //     every summary stream at once (Unavailable, "shutting down"): a
 //     watching picker is not left waiting for the graceful stop's deadline.
 //   - Stream health: the stream judge core (package sidecar/streamhealth,
