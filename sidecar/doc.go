@@ -63,10 +63,10 @@
 //     StartupTimeout): /healthz answers 200 (the process is alive),
 //     /metrics the registry, with every engine's series and
 //     kvroute_sidecar_engine_down{engine} 1 until that rank's engine
-//     answers; /readyz fails (503) with a problem per rank naming its
-//     engine URL and the last error; /debug/state and the other admin
-//     paths answer 503 with JSON saying the sidecar is starting and what
-//     it waits for. The gRPC listener, the event intake and gossip start
+//     answers; Go's profiles (/debug/pprof/) as ever; /readyz fails
+//     (503) with a problem per rank naming its engine URL and the last
+//     error; /debug/state and the other admin paths answer 503 with JSON
+//     saying the sidecar is starting and what it waits for. The gRPC listener, the event intake and gossip start
 //     only once every engine answered; then the full surface takes over
 //     on the same listener, atomically. A failed start closes the admin
 //     listener before Start returns.

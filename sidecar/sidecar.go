@@ -484,6 +484,7 @@ func (s *Sidecar) routes() []adminRoute {
 		{pattern: "GET /debug/keys", serve: http.HandlerFunc(s.handleKeys)},
 		{pattern: "GET /debug/events", serve: http.HandlerFunc(s.handleEvents)},
 	}
+	rts = append(rts, pprofRoutes()...)
 	if s.cfg.FaultInjection { // fault injection only (Validate: with gossip)
 		rts = append(rts, adminRoute{pattern: "POST /debug/fault/gossip", serve: http.HandlerFunc(s.handleGossipFault)})
 	}
