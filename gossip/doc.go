@@ -1,9 +1,9 @@
 // Package gossip wraps hashicorp/memberlist for kvroute: membership,
 // failure detection and node metadata for sidecars and pickers (DESIGN.md
 // §6). It is not payload-agnostic: it owns kvroute's metadata schema
-// (Meta: roles, gRPC address, identity group, endpoint digests), its wire
-// form and its validation, so every member encodes and checks metadata
-// the same way.
+// (Meta: roles, gRPC address, identity group, models served, endpoint
+// digests), its wire form and its validation, so every member encodes and
+// checks metadata the same way.
 //
 // Contract:
 //   - Config has DefaultConfig (LAN timings) and LocalConfig (loopback
@@ -26,10 +26,20 @@
 //     address" line is at debug, the conflict being reported as above.
 //   - Join takes host:port entries or DNS names that resolve to several
 //     addresses (a headless Service); each address is tried.
-//   - Node metadata is a Meta (role, gRPC address, identity group, and each
-//     served endpoint's (epoch, seq) digest), encoded in at most MetaLimit
-//     (512) bytes; a node whose metadata does not decode is reported with
-//     the error, never trusted.
+//   - Node metadata is a Meta (role, gRPC address, identity group, the
+//     models served, and each served endpoint's (epoch, seq) digest),
+//     encoded in at most MetaLimit (512) bytes; a node whose metadata does
+//     not decode or validate is reported with the error, never trusted.
+//     Keys this version does not know are ignored and a key left out reads
+//     as its zero value, so members of different versions read each other
+//     (a member from before this rule refuses metadata carrying a key it
+//     does not know, such as the models, m: upgrade pickers before
+//     sidecars past that version).
+//   - Models (a sidecar's) are advertised all or none (AdvertisedModels):
+//     at most MaxModels names of at most MaxModelLen bytes of printable
+//     UTF-8, none twice. None means unknown — an older sidecar, or names
+//     that did not fit — and a picker sharded by model dials such a
+//     sidecar and asks what it serves, as before models were advertised.
 //   - Join, leave and update are delivered as Event values on a buffered
 //     channel that never blocks memberlist; a consumer that falls behind
 //     loses events (counted) and resynchronises from Members().

@@ -2,12 +2,16 @@ package gossip
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
@@ -231,7 +235,7 @@ func TestMetaAndConfig(t *testing.T) {
 	if _, err := big.Encode(); err == nil {
 		t.Fatal("oversized metadata encoded")
 	}
-	for _, bad := range []string{``, `{}`, `{"r":"boss"}`, `{"r":"sidecar","x":1}`, `{"r":"sidecar","d":[{}]}`, `{"r":"sidecar"} {"r":"picker"}`, strings.Repeat("x", 600)} {
+	for _, bad := range []string{``, `{}`, `{"r":"boss"}`, `{"r":"sidecar","d":[{}]}`, `{"r":"sidecar"} {"r":"picker"}`, strings.Repeat("x", 600)} {
 		if _, err := DecodeMeta([]byte(bad)); err == nil {
 			t.Errorf("DecodeMeta(%q) accepted", bad)
 		}
@@ -282,5 +286,96 @@ func TestGossipOffLoopbackNeedsAKey(t *testing.T) {
 	}
 	if c := DefaultConfig(); c.BindAddr != "127.0.0.1" {
 		t.Errorf("default bind %s, want loopback", c.BindAddr)
+	}
+}
+
+// TestMetaModels: a sidecar's models round-trip (key m); metadata without
+// them (an older sidecar's) still decodes, its models unknown (nil), as
+// does metadata with a key this version does not know (a newer
+// member's); hostile or oversized model lists are refused on both sides;
+// AdvertisedModels gives every name or none.
+func TestMetaModels(t *testing.T) {
+	m := sidecarMeta("x", 1)
+	m.Models = []string{"Qwen/Qwen3-0.6B", "meta-llama/Llama-3.1-8B-Instruct"}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"m":["Qwen/Qwen3-0.6B","meta-llama/Llama-3.1-8B-Instruct"]`) {
+		t.Errorf("wire form %s: want the models under m", b)
+	}
+	back, err := DecodeMeta(b)
+	if err != nil || !slices.Equal(back.Models, m.Models) || back.GRPC != m.GRPC || back.Endpoints[0].Seq != 1 {
+		t.Fatalf("round trip %+v %v", back, err)
+	}
+	// The old form, and a newer member's unknown key.
+	for _, ok := range []string{
+		`{"r":"sidecar","g":"10.0.0.5:9090","i":"abc","d":[{"e":"http://10.0.0.5:8000","p":1,"s":9}]}`,
+		`{"r":"sidecar","g":"10.0.0.5:9090","x":{"future":[1,2]}}`,
+		`{"r":"picker","g":"10.0.0.6:9000","m":["a"]}`,
+	} {
+		got, err := DecodeMeta([]byte(ok))
+		if err != nil {
+			t.Errorf("DecodeMeta(%s): %v", ok, err)
+		}
+		if strings.HasPrefix(ok, `{"r":"sidecar"`) && got.Models != nil {
+			t.Errorf("DecodeMeta(%s): models %q, want none (unknown)", ok, got.Models)
+		}
+	}
+	tooMany := make([]string, MaxModels+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("m%d", i)
+	}
+	hostile := [][]string{
+		{""},
+		{"a", ""},
+		{strings.Repeat("x", MaxModelLen+1)},
+		{"a\x00b"},
+		{"line\nbreak"},
+		{"\xff\xfe"},
+		{"a", "a"},
+		tooMany,
+	}
+	for _, models := range hostile {
+		bad := Meta{Role: RoleSidecar, GRPC: "h:1", Models: models}
+		if _, err := bad.Encode(); err == nil {
+			t.Errorf("Encode with models %q accepted", models)
+		}
+		// (JSON cannot carry invalid UTF-8: the decoder reads U+FFFD.)
+		wire, _ := json.Marshal(map[string]any{"r": "sidecar", "g": "h:1", "m": models})
+		if len(wire) <= MetaLimit && !slices.ContainsFunc(models, func(m string) bool { return !utf8.ValidString(m) }) {
+			if _, err := DecodeMeta(wire); err == nil {
+				t.Errorf("DecodeMeta(%s) accepted", wire)
+			}
+		}
+		if got := AdvertisedModels(models); got != nil && !slices.Equal(models, []string{"a", "a"}) && !slices.Equal(models, []string{"a", ""}) {
+			t.Errorf("AdvertisedModels(%q) = %q, want none", models, got)
+		}
+	}
+	for _, bad := range []string{`{"r":"sidecar","m":"a"}`, `{"r":"sidecar","m":[1]}`, `{"r":"sidecar","m":{"a":1}}`} {
+		if _, err := DecodeMeta([]byte(bad)); err == nil {
+			t.Errorf("DecodeMeta(%s) accepted", bad)
+		}
+	}
+	// Names that fit each bound but not together: too large, refused as such.
+	long := Meta{Role: RoleSidecar, GRPC: "h:1"}
+	for i := 0; i < 3; i++ {
+		long.Models = append(long.Models, fmt.Sprintf("%d%s", i, strings.Repeat("y", MaxModelLen-1)))
+	}
+	if _, err := long.Encode(); !errors.Is(err, ErrMetaTooLarge) {
+		t.Errorf("three %d-byte names: %v, want ErrMetaTooLarge", MaxModelLen, err)
+	}
+	// All or none, each once, sorted.
+	for _, c := range []struct{ in, want []string }{
+		{nil, nil},
+		{[]string{"", ""}, nil},
+		{[]string{"b", "a", "b", ""}, []string{"a", "b"}},
+		{[]string{"a", strings.Repeat("x", MaxModelLen+1)}, nil},
+		{[]string{"ok", "bad\tname"}, nil},
+		{tooMany, nil},
+	} {
+		if got := AdvertisedModels(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("AdvertisedModels(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }

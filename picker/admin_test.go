@@ -15,7 +15,8 @@ import (
 )
 
 // TestAdminSurface: a picker serves its admin surface (/healthz, /readyz,
-// /metrics, /debug/*) on the admin listener only. The public port answers
+// /metrics, /debug/*, Go's profiles under /debug/pprof/) on the admin
+// listener only. The public port answers
 // 404 in OpenAI's format for each, saying where they are served, and the
 // admin port serves none of the OpenAI endpoints or the decision API.
 func TestAdminSurface(t *testing.T) {
@@ -47,6 +48,9 @@ func TestAdminSurface(t *testing.T) {
 		"/metrics":             "kvroute_picker_",
 		"/debug/endpoints":     pod.Engine.URL(),
 		"/debug/admission":     "{",
+		"/debug/pprof/":        "href='heap?debug=1'", // the index links each profile
+		"/debug/pprof/heap":    "\x1f\x8b",            // a gzipped profile
+		"/debug/pprof/cmdline": "picker.test",
 		"/debug/no-such-thing": "",
 	}
 	for path, want := range adminPaths {

@@ -61,10 +61,11 @@ func (r *Router) Handler(o HandlerOptions) http.Handler {
 }
 
 // AdminHandler serves the admin surface, for probes, monitoring and
-// operators: /healthz, /readyz, /debug/endpoints, /debug/admission and,
-// when given, /metrics. It lists every endpoint's address and load, so
-// it belongs on a port only the monitoring namespace and the kubelet
-// reach (--admin-listen). It writes no access log.
+// operators: /healthz, /readyz, /debug/endpoints, /debug/admission, Go's
+// profiles under /debug/pprof/ and, when given, /metrics. It lists every
+// endpoint's address and load, so it belongs on a port only the
+// monitoring namespace and the kubelet reach (--admin-listen). It writes
+// no access log.
 func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -78,6 +79,7 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	}
 	mux.HandleFunc("GET "+debugapi.Path, func(w http.ResponseWriter, req *http.Request) { r.handleDebugEndpoints(w, req, self()) })
 	mux.HandleFunc("GET /debug/admission", r.handleDebugAdmission)
+	pprofRoutes(mux)
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}

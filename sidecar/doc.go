@@ -29,7 +29,11 @@
 //     counts; counting summaries (internal/summary) per tier are batched
 //     into numbered deltas every DeltaInterval and streamed over gRPC
 //     (kvroute.v1.Sidecar) with snapshots and load reports; the sidecar
-//     gossips its gRPC address, identity group and positions. Close ends
+//     gossips its gRPC address, identity group, the models its endpoints
+//     serve (all or none, gossip.AdvertisedModels: a picker sharded by
+//     model dials only the sidecars of its models) and positions; what
+//     does not fit in the metadata is left out, the endpoint digests
+//     first, then the models (pickers then dial and ask). Close ends
 //     every summary stream at once (Unavailable, "shutting down"): a
 //     watching picker is not left waiting for the graceful stop's deadline.
 //   - Stream health: the stream judge core (package sidecar/streamhealth,
@@ -59,10 +63,10 @@
 //     StartupTimeout): /healthz answers 200 (the process is alive),
 //     /metrics the registry, with every engine's series and
 //     kvroute_sidecar_engine_down{engine} 1 until that rank's engine
-//     answers; /readyz fails (503) with a problem per rank naming its
-//     engine URL and the last error; /debug/state and the other admin
-//     paths answer 503 with JSON saying the sidecar is starting and what
-//     it waits for. The gRPC listener, the event intake and gossip start
+//     answers; Go's profiles (/debug/pprof/) as ever; /readyz fails
+//     (503) with a problem per rank naming its engine URL and the last
+//     error; /debug/state and the other admin paths answer 503 with JSON
+//     saying the sidecar is starting and what it waits for. The gRPC listener, the event intake and gossip start
 //     only once every engine answered; then the full surface takes over
 //     on the same listener, atomically. A failed start closes the admin
 //     listener before Start returns.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -230,24 +231,28 @@ func (s *Sidecar) GRPCAddr() string {
 // Members returns the gossip membership (nil without gossip).
 func (s *Sidecar) Members() *gossip.Members { return s.members }
 
-// meta describes the sidecar for gossip: its gRPC address, identity group
+// meta describes the sidecar for gossip: its gRPC address, identity group,
+// the models its endpoints serve (all or none: gossip.AdvertisedModels)
 // and each endpoint's GPU summary position.
 func (s *Sidecar) meta(grpcAddr string) gossip.Meta {
 	m := gossip.Meta{Role: gossip.RoleSidecar, GRPC: grpcAddr}
+	var models []string
 	for _, ep := range s.endpoints {
 		ep.mu.Lock()
 		id := ep.identity
 		m.Group = identity.Group{Model: id.Model, BlockSize: id.BlockSize, KeyFormat: id.KeyFormat,
 			SummaryParams: id.SummaryParams, TokenizerFingerprint: id.TokenizerFingerprint}.ID()
 		m.Endpoints = append(m.Endpoints, gossip.Digest{Endpoint: id.Endpoint, Epoch: ep.epoch, Seq: ep.deltaSeq[tier.GPU]})
+		models = append(models, id.Model)
 		ep.mu.Unlock()
 	}
+	m.Models = gossip.AdvertisedModels(models)
 	return m
 }
 
 // sameButSeqs reports whether a and b differ at most in digest seqs.
 func sameButSeqs(a, b gossip.Meta) bool {
-	if a.Role != b.Role || a.GRPC != b.GRPC || a.Group != b.Group || len(a.Endpoints) != len(b.Endpoints) {
+	if a.Role != b.Role || a.GRPC != b.GRPC || a.Group != b.Group || !slices.Equal(a.Models, b.Models) || len(a.Endpoints) != len(b.Endpoints) {
 		return false
 	}
 	for i := range a.Endpoints {
@@ -321,7 +326,11 @@ func (s *Sidecar) startGossip(ctx context.Context) error {
 		}
 		err := m.SetMeta(meta)
 		if errors.Is(err, gossip.ErrMetaTooLarge) {
-			meta.Endpoints = nil // too many endpoints to fit: advertise the address alone
+			meta.Endpoints = nil // too many endpoints to fit: advertise the address and models alone
+			err = m.SetMeta(meta)
+		}
+		if errors.Is(err, gossip.ErrMetaTooLarge) {
+			meta.Models = nil // model names too long to fit: unknown, so pickers dial and ask
 			err = m.SetMeta(meta)
 		}
 		switch {
@@ -475,6 +484,7 @@ func (s *Sidecar) routes() []adminRoute {
 		{pattern: "GET /debug/keys", serve: http.HandlerFunc(s.handleKeys)},
 		{pattern: "GET /debug/events", serve: http.HandlerFunc(s.handleEvents)},
 	}
+	rts = append(rts, pprofRoutes()...)
 	if s.cfg.FaultInjection { // fault injection only (Validate: with gossip)
 		rts = append(rts, adminRoute{pattern: "POST /debug/fault/gossip", serve: http.HandlerFunc(s.handleGossipFault)})
 	}

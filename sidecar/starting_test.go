@@ -107,9 +107,9 @@ func expect(url string, status int, want ...string) error {
 // TestAdminServesWhileWaitingForTheEngine: while Start waits for an engine
 // that does not answer yet (a vLLM loading its model), the admin listener
 // already serves: /healthz 200, /readyz 503 naming the engine and the
-// error, /metrics with the engine down, the debug paths 503 (unknown ones
-// 404). Once the engine answers, the full surface takes over on the same
-// address.
+// error, /metrics with the engine down, Go's profiles (/debug/pprof/),
+// the other debug paths 503 (unknown ones 404). Once the engine answers,
+// the full surface takes over on the same address.
 func TestAdminServesWhileWaitingForTheEngine(t *testing.T) {
 	httpPort, events, replay := testnet.FreePort(t), testnet.FreePort(t), testnet.FreePort(t)
 	engineURL := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
@@ -143,6 +143,8 @@ func TestAdminServesWhileWaitingForTheEngine(t *testing.T) {
 		{"/debug/keys?canonical=0000000000000001", http.StatusServiceUnavailable, []string{`"starting":true`}},
 		{"/debug/events", http.StatusServiceUnavailable, []string{`"starting":true`}},
 		{"/debug/nothing-here", http.StatusNotFound, nil},
+		{"/debug/pprof/", http.StatusOK, []string{"href='heap?debug=1'"}}, // Go's profiles: the index, a profile
+		{"/debug/pprof/heap", http.StatusOK, []string{"\x1f\x8b"}},
 	} {
 		if err := expect(base+c.path, c.status, c.want...); err != nil {
 			t.Error(err)
@@ -176,6 +178,11 @@ func TestAdminServesWhileWaitingForTheEngine(t *testing.T) {
 	}
 	if err := expect(base+"/debug/nothing-here", http.StatusNotFound); err != nil {
 		t.Error(err)
+	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1"} {
+		if err := expect(base+path, http.StatusOK); err != nil {
+			t.Error(err)
+		}
 	}
 }
 

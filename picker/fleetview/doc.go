@@ -60,11 +60,20 @@
 //   - Per request, only the request's identity group is read (Match,
 //     GroupEndpoints: bounded by the group, not the fleet); Endpoints and
 //     Refused walk the whole fleet and are for listings and scrapes.
-//   - Config.Models, when set, bounds what is followed: a sidecar's
-//     endpoints of other models are never handed to the core but listed
-//     by Refused (model_not_followed) and counted; a sidecar serving none
-//     of them is asked what it serves (Info) and never streamed, and asked
-//     again every 30 s.
+//   - Config.Models, when set, bounds what is followed. A sidecar whose
+//     gossip metadata advertises its models (gossip.Meta.Models), none of
+//     them followed, is never dialled: counted while gossip lists it
+//     (kvroute_picker_sidecars_skipped_for_model) and logged at debug; if
+//     its metadata comes to advertise a model followed it is followed
+//     then, and a sidecar followed whose metadata comes to advertise none
+//     (its engine redeployed with another model) is dropped, its stream
+//     ended and its endpoints removed at once (not kept by load only, as
+//     a lost sidecar's are). A sidecar that advertises no models (an
+//     older one, or names that did not fit: unknown), or one named with
+//     WatchStatic, is dialled: its endpoints of other models are never
+//     handed to the core but listed by Refused (model_not_followed) and
+//     counted; one serving none of them is asked what it serves (Info) and
+//     never streamed, and asked again every 30 s.
 //   - Trusted endpoints only: before the core sees a sidecar's endpoints,
 //     each is judged by package picker/trust against the host of the
 //     address the view dials for that sidecar (Watch's address: gossip's

@@ -58,11 +58,12 @@ type Config struct {
 	Health      fleet.HealthConfig
 	HealthEvery time.Duration
 	// Models, when set, are the only models the view follows (picker
-	// replicas sharded by model): a sidecar's endpoints of other models
-	// are listed as not followed (ReasonModelNotFollowed) and a sidecar
-	// serving none of them has its summaries never streamed. Each entry
-	// is a model name as the sidecars report it; none empty. Default
-	// none: every model.
+	// replicas sharded by model): a sidecar whose gossip metadata
+	// advertises models, none of them followed, is never dialled; a
+	// sidecar's endpoints of other models are listed as not followed
+	// (ReasonModelNotFollowed) and a sidecar serving none of them has its
+	// summaries never streamed. Each entry is a model name as the
+	// sidecars report it; none empty. Default none: every model.
 	Models []string
 	// AllowRemote are the networks whose endpoints any sidecar may
 	// advertise (--allow-remote-endpoints, as trust.ParseAllow returns
@@ -132,6 +133,7 @@ type View struct {
 	// endpoints of other models, by sidecar address, as last offered.
 	models     map[string]bool
 	unfollowed map[string][]Refused
+	skips      *modelSkips // gossip members not dialled for their models
 	trust      *trustState // the trust check's name cache and refusals
 
 	wg        sync.WaitGroup
@@ -181,12 +183,16 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 		}
 	}
 	v.health = newHealthMetrics(v)
+	v.skips = newModelSkips(log)
 	v.trust = newTrustState(&cfg, log)
 	v.probe = &http.Client{Timeout: probeTimeout}
 	if reg != nil {
 		reg.MustRegister(v.refused, v.conflict, v.resyncs, v.malformed, v.applied, v.lag, v.batches, staleness{v}, notFollowed{v}, failingGauge{v},
 			trustGauge{v}, v.trust.refused)
 		v.health.register(reg)
+	}
+	if reg != nil {
+		reg.MustRegister(v.skips)
 	}
 	v.closeCtx, v.close = context.WithCancel(context.Background())
 	v.loader = newLoader(&v.mu, func(n int) { v.batches.Observe(float64(n)) })
@@ -397,7 +403,12 @@ func (n notFollowed) Collect(ch chan<- prometheus.Metric) {
 // FollowGossip watches every sidecar that gossip reports and forgets those
 // that leave, until ctx ends. Besides the events it reconciles with the
 // member list every reconcile interval, so lost events (a full buffer), an
-// address change, or a late Leave for a reused address all settle.
+// address change, or a late Leave for a reused address all settle. With
+// Config.Models, a sidecar whose metadata advertises models none of which
+// is followed is never dialled (followsMeta; counted in
+// kvroute_picker_sidecars_skipped_for_model, logged at debug), and one
+// followed until its metadata says so is no longer (unfollowModels); one
+// that advertises no models is dialled and asked, as before.
 func (v *View) FollowGossip(ctx context.Context, m *gossip.Members) {
 	const reconcile = 2 * time.Second
 	t := time.NewTicker(reconcile)
@@ -414,24 +425,39 @@ func (v *View) FollowGossip(ctx context.Context, m *gossip.Members) {
 			if mb.MetaErr != nil || mb.Meta.Role != gossip.RoleSidecar || mb.Meta.GRPC == "" {
 				continue
 			}
-			if ev.Type == gossip.Leave {
+			sk := skippedMember{addr: mb.Meta.GRPC, models: mb.Meta.Models}
+			switch {
+			case ev.Type == gossip.Leave:
 				v.reconcile(m) // forget it unless a live member still advertises it
-			} else {
+			case v.followsMeta(mb.Meta):
+				v.skips.note(mb.Name, sk, false)
 				v.Watch(mb.Meta.GRPC)
+			default:
+				v.skips.note(mb.Name, sk, true)
+				if v.streamingGossiped(mb.Meta.GRPC) {
+					v.reconcile(m) // its models changed: stop unless another member still wants it followed
+				}
 			}
 		}
 	}
 }
 
-// reconcile follows exactly the sidecars gossip lists as alive, besides
-// the static ones (WatchStatic).
+// reconcile follows exactly the sidecars gossip lists as alive whose
+// advertised models it follows (followsMeta), besides the static ones
+// (WatchStatic).
 func (v *View) reconcile(m *gossip.Members) {
 	live := map[string]bool{}
+	skipped := map[string]skippedMember{}
 	for _, mb := range m.Members() {
 		if mb.MetaErr == nil && mb.Meta.Role == gossip.RoleSidecar && mb.Meta.GRPC != "" {
-			live[mb.Meta.GRPC] = true
+			if v.followsMeta(mb.Meta) {
+				live[mb.Meta.GRPC] = true
+			} else {
+				skipped[mb.Name] = skippedMember{addr: mb.Meta.GRPC, models: mb.Meta.Models}
+			}
 		}
 	}
+	v.skips.reset(skipped)
 	v.mu.Lock()
 	var gone []string
 	for addr, ref := range v.streams {
@@ -441,7 +467,11 @@ func (v *View) reconcile(m *gossip.Members) {
 	}
 	v.mu.Unlock()
 	for _, addr := range gone {
-		v.Forget(addr)
+		if models, ok := v.skips.skippedAddr(addr); ok {
+			v.unfollowModels(addr, models)
+		} else {
+			v.Forget(addr)
+		}
 	}
 	for addr := range live {
 		v.Watch(addr)
