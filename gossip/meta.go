@@ -41,7 +41,7 @@ type Digest struct {
 // version does not know (a newer member's) are ignored.
 type Meta struct {
 	Role  string `json:"r"`
-	GRPC  string `json:"g,omitempty"` // gRPC address pickers dial (sidecars)
+	GRPC  string `json:"g,omitempty"` // gRPC address: a sidecar's summary stream, a picker's bookings stream (--peer-listen)
 	Group string `json:"i,omitempty"` // identity group
 	// Models are the model names the member's endpoints serve, as its
 	// sidecar reports them (EndpointInfo.model), all of them or none:
