@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/verify"
 	"github.com/kvroute/kvroute/picker"
@@ -212,4 +213,31 @@ func TestShareConfig(t *testing.T) {
 			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.says)
 		}
 	}
+}
+
+// TestPickersFindEachOtherByGossip: two pickers with gossip and the
+// default --peer-listen (a free port on loopback) find each other
+// through their gossip metadata and follow each other's bookings, with
+// no address given; a picker that leaves is no longer followed.
+func TestPickersFindEachOtherByGossip(t *testing.T) {
+	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
+	start := func(name string, join ...string) *picker.Server {
+		s, _, _ := startObserved(t, pod, func(cfg *picker.ServerConfig) {
+			g := gossip.LocalConfig(name)
+			g.Join = join
+			cfg.Gossip, cfg.PeerListen = &g, picker.DefaultServerConfig().PeerListen
+		})
+		return s
+	}
+	a := start("picker-a")
+	b := start("picker-b", a.Members().LocalAddr())
+	following(t, a, "", b.PeerAddr())
+	following(t, b, "", a.PeerAddr())
+	b.Close()
+	testnet.Await(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if _, peers := pickersOf(t, a); len(peers) != 0 {
+			return fmt.Errorf("a still lists %+v", peers)
+		}
+		return nil
+	})
 }
