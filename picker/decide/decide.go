@@ -73,9 +73,9 @@ type Snapshot struct {
 	// the request's chain the endpoint holds (nil maps, absent keys:
 	// none).
 	Matched [tier.Count]map[string]int
-	// InFlight is, per endpoint URL, this picker's picks its last load
-	// report does not cover, and its carried picks before their first
-	// byte (absent: none).
+	// InFlight is, per endpoint URL, the picks its last load report does
+	// not cover, and the carried picks before their first output token,
+	// this picker's and those the other pickers shared (absent: none).
 	InFlight map[string]inflight.Pending
 	// Model is the group's TTFT fit (nil: Config.Predict's prior);
 	// Learned, per endpoint URL, its speed factor and the uncached prompt
