@@ -116,20 +116,54 @@ func (c HealthConfig) Validate() error {
 //   - the sidecar lost events it could not replay (partial), or judges its
 //     live event stream silent or replay-only: load only, with its reason;
 //   - otherwise cached.
+//
+// StateAt is the same judgement without the reason.
 func (e *Endpoint) HealthAt(now time.Time, c HealthConfig) Health {
+	state, why, quiet := e.judge(now, c)
+	return Health{State: state, Reason: e.reason(why, now, quiet, c)}
+}
+
+// StateAt is e's state at now as HealthAt judges it, without wording the
+// reason: what a decision asks of every endpoint of its group.
+func (e *Endpoint) StateAt(now time.Time, c HealthConfig) HealthState {
+	state, _, _ := e.judge(now, c)
+	return state
+}
+
+// cause is why an endpoint is in its state (HealthAt's list, in order).
+type cause uint8
+
+const (
+	causeNone cause = iota
+	causeEjected
+	causeEjectedProbe
+	causeEngineDown
+	causeDraining
+	causeLostSilent
+	causeLostAnswers
+	causeQuietDown
+	causeQuietStale
+	causeStreamPartial
+	causeStreamQuiet
+	causeInfoPartial
+)
+
+// judge is HealthAt's judgement: the state, its cause, and for the
+// causes of silence how long the sidecar has been quiet.
+func (e *Endpoint) judge(now time.Time, c HealthConfig) (HealthState, cause, time.Duration) {
 	switch {
 	case e.Ejected && now.Before(e.EjectedUntil):
-		return Health{Down, "ejected by the picker after a failure reaching the engine: " + e.EjectReason}
+		return Down, causeEjected, 0
 	case e.Ejected:
-		return Health{Down, "ejected by the picker (" + e.EjectReason + "); back once a health probe of the engine succeeds"}
+		return Down, causeEjectedProbe, 0
 	case e.Load.EngineDown:
-		return Health{Down, "the sidecar cannot reach the engine: " + e.Load.EngineError}
+		return Down, causeEngineDown, 0
 	case e.Load.Draining:
-		return Health{Draining, "the sidecar announced a drain (" + e.Load.DrainReason + "): no new requests, those in flight finish"}
+		return Draining, causeDraining, 0
 	case !e.SidecarLost.IsZero() && !e.EngineAnswers:
-		return Health{Down, "the sidecar is lost and the engine does not answer the picker's health probe"}
+		return Down, causeLostSilent, 0
 	case !e.SidecarLost.IsZero():
-		return Health{LoadOnly, fmt.Sprintf("the sidecar is lost (%s ago); the engine answers the picker's health probe", round(now.Sub(e.SidecarLost)))}
+		return LoadOnly, causeLostAnswers, 0
 	}
 	last := e.LastUpdate
 	if last.IsZero() {
@@ -138,21 +172,50 @@ func (e *Endpoint) HealthAt(now time.Time, c HealthConfig) Health {
 	if !last.IsZero() {
 		switch quiet := now.Sub(last); {
 		case quiet > c.DownAfter:
-			return Health{Down, fmt.Sprintf("nothing from the sidecar for %s (--down-after %s)", round(quiet), c.DownAfter)}
+			return Down, causeQuietDown, quiet
 		case quiet > c.StaleSummary:
-			return Health{LoadOnly, fmt.Sprintf("the summary is stale: nothing from the sidecar for %s (--stale-summary %s)", round(quiet), c.StaleSummary)}
+			return LoadOnly, causeQuietStale, quiet
 		}
 	}
 	switch e.StreamState {
 	case StreamPartial:
-		return Health{LoadOnly, "the sidecar lost KV events it could not replay: " + e.StreamReason}
+		return LoadOnly, causeStreamPartial, 0
 	case StreamSilent, StreamReplayOnly:
-		return Health{LoadOnly, "the KV event stream is " + e.StreamState + ": " + e.StreamReason}
+		return LoadOnly, causeStreamQuiet, 0
 	}
 	if e.Info.Partial {
-		return Health{LoadOnly, "the sidecar lost KV events it could not replay"}
+		return LoadOnly, causeInfoPartial, 0
 	}
-	return Health{State: Cached}
+	return Cached, causeNone, 0
+}
+
+// reason words a judgement's cause.
+func (e *Endpoint) reason(why cause, now time.Time, quiet time.Duration, c HealthConfig) string {
+	switch why {
+	case causeEjected:
+		return "ejected by the picker after a failure reaching the engine: " + e.EjectReason
+	case causeEjectedProbe:
+		return "ejected by the picker (" + e.EjectReason + "); back once a health probe of the engine succeeds"
+	case causeEngineDown:
+		return "the sidecar cannot reach the engine: " + e.Load.EngineError
+	case causeDraining:
+		return "the sidecar announced a drain (" + e.Load.DrainReason + "): no new requests, those in flight finish"
+	case causeLostSilent:
+		return "the sidecar is lost and the engine does not answer the picker's health probe"
+	case causeLostAnswers:
+		return fmt.Sprintf("the sidecar is lost (%s ago); the engine answers the picker's health probe", round(now.Sub(e.SidecarLost)))
+	case causeQuietDown:
+		return fmt.Sprintf("nothing from the sidecar for %s (--down-after %s)", round(quiet), c.DownAfter)
+	case causeQuietStale:
+		return fmt.Sprintf("the summary is stale: nothing from the sidecar for %s (--stale-summary %s)", round(quiet), c.StaleSummary)
+	case causeStreamPartial:
+		return "the sidecar lost KV events it could not replay: " + e.StreamReason
+	case causeStreamQuiet:
+		return "the KV event stream is " + e.StreamState + ": " + e.StreamReason
+	case causeInfoPartial:
+		return "the sidecar lost KV events it could not replay"
+	}
+	return ""
 }
 
 // The stream states a sidecar reports of its live KV event stream.
