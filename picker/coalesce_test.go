@@ -60,7 +60,7 @@ func startGatedEngine(t *testing.T, engineURL string) *gatedEngine {
 
 // coalesceRouter is a router over one real pod, and the pod's endpoints
 // with their URL pointing at a gated proxy of the engine.
-func coalesceRouter(t *testing.T) (*Router, *prometheus.Registry, []fleet.Endpoint, *gatedEngine) {
+func coalesceRouter(t *testing.T) (*Router, *prometheus.Registry, []*fleet.Endpoint, *gatedEngine) {
 	t.Helper()
 	vcfg := fleetview.DefaultConfig()
 	vcfg.Params, vcfg.Retry = summary.ForCapacity(4096), 50*time.Millisecond
@@ -86,9 +86,10 @@ func coalesceRouter(t *testing.T) (*Router, *prometheus.Registry, []fleet.Endpoi
 	}
 	t.Cleanup(r.Close)
 	g := startGatedEngine(t, p.Engine.URL())
-	eps := v.Endpoints()
-	for i := range eps {
-		eps[i].URL = g.srv.URL
+	var eps []*fleet.Endpoint
+	for _, e := range v.Endpoints() {
+		e.URL = g.srv.URL
+		eps = append(eps, &e)
 	}
 	return r, reg, eps, g
 }

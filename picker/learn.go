@@ -44,9 +44,9 @@ func (l *learner) into(snap *decide.Snapshot, group string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.model(group)
-	snap.Learned = make(map[string]predict.Endpoint, len(snap.Endpoints))
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
+	eps := snap.Group()
+	snap.Learned = make(map[string]predict.Endpoint, len(eps))
+	for _, e := range eps {
 		if e.Load.Engine.Have {
 			m.Report(e.URL, e.Load.Engine)
 		}

@@ -100,7 +100,7 @@ func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
 // renderer chooses the engine of the group that would render the group's
 // tokens (decide.RenderOrder: routable, least loaded by its last report).
 func (r *Router) renderer(group string, tried map[string]bool) *Pick {
-	return firstUntried(decide.RenderOrder(&r.dcfg, r.groupEndpoints(group), r.now()), tried)
+	return firstUntried(decide.RenderOrderOf(&r.dcfg, r.groupEndpoints(group), r.now()), tried)
 }
 
 func firstUntried(urls []string, tried map[string]bool) *Pick {

@@ -28,11 +28,11 @@ type Prepared struct {
 	waited     time.Duration // in the admission queue (Admit)
 	req        *intake.Request
 	group      string
-	eps        []fleet.Endpoint // the group's, sorted by URL
-	chain      []blockkey.Key   // the request's block keys (none: load only, or no tokens)
-	keys       []uint64         // chain as the bookings hold it (Prepared.heldKeys), made once
-	tokens     []uint32         // its exact tokens (nil: none had), for a peer policy
-	prefixHash string           // "" when not anchorable
+	eps        []*fleet.Endpoint // the group's roster, sorted by URL: shared, never modified
+	chain      []blockkey.Key    // the request's block keys (none: load only, or no tokens)
+	keys       []uint64          // chain as the bookings hold it (Prepared.heldKeys), made once
+	tokens     []uint32          // its exact tokens (nil: none had), for a peer policy
+	prefixHash string            // "" when not anchorable
 	dreq       decide.Request
 }
 
@@ -148,9 +148,21 @@ func (r *Router) prepare(ctx context.Context, p *Prepared) error {
 
 // groupEndpoints lists the group's endpoints, sorted by URL: read from
 // the group alone, so a request's cost does not grow with the fleet
-// (issue 21).
-func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
-	return r.fleet.GroupEndpoints(group)
+// (issue 21), and, from a fleet that publishes rosters, without copying
+// them (issue 37). The slice and the endpoints are shared: read only.
+func (r *Router) groupEndpoints(group string) []*fleet.Endpoint {
+	if r.roster != nil {
+		if ro := r.roster.Roster(group); ro != nil {
+			return ro.Endpoints
+		}
+		return nil
+	}
+	eps := r.fleet.GroupEndpoints(group)
+	out := make([]*fleet.Endpoint, len(eps))
+	for i := range eps {
+		out[i] = &eps[i]
+	}
+	return out
 }
 
 // reportFailure tells the fleet view's passive outlier detection that an
@@ -201,14 +213,14 @@ type tokensOf struct {
 
 // tokens gets the request's tokens: as sent, or rendered by an engine of
 // its group (the anchor rendered alongside).
-func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Kind, body []byte, eps []fleet.Endpoint, n *notes) (tokensOf, error) {
+func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Kind, body []byte, eps []*fleet.Endpoint, n *notes) (tokensOf, error) {
 	if req.TokenIDs != nil {
 		if !req.Anchorable {
 			return tokensOf{full: req.TokenIDs}, nil
 		}
 		return tokensOf{full: req.TokenIDs, anchor: min(len(req.TokenIDs), r.cfg.AnchorTokens)}, nil
 	}
-	engines := decide.RenderOrder(&r.dcfg, eps, r.now())
+	engines := decide.RenderOrderOf(&r.dcfg, eps, r.now())
 	if len(engines) == 0 {
 		return tokensOf{}, errors.New("no healthy engine to render with")
 	}

@@ -3,7 +3,6 @@ package picker
 import (
 	"context"
 	"maps"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -78,15 +77,21 @@ func (r *Router) Admit(ctx context.Context, p *Prepared, opt PickOptions) (leave
 func (r *Router) Snapshot(p *Prepared, opt PickOptions, now time.Time) decide.Snapshot {
 	p.dreq.Exclude = opt.Exclude
 	p.dreq.SLO = opt.SLO.Seconds()
-	if opt.Only != nil {
-		p.eps = slices.DeleteFunc(p.eps, func(e fleet.Endpoint) bool { return !opt.Only[e.URL] })
+	if opt.Only != nil { // a new slice: the roster is shared
+		kept := make([]*fleet.Endpoint, 0, len(opt.Only))
+		for _, e := range p.eps {
+			if opt.Only[e.URL] {
+				kept = append(kept, e)
+			}
+		}
+		p.eps = kept
 	}
 	return r.snapshot(p, now)
 }
 
 // snapshot is Snapshot over p's endpoints as they are.
 func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
-	s := decide.Snapshot{Endpoints: p.eps}
+	s := decide.Snapshot{Members: p.eps}
 	if len(p.chain) > 0 {
 		for _, t := range tier.All() {
 			s.Matched[t] = r.fleet.Match(p.group, t, p.chain)
@@ -146,7 +151,7 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached,
 		waited: p.waited, peer: ticket, group: p.group}
-	if pick.source, pick.sourceDropped = sourceOf(&d, snap.Endpoints); pick.sourceDropped != "" {
+	if pick.source, pick.sourceDropped = sourceOf(&d, snap.Group()); pick.sourceDropped != "" {
 		r.log.Debug("the decision's KV source is not named", zap.String("endpoint", d.Endpoint), zap.String("source", d.Source),
 			zap.String("reason", pick.sourceDropped))
 	}

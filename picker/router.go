@@ -210,6 +210,7 @@ type Router struct {
 	dcfg   decide.Config
 	log    *zap.Logger
 	fleet  Fleet
+	roster rosters // fleet, when it publishes rosters (nil: copies per request)
 	render *render.Client
 	coal   *render.Coalescer // identical renders in flight, shared
 	parser intake.Parser
@@ -248,6 +249,7 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
 		proxy:  &http.Client{Transport: newProxyTransport()}, accessLog: log.Named("access")}
 	r.bookings.b = books
+	r.roster, _ = fl.(rosters)
 	r.access.rate = cfg.AccessLog
 	r.engKey.Store(&cfg.EngineAPIKey)
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
@@ -396,7 +398,7 @@ func clientGone() *intake.Error {
 
 // admitLoads are group's routable endpoints' loads (of eps; nil: the
 // fleet's) at now, as admission judges saturation (bookings.admitLoads).
-func (r *Router) admitLoads(group string, eps []fleet.Endpoint, now time.Time) []admit.Load {
+func (r *Router) admitLoads(group string, eps []*fleet.Endpoint, now time.Time) []admit.Load {
 	if eps == nil {
 		eps = r.groupEndpoints(group)
 	}

@@ -67,7 +67,13 @@ type Request struct {
 
 // Snapshot is the fleet as the decision sees it.
 type Snapshot struct {
-	// Endpoints are the request's identity group, in a stable order.
+	// Members are the request's identity group, in a stable order: the
+	// fleet's roster of the group (fleet.Roster), shared with every other
+	// decision reading it, or the part of it a request may use. Nothing
+	// here modifies them, nor the slice.
+	Members []*fleet.Endpoint
+	// Endpoints are the same as values, for a snapshot made by hand
+	// (tests, tools): read only when Members is nil.
 	Endpoints []fleet.Endpoint
 	// Matched is, per tier and endpoint URL, how many leading blocks of
 	// the request's chain the endpoint holds (nil maps, absent keys:
@@ -87,6 +93,19 @@ type Snapshot struct {
 	// Sources are the endpoints (URL) that run vLLM's P2P tier: they may
 	// pull a prefix from one another's CPU tiers (absent: not).
 	Sources map[string]bool
+}
+
+// Group is s's endpoints: Members, or pointers to Endpoints when Members
+// is nil. Read only.
+func (s *Snapshot) Group() []*fleet.Endpoint {
+	if s.Members != nil || s.Endpoints == nil {
+		return s.Members
+	}
+	out := make([]*fleet.Endpoint, len(s.Endpoints))
+	for i := range s.Endpoints {
+		out[i] = &s.Endpoints[i]
+	}
+	return out
 }
 
 // Decision is the choice, its reason and its explanation.
@@ -147,7 +166,7 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	if req.Policy != "" {
 		sc.Policy = req.Policy
 	}
-	cands, feats := candidates(cfg, req, snap, now)
+	cands, feats := candidates(cfg, req, snap, snap.Group(), now)
 	sd := score.Decide(&sc, req.Request, cands)
 	d := Decision{Policy: sc.Policy, Reason: sd.Reason, Override: sd.Override, Explain: sd.Explain}
 	if sd.Index < 0 {
@@ -159,7 +178,7 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	if o.source != "" {
 		d.Source, d.SourceTokens = o.source, o.plan.Pulled
 	}
-	d.LoadOnly = snap.Endpoints[sd.Index].HealthAt(now, cfg.Health).State == fleet.LoadOnly
+	d.LoadOnly = o.state == fleet.LoadOnly
 	d.MatchedTokens = chosen.Matched[tier.GPU]
 	if req.BlockSize > 0 {
 		d.MatchedBlocks = d.MatchedTokens / req.BlockSize
@@ -183,22 +202,22 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 // chosen (routable, not excluded), and the request's predicted TTFT
 // there.
 func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.Candidate {
-	out, _ := candidates(cfg, req, snap, now)
+	out, _ := candidates(cfg, req, snap, snap.Group(), now)
 	return out
 }
 
-func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score.Candidate, []option) {
-	out := make([]score.Candidate, 0, len(snap.Endpoints))
-	feats := make([]option, 0, len(snap.Endpoints))
+// candidates is Candidates over eps (snap's), with each one's option.
+func candidates(cfg *Config, req Request, snap Snapshot, eps []*fleet.Endpoint, now time.Time) ([]score.Candidate, []option) {
+	out := make([]score.Candidate, 0, len(eps))
+	feats := make([]option, 0, len(eps))
 	var sources []source
 	if cfg.Pulls && req.Policy == score.Precise || cfg.Pulls && req.Policy == "" && cfg.Score.Policy == score.Precise {
-		sources = pullSources(cfg, req, snap, now)
+		sources = pullSources(cfg, req, snap, eps, now)
 	}
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
-		h := e.HealthAt(now, cfg.Health)
-		c := score.Candidate{ID: e.URL, Healthy: h.Routable() && !req.Exclude[e.URL]}
-		if h.State == fleet.Cached { // load-only endpoints get no cache credit
+	for _, e := range eps {
+		st := e.StateAt(now, cfg.Health)
+		c := score.Candidate{ID: e.URL, Healthy: st.Routable() && !req.Exclude[e.URL]}
+		if st == fleet.Cached { // load-only endpoints get no cache credit
 			for _, t := range tier.All() {
 				c.Matched[t] = snap.Matched[t][e.URL] * req.BlockSize
 			}
@@ -210,7 +229,8 @@ func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score
 		c.Sent, c.SentTokens = p.Count, p.Tokens
 		o := cfg.features(req, snap, &c, p)
 		o.terms = cfg.price(snap, e.URL, o.f)
-		if snap.Sources[e.URL] && h.State == fleet.Cached {
+		o.state = st
+		if snap.Sources[e.URL] && st == fleet.Cached {
 			o = cfg.bestPull(req, snap, o, sources)
 		}
 		c.Ahead = o.f.Ahead
@@ -230,6 +250,7 @@ type option struct {
 	terms    predict.Terms
 	plan     Placement
 	source   string
+	state    fleet.HealthState // the endpoint's, at the decision's now
 }
 
 // source is an endpoint whose CPU tier may serve a pull: how many leading
@@ -246,12 +267,11 @@ type source struct {
 // endpoint's is not) and hold some of the prefix there. Only their CPU
 // tier counts: vLLM's P2P tier serves nothing else, and never touches the
 // source's GPU, so a busy or excluded source serves all the same.
-func pullSources(cfg *Config, req Request, snap Snapshot, now time.Time) []source {
+func pullSources(cfg *Config, req Request, snap Snapshot, eps []*fleet.Endpoint, now time.Time) []source {
 	var out []source
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
+	for _, e := range eps {
 		n := snap.Matched[tier.CPU][e.URL] * req.BlockSize
-		if n <= 0 || !snap.Sources[e.URL] || e.HealthAt(now, cfg.Health).State != fleet.Cached {
+		if n <= 0 || !snap.Sources[e.URL] || e.StateAt(now, cfg.Health) != fleet.Cached {
 			continue
 		}
 		out = append(out, source{url: e.URL, tokens: n, pulls: snap.InFlight[e.URL].PullsOut})
@@ -345,15 +365,26 @@ func (cfg *Config) price(snap Snapshot, url string, f predict.Features) predict.
 // RenderOrder orders the engines that may render a request's tokens:
 // the routable endpoints (cached or load-only: both answer; a draining
 // engine is going away), least loaded
-// first (by the last report), ties by URL.
+// first (by the last report), ties by URL. RenderOrderOf is the same
+// over a roster.
 func RenderOrder(cfg *Config, eps []fleet.Endpoint, now time.Time) []string {
-	var ok []fleet.Endpoint
+	ptrs := make([]*fleet.Endpoint, len(eps))
+	for i := range eps {
+		ptrs[i] = &eps[i]
+	}
+	return RenderOrderOf(cfg, ptrs, now)
+}
+
+// RenderOrderOf is RenderOrder over endpoints shared by pointer (a
+// roster: read only).
+func RenderOrderOf(cfg *Config, eps []*fleet.Endpoint, now time.Time) []string {
+	var ok []*fleet.Endpoint
 	for _, e := range eps {
-		if e.HealthAt(now, cfg.Health).Routable() {
+		if e.StateAt(now, cfg.Health).Routable() {
 			ok = append(ok, e)
 		}
 	}
-	load := func(e fleet.Endpoint) float64 { return e.Load.Waiting + e.Load.Running }
+	load := func(e *fleet.Endpoint) float64 { return e.Load.Waiting + e.Load.Running }
 	sort.SliceStable(ok, func(i, j int) bool {
 		if load(ok[i]) != load(ok[j]) {
 			return load(ok[i]) < load(ok[j])
@@ -385,9 +416,8 @@ func Saturated(cfg *Config, req Request, snap Snapshot, now time.Time, waiting f
 		return false
 	}
 	routable := 0
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
-		if !e.HealthAt(now, cfg.Health).Routable() || req.Exclude[e.URL] {
+	for _, e := range snap.Group() {
+		if !e.StateAt(now, cfg.Health).Routable() || req.Exclude[e.URL] {
 			continue
 		}
 		routable++

@@ -52,7 +52,11 @@ type Health struct {
 }
 
 // Routable reports whether the endpoint may be picked for a new request.
-func (h Health) Routable() bool { return h.State == Cached || h.State == LoadOnly }
+func (h Health) Routable() bool { return h.State.Routable() }
+
+// Routable reports whether an endpoint in state s may be picked for a new
+// request: cached or load-only.
+func (s HealthState) Routable() bool { return s == Cached || s == LoadOnly }
 
 // HealthConfig holds the limits health is judged by. Start from
 // DefaultHealthConfig: a zero value is invalid, not a default.

@@ -46,7 +46,7 @@
 //     for Config.Health's backoff; Probe readmits, as fleetview's probe of
 //     the engine does — there is no goroutine to do it unasked.
 //   - Concurrency: a Fleet is safe for concurrent use (one RWMutex; Match,
-//     Endpoints and GroupEndpoints under the read lock). It starts no
+//     Endpoints, GroupEndpoints and Roster under the read lock). It starts no
 //     goroutine and does no I/O. A Sidecar is not safe for concurrent use:
 //     a Fleet serialises those it owns; a shared one is driven from one
 //     goroutine.
