@@ -135,7 +135,7 @@ func inProcessFleet(b *testing.B, n int, prompts [][]uint32, now time.Time) (*lo
 	}
 	urls := make([]string, n)
 	for i := range n {
-		urls[i] = fmt.Sprintf("http://10.0.%d.%d:8000", i/250, i%250)
+		urls[i] = fmt.Sprintf("http://127.0.%d.%d:9", i/250, i%250+1) // nothing listens: the model list is refused at once
 		id := fleetpkg.Identity{Endpoint: urls[i], Model: "sim", BlockSize: 16, NumGPUBlocks: 65536, KeyFormat: blockkey.FormatV1,
 			SummaryParams: params.String(), TokenizerFingerprint: "bench"}
 		if err := lf.Register(id, now); err != nil {
