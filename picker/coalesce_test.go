@@ -115,7 +115,7 @@ func TestRenderCoalescedAcrossRequests(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			var nt notes
-			got[i], errs[i] = r.tokens(context.Background(), req, intake.Chat, body, eps, &nt)
+			got[i], errs[i] = r.tokens(context.Background(), req, intake.Chat, body, fleet.NewRoster(eps), &nt)
 		})
 	}
 	// Release the engine once every request but the first has joined.
@@ -174,7 +174,7 @@ func TestRenderCoalescedLeaderLeaves(t *testing.T) {
 	leader := make(chan error, 1)
 	go func() {
 		var nt notes
-		_, err := r.tokens(lctx, req, intake.Chat, body, eps, &nt)
+		_, err := r.tokens(lctx, req, intake.Chat, body, fleet.NewRoster(eps), &nt)
 		leader <- err
 	}()
 	testnet.Await(t, 10*time.Second, time.Millisecond, func() error {
@@ -186,7 +186,7 @@ func TestRenderCoalescedLeaderLeaves(t *testing.T) {
 	waiter := make(chan tokensOf, 1)
 	go func() {
 		var nt notes
-		toks, err := r.tokens(context.Background(), req, intake.Chat, body, eps, &nt)
+		toks, err := r.tokens(context.Background(), req, intake.Chat, body, fleet.NewRoster(eps), &nt)
 		if err != nil {
 			t.Error(err)
 		}

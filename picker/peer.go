@@ -63,7 +63,7 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 			}
 		}
 	}
-	req := &peers.Request{Model: modelOf(p.eps), CacheSalt: p.req.CacheSalt, Tokens: p.tokens, BlockSize: bs, Keys: p.chain, Stream: p.req.Stream}
+	req := &peers.Request{Model: modelOf(p.endpoints()), CacheSalt: p.req.CacheSalt, Tokens: p.tokens, BlockSize: bs, Keys: p.chain, Stream: p.req.Stream}
 	if r.cfg.Score.Policy == score.SGLang {
 		req.Text = intake.Text(p.kind, p.body)
 		if p.req.Kind == intake.Responses { // as told: the decision API's kind is Any

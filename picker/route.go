@@ -9,7 +9,6 @@ import (
 
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/decide"
-	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
 	"github.com/kvroute/kvroute/picker/score"
@@ -58,11 +57,11 @@ func (r *Router) Prepare(ctx context.Context, kind intake.Kind, body []byte) (*P
 // queue's timeout and ctx), or is refused. On success the caller calls
 // leave once its pick is booked, so the next waiter decides knowing it.
 func (r *Router) Admit(ctx context.Context, p *Prepared, opt PickOptions) (leave func(), err error) {
-	leave, p.waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.eps, opt.Fairness, p.req.CacheSalt, admissionCost(p))
+	leave, p.waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.endpoints(), opt.Fairness, p.req.CacheSalt, admissionCost(p))
 	switch {
 	case err == nil:
 		if p.waited > 0 {
-			p.eps = r.groupEndpoints(p.group) // the fleet moved on while it waited
+			p.ro = r.groupRoster(p.group) // the fleet moved on while it waited
 		}
 	case ctx.Err() != nil:
 		err = clientGone()
@@ -77,40 +76,30 @@ func (r *Router) Admit(ctx context.Context, p *Prepared, opt PickOptions) (leave
 func (r *Router) Snapshot(p *Prepared, opt PickOptions, now time.Time) decide.Snapshot {
 	p.dreq.Exclude = opt.Exclude
 	p.dreq.SLO = opt.SLO.Seconds()
-	if opt.Only != nil { // a new slice: the roster is shared
-		kept := make([]*fleet.Endpoint, 0, len(opt.Only))
-		for _, e := range p.eps {
-			if opt.Only[e.URL] {
-				kept = append(kept, e)
-			}
-		}
-		p.eps = kept
+	p.dreq.Terse = !opt.Explain         // nobody reads an explanation unasked
+	if opt.Only != nil && p.ro != nil { // a new roster: the fleet's is shared
+		p.ro = p.ro.Only(opt.Only)
 	}
 	return r.snapshot(p, now)
 }
 
 // snapshot is Snapshot over p's endpoints as they are.
 func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
-	s := decide.Snapshot{Members: p.eps}
+	// Sources stays nil: the roster's briefs say which endpoints run
+	// vLLM's P2P tier (may pull and be pulled from).
+	s := decide.Snapshot{Roster: p.ro}
 	if len(p.chain) > 0 {
 		for _, t := range tier.All() {
 			s.Matched[t] = r.fleet.Match(p.group, t, p.chain)
 		}
 	}
-	s.InFlight = r.bookings.pending(p.eps, now)
-	for _, e := range p.eps {
-		if e.Info.KVSource != "" { // runs vLLM's P2P tier: may pull and be pulled from
-			if s.Sources == nil {
-				s.Sources = map[string]bool{}
-			}
-			s.Sources[e.URL] = true
-		}
-	}
+	eps := p.endpoints()
+	s.InFlight = r.bookings.pending(eps, now)
 	if len(p.chain) > 0 && r.precise(p) {
 		// A prefix this picker's requests are prefilling there now will
 		// be cached by the time this one runs behind them: siblings of a
 		// new prefix find it before any KV event says so.
-		for url, n := range r.bookings.held(p.eps, p.heldKeys()) {
+		for url, n := range r.bookings.held(eps, p.heldKeys()) {
 			if s.Matched[tier.GPU] == nil {
 				s.Matched[tier.GPU] = map[string]int{}
 			}

@@ -400,7 +400,9 @@ func clientGone() *intake.Error {
 // fleet's) at now, as admission judges saturation (bookings.admitLoads).
 func (r *Router) admitLoads(group string, eps []*fleet.Endpoint, now time.Time) []admit.Load {
 	if eps == nil {
-		eps = r.groupEndpoints(group)
+		if ro := r.groupRoster(group); ro != nil {
+			eps = ro.Endpoints
+		}
 	}
 	return r.bookings.admitLoads(eps, now, r.cfg.Health)
 }

@@ -140,7 +140,6 @@ type cause uint8
 const (
 	causeNone cause = iota
 	causeEjected
-	causeEjectedProbe
 	causeEngineDown
 	causeDraining
 	causeLostSilent
@@ -153,53 +152,77 @@ const (
 )
 
 // judge is HealthAt's judgement: the state, its cause, and for the
-// causes of silence how long the sidecar has been quiet.
+// causes of silence how long the sidecar has been quiet. It is the
+// verdict (what does not depend on the time) then the time's part.
 func (e *Endpoint) judge(now time.Time, c HealthConfig) (HealthState, cause, time.Duration) {
+	state, why, fixed := e.verdict()
+	if fixed {
+		return state, why, 0
+	}
+	return atTime(state, why, e.heard(), now, c)
+}
+
+// verdict is HealthAt's judgement as far as it does not depend on the
+// time: a state that holds whatever the time (fixed: ejected, the engine
+// down, draining, the sidecar lost), or the state the endpoint is in
+// while its sidecar is heard from, which atTime completes.
+func (e *Endpoint) verdict() (state HealthState, why cause, fixed bool) {
 	switch {
-	case e.Ejected && now.Before(e.EjectedUntil):
-		return Down, causeEjected, 0
-	case e.Ejected:
-		return Down, causeEjectedProbe, 0
+	case e.Ejected: // down before its backoff ends and after, until a probe succeeds
+		return Down, causeEjected, true
 	case e.Load.EngineDown:
-		return Down, causeEngineDown, 0
+		return Down, causeEngineDown, true
 	case e.Load.Draining:
-		return Draining, causeDraining, 0
+		return Draining, causeDraining, true
 	case !e.SidecarLost.IsZero() && !e.EngineAnswers:
-		return Down, causeLostSilent, 0
+		return Down, causeLostSilent, true
 	case !e.SidecarLost.IsZero():
-		return LoadOnly, causeLostAnswers, 0
+		return LoadOnly, causeLostAnswers, true
 	}
-	last := e.LastUpdate
-	if last.IsZero() {
-		last = e.Since
+	switch e.StreamState {
+	case StreamPartial:
+		return LoadOnly, causeStreamPartial, false
+	case StreamSilent, StreamReplayOnly:
+		return LoadOnly, causeStreamQuiet, false
 	}
-	if !last.IsZero() {
-		switch quiet := now.Sub(last); {
+	if e.Info.Partial {
+		return LoadOnly, causeInfoPartial, false
+	}
+	return Cached, causeNone, false
+}
+
+// heard is when anything last arrived for e: its last update, else when
+// it was registered; zero when neither is known.
+func (e *Endpoint) heard() time.Time {
+	if e.LastUpdate.IsZero() {
+		return e.Since
+	}
+	return e.LastUpdate
+}
+
+// atTime completes a verdict that is not fixed at now: nothing heard from
+// the sidecar since heard for DownAfter is down, for StaleSummary load
+// only; else the verdict stands. A zero heard is never quiet.
+func atTime(state HealthState, why cause, heard, now time.Time, c HealthConfig) (HealthState, cause, time.Duration) {
+	if !heard.IsZero() {
+		switch quiet := now.Sub(heard); {
 		case quiet > c.DownAfter:
 			return Down, causeQuietDown, quiet
 		case quiet > c.StaleSummary:
 			return LoadOnly, causeQuietStale, quiet
 		}
 	}
-	switch e.StreamState {
-	case StreamPartial:
-		return LoadOnly, causeStreamPartial, 0
-	case StreamSilent, StreamReplayOnly:
-		return LoadOnly, causeStreamQuiet, 0
-	}
-	if e.Info.Partial {
-		return LoadOnly, causeInfoPartial, 0
-	}
-	return Cached, causeNone, 0
+	return state, why, 0
 }
 
 // reason words a judgement's cause.
 func (e *Endpoint) reason(why cause, now time.Time, quiet time.Duration, c HealthConfig) string {
 	switch why {
 	case causeEjected:
+		if !now.Before(e.EjectedUntil) {
+			return "ejected by the picker (" + e.EjectReason + "); back once a health probe of the engine succeeds"
+		}
 		return "ejected by the picker after a failure reaching the engine: " + e.EjectReason
-	case causeEjectedProbe:
-		return "ejected by the picker (" + e.EjectReason + "); back once a health probe of the engine succeeds"
 	case causeEngineDown:
 		return "the sidecar cannot reach the engine: " + e.Load.EngineError
 	case causeDraining:

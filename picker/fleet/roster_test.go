@@ -103,6 +103,14 @@ func TestRosterFollowsEveryChange(t *testing.T) {
 			if r == nil {
 				continue
 			}
+			if len(r.Briefs) != len(r.Endpoints) {
+				t.Fatalf("step %d: %d briefs for %d endpoints", step, len(r.Briefs), len(r.Endpoints))
+			}
+			for i, e := range r.Endpoints {
+				if r.Briefs[i] != e.Brief() {
+					t.Fatalf("step %d (op %d): brief %+v of %+v", step, op, r.Briefs[i], *e)
+				}
+			}
 			if again := s.Roster(g); again != r {
 				t.Fatalf("step %d: a read with nothing changed built a new roster", step)
 			}
@@ -246,8 +254,9 @@ func TestRosterConcurrentReaders(t *testing.T) {
 	wg.Wait()
 }
 
-// TestStateAtIsHealthAt: StateAt judges as HealthAt does, over endpoints
-// with every signal set at random.
+// TestStateAtIsHealthAt: StateAt, and a brief's StateAt, judge as
+// HealthAt does, over endpoints with every signal set at random, at times
+// around their limits.
 func TestStateAtIsHealthAt(t *testing.T) {
 	c := DefaultHealthConfig()
 	rng := rand.New(rand.NewPCG(3, 3))
@@ -263,8 +272,52 @@ func TestStateAtIsHealthAt(t *testing.T) {
 			Ejected: rng.IntN(5) == 0, EjectedUntil: now.Add(time.Duration(rng.IntN(3)-1) * time.Second),
 			StreamState: []string{"", StreamLive, StreamSilent, StreamReplayOnly, StreamPartial, StreamUnknown}[rng.IntN(6)]}
 		e.Load.EngineDown, e.Load.Draining, e.Info.Partial = rng.IntN(6) == 0, rng.IntN(6) == 0, rng.IntN(6) == 0
-		if h, st := e.HealthAt(now, c), e.StateAt(now, c); h.State != st {
-			t.Fatalf("%+v: HealthAt %v, StateAt %v", e, h, st)
+		b := e.Brief()
+		for _, at := range []time.Time{now, now.Add(-c.StaleSummary), now.Add(c.StaleSummary), now.Add(c.DownAfter), now.Add(time.Second)} {
+			h := e.HealthAt(at, c)
+			if st := e.StateAt(at, c); h.State != st {
+				t.Fatalf("%+v at %v: HealthAt %v, StateAt %v", e, at, h, st)
+			}
+			if st := b.StateAt(at, c); h.State != st {
+				t.Fatalf("%+v at %v: HealthAt %v, the brief's StateAt %v", e, at, h, st)
+			}
 		}
 	}
+}
+
+// TestRosterAfterManyUnreadChanges: many changes with no read between
+// them (more marks than the group has endpoints) and then one, and a
+// change of membership among them: the roster read after is exact.
+func TestRosterAfterManyUnreadChanges(t *testing.T) {
+	s := newState(t, 8)
+	mustRegister(t, s, "s", ident("http://a", "m"), ident("http://b", "m"), ident("http://c", "m"))
+	g := ident("", "m").Group()
+	_ = s.Roster(g)
+	now := time.Unix(10, 0)
+	for i := range 50 {
+		s.ApplyLoad("s", []string{"http://a", "http://b", "http://c"}[i%3], Load{Waiting: float64(i)}, now.Add(time.Duration(i)))
+		if i == 20 {
+			_ = s.Roster(g) // read once in the middle
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		r := s.Roster(g)
+		if got, want := values(r), s.GroupEndpoints(g); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: roster %+v, GroupEndpoints %+v", when, got, want)
+		}
+		for i, e := range r.Endpoints {
+			if r.Briefs[i] != e.Brief() {
+				t.Fatalf("%s: brief %+v of %+v", when, r.Briefs[i], *e)
+			}
+		}
+	}
+	check("after 50 loads")
+	mustRegister(t, s, "s", ident("http://a", "m"), ident("http://c", "m")) // b leaves
+	s.ApplyLoad("s", "http://c", Load{Waiting: 99}, now)
+	check("after b left")
+	mustRegister(t, s, "t", ident("http://b", "m"))
+	s.ApplyLoad("t", "http://b", Load{Running: 3}, now)
+	s.ApplyLoad("s", "http://a", Load{Running: 4}, now)
+	check("after b came back")
 }

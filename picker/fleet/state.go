@@ -37,10 +37,15 @@ type group struct {
 	slots []string                   // slot → endpoint URL ("" free)
 	held  []*entry                   // slot → endpoint (nil free), beside slots
 	byURL []*entry                   // the held endpoints sorted by URL
-	// version is the state's version at the group's last change, and
-	// roster the last roster built (rebuilt on read when older).
-	version uint64
-	roster  atomic.Pointer[Roster]
+	// version is the state's version at the group's last change,
+	// membership at its last change of endpoints (byURL), and roster the
+	// last roster built (rebuilt on read when older). dirty are the
+	// entries changed since (some perhaps already in roster: their
+	// changedAt says), dirtyTop the version of the last one marked.
+	version, membership uint64
+	roster              atomic.Pointer[Roster]
+	dirty               []*entry
+	dirtyTop            uint64
 }
 
 func byURL(e *entry, url string) int { return strings.Compare(e.URL, url) }
@@ -58,9 +63,12 @@ type entry struct {
 	Endpoint
 	slot int
 	g    *group // its group, while held
+	pos  int    // its index in g.byURL
 	// pub is the shared copy of Endpoint that rosters point to: nil
-	// after a change (State.changed), made again at the next read.
-	pub atomic.Pointer[Endpoint]
+	// after a change (State.changed), made again at the next read;
+	// changedAt is the state's version at that change.
+	pub       atomic.Pointer[Endpoint]
+	changedAt uint64
 	// judged is the health last reported by Judge (for transitions).
 	judged Health
 	// ejections counts ejections since the endpoint last stayed in for
@@ -196,6 +204,7 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 			g.held[slot] = e
 			i, _ := slices.BinarySearchFunc(g.byURL, e.URL, byURL)
 			g.byURL = slices.Insert(g.byURL, i, e)
+			s.reseat(g)
 			s.endpoints[id.Endpoint] = e
 		}
 		e.Info = id
@@ -275,6 +284,7 @@ func (s *State) remove(url string) {
 		if i, ok := slices.BinarySearchFunc(g.byURL, url, byURL); ok {
 			g.byURL = slices.Delete(g.byURL, i, i+1)
 		}
+		s.reseat(g)
 		empty := true
 		for _, u := range g.slots {
 			empty = empty && u == ""

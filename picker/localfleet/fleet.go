@@ -283,7 +283,8 @@ func (f *Fleet) GroupEndpoints(group string) []fleet.Endpoint {
 // Roster returns one identity group's endpoints as the state last
 // published them (fleet.State.Roster), shared and immutable; nil for a
 // group not held. In sync, the endpoints not heard from at Clock() are
-// copies stamped so (the state's roster is never changed).
+// copies stamped so, with their briefs (the state's roster is never
+// changed); the roster's Version and Membership are the state's.
 func (f *Fleet) Roster(group string) *fleet.Roster {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -292,13 +293,12 @@ func (f *Fleet) Roster(group string) *fleet.Roster {
 		return r
 	}
 	now := f.cfg.Clock()
-	out := &fleet.Roster{Version: r.Version, Endpoints: make([]*fleet.Endpoint, len(r.Endpoints))}
+	out := &fleet.Roster{Version: r.Version, Membership: r.Membership, Endpoints: slices.Clone(r.Endpoints), Briefs: slices.Clone(r.Briefs)}
 	for i, e := range r.Endpoints {
-		out.Endpoints[i] = e
 		if e.LastUpdate.Before(now) {
 			c := *e
 			c.LastUpdate = now
-			out.Endpoints[i] = &c
+			out.Endpoints[i], out.Briefs[i] = &c, c.Brief()
 		}
 	}
 	return out
