@@ -82,7 +82,7 @@ func (k *bookings) admitLoads(eps []*fleet.Endpoint, now time.Time, health fleet
 		return nil // no load: never saturated (admit.Config.Saturated)
 	}
 	for _, e := range eps {
-		if !e.HealthAt(now, health).Routable() {
+		if !e.StateAt(now, health).Routable() {
 			continue
 		}
 		l := admit.Load{PrefillTokens: k.b.Prefill(e.URL)}
