@@ -252,6 +252,44 @@ type pass struct {
 	coef    predict.Coefficients // the group's fit, or the prior
 	sources []source             // the CPU tiers pulls may come from (precise with Pulls)
 	states  []fleet.HealthState  // each endpoint's at the decision's now
+	// matched and pending are the snapshot's Matched and InFlight by
+	// endpoint index, when a map is large enough that a lookup by URL
+	// (hashing it) for every endpoint costs more than placing its entries
+	// once (nil: looked up in the map, compared in place).
+	matched [tier.Count][]int
+	pending []inflight.Pending
+}
+
+// spreadAbove is the size past which a sparse map is placed by index
+// (Go compares up to 8 keys in place, without hashing).
+const spreadAbove = 8
+
+// spread places m's values at their URLs' indexes in r (zero elsewhere;
+// a URL r does not hold is not placed).
+func spread[V any](r *fleet.Roster, m map[string]V) []V {
+	out := make([]V, len(r.Briefs))
+	for url, v := range m {
+		if i, ok := r.Index(url); ok {
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// matchedAt is Matched[t] of the i-th endpoint, url.
+func (p *pass) matchedAt(t tier.Tier, i int, url string) int {
+	if p.matched[t] != nil {
+		return p.matched[t][i]
+	}
+	return p.snap.Matched[t][url]
+}
+
+// pendingAt is InFlight of the i-th endpoint, url.
+func (p *pass) pendingAt(i int, url string) inflight.Pending {
+	if p.pending != nil {
+		return p.pending[i]
+	}
+	return p.snap.InFlight[url]
 }
 
 func (cfg *Config) pass(req Request, snap *Snapshot, now time.Time) *pass {
@@ -262,6 +300,14 @@ func (cfg *Config) pass(req Request, snap *Snapshot, now time.Time) *pass {
 	p.states = make([]fleet.HealthState, len(p.ro.Briefs))
 	for i := range p.ro.Briefs {
 		p.states[i] = p.ro.Briefs[i].StateAt(now, cfg.Health)
+	}
+	for _, t := range tier.All() {
+		if m := snap.Matched[t]; len(m) > spreadAbove {
+			p.matched[t] = spread(p.ro, m)
+		}
+	}
+	if len(snap.InFlight) > spreadAbove {
+		p.pending = spread(p.ro, snap.InFlight)
 	}
 	if cfg.Pulls && req.Policy == score.Precise || cfg.Pulls && req.Policy == "" && cfg.Score.Policy == score.Precise {
 		p.sources = p.pullSources()
@@ -285,13 +331,13 @@ func (p *pass) candidate(i int, c *score.Candidate) option {
 	*c = score.Candidate{ID: b.URL, Healthy: st.Routable() && !req.Exclude[b.URL]}
 	if st == fleet.Cached { // load-only endpoints get no cache credit
 		for _, t := range tier.All() {
-			c.Matched[t] = snap.Matched[t][b.URL] * req.BlockSize
+			c.Matched[t] = p.matchedAt(t, i, b.URL) * req.BlockSize
 		}
 	}
 	if b.HasLoad {
 		c.Waiting, c.Running, c.KVUsage = b.Waiting, b.Running, b.KVCacheUsage
 	}
-	pend := snap.InFlight[b.URL]
+	pend := p.pendingAt(i, b.URL)
 	c.Sent, c.SentTokens = pend.Count, pend.Tokens
 	l, learned := snap.factor(i, b.URL)
 	o := p.cfg.features(req, snap, c, pend, l, learned)
@@ -334,18 +380,17 @@ type source struct {
 // tier counts: vLLM's P2P tier serves nothing else, and never touches the
 // source's GPU, so a busy or excluded source serves all the same.
 func (p *pass) pullSources() []source {
-	cpu := p.snap.Matched[tier.CPU]
-	if len(cpu) == 0 {
+	if len(p.snap.Matched[tier.CPU]) == 0 {
 		return nil
 	}
 	var out []source
 	for i := range p.ro.Briefs {
 		url := p.ro.Briefs[i].URL
-		n := cpu[url] * p.req.BlockSize
+		n := p.matchedAt(tier.CPU, i, url) * p.req.BlockSize
 		if n <= 0 || !p.snap.p2p(p.ro, i) || p.states[i] != fleet.Cached {
 			continue
 		}
-		out = append(out, source{url: url, tokens: n, pulls: p.snap.InFlight[url].PullsOut})
+		out = append(out, source{url: url, tokens: n, pulls: p.pendingAt(i, url).PullsOut})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -35,6 +36,7 @@ type Roster struct {
 	// them (Endpoint.Brief): side by side in memory, where the endpoints
 	// are apart. Read only.
 	Briefs []Brief
+	sorted bool // Endpoints are sorted by URL, each once (Index searches)
 }
 
 // NewRoster makes a roster of eps, in their order, with their briefs:
@@ -42,17 +44,42 @@ type Roster struct {
 // Membership are 0. The roster points to eps' endpoints: they must not
 // change while it is used.
 func NewRoster(eps []*Endpoint) *Roster {
-	r := &Roster{Endpoints: eps, Briefs: make([]Brief, len(eps))}
+	r := &Roster{Endpoints: eps, Briefs: make([]Brief, len(eps)), sorted: true}
 	for i, e := range eps {
 		r.Briefs[i] = e.Brief()
+		r.sorted = r.sorted && (i == 0 || eps[i-1].URL < e.URL)
 	}
 	return r
+}
+
+// Clone is a roster like r whose two slices are new (the endpoints they
+// point to are r's): for a reader that means to replace some endpoints
+// (and their briefs) in its own copy, keeping their order.
+func (r *Roster) Clone() *Roster {
+	c := *r
+	c.Endpoints, c.Briefs = slices.Clone(r.Endpoints), slices.Clone(r.Briefs)
+	return &c
+}
+
+// Index is the position of url's endpoint in r (false: r holds none).
+// The state's rosters, sorted by URL, are searched; a roster of
+// endpoints in another order is walked.
+func (r *Roster) Index(url string) (int, bool) {
+	if r.sorted {
+		return slices.BinarySearchFunc(r.Briefs, url, func(b Brief, url string) int { return strings.Compare(b.URL, url) })
+	}
+	for i := range r.Briefs {
+		if r.Briefs[i].URL == url {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // Only is the roster of r's endpoints whose URL keep holds, in r's order
 // (a new roster: r is shared); Version and Membership are 0.
 func (r *Roster) Only(keep map[string]bool) *Roster {
-	out := &Roster{Endpoints: make([]*Endpoint, 0, len(keep)), Briefs: make([]Brief, 0, len(keep))}
+	out := &Roster{Endpoints: make([]*Endpoint, 0, len(keep)), Briefs: make([]Brief, 0, len(keep)), sorted: r.sorted}
 	for i, e := range r.Endpoints {
 		if keep[e.URL] {
 			out.Endpoints = append(out.Endpoints, e)
@@ -118,7 +145,7 @@ func (s *State) Roster(groupID string) *Roster {
 	if prev != nil && prev.Version == g.version {
 		return prev
 	}
-	r := &Roster{Version: g.version, Membership: g.membership}
+	r := &Roster{Version: g.version, Membership: g.membership, sorted: true}
 	if prev != nil && prev.Membership == g.membership {
 		// The same endpoints in the same places: those marked since prev
 		// change, the others keep their copies.

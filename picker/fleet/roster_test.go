@@ -321,3 +321,29 @@ func TestRosterAfterManyUnreadChanges(t *testing.T) {
 	s.ApplyLoad("s", "http://a", Load{Running: 4}, now)
 	check("after b came back")
 }
+
+// TestRosterIndexAndClone: Index finds every endpoint of a state's
+// roster, of one made in another order, and of a part; none it does not
+// hold. A clone's slices are its own.
+func TestRosterIndexAndClone(t *testing.T) {
+	s := newState(t, 8)
+	mustRegister(t, s, "s", ident("http://c", "m"), ident("http://a", "m"), ident("http://b", "m"))
+	r := s.Roster(ident("", "m").Group())
+	rev := NewRoster([]*Endpoint{r.Endpoints[2], r.Endpoints[0], r.Endpoints[1]})
+	part := r.Only(map[string]bool{"http://a": true, "http://c": true})
+	for _, ro := range []*Roster{r, rev, part} {
+		for i, e := range ro.Endpoints {
+			if j, ok := ro.Index(e.URL); !ok || j != i {
+				t.Errorf("Index(%s) = %d, %v; want %d", e.URL, j, ok, i)
+			}
+		}
+		if _, ok := ro.Index("http://x"); ok {
+			t.Error("Index found an endpoint the roster does not hold")
+		}
+	}
+	c := r.Clone()
+	c.Endpoints[0], c.Briefs[0] = c.Endpoints[1], c.Briefs[1]
+	if r.Endpoints[0].URL != "http://a" || r.Briefs[0].URL != "http://a" {
+		t.Error("changing a clone changed the roster")
+	}
+}

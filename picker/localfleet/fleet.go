@@ -293,7 +293,7 @@ func (f *Fleet) Roster(group string) *fleet.Roster {
 		return r
 	}
 	now := f.cfg.Clock()
-	out := &fleet.Roster{Version: r.Version, Membership: r.Membership, Endpoints: slices.Clone(r.Endpoints), Briefs: slices.Clone(r.Briefs)}
+	out := r.Clone()
 	for i, e := range r.Endpoints {
 		if e.LastUpdate.Before(now) {
 			c := *e
