@@ -110,7 +110,7 @@ type admission struct {
 	log *zap.Logger
 	// load is the group's routable endpoints' loads at now: of eps, the
 	// group's endpoints the caller has (nil: the fleet view's now).
-	load func(group string, eps []fleet.Endpoint, now time.Time) []admit.Load
+	load func(group string, eps []*fleet.Endpoint, now time.Time) []admit.Load
 
 	depth    *prometheus.GaugeVec     // by fairness key
 	wait     *prometheus.HistogramVec // by fairness key
@@ -147,7 +147,7 @@ type admitWaiter struct {
 	queued time.Time
 }
 
-func newAdmission(cfg admit.Config, log *zap.Logger, reg prometheus.Registerer, load func(string, []fleet.Endpoint, time.Time) []admit.Load) *admission {
+func newAdmission(cfg admit.Config, log *zap.Logger, reg prometheus.Registerer, load func(string, []*fleet.Endpoint, time.Time) []admit.Load) *admission {
 	a := &admission{cfg: cfg, log: log, load: load, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		groups: map[string]*admitGroup{}, labels: map[string]string{}}
 	a.depth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "queue_depth",
@@ -197,11 +197,11 @@ func (a *admission) poke() {
 
 // enter admits a request of group (for model) now, or queues it until the
 // group has room, or refuses it. eps are the group's endpoints as the
-// request's preparation saw them (judged on arrival without another copy
-// of the fleet). cost is its prompt tokens. On admission
+// request's preparation saw them (its group's roster, judged on arrival
+// without another read of the fleet). cost is its prompt tokens. On admission
 // the caller decides and records its pick, then calls leave, which lets
 // the next waiter go. The error is a refusal (429 or 503) or ctx's.
-func (a *admission) enter(ctx context.Context, group, model string, eps []fleet.Endpoint, f Fairness, salt string, cost float64) (leave func(), waited time.Duration, err error) {
+func (a *admission) enter(ctx context.Context, group, model string, eps []*fleet.Endpoint, f Fairness, salt string, cost float64) (leave func(), waited time.Duration, err error) {
 	if a == nil {
 		return func() {}, 0, nil
 	}
@@ -292,7 +292,7 @@ func (a *admission) group(name, model string) *admitGroup {
 
 // judge reports whether group is saturated now, and logs and exports a
 // change (a.mu held).
-func (a *admission) judge(name string, g *admitGroup, eps []fleet.Endpoint, now time.Time) bool {
+func (a *admission) judge(name string, g *admitGroup, eps []*fleet.Endpoint, now time.Time) bool {
 	sat := a.cfg.Saturated(a.load(name, eps, now))
 	if sat != g.saturated {
 		g.saturated = sat

@@ -43,7 +43,7 @@ func (f *fakeLoads) set(sat bool) {
 	f.mu.Unlock()
 }
 
-func (f *fakeLoads) load(string, []fleet.Endpoint, time.Time) []admit.Load {
+func (f *fakeLoads) load(string, []*fleet.Endpoint, time.Time) []admit.Load {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sat {

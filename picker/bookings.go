@@ -47,7 +47,7 @@ func (k *bookings) book(p *Pick, uncached float64, carried bool, now time.Time) 
 // held is, per endpoint of eps, how many leading blocks of chain this
 // picker's carried picks there hold before their first token (absent:
 // none).
-func (k *bookings) held(eps []fleet.Endpoint, chain []uint64) map[string]int {
+func (k *bookings) held(eps []*fleet.Endpoint, chain []uint64) map[string]int {
 	out := map[string]int{}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -63,7 +63,7 @@ func (k *bookings) held(eps []fleet.Endpoint, chain []uint64) map[string]int {
 // other pickers whose bookings it follows (theirs expired first) at now,
 // judged by when its last load report arrived here (not by the sidecar's
 // clock: clocks of different machines disagree). Sparse: absent is none.
-func (k *bookings) pending(eps []fleet.Endpoint, now time.Time) map[string]inflight.Pending {
+func (k *bookings) pending(eps []*fleet.Endpoint, now time.Time) map[string]inflight.Pending {
 	out := map[string]inflight.Pending{}
 	k.mu.Lock()
 	phantoms := k.b.Expire(now)
@@ -85,16 +85,15 @@ func (k *bookings) pending(eps []fleet.Endpoint, now time.Time) map[string]infli
 // was queuing or has not reported: picks an idle engine took run at
 // once), its reported KV cache usage, and this picker's prefill tokens
 // to it before their first byte.
-func (k *bookings) admitLoads(eps []fleet.Endpoint, now time.Time, health fleet.HealthConfig) []admit.Load {
+func (k *bookings) admitLoads(eps []*fleet.Endpoint, now time.Time, health fleet.HealthConfig) []admit.Load {
 	out := make([]admit.Load, 0, len(eps))
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.admitAll {
 		return nil // no load: never saturated (admit.Config.Saturated)
 	}
-	for i := range eps {
-		e := &eps[i]
-		if !e.HealthAt(now, health).Routable() {
+	for _, e := range eps {
+		if !e.StateAt(now, health).Routable() {
 			continue
 		}
 		l := admit.Load{PrefillTokens: k.b.Prefill(e.URL)}

@@ -60,7 +60,7 @@ func startGatedEngine(t *testing.T, engineURL string) *gatedEngine {
 
 // coalesceRouter is a router over one real pod, and the pod's endpoints
 // with their URL pointing at a gated proxy of the engine.
-func coalesceRouter(t *testing.T) (*Router, *prometheus.Registry, []fleet.Endpoint, *gatedEngine) {
+func coalesceRouter(t *testing.T) (*Router, *prometheus.Registry, []*fleet.Endpoint, *gatedEngine) {
 	t.Helper()
 	vcfg := fleetview.DefaultConfig()
 	vcfg.Params, vcfg.Retry = summary.ForCapacity(4096), 50*time.Millisecond
@@ -86,9 +86,10 @@ func coalesceRouter(t *testing.T) (*Router, *prometheus.Registry, []fleet.Endpoi
 	}
 	t.Cleanup(r.Close)
 	g := startGatedEngine(t, p.Engine.URL())
-	eps := v.Endpoints()
-	for i := range eps {
-		eps[i].URL = g.srv.URL
+	var eps []*fleet.Endpoint
+	for _, e := range v.Endpoints() {
+		e.URL = g.srv.URL
+		eps = append(eps, &e)
 	}
 	return r, reg, eps, g
 }
@@ -114,7 +115,7 @@ func TestRenderCoalescedAcrossRequests(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			var nt notes
-			got[i], errs[i] = r.tokens(context.Background(), req, intake.Chat, body, eps, &nt)
+			got[i], errs[i] = r.tokens(context.Background(), req, intake.Chat, body, fleet.NewRoster(eps), &nt)
 		})
 	}
 	// Release the engine once every request but the first has joined.
@@ -173,7 +174,7 @@ func TestRenderCoalescedLeaderLeaves(t *testing.T) {
 	leader := make(chan error, 1)
 	go func() {
 		var nt notes
-		_, err := r.tokens(lctx, req, intake.Chat, body, eps, &nt)
+		_, err := r.tokens(lctx, req, intake.Chat, body, fleet.NewRoster(eps), &nt)
 		leader <- err
 	}()
 	testnet.Await(t, 10*time.Second, time.Millisecond, func() error {
@@ -185,7 +186,7 @@ func TestRenderCoalescedLeaderLeaves(t *testing.T) {
 	waiter := make(chan tokensOf, 1)
 	go func() {
 		var nt notes
-		toks, err := r.tokens(context.Background(), req, intake.Chat, body, eps, &nt)
+		toks, err := r.tokens(context.Background(), req, intake.Chat, body, fleet.NewRoster(eps), &nt)
 		if err != nil {
 			t.Error(err)
 		}

@@ -25,7 +25,11 @@
 //     sends anything to an engine except render and model-list calls.
 //   - The router reads the fleet through the Fleet interface: a
 //     fleetview.View in kvroute picker, an in-process picker/localfleet in
-//     tests and the lab. Its picks in flight are picker/inflight.Bookings,
+//     tests and the lab. A request's group is the fleet's roster
+//     (fleet.Roster, which both publish): shared, immutable, rebuilt only
+//     after a change, never copied per request; Prepare, Admit, Snapshot
+//     and Decide read it and never modify it (PickOptions.Only makes a new
+//     one of its part). A Fleet without rosters is copied per request. Its picks in flight are picker/inflight.Bookings,
 //     under the router's one lock, taken only in bookings.go.
 //   - With a peer's policy (Config.Score.Policy llm-d, llm-d-precise,
 //     dynamo or sglang, or an arm with KV pulls: llm-d-precise+p2p,
@@ -58,7 +62,11 @@
 //     naming the flags; an unusable file fails Start, naming the flag.
 //   - The TTFT model (learn.go over picker/predict), one per identity
 //     group under its own lock: the engines' counters in the load reports
-//     are taken at snapshot time; a pick precise predicted teaches it at
+//     are taken at snapshot time (those of the endpoints whose copy in the
+//     roster changed since the group's last snapshot: the others' are in
+//     already; the factors given the decision are kept with the roster
+//     and made again for those, or all after a first token was learned);
+//     a pick precise predicted teaches it at
 //     its first output token (Router.FirstToken; the proxy and the
 //     endpoint picker call it on streamed answers only, a whole answer's
 //     first byte being its end), once. Its state is on /debug/endpoints

@@ -18,7 +18,9 @@ import (
 // Two implementations: picker/fleetview.View, the live view following
 // the sidecars' streams (kvroute picker), and picker/localfleet, the same
 // fleet state fed in-process by the sidecar's own cores, without sockets
-// (tests, and the lab). Each is safe for concurrent use.
+// (tests, and the lab). Each is safe for concurrent use, and each also
+// publishes rosters (see rosters), which is how the router reads a
+// request's group.
 type Fleet interface {
 	// Endpoints lists every endpoint known, sorted by URL.
 	Endpoints() []fleet.Endpoint
@@ -33,6 +35,15 @@ type Fleet interface {
 	ReportFailure(url, reason string)
 	// Models are the models this picker follows (none: every model).
 	Models() []string
+}
+
+// rosters is a Fleet that publishes each identity group's endpoints as a
+// shared, immutable roster (fleet.Roster, rebuilt after a change): a
+// request reads its group without copying it, and never modifies it. A
+// Fleet without rosters is read through GroupEndpoints, copied per
+// request.
+type rosters interface {
+	Roster(group string) *fleet.Roster
 }
 
 // fleetDiagnostics is what /debug/endpoints shows beyond the endpoints,

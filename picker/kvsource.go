@@ -59,15 +59,15 @@ type kvSource struct {
 // it on its engine's own host). The decision guarantees the first two;
 // they are checked again here, since an engine told to pull from the
 // wrong place would stall or pull another tenant's blocks.
-func sourceOf(d *decide.Decision, group []fleet.Endpoint) (kvSource, string) {
+func sourceOf(d *decide.Decision, group []*fleet.Endpoint) (kvSource, string) {
 	if d.Source == "" || !d.OK() {
 		return kvSource{}, ""
 	}
 	if d.Source == d.Endpoint {
 		return kvSource{}, sourceIsComputing
 	}
-	for i := range group {
-		if e := &group[i]; e.URL == d.Source {
+	for _, e := range group {
+		if e.URL == d.Source {
 			if e.Info.KVSource == "" {
 				return kvSource{}, sourceNoAddress
 			}

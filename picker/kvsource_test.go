@@ -27,8 +27,8 @@ import (
 
 // kvGroup is an identity group of three endpoints: the two ranks of
 // 10.0.0.2 run a P2P tier, 10.0.0.1 does not.
-func kvGroup() []fleet.Endpoint {
-	return []fleet.Endpoint{
+func kvGroup() []*fleet.Endpoint {
+	return []*fleet.Endpoint{
 		{URL: "http://10.0.0.1:8000", Info: fleet.Identity{Endpoint: "http://10.0.0.1:8000"}},
 		{URL: "http://10.0.0.2:8000", Info: fleet.Identity{Endpoint: "http://10.0.0.2:8000", KVSource: "10.0.0.2:5710"}},
 		{URL: "http://10.0.0.2:8001", Info: fleet.Identity{Endpoint: "http://10.0.0.2:8001", KVSource: "10.0.0.2:5711"}},

@@ -1,10 +1,12 @@
 package picker
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/picker/decide"
+	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/predict"
 )
 
@@ -15,14 +17,31 @@ import (
 // by; a nil learner (a router built by hand) keeps the prior and learns
 // nothing. The engines' counters in the load reports are read at snapshot
 // time, so a report teaches the model once it is seen.
+//
+// A decision reads its endpoints' factors index for index with its
+// roster (decide.Snapshot.Factors). They are kept per group with the
+// roster they were made for, and made again only for the endpoints whose
+// copy in the roster changed since (fleet.Roster: an endpoint that did
+// not change keeps its copy, so its counters were taken already), or all
+// of them once the model learned from a first token.
 type learner struct {
 	cfg    predict.Config
 	mu     sync.Mutex
 	groups map[string]*predict.Model
+	made   map[string]*factors // by group
+}
+
+// factors are a group's endpoints' learned factors, index for index with
+// ro's endpoints, as the model stood after learns observations of the
+// group. Shared by the snapshots given them: read only.
+type factors struct {
+	ro     *fleet.Roster
+	learns uint64
+	of     []predict.Endpoint
 }
 
 func newLearner(cfg predict.Config) *learner {
-	return &learner{cfg: cfg, groups: map[string]*predict.Model{}}
+	return &learner{cfg: cfg, groups: map[string]*predict.Model{}, made: map[string]*factors{}}
 }
 
 // model is group's model, made at the prior on first use. Under mu.
@@ -44,17 +63,51 @@ func (l *learner) into(snap *decide.Snapshot, group string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.model(group)
-	snap.Learned = make(map[string]predict.Endpoint, len(snap.Endpoints))
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
-		if e.Load.Engine.Have {
-			m.Report(e.URL, e.Load.Engine)
-		}
-		snap.Learned[e.URL] = m.Endpoint(e.URL)
-	}
+	snap.Factors = l.factors(m, group, snap.Roster)
 	coef := m.Coefficients()
 	snap.Model = &coef
 	snap.MeanTokens = m.MeanTokens()
+}
+
+// factors are ro's endpoints' factors in m, their engines' counters
+// reported first: those made for the group's last roster when ro is it,
+// or shares its endpoints and the model has not learned since, with the
+// endpoints whose copy changed reported and made again. Under mu.
+func (l *learner) factors(m *predict.Model, group string, ro *fleet.Roster) []predict.Endpoint {
+	if ro == nil {
+		return nil
+	}
+	learns := uint64(m.Observations())
+	last := l.made[group]
+	if last != nil && last.ro == ro && last.learns == learns {
+		return last.of
+	}
+	var of []predict.Endpoint
+	if last != nil && ro.Version != 0 && last.ro.Version != 0 && last.ro.Membership == ro.Membership && last.learns == learns {
+		of = slices.Clone(last.of) // the same endpoints in the same places
+		for i, e := range ro.Endpoints {
+			if e != last.ro.Endpoints[i] {
+				of[i] = learn(m, e)
+			}
+		}
+	} else {
+		of = make([]predict.Endpoint, len(ro.Endpoints))
+		for i, e := range ro.Endpoints {
+			of[i] = learn(m, e)
+		}
+	}
+	if ro.Version != 0 { // a roster of the fleet's, not a part of one
+		l.made[group] = &factors{ro: ro, learns: learns, of: of}
+	}
+	return of
+}
+
+// learn reports e's engine's counters to m, and returns its factors.
+func learn(m *predict.Model, e *fleet.Endpoint) predict.Endpoint {
+	if e.Load.Engine.Have {
+		m.Report(e.URL, e.Load.Engine)
+	}
+	return m.Endpoint(e.URL)
 }
 
 // observe teaches group's model one request's TTFT and returns what it

@@ -82,13 +82,13 @@ func (r *Router) handleGrouped(path string, choose chooser) http.HandlerFunc {
 // go by the rendezvous weight of the request count, so idle engines take
 // turns, and no random source), and books the pick in flight until Done.
 func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
-	eps := r.groupEndpoints(group)
-	if len(eps) == 0 {
+	ro := r.groupRoster(group)
+	if ro == nil || len(ro.Endpoints) == 0 {
 		return nil
 	}
 	now := r.now()
 	dreq := decide.Request{Request: score.Request{LoadOnly: true, Counter: r.counter.Add(1) - 1}, Exclude: tried}
-	d := decide.Decide(&r.dcfg, dreq, r.snapshot(&Prepared{eps: eps}, now), now)
+	d := decide.Decide(&r.dcfg, dreq, r.snapshot(&Prepared{ro: ro}, now), now)
 	if !d.OK() {
 		return nil
 	}
@@ -100,7 +100,7 @@ func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
 // renderer chooses the engine of the group that would render the group's
 // tokens (decide.RenderOrder: routable, least loaded by its last report).
 func (r *Router) renderer(group string, tried map[string]bool) *Pick {
-	return firstUntried(decide.RenderOrder(&r.dcfg, r.groupEndpoints(group), r.now()), tried)
+	return firstUntried(decide.RenderOrderOf(&r.dcfg, r.groupRoster(group), r.now()), tried)
 }
 
 func firstUntried(urls []string, tried map[string]bool) *Pick {

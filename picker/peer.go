@@ -52,9 +52,10 @@ func newPeerPolicy(name string, seed uint64) (*peerPolicy, error) {
 func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (decide.Decision, peerTicket) {
 	bs := p.dreq.BlockSize
 	cands := decide.Candidates(&r.dcfg, p.dreq, snap, now)
+	eps := snap.Group()
 	pc := make([]peers.Candidate, len(cands))
 	for i, c := range cands {
-		e := &snap.Endpoints[i]
+		e := eps[i]
 		pc[i] = peers.Candidate{ID: c.ID, Healthy: c.Healthy, Waiting: e.Load.Waiting, KVUsage: e.Load.KVCacheUsage, NumGPUBlocks: e.Info.NumGPUBlocks}
 		if bs > 0 {
 			for _, t := range tier.All() {
@@ -62,7 +63,7 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 			}
 		}
 	}
-	req := &peers.Request{Model: modelOf(p.eps), CacheSalt: p.req.CacheSalt, Tokens: p.tokens, BlockSize: bs, Keys: p.chain, Stream: p.req.Stream}
+	req := &peers.Request{Model: modelOf(p.endpoints()), CacheSalt: p.req.CacheSalt, Tokens: p.tokens, BlockSize: bs, Keys: p.chain, Stream: p.req.Stream}
 	if r.cfg.Score.Policy == score.SGLang {
 		req.Text = intake.Text(p.kind, p.body)
 		if p.req.Kind == intake.Responses { // as told: the decision API's kind is Any
@@ -72,7 +73,7 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 	var ch peers.Choice
 	var ticket peerTicket
 	r.bookings.withPeer(func(pp *peerPolicy) {
-		pp.forgetGone(p.group, snap.Endpoints)
+		pp.forgetGone(p.group, eps)
 		rnd := pp.rng.Uint64()
 		req.ID = peerRequestID(rnd)
 		ch = pp.policy.Pick(req, pc, rnd, now)
@@ -98,7 +99,7 @@ func (r *Router) peerDecide(p *Prepared, snap decide.Snapshot, now time.Time) (d
 	chosen := cands[ch.Index]
 	d.Explain[ch.Index].Why = "chosen: " + string(r.cfg.Score.Policy) + " " + ch.Reason
 	d.Endpoint = chosen.ID
-	d.LoadOnly = snap.Endpoints[ch.Index].HealthAt(now, r.dcfg.Health).State == fleet.LoadOnly
+	d.LoadOnly = eps[ch.Index].StateAt(now, r.dcfg.Health) == fleet.LoadOnly
 	d.MatchedTokens = chosen.Matched[tier.GPU]
 	if bs > 0 {
 		d.MatchedBlocks = d.MatchedTokens / bs
@@ -149,7 +150,7 @@ func peerSource(cands []score.Candidate, ch peers.Choice) (j, tokens int, ok boo
 
 // forgetGone tells the policy of endpoints no longer in the group (a
 // peer purges departed pods). Called under the router's lock.
-func (pp *peerPolicy) forgetGone(group string, eps []fleet.Endpoint) {
+func (pp *peerPolicy) forgetGone(group string, eps []*fleet.Endpoint) {
 	now := make(map[string]bool, len(eps))
 	for _, e := range eps {
 		now[e.URL] = true
@@ -179,7 +180,7 @@ func (r *Router) firstToken(p *Pick, streamed bool) {
 // the answer's first byte.
 func (r *Router) firstChunk(p *Pick) { r.FirstChunk(p, r.now()) }
 
-func modelOf(eps []fleet.Endpoint) string {
+func modelOf(eps []*fleet.Endpoint) string {
 	if len(eps) == 0 {
 		return ""
 	}

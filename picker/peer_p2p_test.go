@@ -40,13 +40,13 @@ func p2pPrepared(blocks int, urls ...string) (*Prepared, decide.Snapshot) {
 	for i := range tokens {
 		tokens[i] = uint32(i)
 	}
-	eps := make([]fleet.Endpoint, len(urls))
+	eps := make([]*fleet.Endpoint, len(urls))
 	for i, u := range urls {
-		eps[i] = fleet.Endpoint{URL: u, Group: "g", Info: fleet.Identity{Model: "m"}}
+		eps[i] = &fleet.Endpoint{URL: u, Group: "g", Info: fleet.Identity{Model: "m"}}
 	}
-	p := &Prepared{req: &intake.Request{Kind: intake.Chat, Model: "m"}, group: "g", eps: eps, chain: chain, tokens: tokens,
+	p := &Prepared{req: &intake.Request{Kind: intake.Chat, Model: "m"}, group: "g", ro: fleet.NewRoster(eps), chain: chain, tokens: tokens,
 		dreq: decide.Request{Request: score.Request{PromptTokens: blocks * 16}, BlockSize: 16}}
-	return p, decide.Snapshot{Endpoints: eps}
+	return p, decide.Snapshot{Roster: p.ro}
 }
 
 // TestPeerArmSourceReachesDecision: a peer arm's Choice.Source becomes

@@ -28,11 +28,11 @@ type Prepared struct {
 	waited     time.Duration // in the admission queue (Admit)
 	req        *intake.Request
 	group      string
-	eps        []fleet.Endpoint // the group's, sorted by URL
-	chain      []blockkey.Key   // the request's block keys (none: load only, or no tokens)
-	keys       []uint64         // chain as the bookings hold it (Prepared.heldKeys), made once
-	tokens     []uint32         // its exact tokens (nil: none had), for a peer policy
-	prefixHash string           // "" when not anchorable
+	ro         *fleet.Roster  // the group's roster, sorted by URL: shared, never modified
+	chain      []blockkey.Key // the request's block keys (none: load only, or no tokens)
+	keys       []uint64       // chain as the bookings hold it (Prepared.heldKeys), made once
+	tokens     []uint32       // its exact tokens (nil: none had), for a peer policy
+	prefixHash string         // "" when not anchorable
 	dreq       decide.Request
 }
 
@@ -87,11 +87,12 @@ func (r *Router) prepare(ctx context.Context, p *Prepared) error {
 		}
 		lora = req.LoRA
 	}
-	p.req, p.group, p.eps = req, ref.group, r.groupEndpoints(ref.group)
-	if len(p.eps) == 0 {
+	p.req, p.group, p.ro = req, ref.group, r.groupRoster(ref.group)
+	eps := p.endpoints()
+	if len(eps) == 0 {
 		return noEndpoints(req.Model)
 	}
-	model, blockSize := p.eps[0].Info.Model, p.eps[0].Info.BlockSize
+	model, blockSize := eps[0].Info.Model, eps[0].Info.BlockSize
 	loadOnly := false
 	if blockSize <= 0 {
 		// The sidecar has not learnt the engine's block size yet: no keys.
@@ -111,7 +112,7 @@ func (r *Router) prepare(ctx context.Context, p *Prepared) error {
 	if loadOnly {
 		return nil
 	}
-	toks, err := r.tokens(ctx, req, req.Kind, body, p.eps, n)
+	toks, err := r.tokens(ctx, req, req.Kind, body, p.ro, n)
 	switch {
 	case err == nil:
 		kr := blockkey.Request{Tokens: toks.full, LoRA: lora, CacheSalt: req.CacheSalt, MM: toks.mm}
@@ -146,11 +147,32 @@ func (r *Router) prepare(ctx context.Context, p *Prepared) error {
 	return nil
 }
 
-// groupEndpoints lists the group's endpoints, sorted by URL: read from
-// the group alone, so a request's cost does not grow with the fleet
-// (issue 21).
-func (r *Router) groupEndpoints(group string) []fleet.Endpoint {
-	return r.fleet.GroupEndpoints(group)
+// groupRoster is the group's roster, its endpoints sorted by URL (nil for
+// a group not held): read from the group alone, so a request's cost does
+// not grow with the fleet (issue 21), and, from a fleet that publishes
+// rosters, the fleet's own, shared, not a copy (issue 37). Read only.
+func (r *Router) groupRoster(group string) *fleet.Roster {
+	if r.roster != nil {
+		return r.roster.Roster(group)
+	}
+	eps := r.fleet.GroupEndpoints(group)
+	if eps == nil {
+		return nil
+	}
+	out := make([]*fleet.Endpoint, len(eps))
+	for i := range eps {
+		out[i] = &eps[i]
+	}
+	return fleet.NewRoster(out)
+}
+
+// endpoints are p's group's endpoints, its roster's (none before
+// Prepare found the group). Read only.
+func (p *Prepared) endpoints() []*fleet.Endpoint {
+	if p.ro == nil {
+		return nil
+	}
+	return p.ro.Endpoints
 }
 
 // reportFailure tells the fleet view's passive outlier detection that an
@@ -201,18 +223,18 @@ type tokensOf struct {
 
 // tokens gets the request's tokens: as sent, or rendered by an engine of
 // its group (the anchor rendered alongside).
-func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Kind, body []byte, eps []fleet.Endpoint, n *notes) (tokensOf, error) {
+func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Kind, body []byte, ro *fleet.Roster, n *notes) (tokensOf, error) {
 	if req.TokenIDs != nil {
 		if !req.Anchorable {
 			return tokensOf{full: req.TokenIDs}, nil
 		}
 		return tokensOf{full: req.TokenIDs, anchor: min(len(req.TokenIDs), r.cfg.AnchorTokens)}, nil
 	}
-	engines := decide.RenderOrder(&r.dcfg, eps, r.now())
+	engines := decide.RenderOrderOf(&r.dcfg, ro, r.now())
 	if len(engines) == 0 {
 		return tokensOf{}, errors.New("no healthy engine to render with")
 	}
-	engine := engines[0]
+	engine, group := engines[0], ro.Endpoints[0].Group
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
 	defer cancel()
 	type result struct {
@@ -232,7 +254,7 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 				}
 				kind = intake.Chat
 			}
-			a, _, err := r.renderShared(ctx, eps[0].Group, 0, engine, kind, body)
+			a, _, err := r.renderShared(ctx, group, 0, engine, kind, body)
 			anchorCh <- result{a, err}
 		}()
 	}
@@ -248,7 +270,7 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		first, cancel = context.WithTimeout(ctx, r.cfg.TokenizeTimeout/2)
 		defer cancel()
 	}
-	full, joined, err := r.renderShared(first, eps[0].Group, 0, engine, kind, body)
+	full, joined, err := r.renderShared(first, group, 0, engine, kind, body)
 	if err != nil && !isRefusal(err) && ctx.Err() == nil && !joined { // a joined call's failure is its leader's to report
 		r.reportFailure(engine, "render: "+err.Error())
 	}
@@ -257,7 +279,7 @@ func (r *Router) tokens(ctx context.Context, req *intake.Request, kind intake.Ki
 		// renders the same tokens (the anchor, if it failed too, only
 		// costs the prefix hash).
 		n.tokenizeErrors = append(n.tokenizeErrors, errKind(err))
-		full, joined, err = r.renderShared(ctx, eps[0].Group, 1, engines[1], kind, body)
+		full, joined, err = r.renderShared(ctx, group, 1, engines[1], kind, body)
 		if err != nil && !isRefusal(err) && ctx.Err() == nil && !joined {
 			r.reportFailure(engines[1], "render: "+err.Error())
 		}

@@ -3,14 +3,12 @@ package picker
 import (
 	"context"
 	"maps"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/tier"
 	"github.com/kvroute/kvroute/picker/decide"
-	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/pickapi"
 	"github.com/kvroute/kvroute/picker/score"
@@ -59,11 +57,11 @@ func (r *Router) Prepare(ctx context.Context, kind intake.Kind, body []byte) (*P
 // queue's timeout and ctx), or is refused. On success the caller calls
 // leave once its pick is booked, so the next waiter decides knowing it.
 func (r *Router) Admit(ctx context.Context, p *Prepared, opt PickOptions) (leave func(), err error) {
-	leave, p.waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.eps, opt.Fairness, p.req.CacheSalt, admissionCost(p))
+	leave, p.waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.endpoints(), opt.Fairness, p.req.CacheSalt, admissionCost(p))
 	switch {
 	case err == nil:
 		if p.waited > 0 {
-			p.eps = r.groupEndpoints(p.group) // the fleet moved on while it waited
+			p.ro = r.groupRoster(p.group) // the fleet moved on while it waited
 		}
 	case ctx.Err() != nil:
 		err = clientGone()
@@ -78,34 +76,30 @@ func (r *Router) Admit(ctx context.Context, p *Prepared, opt PickOptions) (leave
 func (r *Router) Snapshot(p *Prepared, opt PickOptions, now time.Time) decide.Snapshot {
 	p.dreq.Exclude = opt.Exclude
 	p.dreq.SLO = opt.SLO.Seconds()
-	if opt.Only != nil {
-		p.eps = slices.DeleteFunc(p.eps, func(e fleet.Endpoint) bool { return !opt.Only[e.URL] })
+	p.dreq.Terse = !opt.Explain         // nobody reads an explanation unasked
+	if opt.Only != nil && p.ro != nil { // a new roster: the fleet's is shared
+		p.ro = p.ro.Only(opt.Only)
 	}
 	return r.snapshot(p, now)
 }
 
 // snapshot is Snapshot over p's endpoints as they are.
 func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
-	s := decide.Snapshot{Endpoints: p.eps}
+	// Sources stays nil: the roster's briefs say which endpoints run
+	// vLLM's P2P tier (may pull and be pulled from).
+	s := decide.Snapshot{Roster: p.ro}
 	if len(p.chain) > 0 {
 		for _, t := range tier.All() {
 			s.Matched[t] = r.fleet.Match(p.group, t, p.chain)
 		}
 	}
-	s.InFlight = r.bookings.pending(p.eps, now)
-	for _, e := range p.eps {
-		if e.Info.KVSource != "" { // runs vLLM's P2P tier: may pull and be pulled from
-			if s.Sources == nil {
-				s.Sources = map[string]bool{}
-			}
-			s.Sources[e.URL] = true
-		}
-	}
+	eps := p.endpoints()
+	s.InFlight = r.bookings.pending(eps, now)
 	if len(p.chain) > 0 && r.precise(p) {
 		// A prefix this picker's requests are prefilling there now will
 		// be cached by the time this one runs behind them: siblings of a
 		// new prefix find it before any KV event says so.
-		for url, n := range r.bookings.held(p.eps, p.heldKeys()) {
+		for url, n := range r.bookings.held(eps, p.heldKeys()) {
 			if s.Matched[tier.GPU] == nil {
 				s.Matched[tier.GPU] = map[string]int{}
 			}
@@ -146,7 +140,7 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached,
 		waited: p.waited, peer: ticket, group: p.group}
-	if pick.source, pick.sourceDropped = sourceOf(&d, snap.Endpoints); pick.sourceDropped != "" {
+	if pick.source, pick.sourceDropped = sourceOf(&d, snap.Group()); pick.sourceDropped != "" {
 		r.log.Debug("the decision's KV source is not named", zap.String("endpoint", d.Endpoint), zap.String("source", d.Source),
 			zap.String("reason", pick.sourceDropped))
 	}

@@ -36,8 +36,8 @@ func TestRouteSteps(t *testing.T) {
 	defer leave()
 	now := time.Now()
 	snap := r.Snapshot(p, opt, now)
-	if len(snap.Endpoints) != 2 || len(snap.InFlight) != 0 {
-		t.Fatalf("snapshot before any pick: %d endpoints, in flight %v", len(snap.Endpoints), snap.InFlight)
+	if len(snap.Group()) != 2 || len(snap.InFlight) != 0 {
+		t.Fatalf("snapshot before any pick: %d endpoints, in flight %v", len(snap.Group()), snap.InFlight)
 	}
 	first, err := r.Decide(p, snap, opt, now)
 	if err != nil {

@@ -226,6 +226,7 @@ type Router struct {
 	dcfg   decide.Config
 	log    *zap.Logger
 	fleet  Fleet
+	roster rosters // fleet, when it publishes rosters (nil: copies per request)
 	render *render.Client
 	coal   *render.Coalescer // identical renders in flight, shared
 	parser intake.Parser
@@ -265,6 +266,7 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 		render: render.New(cfg.TokenizeTimeout, 64<<20).WithAPIKey(cfg.EngineAPIKey),
 		proxy:  &http.Client{Transport: newProxyTransport()}, accessLog: log.Named("access")}
 	r.bookings.b = books
+	r.roster, _ = fl.(rosters)
 	r.access.rate = cfg.AccessLog
 	r.engKey.Store(&cfg.EngineAPIKey)
 	hc := &http.Client{Timeout: cfg.TokenizeTimeout}
@@ -415,9 +417,11 @@ func clientGone() *intake.Error {
 
 // admitLoads are group's routable endpoints' loads (of eps; nil: the
 // fleet's) at now, as admission judges saturation (bookings.admitLoads).
-func (r *Router) admitLoads(group string, eps []fleet.Endpoint, now time.Time) []admit.Load {
+func (r *Router) admitLoads(group string, eps []*fleet.Endpoint, now time.Time) []admit.Load {
 	if eps == nil {
-		eps = r.groupEndpoints(group)
+		if ro := r.groupRoster(group); ro != nil {
+			eps = ro.Endpoints
+		}
 	}
 	return r.bookings.admitLoads(eps, now, r.cfg.Health)
 }

@@ -67,7 +67,14 @@ type Request struct {
 
 // Snapshot is the fleet as the decision sees it.
 type Snapshot struct {
-	// Endpoints are the request's identity group, in a stable order.
+	// Roster is the request's identity group, in a stable order: the
+	// fleet's roster of the group (fleet.Roster), shared with every other
+	// decision reading it, or the part of it a request may use
+	// (Roster.Only). The decision reads its endpoints' briefs; nothing
+	// here modifies it.
+	Roster *fleet.Roster
+	// Endpoints are the group as values, for a snapshot made by hand
+	// (tests, tools): read only when Roster is nil.
 	Endpoints []fleet.Endpoint
 	// Matched is, per tier and endpoint URL, how many leading blocks of
 	// the request's chain the endpoint holds (nil maps, absent keys:
@@ -80,13 +87,60 @@ type Snapshot struct {
 	// Model is the group's TTFT fit (nil: Config.Predict's prior);
 	// Learned, per endpoint URL, its speed factor and the uncached prompt
 	// assumed for a request waiting there that this picker did not send
-	// (absent: speed 1 and MeanTokens).
+	// (absent: speed 1 and MeanTokens). Factors, when not nil, are the
+	// same for every endpoint of the group, index for index (what the
+	// router gives: no lookup by URL); Learned is then not read.
 	Model      *predict.Coefficients
 	Learned    map[string]predict.Endpoint
+	Factors    []predict.Endpoint
 	MeanTokens float64
 	// Sources are the endpoints (URL) that run vLLM's P2P tier: they may
-	// pull a prefix from one another's CPU tiers (absent: not).
+	// pull a prefix from one another's CPU tiers (absent: not). Nil with a
+	// Roster: the roster's briefs say (fleet.Brief.P2P).
 	Sources map[string]bool
+}
+
+// Group is s's endpoints: the roster's, or pointers to Endpoints when
+// there is no roster. Read only.
+func (s *Snapshot) Group() []*fleet.Endpoint {
+	if s.Roster != nil {
+		return s.Roster.Endpoints
+	}
+	if s.Endpoints == nil {
+		return nil
+	}
+	out := make([]*fleet.Endpoint, len(s.Endpoints))
+	for i := range s.Endpoints {
+		out[i] = &s.Endpoints[i]
+	}
+	return out
+}
+
+// roster is s's roster, made from Endpoints when there is none.
+func (s *Snapshot) roster() *fleet.Roster {
+	if s.Roster != nil {
+		return s.Roster
+	}
+	return fleet.NewRoster(s.Group())
+}
+
+// p2p reports whether the i-th endpoint of r (s's roster) runs vLLM's
+// P2P tier.
+func (s *Snapshot) p2p(r *fleet.Roster, i int) bool {
+	if s.Sources == nil && s.Roster != nil {
+		return r.Briefs[i].P2P
+	}
+	return s.Sources[r.Briefs[i].URL]
+}
+
+// factor is the learned factors of the i-th endpoint, url, and whether
+// any are (Learned's absent).
+func (s *Snapshot) factor(i int, url string) (predict.Endpoint, bool) {
+	if s.Factors != nil {
+		return s.Factors[i], true
+	}
+	l, ok := s.Learned[url]
+	return l, ok
 }
 
 // Decision is the choice, its reason and its explanation.
@@ -147,19 +201,21 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	if req.Policy != "" {
 		sc.Policy = req.Policy
 	}
-	cands, feats := candidates(cfg, req, snap, now)
+	p := cfg.pass(req, &snap, now)
+	cands := p.candidates()
 	sd := score.Decide(&sc, req.Request, cands)
 	d := Decision{Policy: sc.Policy, Reason: sd.Reason, Override: sd.Override, Explain: sd.Explain}
 	if sd.Index < 0 {
 		return d
 	}
-	chosen, o := cands[sd.Index], feats[sd.Index]
+	chosen := cands[sd.Index]
+	o := p.candidate(sd.Index, &chosen) // the chosen one's option, again: the same
 	d.Endpoint = chosen.ID
 	d.Features, d.Predicted, d.Plan = o.f, o.terms, o.plan
 	if o.source != "" {
 		d.Source, d.SourceTokens = o.source, o.plan.Pulled
 	}
-	d.LoadOnly = snap.Endpoints[sd.Index].HealthAt(now, cfg.Health).State == fleet.LoadOnly
+	d.LoadOnly = o.state == fleet.LoadOnly
 	d.MatchedTokens = chosen.Matched[tier.GPU]
 	if req.BlockSize > 0 {
 		d.MatchedBlocks = d.MatchedTokens / req.BlockSize
@@ -183,42 +239,117 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 // chosen (routable, not excluded), and the request's predicted TTFT
 // there.
 func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.Candidate {
-	out, _ := candidates(cfg, req, snap, now)
+	return cfg.pass(req, &snap, now).candidates()
+}
+
+// pass is one decision's reading of its snapshot: the roster, and what
+// every candidate's pricing shares.
+type pass struct {
+	cfg     *Config
+	req     *Request
+	snap    *Snapshot
+	ro      *fleet.Roster
+	coef    predict.Coefficients // the group's fit, or the prior
+	sources []source             // the CPU tiers pulls may come from (precise with Pulls)
+	states  []fleet.HealthState  // each endpoint's at the decision's now
+	// matched and pending are the snapshot's Matched and InFlight by
+	// endpoint index, when a map is large enough that a lookup by URL
+	// (hashing it) for every endpoint costs more than placing its entries
+	// once (nil: looked up in the map, compared in place).
+	matched [tier.Count][]int
+	pending []inflight.Pending
+}
+
+// spreadAbove is the size past which a sparse map is placed by index
+// (Go compares up to 8 keys in place, without hashing).
+const spreadAbove = 8
+
+// spread places m's values at their URLs' indexes in r (zero elsewhere;
+// a URL r does not hold is not placed).
+func spread[V any](r *fleet.Roster, m map[string]V) []V {
+	out := make([]V, len(r.Briefs))
+	for url, v := range m {
+		if i, ok := r.Index(url); ok {
+			out[i] = v
+		}
+	}
 	return out
 }
 
-func candidates(cfg *Config, req Request, snap Snapshot, now time.Time) ([]score.Candidate, []option) {
-	out := make([]score.Candidate, 0, len(snap.Endpoints))
-	feats := make([]option, 0, len(snap.Endpoints))
-	var sources []source
+// matchedAt is Matched[t] of the i-th endpoint, url.
+func (p *pass) matchedAt(t tier.Tier, i int, url string) int {
+	if p.matched[t] != nil {
+		return p.matched[t][i]
+	}
+	return p.snap.Matched[t][url]
+}
+
+// pendingAt is InFlight of the i-th endpoint, url.
+func (p *pass) pendingAt(i int, url string) inflight.Pending {
+	if p.pending != nil {
+		return p.pending[i]
+	}
+	return p.snap.InFlight[url]
+}
+
+func (cfg *Config) pass(req Request, snap *Snapshot, now time.Time) *pass {
+	p := &pass{cfg: cfg, req: &req, snap: snap, ro: snap.roster(), coef: predict.Coefficients(cfg.Predict.Prior)}
+	if snap.Model != nil {
+		p.coef = *snap.Model
+	}
+	p.states = make([]fleet.HealthState, len(p.ro.Briefs))
+	for i := range p.ro.Briefs {
+		p.states[i] = p.ro.Briefs[i].StateAt(now, cfg.Health)
+	}
+	for _, t := range tier.All() {
+		if m := snap.Matched[t]; len(m) > spreadAbove {
+			p.matched[t] = spread(p.ro, m)
+		}
+	}
+	if len(snap.InFlight) > spreadAbove {
+		p.pending = spread(p.ro, snap.InFlight)
+	}
 	if cfg.Pulls && req.Policy == score.Precise || cfg.Pulls && req.Policy == "" && cfg.Score.Policy == score.Precise {
-		sources = pullSources(cfg, req, snap, now)
+		p.sources = p.pullSources()
 	}
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
-		h := e.HealthAt(now, cfg.Health)
-		c := score.Candidate{ID: e.URL, Healthy: h.Routable() && !req.Exclude[e.URL]}
-		if h.State == fleet.Cached { // load-only endpoints get no cache credit
-			for _, t := range tier.All() {
-				c.Matched[t] = snap.Matched[t][e.URL] * req.BlockSize
-			}
-		}
-		if e.HasLoad() {
-			c.Waiting, c.Running, c.KVUsage = e.Load.Waiting, e.Load.Running, e.Load.KVCacheUsage
-		}
-		p := snap.InFlight[e.URL]
-		c.Sent, c.SentTokens = p.Count, p.Tokens
-		o := cfg.features(req, snap, &c, p)
-		o.terms = cfg.price(snap, e.URL, o.f)
-		if snap.Sources[e.URL] && h.State == fleet.Cached {
-			o = cfg.bestPull(req, snap, o, sources)
-		}
-		c.Ahead = o.f.Ahead
-		c.Predicted = o.terms.Total()
-		out = append(out, c)
-		feats = append(feats, o)
+	return p
+}
+
+// candidates is Candidates: one per endpoint of the roster, in its order.
+func (p *pass) candidates() []score.Candidate {
+	out := make([]score.Candidate, len(p.ro.Briefs))
+	for i := range out {
+		p.candidate(i, &out[i])
 	}
-	return out, feats
+	return out
+}
+
+// candidate fills c, the i-th endpoint's candidate, and returns its
+// option: how the request is served there, and priced.
+func (p *pass) candidate(i int, c *score.Candidate) option {
+	b, st, snap, req := &p.ro.Briefs[i], p.states[i], p.snap, p.req
+	*c = score.Candidate{ID: b.URL, Healthy: st.Routable() && !req.Exclude[b.URL]}
+	if st == fleet.Cached { // load-only endpoints get no cache credit
+		for _, t := range tier.All() {
+			c.Matched[t] = p.matchedAt(t, i, b.URL) * req.BlockSize
+		}
+	}
+	if b.HasLoad {
+		c.Waiting, c.Running, c.KVUsage = b.Waiting, b.Running, b.KVCacheUsage
+	}
+	pend := p.pendingAt(i, b.URL)
+	c.Sent, c.SentTokens = pend.Count, pend.Tokens
+	l, learned := snap.factor(i, b.URL)
+	o := p.cfg.features(req, snap, c, pend, l, learned)
+	o.speed = speedOf(l, learned)
+	o.terms = p.coef.Terms(o.f, o.speed)
+	o.state = st
+	if st == fleet.Cached && p.sources != nil && snap.p2p(p.ro, i) {
+		o = p.bestPull(o)
+	}
+	c.Ahead = o.f.Ahead
+	c.Predicted = o.terms.Total()
+	return o
 }
 
 // option is one way to serve a request on an endpoint: where its prompt's
@@ -230,6 +361,8 @@ type option struct {
 	terms    predict.Terms
 	plan     Placement
 	source   string
+	state    fleet.HealthState // the endpoint's, at the decision's now
+	speed    float64           // its learned speed factor (1: the group's curve)
 }
 
 // source is an endpoint whose CPU tier may serve a pull: how many leading
@@ -246,15 +379,18 @@ type source struct {
 // endpoint's is not) and hold some of the prefix there. Only their CPU
 // tier counts: vLLM's P2P tier serves nothing else, and never touches the
 // source's GPU, so a busy or excluded source serves all the same.
-func pullSources(cfg *Config, req Request, snap Snapshot, now time.Time) []source {
+func (p *pass) pullSources() []source {
+	if len(p.snap.Matched[tier.CPU]) == 0 {
+		return nil
+	}
 	var out []source
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
-		n := snap.Matched[tier.CPU][e.URL] * req.BlockSize
-		if n <= 0 || !snap.Sources[e.URL] || e.HealthAt(now, cfg.Health).State != fleet.Cached {
+	for i := range p.ro.Briefs {
+		url := p.ro.Briefs[i].URL
+		n := p.matchedAt(tier.CPU, i, url) * p.req.BlockSize
+		if n <= 0 || !p.snap.p2p(p.ro, i) || p.states[i] != fleet.Cached {
 			continue
 		}
-		out = append(out, source{url: e.URL, tokens: n, pulls: snap.InFlight[e.URL].PullsOut})
+		out = append(out, source{url: url, tokens: n, pulls: p.pendingAt(i, url).PullsOut})
 	}
 	return out
 }
@@ -265,7 +401,8 @@ func pullSources(cfg *Config, req Request, snap Snapshot, now time.Time) []sourc
 // source), and only the rest is prefilled. A tie keeps the endpoint's own
 // cache; among sources, the one with fewer pulls in flight, then the
 // first in snapshot order.
-func (cfg *Config) bestPull(req Request, snap Snapshot, local option, sources []source) option {
+func (p *pass) bestPull(local option) option {
+	req, sources := p.req, p.sources
 	best := local
 	held := local.plan.GPU + local.plan.CPU
 	limit := req.PromptTokens - 1 // the engine computes at least the last token
@@ -282,7 +419,7 @@ func (cfg *Config) bestPull(req Request, snap Snapshot, local option, sources []
 		o.plan.Pulled, o.plan.Recompute = n-held, req.PromptTokens-n
 		o.f.Tail, o.f.Context = float64(o.plan.Recompute), float64(n)
 		o.f.Pulls, o.f.Pulled = 1, float64(n-held)*float64(1+s.pulls)
-		o.terms = cfg.price(snap, local.endpoint, o.f)
+		o.terms = p.coef.Terms(o.f, local.speed)
 		if o.terms.Total() < best.terms.Total() {
 			best = o
 		}
@@ -299,7 +436,7 @@ func (cfg *Config) bestPull(req Request, snap Snapshot, local option, sources []
 // waiting beyond this picker's, at the mean uncached prompt learned for
 // the endpoint (until one is, this request's prompt) — and the decodes
 // running there.
-func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p inflight.Pending) option {
+func (cfg *Config) features(req *Request, snap *Snapshot, c *score.Candidate, p inflight.Pending, l predict.Endpoint, learned bool) option {
 	matched := 0
 	for _, m := range c.Matched {
 		matched = max(matched, m)
@@ -310,7 +447,7 @@ func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p in
 	if mean <= 0 { // nothing learned yet: as long as this one
 		mean = float64(req.PromptTokens)
 	}
-	if l, ok := snap.Learned[c.ID]; ok && l.MeanTokens > 0 {
+	if learned && l.MeanTokens > 0 {
 		mean = l.MeanTokens
 	}
 	others := max(0, c.Waiting-float64(max(0, p.AwaitCount-p.Count)))
@@ -329,31 +466,40 @@ func (cfg *Config) features(req Request, snap Snapshot, c *score.Candidate, p in
 	}
 }
 
-// price is f's predicted TTFT on endpoint url.
-func (cfg *Config) price(snap Snapshot, url string, f predict.Features) predict.Terms {
-	coef := predict.Coefficients(cfg.Predict.Prior)
-	if snap.Model != nil {
-		coef = *snap.Model
+// speedOf is an endpoint's speed factor from its learned factors: 1
+// unless one was learned.
+func speedOf(l predict.Endpoint, learned bool) float64 {
+	if learned && l.Speed > 0 {
+		return l.Speed
 	}
-	speed := 1.0
-	if l, ok := snap.Learned[url]; ok && l.Speed > 0 {
-		speed = l.Speed
-	}
-	return coef.Terms(f, speed)
+	return 1
 }
 
 // RenderOrder orders the engines that may render a request's tokens:
 // the routable endpoints (cached or load-only: both answer; a draining
 // engine is going away), least loaded
-// first (by the last report), ties by URL.
+// first (by the last report), ties by URL. RenderOrderOf is the same
+// over a roster.
 func RenderOrder(cfg *Config, eps []fleet.Endpoint, now time.Time) []string {
-	var ok []fleet.Endpoint
-	for _, e := range eps {
-		if e.HealthAt(now, cfg.Health).Routable() {
-			ok = append(ok, e)
+	ptrs := make([]*fleet.Endpoint, len(eps))
+	for i := range eps {
+		ptrs[i] = &eps[i]
+	}
+	return RenderOrderOf(cfg, fleet.NewRoster(ptrs), now)
+}
+
+// RenderOrderOf is RenderOrder over a roster (nil: none).
+func RenderOrderOf(cfg *Config, r *fleet.Roster, now time.Time) []string {
+	if r == nil {
+		return []string{}
+	}
+	var ok []*fleet.Brief
+	for i := range r.Briefs {
+		if b := &r.Briefs[i]; b.StateAt(now, cfg.Health).Routable() {
+			ok = append(ok, b)
 		}
 	}
-	load := func(e fleet.Endpoint) float64 { return e.Load.Waiting + e.Load.Running }
+	load := func(b *fleet.Brief) float64 { return b.Waiting + b.Running }
 	sort.SliceStable(ok, func(i, j int) bool {
 		if load(ok[i]) != load(ok[j]) {
 			return load(ok[i]) < load(ok[j])
@@ -385,15 +531,16 @@ func Saturated(cfg *Config, req Request, snap Snapshot, now time.Time, waiting f
 		return false
 	}
 	routable := 0
-	for i := range snap.Endpoints {
-		e := &snap.Endpoints[i]
-		if !e.HealthAt(now, cfg.Health).Routable() || req.Exclude[e.URL] {
+	ro := snap.roster()
+	for i := range ro.Briefs {
+		b := &ro.Briefs[i]
+		if !b.StateAt(now, cfg.Health).Routable() || req.Exclude[b.URL] {
 			continue
 		}
 		routable++
-		queued := float64(snap.InFlight[e.URL].Count)
-		if e.HasLoad() {
-			queued += e.Load.Waiting
+		queued := float64(snap.InFlight[b.URL].Count)
+		if b.HasLoad {
+			queued += b.Waiting
 		}
 		if queued < waiting {
 			return false

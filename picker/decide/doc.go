@@ -1,18 +1,29 @@
 // Package decide is the picker's routing decision over a snapshot: given a
-// prepared request (its block keys already looked up), the endpoints of its
-// identity group as the fleet state holds them, what each holds of the
-// request's prefix per tier, the picker's own picks in flight, and `now`,
-// it returns the chosen endpoint, the reason, and the explanation.
+// prepared request (its block keys already looked up), the endpoints of
+// its identity group as the fleet state holds them (its roster,
+// fleet.Roster), what each holds of the request's prefix per tier, the
+// picker's own picks in flight, and `now`, it returns the chosen
+// endpoint, the reason, and the explanation.
 //
 // Contract:
 //   - Pure: no I/O, no clock reads, no randomness, no logging, no locks.
 //     The same inputs give the same Decision in any process, so two picker
 //     replicas that see the same state agree without talking, and every
 //     rule is tested on tables.
-//   - Health comes from the fleet state (fleet.Endpoint.HealthAt): only
-//     routable endpoints (cached or load-only; never draining or down) are
-//     candidates; endpoints the caller excludes
-//     (already tried for this request) are not either.
+//   - Health comes from the fleet state (fleet.Endpoint.HealthAt's
+//     judgement, read from the roster's briefs: fleet.Brief.StateAt, once
+//     per endpoint and decision, at its now): only routable endpoints
+//     (cached or load-only; never draining or down) are candidates;
+//     endpoints the caller excludes (already tried for this request) are
+//     not either.
+//   - The snapshot's roster is shared with every other decision over the
+//     same group and is never modified. A decision costs what its group
+//     holds: one pass over the roster's briefs (side by side in memory),
+//     a candidate per endpoint for picker/score, and the chosen one priced
+//     again for its plan and features rather than every candidate's kept;
+//     the learned factors come index for index (Snapshot.Factors), not by
+//     URL. A snapshot built by hand (Snapshot.Endpoints) is decided the
+//     same, over a roster made of it.
 //   - Scoring is picker/score's: matched blocks become tokens at the
 //     group's block size; the load is the engine's last report plus this
 //     picker's picks the report does not cover yet (picker/inflight).

@@ -30,18 +30,34 @@
 //     caller's now. test/repo's dependency test holds it to that.
 //   - State holds no lock and is not safe for concurrent use: its caller
 //     serialises access (fleetview with an RWMutex). Match, Endpoints,
-//     GroupEndpoints, Refused and Positions only read, so they may run
-//     concurrently with one another under a read lock, never with
-//     anything else; a snapshot load (StartSnapshot) is stepped under the
+//     GroupEndpoints, Roster, Refused and Positions only read, so they
+//     may run concurrently with one another under a read lock, never
+//     with anything else (Roster publishes the roster it builds
+//     atomically); a snapshot load (StartSnapshot) is stepped under the
 //     caller's write lock, which it may release between steps, alone or
 //     batched with other loads of the same index (summary.LoadBatch).
 //   - A group's index grows with its endpoints by half again at least
 //     (up to Config.Slots), so that endpoints arriving one by one copy it
 //     O(log n) times.
-//   - A request's reads are bounded by its identity group: Match and
-//     GroupEndpoints cost what the group holds (at most Config.Slots
-//     endpoints), never what the fleet holds; only Endpoints and Refused
-//     walk the whole fleet, for listings and scrapes.
+//   - A decision reads its group through Roster: the group's endpoints
+//     as of the last change, with a Brief of each (URL, load report, the
+//     health verdict as far as it does not depend on the time, when the
+//     endpoint was last heard from: 72 bytes side by side, where the
+//     endpoints' copies are apart), immutable, built on the first read
+//     after a change and shared by every read until the next (as grpc-go
+//     builds a picker on each state change). Every write to an endpoint
+//     marks it changed; the next roster copies the last one's two slices
+//     and patches in only the endpoints marked (a change of membership
+//     rebuilds it whole), the others' copies are shared, so load reports
+//     arriving several times a second per endpoint cost a read a few
+//     copies, not the group. Nothing modifies a roster once built,
+//     neither the state nor its readers; a reader keeps it as long as it
+//     likes. GroupEndpoints returns copies instead, safe to change.
+//   - A request's reads are bounded by its identity group: Match,
+//     Roster and GroupEndpoints cost what the group holds (at most
+//     Config.Slots endpoints), never what the fleet holds; only
+//     Endpoints and Refused walk the whole fleet, for listings and
+//     scrapes.
 //   - Endpoint health is judged in one place, Endpoint.HealthAt
 //     (health.go): cached, load-only, draining or down, each with its
 //     reason (DESIGN.md §11), from the signals State holds beside the
@@ -49,7 +65,11 @@
 //     replay-only, partial; a drain it announced), staleness, a lost
 //     sidecar and the picker's probe of its engine, and the passive outlier
 //     ejections (Failed, ProbeDue, Probed, with a doubling backoff). Only
-//     cached and load-only endpoints are routable. Judge reports the
+//     cached and load-only endpoints are routable. The judgement is a
+//     verdict that does not depend on the time and the time's part
+//     (staleness, from when the endpoint was last heard from): StateAt,
+//     and a Brief's StateAt from the verdict it keeps, judge the same
+//     state at any now without wording the reason. Judge reports the
 //     transitions since its last call and drops endpoints whose sidecar's
 //     grace has ended, or whose sidecar left after announcing a drain.
 //   - Config follows the one rule for defaults: DefaultConfig returns

@@ -94,14 +94,17 @@ type EngineStats struct {
 // Endpoint is one engine rank as the fleet state knows it: a value,
 // copied out of the state, safe to keep.
 type Endpoint struct {
-	URL     string
+	URL string
+	// LoadAt is when the last load report (Load) arrived (this process's
+	// clock), zero while none has. Beside URL: the two fields a decision
+	// reads of every endpoint of its group in the bookings, on one cache
+	// line.
+	LoadAt  time.Time
 	Sidecar string // the sidecar's gRPC address
 	Group   string
 	Info    Identity
-	// Load is the last load report; LoadAt is when it arrived (this
-	// process's clock), zero while none has.
-	Load   Load
-	LoadAt time.Time
+	// Load is the last load report, which arrived at LoadAt.
+	Load Load
 	// LastUpdate is when anything (delta, snapshot, load report) last
 	// arrived for the endpoint; zero while nothing has. Since is when the
 	// state took the endpoint.

@@ -52,7 +52,11 @@ type Health struct {
 }
 
 // Routable reports whether the endpoint may be picked for a new request.
-func (h Health) Routable() bool { return h.State == Cached || h.State == LoadOnly }
+func (h Health) Routable() bool { return h.State.Routable() }
+
+// Routable reports whether an endpoint in state s may be picked for a new
+// request: cached or load-only.
+func (s HealthState) Routable() bool { return s == Cached || s == LoadOnly }
 
 // HealthConfig holds the limits health is judged by. Start from
 // DefaultHealthConfig: a zero value is invalid, not a default.
@@ -116,43 +120,129 @@ func (c HealthConfig) Validate() error {
 //   - the sidecar lost events it could not replay (partial), or judges its
 //     live event stream silent or replay-only: load only, with its reason;
 //   - otherwise cached.
+//
+// StateAt is the same judgement without the reason.
 func (e *Endpoint) HealthAt(now time.Time, c HealthConfig) Health {
+	state, why, quiet := e.judge(now, c)
+	return Health{State: state, Reason: e.reason(why, now, quiet, c)}
+}
+
+// StateAt is e's state at now as HealthAt judges it, without wording the
+// reason: what a decision asks of every endpoint of its group.
+func (e *Endpoint) StateAt(now time.Time, c HealthConfig) HealthState {
+	state, _, _ := e.judge(now, c)
+	return state
+}
+
+// cause is why an endpoint is in its state (HealthAt's list, in order).
+type cause uint8
+
+const (
+	causeNone cause = iota
+	causeEjected
+	causeEngineDown
+	causeDraining
+	causeLostSilent
+	causeLostAnswers
+	causeQuietDown
+	causeQuietStale
+	causeStreamPartial
+	causeStreamQuiet
+	causeInfoPartial
+)
+
+// judge is HealthAt's judgement: the state, its cause, and for the
+// causes of silence how long the sidecar has been quiet. It is the
+// verdict (what does not depend on the time) then the time's part.
+func (e *Endpoint) judge(now time.Time, c HealthConfig) (HealthState, cause, time.Duration) {
+	state, why, fixed := e.verdict()
+	if fixed {
+		return state, why, 0
+	}
+	return atTime(state, why, e.heard(), now, c)
+}
+
+// verdict is HealthAt's judgement as far as it does not depend on the
+// time: a state that holds whatever the time (fixed: ejected, the engine
+// down, draining, the sidecar lost), or the state the endpoint is in
+// while its sidecar is heard from, which atTime completes.
+func (e *Endpoint) verdict() (state HealthState, why cause, fixed bool) {
 	switch {
-	case e.Ejected && now.Before(e.EjectedUntil):
-		return Health{Down, "ejected by the picker after a failure reaching the engine: " + e.EjectReason}
-	case e.Ejected:
-		return Health{Down, "ejected by the picker (" + e.EjectReason + "); back once a health probe of the engine succeeds"}
+	case e.Ejected: // down before its backoff ends and after, until a probe succeeds
+		return Down, causeEjected, true
 	case e.Load.EngineDown:
-		return Health{Down, "the sidecar cannot reach the engine: " + e.Load.EngineError}
+		return Down, causeEngineDown, true
 	case e.Load.Draining:
-		return Health{Draining, "the sidecar announced a drain (" + e.Load.DrainReason + "): no new requests, those in flight finish"}
+		return Draining, causeDraining, true
 	case !e.SidecarLost.IsZero() && !e.EngineAnswers:
-		return Health{Down, "the sidecar is lost and the engine does not answer the picker's health probe"}
+		return Down, causeLostSilent, true
 	case !e.SidecarLost.IsZero():
-		return Health{LoadOnly, fmt.Sprintf("the sidecar is lost (%s ago); the engine answers the picker's health probe", round(now.Sub(e.SidecarLost)))}
-	}
-	last := e.LastUpdate
-	if last.IsZero() {
-		last = e.Since
-	}
-	if !last.IsZero() {
-		switch quiet := now.Sub(last); {
-		case quiet > c.DownAfter:
-			return Health{Down, fmt.Sprintf("nothing from the sidecar for %s (--down-after %s)", round(quiet), c.DownAfter)}
-		case quiet > c.StaleSummary:
-			return Health{LoadOnly, fmt.Sprintf("the summary is stale: nothing from the sidecar for %s (--stale-summary %s)", round(quiet), c.StaleSummary)}
-		}
+		return LoadOnly, causeLostAnswers, true
 	}
 	switch e.StreamState {
 	case StreamPartial:
-		return Health{LoadOnly, "the sidecar lost KV events it could not replay: " + e.StreamReason}
+		return LoadOnly, causeStreamPartial, false
 	case StreamSilent, StreamReplayOnly:
-		return Health{LoadOnly, "the KV event stream is " + e.StreamState + ": " + e.StreamReason}
+		return LoadOnly, causeStreamQuiet, false
 	}
 	if e.Info.Partial {
-		return Health{LoadOnly, "the sidecar lost KV events it could not replay"}
+		return LoadOnly, causeInfoPartial, false
 	}
-	return Health{State: Cached}
+	return Cached, causeNone, false
+}
+
+// heard is when anything last arrived for e: its last update, else when
+// it was registered; zero when neither is known.
+func (e *Endpoint) heard() time.Time {
+	if e.LastUpdate.IsZero() {
+		return e.Since
+	}
+	return e.LastUpdate
+}
+
+// atTime completes a verdict that is not fixed at now: nothing heard from
+// the sidecar since heard for DownAfter is down, for StaleSummary load
+// only; else the verdict stands. A zero heard is never quiet.
+func atTime(state HealthState, why cause, heard, now time.Time, c HealthConfig) (HealthState, cause, time.Duration) {
+	if !heard.IsZero() {
+		switch quiet := now.Sub(heard); {
+		case quiet > c.DownAfter:
+			return Down, causeQuietDown, quiet
+		case quiet > c.StaleSummary:
+			return LoadOnly, causeQuietStale, quiet
+		}
+	}
+	return state, why, 0
+}
+
+// reason words a judgement's cause.
+func (e *Endpoint) reason(why cause, now time.Time, quiet time.Duration, c HealthConfig) string {
+	switch why {
+	case causeEjected:
+		if !now.Before(e.EjectedUntil) {
+			return "ejected by the picker (" + e.EjectReason + "); back once a health probe of the engine succeeds"
+		}
+		return "ejected by the picker after a failure reaching the engine: " + e.EjectReason
+	case causeEngineDown:
+		return "the sidecar cannot reach the engine: " + e.Load.EngineError
+	case causeDraining:
+		return "the sidecar announced a drain (" + e.Load.DrainReason + "): no new requests, those in flight finish"
+	case causeLostSilent:
+		return "the sidecar is lost and the engine does not answer the picker's health probe"
+	case causeLostAnswers:
+		return fmt.Sprintf("the sidecar is lost (%s ago); the engine answers the picker's health probe", round(now.Sub(e.SidecarLost)))
+	case causeQuietDown:
+		return fmt.Sprintf("nothing from the sidecar for %s (--down-after %s)", round(quiet), c.DownAfter)
+	case causeQuietStale:
+		return fmt.Sprintf("the summary is stale: nothing from the sidecar for %s (--stale-summary %s)", round(quiet), c.StaleSummary)
+	case causeStreamPartial:
+		return "the sidecar lost KV events it could not replay: " + e.StreamReason
+	case causeStreamQuiet:
+		return "the KV event stream is " + e.StreamState + ": " + e.StreamReason
+	case causeInfoPartial:
+		return "the sidecar lost KV events it could not replay"
+	}
+	return ""
 }
 
 // The stream states a sidecar reports of its live KV event stream.

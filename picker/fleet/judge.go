@@ -16,6 +16,7 @@ func (s *State) LoseSidecar(sidecar string, now time.Time) {
 	for _, e := range s.endpoints {
 		if e.Sidecar == sidecar && e.SidecarLost.IsZero() {
 			e.SidecarLost, e.EngineAnswers = now, !e.Load.EngineDown
+			s.changed(e)
 		}
 	}
 	for url, r := range s.refused {
@@ -43,6 +44,7 @@ func (s *State) Lost() []string {
 func (s *State) EngineAnswered(url string, ok bool) {
 	if e := s.endpoints[url]; e != nil && !e.SidecarLost.IsZero() {
 		e.EngineAnswers = ok
+		s.changed(e)
 	}
 }
 
@@ -65,6 +67,7 @@ func (s *State) Failed(url string, now time.Time, reason string, c HealthConfig)
 	}
 	e.ejections++
 	e.Ejected, e.EjectedUntil, e.EjectReason = true, now.Add(min(backoff, c.EjectMax)), reason
+	s.changed(e)
 	return true
 }
 
@@ -91,8 +94,10 @@ func (s *State) Probed(url string, ok bool, now time.Time, reason string, c Heal
 	e.Ejected = false
 	if ok {
 		e.EjectedUntil, e.EjectReason, e.readmitted = time.Time{}, "", now
+		s.changed(e)
 		return
 	}
+	s.changed(e)
 	e.readmitted = time.Time{} // still failing: the backoff keeps growing
 	s.Failed(url, now, reason, c)
 }
@@ -109,6 +114,7 @@ func (s *State) RecordLag(url string, d time.Duration) {
 	recent := slices.Clone(e.lags[:n])
 	slices.Sort(recent)
 	e.Lag = recent[n/2]
+	s.changed(e)
 }
 
 // Transition is one endpoint's health changing between two Judge calls;

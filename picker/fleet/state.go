@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -26,6 +27,7 @@ type State struct {
 	groups    map[string]*group  // by group ID
 	endpoints map[string]*entry  // by URL
 	refused   map[string]Refused // by URL, until taken or their sidecar forgotten
+	version   uint64             // changes made to endpoints (Roster.Version)
 }
 
 // group is one identity group: its endpoints' slots and, per tier, the
@@ -35,6 +37,15 @@ type group struct {
 	slots []string                   // slot → endpoint URL ("" free)
 	held  []*entry                   // slot → endpoint (nil free), beside slots
 	byURL []*entry                   // the held endpoints sorted by URL
+	// version is the state's version at the group's last change,
+	// membership at its last change of endpoints (byURL), and roster the
+	// last roster built (rebuilt on read when older). dirty are the
+	// entries changed since (some perhaps already in roster: their
+	// changedAt says), dirtyTop the version of the last one marked.
+	version, membership uint64
+	roster              atomic.Pointer[Roster]
+	dirty               []*entry
+	dirtyTop            uint64
 }
 
 func byURL(e *entry, url string) int { return strings.Compare(e.URL, url) }
@@ -51,6 +62,13 @@ func byURL(e *entry, url string) int { return strings.Compare(e.URL, url) }
 type entry struct {
 	Endpoint
 	slot int
+	g    *group // its group, while held
+	pos  int    // its index in g.byURL
+	// pub is the shared copy of Endpoint that rosters point to: nil
+	// after a change (State.changed), made again at the next read;
+	// changedAt is the state's version at that change.
+	pub       atomic.Pointer[Endpoint]
+	changedAt uint64
 	// judged is the health last reported by Judge (for transitions).
 	judged Health
 	// ejections counts ejections since the endpoint last stayed in for
@@ -182,15 +200,17 @@ func (s *State) Register(sidecar string, eps []Identity, liveOwner func(sidecar 
 				}
 			}
 			g.slots[slot] = id.Endpoint
-			e = &entry{Endpoint: Endpoint{URL: id.Endpoint, Sidecar: sidecar, Group: gid, Since: now}, slot: slot}
+			e = &entry{Endpoint: Endpoint{URL: id.Endpoint, Sidecar: sidecar, Group: gid, Since: now}, slot: slot, g: g}
 			g.held[slot] = e
 			i, _ := slices.BinarySearchFunc(g.byURL, e.URL, byURL)
 			g.byURL = slices.Insert(g.byURL, i, e)
+			s.reseat(g)
 			s.endpoints[id.Endpoint] = e
 		}
 		e.Info = id
 		e.StreamState, e.StreamReason = id.StreamState, id.StreamReason
 		e.SidecarLost, e.EngineAnswers = time.Time{}, false
+		s.changed(e)
 		delete(s.refused, id.Endpoint)
 		reg.Positions = append(reg.Positions, s.positions(e)...)
 	}
@@ -252,6 +272,8 @@ func (s *State) remove(url string) {
 	if e == nil {
 		return
 	}
+	s.changed(e) // the group's roster loses it
+	e.g = nil
 	if g := s.groups[e.Group]; g != nil {
 		for _, f := range g.tiers {
 			if f != nil {
@@ -262,6 +284,7 @@ func (s *State) remove(url string) {
 		if i, ok := slices.BinarySearchFunc(g.byURL, url, byURL); ok {
 			g.byURL = slices.Delete(g.byURL, i, i+1)
 		}
+		s.reseat(g)
 		empty := true
 		for _, u := range g.slots {
 			empty = empty && u == ""
@@ -282,6 +305,7 @@ func (s *State) held(sidecar, url string, now time.Time) *entry {
 		return nil
 	}
 	e.LastUpdate = now
+	s.changed(e)
 	return e
 }
 
@@ -303,6 +327,7 @@ func (s *State) ApplyLoad(sidecar, url string, l Load, now time.Time) bool {
 	if l.StreamState != "" {
 		e.StreamState, e.StreamReason = l.StreamState, l.StreamReason
 	}
+	s.changed(e)
 	return true
 }
 

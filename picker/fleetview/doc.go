@@ -47,7 +47,7 @@
 //     build their configuration per handshake (gossip/secretfile) make a
 //     rotation apply to new streams only.
 //   - Concurrency: one RWMutex serialises every access to the core —
-//     Match, Endpoints, GroupEndpoints and Refused under the read lock, everything else
+//     Match, Endpoints, GroupEndpoints, Roster and Refused under the read lock, everything else
 //     under the write lock — and a stream checks its context under that
 //     lock before touching the core, so Forget is exact. Snapshots are
 //     written by one loader goroutine: the loads waiting together for one
@@ -58,7 +58,9 @@
 //     it. Match is safe to call from any goroutine while streams apply
 //     updates.
 //   - Per request, only the request's identity group is read (Match,
-//     GroupEndpoints: bounded by the group, not the fleet); Endpoints and
+//     Roster: bounded by the group, not the fleet; the roster is the
+//     core's, shared by every request until the group changes, never
+//     copied per request); Endpoints and
 //     Refused walk the whole fleet and are for listings and scrapes.
 //   - Config.Models, when set, bounds what is followed. A sidecar whose
 //     gossip metadata advertises its models (gossip.Meta.Models), none of

@@ -122,8 +122,8 @@ type View struct {
 	cfg Config
 	log *zap.Logger
 
-	// mu serialises access to state (Match, Endpoints, GroupEndpoints and Refused under
-	// the read lock, everything else under the write lock) and guards
+	// mu serialises access to state (Match, Endpoints, GroupEndpoints,
+	// Roster and Refused under the read lock, everything else under the write lock) and guards
 	// streams and closed.
 	mu      sync.RWMutex
 	state   *fleet.State
@@ -784,6 +784,15 @@ func (v *View) GroupEndpoints(groupID string) []fleet.Endpoint {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.state.GroupEndpoints(groupID)
+}
+
+// Roster returns one identity group's endpoints as the core last
+// published them (fleet.State.Roster): shared, immutable, rebuilt only
+// after a change; nil for a group not held. What a decision reads.
+func (v *View) Roster(groupID string) *fleet.Roster {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.state.Roster(groupID)
 }
 
 // Close stops every stream.

@@ -40,14 +40,17 @@
 //     DownAfter) never bites whether or not the caller sends load reports
 //     — a wall-clock test need not, and the lab, passing its virtual
 //     clock, gets the same. Off, an endpoint is as fresh as its last
-//     update, for a caller modelling a silent sidecar.
+//     update, for a caller modelling a silent sidecar. A roster (Roster)
+//     is the state's, shared; in sync, its endpoints not heard from at
+//     Clock() are stamped copies (and their briefs), the state's roster
+//     untouched.
 //   - Health otherwise is the state's (fleet.Endpoint.HealthAt): loads
 //     come from SetLoad (the sidecar's load report); ReportFailure ejects
 //     for Config.Health's backoff; Probe readmits, as fleetview's probe of
 //     the engine does — there is no goroutine to do it unasked.
-//   - Concurrency: a Fleet is safe for concurrent use (one RWMutex; Match,
-//     Endpoints and GroupEndpoints under the read lock). It starts no
-//     goroutine and does no I/O. A Sidecar is not safe for concurrent use:
+//   - Concurrency: a Fleet is safe for concurrent use (one RWMutex;
+//     Match, Endpoints, GroupEndpoints and Roster under the read lock). It
+//     starts no goroutine and does no I/O. A Sidecar is not safe for concurrent use:
 //     a Fleet serialises those it owns; a shared one is driven from one
 //     goroutine.
 //   - Config follows the one rule for defaults: DefaultConfig returns

@@ -280,6 +280,30 @@ func (f *Fleet) GroupEndpoints(group string) []fleet.Endpoint {
 	return f.fresh(f.state.GroupEndpoints(group))
 }
 
+// Roster returns one identity group's endpoints as the state last
+// published them (fleet.State.Roster), shared and immutable; nil for a
+// group not held. In sync, the endpoints not heard from at Clock() are
+// copies stamped so, with their briefs (the state's roster is never
+// changed); the roster's Version and Membership are the state's.
+func (f *Fleet) Roster(group string) *fleet.Roster {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	r := f.state.Roster(group)
+	if r == nil || !f.cfg.InSync {
+		return r
+	}
+	now := f.cfg.Clock()
+	out := r.Clone()
+	for i, e := range r.Endpoints {
+		if e.LastUpdate.Before(now) {
+			c := *e
+			c.LastUpdate = now
+			out.Endpoints[i], out.Briefs[i] = &c, c.Brief()
+		}
+	}
+	return out
+}
+
 // fresh stamps eps as heard from at Clock() when the fleet is in sync.
 func (f *Fleet) fresh(eps []fleet.Endpoint) []fleet.Endpoint {
 	if !f.cfg.InSync {

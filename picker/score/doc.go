@@ -31,4 +31,8 @@
 //   - The baseline policies (prefix-hash, least-loaded, round-robin) use
 //     the same candidates and cap rules, so the bench compares like with
 //     like.
+//   - Every candidate is explained (Decision.Explain: its figures and why
+//     it won or lost) unless the request is Terse, which changes nothing
+//     else: the router asks for the explanation only when its caller does
+//     (explain=true).
 package score

@@ -193,6 +193,10 @@ type Request struct {
 	// chooses, among the candidates predicted within it, the one that
 	// keeps the fleet's cache best.
 	SLO float64
+	// Terse: the decision is not explained (Decision.Explain nil), which
+	// spares a decision over a large group an explanation per candidate
+	// nobody reads. The choice is the same.
+	Terse bool
 }
 
 // Decision is the choice and its reasons.
@@ -203,7 +207,7 @@ type Decision struct {
 	Cached float64 // the chosen candidate's credited cached tokens
 	// Override is set when the best-cached candidate was skipped for load.
 	Override *Override
-	Explain  []Explain // per candidate, in input order
+	Explain  []Explain // per candidate, in input order; nil when Request.Terse
 }
 
 // Override records a best-cached candidate skipped for load.
@@ -241,7 +245,10 @@ type cand struct {
 
 // Decide chooses among cs for r.
 func Decide(cfg *Config, r Request, cs []Candidate) Decision {
-	d := Decision{Index: -1, Explain: make([]Explain, len(cs))}
+	d := Decision{Index: -1}
+	if !r.Terse {
+		d.Explain = make([]Explain, len(cs))
+	}
 	key := r.TieKey
 	if r.HasAnchor {
 		key = r.Anchor
@@ -259,9 +266,13 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c), queued: c.Ahead,
 			predicted: c.Predicted, weight: Weight(key, c.ID)}
 		x.cost = float64(r.PromptTokens) - x.cached + x.queued
-		d.Explain[i] = Explain{ID: c.ID, Matched: c.Matched, Cached: x.cached, InFlight: x.inFlight, Queued: x.queued, Cost: x.cost, Predicted: x.predicted}
+		if d.Explain != nil {
+			d.Explain[i] = Explain{ID: c.ID, Matched: c.Matched, Cached: x.cached, InFlight: x.inFlight, Queued: x.queued, Cost: x.cost, Predicted: x.predicted}
+		}
 		if !c.Healthy {
-			d.Explain[i].Why = "unhealthy"
+			if d.Explain != nil {
+				d.Explain[i].Why = "unhealthy"
+			}
 			continue
 		}
 		healthy = append(healthy, x)
@@ -277,7 +288,9 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 	for j := range healthy {
 		healthy[j].underCap = healthy[j].inFlight+1 <= float64(d.Cap)
 		anyUnder = anyUnder || healthy[j].underCap
-		d.Explain[healthy[j].i].UnderCap = healthy[j].underCap
+		if d.Explain != nil {
+			d.Explain[healthy[j].i].UnderCap = healthy[j].underCap
+		}
 	}
 	if !anyUnder { // cannot happen with ε ≥ 0, but never choose nobody
 		for j := range healthy {
@@ -308,6 +321,9 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 	chosen := healthy[pick]
 	d.Index, d.Cached = chosen.i, chosen.cached
 	for _, x := range healthy {
+		if d.Explain == nil {
+			break
+		}
 		d.Explain[x.i].Why = why(&d, x, chosen, cfg.TieRatio)
 	}
 	return d
