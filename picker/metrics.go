@@ -117,8 +117,13 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 			m.ttftError, m.ttftObserved, m.ttftPredicted, ttftModels{r}, m.kvSources.vec, m.kvSourceDrops, m.kvPullTokens, m.plannedTokens,
 			m.clientKVDropped)
 	}
-	// Series the alerts and the dashboard divide by or watch for a first
-	// increase exist from the start, at 0.
+	m.zero()
+	return m
+}
+
+// zero makes the series the alerts and the dashboard divide by or watch
+// for a first increase exist from the start, at 0.
+func (m *metrics) zero() {
 	for _, o := range outcomeLabels {
 		m.outcomes.WithLabelValues(o)
 	}
@@ -154,7 +159,6 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 	for _, c := range streamAbortCauses {
 		m.streamAborts.zero(c)
 	}
-	return m
 }
 
 // newKVSourceMetrics makes the KV source series (named, dropped, pulled

@@ -19,6 +19,15 @@ import (
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
+// TestPickersShareBookings: real pickers follow each other's bookings
+// over their --peer-listen ports, listed (static), under mutual TLS, and
+// found through gossip. One test of real servers, its cases below.
+func TestPickersShareBookings(t *testing.T) {
+	t.Run("static", sharedStatic)
+	t.Run("mutual TLS", sharedMutualTLS)
+	t.Run("gossip", sharedByGossip)
+}
+
 // sharingPicker starts a picker over pod serving its bookings on
 // peerAddr and following those of the pickers at peers.
 func sharingPicker(t *testing.T, pod *testpod.Pod, peerAddr string, peers []string, adjust func(*picker.ServerConfig)) (*picker.Server, *prometheus.Registry) {
@@ -73,13 +82,13 @@ func following(t *testing.T, s *picker.Server, self string, want ...string) {
 	})
 }
 
-// TestPickersShareBookings: two pickers listing both addresses (each its
+// sharedStatic: two pickers listing both addresses (each its
 // own too) follow each other's bookings over their --peer-listen ports: a
 // decision-API pick and a proxied request on one are held by the other
 // (added, then released when the answer ends), counted sent and
 // received. When one stops, the other says so: /debug/endpoints shows
 // the stream failing, and verify's "pickers agree" fails naming it.
-func TestPickersShareBookings(t *testing.T) {
+func sharedStatic(t *testing.T) {
 	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
 	ga, gb := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	a, ra := sharingPicker(t, pod, ga, []string{ga, gb}, nil)
@@ -153,11 +162,11 @@ func TestPickersShareBookings(t *testing.T) {
 	}
 }
 
-// TestPickersShareBookingsMutualTLS: pickers serving their bookings with
+// sharedMutualTLS: pickers serving their bookings with
 // mutual TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca) follow each
 // other with their own certificates. A picker in plaintext, or with a
 // certificate of another CA, cannot follow them, and says so.
-func TestPickersShareBookingsMutualTLS(t *testing.T) {
+func sharedMutualTLS(t *testing.T) {
 	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
 	ca, other := testnet.NewCA(t, "kvroute-ca"), testnet.NewCA(t, "other-ca")
 	files := func(c *testnet.CA, name string) testnet.Files {
@@ -215,11 +224,11 @@ func TestShareConfig(t *testing.T) {
 	}
 }
 
-// TestPickersFindEachOtherByGossip: two pickers with gossip and the
+// sharedByGossip: two pickers with gossip and the
 // default --peer-listen (a free port on loopback) find each other
 // through their gossip metadata and follow each other's bookings, with
 // no address given; a picker that leaves is no longer followed.
-func TestPickersFindEachOtherByGossip(t *testing.T) {
+func sharedByGossip(t *testing.T) {
 	pod := testpod.Start(t, testpod.Options{Capacity: capacity, Scrape: 50 * time.Millisecond})
 	start := func(name string, join ...string) *picker.Server {
 		s, _, _ := startObserved(t, pod, func(cfg *picker.ServerConfig) {
