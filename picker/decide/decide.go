@@ -203,6 +203,9 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	}
 	p := cfg.pass(req, &snap, now)
 	cands := p.candidates()
+	for i := range cands { // the URLs' hashes, made with the roster, for the weights
+		cands[i].IDHash = p.ro.Briefs[i].Hash
+	}
 	sd := score.Decide(&sc, req.Request, cands)
 	d := Decision{Policy: sc.Policy, Reason: sd.Reason, Override: sd.Override, Explain: sd.Explain}
 	if sd.Index < 0 {

@@ -42,7 +42,7 @@
 //   - A decision reads its group through Roster: the group's endpoints
 //     as of the last change, with a Brief of each (URL, load report, the
 //     health verdict as far as it does not depend on the time, when the
-//     endpoint was last heard from: 72 bytes side by side, where the
+//     endpoint was last heard from: 80 bytes side by side, where the
 //     endpoints' copies are apart), immutable, built on the first read
 //     after a change and shared by every read until the next (as grpc-go
 //     builds a picker on each state change). Every write to an endpoint

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Roster is one identity group's endpoints as the state held them at one
@@ -89,13 +91,16 @@ func (r *Roster) Only(keep map[string]bool) *Roster {
 	return out
 }
 
-// Brief is an endpoint as a decision reads it, in 72 bytes: its URL, its
+// Brief is an endpoint as a decision reads it, in 80 bytes: its URL, its
 // load report, and its health judged as far as that does not depend on
 // the time, with when the endpoint was last heard from, from which
 // StateAt judges the rest at the decision's now. A roster's briefs are
 // made once per change of their endpoint, not per decision.
 type Brief struct {
 	URL string
+	// Hash is xxh3.HashString(URL): what the rendezvous weights of the
+	// endpoint start from (score.Candidate.IDHash).
+	Hash uint64
 	// heard is when anything last arrived for the endpoint (Endpoint's
 	// LastUpdate, else Since); zero: never.
 	heard time.Time
@@ -115,7 +120,7 @@ type Brief struct {
 
 // Brief is e as a decision reads it.
 func (e *Endpoint) Brief() Brief {
-	b := Brief{URL: e.URL, heard: e.heard(), Waiting: e.Load.Waiting, Running: e.Load.Running, KVCacheUsage: e.Load.KVCacheUsage,
+	b := Brief{URL: e.URL, Hash: xxh3.HashString(e.URL), heard: e.heard(), Waiting: e.Load.Waiting, Running: e.Load.Running, KVCacheUsage: e.Load.KVCacheUsage,
 		HasLoad: e.HasLoad(), P2P: e.Info.KVSource != ""}
 	b.state, b.why, b.fixed = e.verdict()
 	return b
