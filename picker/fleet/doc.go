@@ -32,8 +32,10 @@
 //     serialises access (fleetview with an RWMutex). Match, Endpoints,
 //     GroupEndpoints, Roster, Refused and Positions only read, so they
 //     may run concurrently with one another under a read lock, never
-//     with anything else (Roster publishes the roster it builds
-//     atomically); a snapshot load (StartSnapshot) is stepped under the
+//     with anything else; Roster may run with them, not with itself (it
+//     keeps the rosters it builds: the caller serialises Roster calls
+//     under its read lock, fleetview and localfleet with a mutex of their
+//     own); a snapshot load (StartSnapshot) is stepped under the
 //     caller's write lock, which it may release between steps, alone or
 //     batched with other loads of the same index (summary.LoadBatch).
 //   - A group's index grows with its endpoints by half again at least

@@ -138,15 +138,17 @@ func (b *Brief) StateAt(now time.Time, c HealthConfig) HealthState {
 // Roster returns the endpoints of one identity group as of now (nil for a
 // group not held): the roster of the last read when nothing of the group
 // changed since, else a new one. Its cost is bounded by the group, never
-// by the fleet. Roster only reads the state as its callers see it: it may
-// run concurrently with the other read-only methods (under the caller's
-// read lock), the rebuild itself being published atomically.
+// by the fleet. Roster changes nothing its callers see, but keeps the
+// rosters it builds: it may run concurrently with the read-only methods
+// (under the caller's read lock), not with itself (the caller serialises
+// Roster calls, fleetview and localfleet with a mutex of their own) nor
+// with any method that writes.
 func (s *State) Roster(groupID string) *Roster {
 	g := s.groups[groupID]
 	if g == nil {
 		return nil
 	}
-	prev := g.roster.Load()
+	prev := g.roster
 	if prev != nil && prev.Version == g.version {
 		return prev
 	}
@@ -168,20 +170,17 @@ func (s *State) Roster(groupID string) *Roster {
 			r.Endpoints[i], r.Briefs[i] = p, p.Brief()
 		}
 	}
-	g.roster.Store(r) // readers racing here built the same version
+	g.roster = r
 	return r
 }
 
 // published is e's shared copy, made on first read after a change.
 func (e *entry) published() *Endpoint {
-	if p := e.pub.Load(); p != nil {
-		return p
+	if e.pub == nil {
+		c := e.Endpoint
+		e.pub = &c
 	}
-	c := e.Endpoint
-	if e.pub.CompareAndSwap(nil, &c) {
-		return &c
-	}
-	return e.pub.Load() // another reader's copy of the same version
+	return e.pub
 }
 
 // changed records that something of e's Endpoint changed: its shared
@@ -190,14 +189,14 @@ func (e *entry) published() *Endpoint {
 // under the caller's write lock.
 func (s *State) changed(e *entry) {
 	s.version++
-	e.pub.Store(nil)
+	e.pub = nil
 	e.changedAt = s.version
 	g := e.g
 	if g == nil {
 		return
 	}
 	g.version = s.version
-	if r := g.roster.Load(); r != nil && r.Version >= g.dirtyTop {
+	if r := g.roster; r != nil && r.Version >= g.dirtyTop {
 		g.dirty = g.dirty[:0] // every mark is in the last roster
 	}
 	if len(g.dirty) > len(g.byURL) { // unread for long: the next roster is built whole
