@@ -203,13 +203,17 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	}
 	p := cfg.pass(req, &snap, now)
 	cands := p.candidates()
+	for i := range cands { // the URLs' hashes, made with the roster, for the weights
+		cands[i].IDHash = p.ro.Briefs[i].Hash
+	}
 	sd := score.Decide(&sc, req.Request, cands)
 	d := Decision{Policy: sc.Policy, Reason: sd.Reason, Override: sd.Override, Explain: sd.Explain}
 	if sd.Index < 0 {
 		return d
 	}
 	chosen := cands[sd.Index]
-	o := p.candidate(sd.Index, &chosen) // the chosen one's option, again: the same
+	var o option
+	p.candidate(sd.Index, &chosen, &o) // the chosen one's option, again: the same
 	d.Endpoint = chosen.ID
 	d.Features, d.Predicted, d.Plan = o.f, o.terms, o.plan
 	if o.source != "" {
@@ -253,16 +257,18 @@ type pass struct {
 	sources []source             // the CPU tiers pulls may come from (precise with Pulls)
 	states  []fleet.HealthState  // each endpoint's at the decision's now
 	// matched and pending are the snapshot's Matched and InFlight by
-	// endpoint index, when a map is large enough that a lookup by URL
-	// (hashing it) for every endpoint costs more than placing its entries
-	// once (nil: looked up in the map, compared in place).
+	// endpoint index, in a group large enough (spreadFrom) that looking
+	// them up by URL for every endpoint costs more than placing their
+	// entries once (nil: looked up in the map).
 	matched [tier.Count][]int
 	pending []inflight.Pending
 }
 
-// spreadAbove is the size past which a sparse map is placed by index
-// (Go compares up to 8 keys in place, without hashing).
-const spreadAbove = 8
+// spreadFrom is the group size from which a snapshot's sparse maps (not
+// empty) are placed by index: a lookup by URL per endpoint costs a hash,
+// or up to 8 string compares in a small map, where placing the map's
+// few entries once costs a search each and a slice of the group's size.
+const spreadFrom = 64
 
 // spread places m's values at their URLs' indexes in r (zero elsewhere;
 // a URL r does not hold is not placed).
@@ -301,13 +307,15 @@ func (cfg *Config) pass(req Request, snap *Snapshot, now time.Time) *pass {
 	for i := range p.ro.Briefs {
 		p.states[i] = p.ro.Briefs[i].StateAt(now, cfg.Health)
 	}
-	for _, t := range tier.All() {
-		if m := snap.Matched[t]; len(m) > spreadAbove {
-			p.matched[t] = spread(p.ro, m)
+	if len(p.ro.Briefs) >= spreadFrom {
+		for _, t := range tier.All() {
+			if m := snap.Matched[t]; len(m) > 0 {
+				p.matched[t] = spread(p.ro, m)
+			}
 		}
-	}
-	if len(snap.InFlight) > spreadAbove {
-		p.pending = spread(p.ro, snap.InFlight)
+		if len(snap.InFlight) > 0 {
+			p.pending = spread(p.ro, snap.InFlight)
+		}
 	}
 	if cfg.Pulls && req.Policy == score.Precise || cfg.Pulls && req.Policy == "" && cfg.Score.Policy == score.Precise {
 		p.sources = p.pullSources()
@@ -318,15 +326,16 @@ func (cfg *Config) pass(req Request, snap *Snapshot, now time.Time) *pass {
 // candidates is Candidates: one per endpoint of the roster, in its order.
 func (p *pass) candidates() []score.Candidate {
 	out := make([]score.Candidate, len(p.ro.Briefs))
+	var o option // each one's, not kept
 	for i := range out {
-		p.candidate(i, &out[i])
+		p.candidate(i, &out[i], &o)
 	}
 	return out
 }
 
-// candidate fills c, the i-th endpoint's candidate, and returns its
-// option: how the request is served there, and priced.
-func (p *pass) candidate(i int, c *score.Candidate) option {
+// candidate fills c, the i-th endpoint's candidate, and o, its option:
+// how the request is served there, and priced.
+func (p *pass) candidate(i int, c *score.Candidate, o *option) {
 	b, st, snap, req := &p.ro.Briefs[i], p.states[i], p.snap, p.req
 	*c = score.Candidate{ID: b.URL, Healthy: st.Routable() && !req.Exclude[b.URL]}
 	if st == fleet.Cached { // load-only endpoints get no cache credit
@@ -340,16 +349,15 @@ func (p *pass) candidate(i int, c *score.Candidate) option {
 	pend := p.pendingAt(i, b.URL)
 	c.Sent, c.SentTokens = pend.Count, pend.Tokens
 	l, learned := snap.factor(i, b.URL)
-	o := p.cfg.features(req, snap, c, pend, l, learned)
+	p.cfg.features(o, req, snap, c, pend, l, learned)
 	o.speed = speedOf(l, learned)
 	o.terms = p.coef.Terms(o.f, o.speed)
 	o.state = st
 	if st == fleet.Cached && p.sources != nil && snap.p2p(p.ro, i) {
-		o = p.bestPull(o)
+		*o = p.bestPull(*o)
 	}
 	c.Ahead = o.f.Ahead
 	c.Predicted = o.terms.Total()
-	return o
 }
 
 // option is one way to serve a request on an endpoint: where its prompt's
@@ -436,7 +444,7 @@ func (p *pass) bestPull(local option) option {
 // waiting beyond this picker's, at the mean uncached prompt learned for
 // the endpoint (until one is, this request's prompt) — and the decodes
 // running there.
-func (cfg *Config) features(req *Request, snap *Snapshot, c *score.Candidate, p inflight.Pending, l predict.Endpoint, learned bool) option {
+func (cfg *Config) features(o *option, req *Request, snap *Snapshot, c *score.Candidate, p inflight.Pending, l predict.Endpoint, learned bool) {
 	matched := 0
 	for _, m := range c.Matched {
 		matched = max(matched, m)
@@ -451,7 +459,7 @@ func (cfg *Config) features(req *Request, snap *Snapshot, c *score.Candidate, p 
 		mean = l.MeanTokens
 	}
 	others := max(0, c.Waiting-float64(max(0, p.AwaitCount-p.Count)))
-	return option{
+	*o = option{
 		endpoint: c.ID,
 		plan:     Placement{GPU: gpu, CPU: matched - gpu, Recompute: req.PromptTokens - matched},
 		f: predict.Features{

@@ -15,8 +15,9 @@ import (
 	"github.com/kvroute/kvroute/picker/score"
 )
 
-// TestLargeGroupReadsAsSmall: over a group of 40 endpoints whose matches,
-// picks in flight and learned factors are many (read by index, not URL),
+// TestLargeGroupReadsAsSmall: over groups of 40 and 100 endpoints (the
+// larger one's maps placed by index, not read by URL) whose matches,
+// picks in flight and learned factors are many,
 // every candidate holds what the snapshot's maps say of its URL, and the
 // decision is the same from values (Endpoints), from the roster in URL
 // order or in another order, with the factors by index (Factors) or by
@@ -25,15 +26,16 @@ func TestLargeGroupReadsAsSmall(t *testing.T) {
 	cfg := DefaultConfig()
 	rng := rand.New(rand.NewPCG(8, 8))
 	for round := range 200 {
+		size := []int{40, 100}[round%2]
 		var eps []fleet.Endpoint
 		matched := [tier.Count]map[string]int{{}, {}, {}}
 		pending := map[string]inflight.Pending{}
 		learned := map[string]predict.Endpoint{}
 		sources := map[string]bool{}
-		for i := range 40 {
-			e := ep(fmt.Sprintf("http://e%02d", i), float64(rng.IntN(4)), float64(rng.IntN(6)), time.Duration(rng.IntN(3000))*time.Millisecond)
+		for i := range size {
+			e := ep(fmt.Sprintf("http://e%03d", i), float64(rng.IntN(4)), float64(rng.IntN(6)), time.Duration(rng.IntN(3000))*time.Millisecond)
 			if rng.IntN(3) == 0 {
-				e.Info.KVSource = fmt.Sprintf("e%02d:5700", i)
+				e.Info.KVSource = fmt.Sprintf("e%03d:5700", i)
 				sources[e.URL] = true
 			}
 			eps = append(eps, e)

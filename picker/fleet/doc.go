@@ -32,8 +32,10 @@
 //     serialises access (fleetview with an RWMutex). Match, Endpoints,
 //     GroupEndpoints, Roster, Refused and Positions only read, so they
 //     may run concurrently with one another under a read lock, never
-//     with anything else (Roster publishes the roster it builds
-//     atomically); a snapshot load (StartSnapshot) is stepped under the
+//     with anything else; Roster may run with them, not with itself (it
+//     keeps the rosters it builds: the caller serialises Roster calls
+//     under its read lock, fleetview and localfleet with a mutex of their
+//     own); a snapshot load (StartSnapshot) is stepped under the
 //     caller's write lock, which it may release between steps, alone or
 //     batched with other loads of the same index (summary.LoadBatch).
 //   - A group's index grows with its endpoints by half again at least
@@ -42,7 +44,7 @@
 //   - A decision reads its group through Roster: the group's endpoints
 //     as of the last change, with a Brief of each (URL, load report, the
 //     health verdict as far as it does not depend on the time, when the
-//     endpoint was last heard from: 72 bytes side by side, where the
+//     endpoint was last heard from: 80 bytes side by side, where the
 //     endpoints' copies are apart), immutable, built on the first read
 //     after a change and shared by every read until the next (as grpc-go
 //     builds a picker on each state change). Every write to an endpoint

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Roster is one identity group's endpoints as the state held them at one
@@ -89,13 +91,16 @@ func (r *Roster) Only(keep map[string]bool) *Roster {
 	return out
 }
 
-// Brief is an endpoint as a decision reads it, in 72 bytes: its URL, its
+// Brief is an endpoint as a decision reads it, in 80 bytes: its URL, its
 // load report, and its health judged as far as that does not depend on
 // the time, with when the endpoint was last heard from, from which
 // StateAt judges the rest at the decision's now. A roster's briefs are
 // made once per change of their endpoint, not per decision.
 type Brief struct {
 	URL string
+	// Hash is xxh3.HashString(URL): what the rendezvous weights of the
+	// endpoint start from (score.Candidate.IDHash).
+	Hash uint64
 	// heard is when anything last arrived for the endpoint (Endpoint's
 	// LastUpdate, else Since); zero: never.
 	heard time.Time
@@ -115,7 +120,7 @@ type Brief struct {
 
 // Brief is e as a decision reads it.
 func (e *Endpoint) Brief() Brief {
-	b := Brief{URL: e.URL, heard: e.heard(), Waiting: e.Load.Waiting, Running: e.Load.Running, KVCacheUsage: e.Load.KVCacheUsage,
+	b := Brief{URL: e.URL, Hash: xxh3.HashString(e.URL), heard: e.heard(), Waiting: e.Load.Waiting, Running: e.Load.Running, KVCacheUsage: e.Load.KVCacheUsage,
 		HasLoad: e.HasLoad(), P2P: e.Info.KVSource != ""}
 	b.state, b.why, b.fixed = e.verdict()
 	return b
@@ -133,15 +138,17 @@ func (b *Brief) StateAt(now time.Time, c HealthConfig) HealthState {
 // Roster returns the endpoints of one identity group as of now (nil for a
 // group not held): the roster of the last read when nothing of the group
 // changed since, else a new one. Its cost is bounded by the group, never
-// by the fleet. Roster only reads the state as its callers see it: it may
-// run concurrently with the other read-only methods (under the caller's
-// read lock), the rebuild itself being published atomically.
+// by the fleet. Roster changes nothing its callers see, but keeps the
+// rosters it builds: it may run concurrently with the read-only methods
+// (under the caller's read lock), not with itself (the caller serialises
+// Roster calls, fleetview and localfleet with a mutex of their own) nor
+// with any method that writes.
 func (s *State) Roster(groupID string) *Roster {
 	g := s.groups[groupID]
 	if g == nil {
 		return nil
 	}
-	prev := g.roster.Load()
+	prev := g.roster
 	if prev != nil && prev.Version == g.version {
 		return prev
 	}
@@ -163,20 +170,17 @@ func (s *State) Roster(groupID string) *Roster {
 			r.Endpoints[i], r.Briefs[i] = p, p.Brief()
 		}
 	}
-	g.roster.Store(r) // readers racing here built the same version
+	g.roster = r
 	return r
 }
 
 // published is e's shared copy, made on first read after a change.
 func (e *entry) published() *Endpoint {
-	if p := e.pub.Load(); p != nil {
-		return p
+	if e.pub == nil {
+		c := e.Endpoint
+		e.pub = &c
 	}
-	c := e.Endpoint
-	if e.pub.CompareAndSwap(nil, &c) {
-		return &c
-	}
-	return e.pub.Load() // another reader's copy of the same version
+	return e.pub
 }
 
 // changed records that something of e's Endpoint changed: its shared
@@ -185,14 +189,14 @@ func (e *entry) published() *Endpoint {
 // under the caller's write lock.
 func (s *State) changed(e *entry) {
 	s.version++
-	e.pub.Store(nil)
+	e.pub = nil
 	e.changedAt = s.version
 	g := e.g
 	if g == nil {
 		return
 	}
 	g.version = s.version
-	if r := g.roster.Load(); r != nil && r.Version >= g.dirtyTop {
+	if r := g.roster; r != nil && r.Version >= g.dirtyTop {
 		g.dirty = g.dirty[:0] // every mark is in the last roster
 	}
 	if len(g.dirty) > len(g.byURL) { // unread for long: the next roster is built whole

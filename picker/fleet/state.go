@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -20,7 +19,8 @@ import (
 // time it records is an argument) and holds no lock: it is not safe for
 // concurrent use. Its caller serialises access; the read-only methods
 // (Match, Endpoints, GroupEndpoints, Refused, Positions) may run concurrently with one
-// another, never with any other method.
+// another, never with any other method; Roster may run concurrently
+// with those, not with itself.
 type State struct {
 	cfg       Config
 	params    string             // cfg.Params.String(): what sidecars must advertise
@@ -43,7 +43,7 @@ type group struct {
 	// entries changed since (some perhaps already in roster: their
 	// changedAt says), dirtyTop the version of the last one marked.
 	version, membership uint64
-	roster              atomic.Pointer[Roster]
+	roster              *Roster
 	dirty               []*entry
 	dirtyTop            uint64
 }
@@ -67,7 +67,7 @@ type entry struct {
 	// pub is the shared copy of Endpoint that rosters point to: nil
 	// after a change (State.changed), made again at the next read;
 	// changedAt is the state's version at that change.
-	pub       atomic.Pointer[Endpoint]
+	pub       *Endpoint
 	changedAt uint64
 	// judged is the health last reported by Judge (for transitions).
 	judged Health

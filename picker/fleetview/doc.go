@@ -47,9 +47,11 @@
 //     build their configuration per handshake (gossip/secretfile) make a
 //     rotation apply to new streams only.
 //   - Concurrency: one RWMutex serialises every access to the core —
-//     Match, Endpoints, GroupEndpoints, Roster and Refused under the read lock, everything else
-//     under the write lock — and a stream checks its context under that
-//     lock before touching the core, so Forget is exact. Snapshots are
+//     Match, Endpoints, GroupEndpoints, Roster (and a mutex of its own:
+//     the core keeps the rosters it builds) and Refused under the read
+//     lock, everything else under the write lock — and a stream checks
+//     its context under that lock before touching the core, so Forget is
+//     exact. Snapshots are
 //     written by one loader goroutine: the loads waiting together for one
 //     index and row word (up to 64 endpoints) in one pass
 //     (summary.LoadBatch), a part at a time, the lock released between

@@ -125,10 +125,13 @@ type View struct {
 	// mu serialises access to state (Match, Endpoints, GroupEndpoints,
 	// Roster and Refused under the read lock, everything else under the write lock) and guards
 	// streams and closed.
-	mu      sync.RWMutex
-	state   *fleet.State
-	streams map[string]*streamRef // by sidecar address
-	closed  bool
+	mu    sync.RWMutex
+	state *fleet.State
+	// rosterMu serialises Roster calls (under mu's read lock): the core
+	// keeps the rosters it builds.
+	rosterMu sync.Mutex
+	streams  map[string]*streamRef // by sidecar address
+	closed   bool
 	// models are cfg.Models as a set (nil: every model); unfollowed the
 	// endpoints of other models, by sidecar address, as last offered.
 	models     map[string]bool
@@ -792,6 +795,8 @@ func (v *View) GroupEndpoints(groupID string) []fleet.Endpoint {
 func (v *View) Roster(groupID string) *fleet.Roster {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	v.rosterMu.Lock()
+	defer v.rosterMu.Unlock()
 	return v.state.Roster(groupID)
 }
 

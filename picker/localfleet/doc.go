@@ -49,8 +49,9 @@
 //     for Config.Health's backoff; Probe readmits, as fleetview's probe of
 //     the engine does — there is no goroutine to do it unasked.
 //   - Concurrency: a Fleet is safe for concurrent use (one RWMutex;
-//     Match, Endpoints, GroupEndpoints and Roster under the read lock). It
-//     starts no goroutine and does no I/O. A Sidecar is not safe for concurrent use:
+//     Match, Endpoints, GroupEndpoints and Roster under the read lock,
+//     Roster also under a mutex of its own: the core keeps the rosters it
+//     builds). It starts no goroutine and does no I/O. A Sidecar is not safe for concurrent use:
 //     a Fleet serialises those it owns; a shared one is driven from one
 //     goroutine.
 //   - Config follows the one rule for defaults: DefaultConfig returns

@@ -35,7 +35,10 @@ type Fleet struct {
 
 	mu    sync.RWMutex
 	state *fleet.State
-	own   map[string]*Sidecar // by endpoint URL: the sidecars Add made
+	// rosterMu serialises the state's Roster calls (under mu's read
+	// lock): the core keeps the rosters it builds.
+	rosterMu sync.Mutex
+	own      map[string]*Sidecar // by endpoint URL: the sidecars Add made
 }
 
 // New returns an empty fleet. cfg must be valid (see Config).
@@ -288,7 +291,9 @@ func (f *Fleet) GroupEndpoints(group string) []fleet.Endpoint {
 func (f *Fleet) Roster(group string) *fleet.Roster {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	f.rosterMu.Lock()
 	r := f.state.Roster(group)
+	f.rosterMu.Unlock()
 	if r == nil || !f.cfg.InSync {
 		return r
 	}

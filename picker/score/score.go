@@ -157,7 +157,10 @@ func (c *Config) Validate() error {
 
 // Candidate is one endpoint of the request's identity group.
 type Candidate struct {
-	ID      string // stable identity: the engine URL
+	ID string // stable identity: the engine URL
+	// IDHash is xxh3.HashString(ID), when the caller has it at hand (0:
+	// hashed here): the rendezvous weight's part of the endpoint.
+	IDHash  uint64
 	Healthy bool
 	// Matched is how many leading prompt tokens the endpoint holds, per
 	// tier (whole blocks, from the fleet index).
@@ -264,7 +267,7 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 	for i := range cs {
 		c := &cs[i]
 		x := cand{i: i, cached: cfg.cached(c, r.PromptTokens), inFlight: inFlight(c), queued: c.Ahead,
-			predicted: c.Predicted, weight: Weight(key, c.ID)}
+			predicted: c.Predicted, weight: weight(key, c)}
 		x.cost = float64(r.PromptTokens) - x.cached + x.queued
 		if d.Explain != nil {
 			d.Explain[i] = Explain{ID: c.ID, Matched: c.Matched, Cached: x.cached, InFlight: x.inFlight, Queued: x.queued, Cost: x.cost, Predicted: x.predicted}
@@ -385,6 +388,14 @@ func (cfg *Config) cached(c *Candidate, prompt int) float64 {
 // and removing an endpoint moves only the keys it ranked first.
 func Weight(key uint64, id string) uint64 {
 	return mix(key ^ xxh3.HashString(id))
+}
+
+// weight is Weight(key, c.ID), from c.IDHash when given.
+func weight(key uint64, c *Candidate) uint64 {
+	if c.IDHash != 0 {
+		return mix(key ^ c.IDHash)
+	}
+	return Weight(key, c.ID)
 }
 
 func mix(x uint64) uint64 {
