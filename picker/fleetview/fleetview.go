@@ -450,7 +450,9 @@ func (v *View) follow(ctx context.Context, ref *streamRef, addr string) {
 	// A raw snapshot is m/8 bytes: above gRPC's default 4 MiB receive
 	// limit once summaries are sized for more than ~2M blocks.
 	maxMsg := int(v.cfg.Params.M/8) + 1<<16
+	win := streamWindow(v.cfg.Params)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithInitialWindowSize(win), grpc.WithInitialConnWindowSize(win),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max(maxMsg, 4<<20))))
 	if err != nil {
 		v.log.Error("sidecar address", zap.String("sidecar", addr), zap.Error(err))
@@ -506,6 +508,18 @@ func (v *View) follow(ctx context.Context, ref *streamRef, addr string) {
 		case <-time.After(v.cfg.Retry):
 		}
 	}
+}
+
+// streamWindow is the flow-control window of a summary stream (and of its
+// connection): room for a whole snapshot (m/8 bytes, and some), so that a
+// sidecar sends one without waiting on window updates, at most 16 MiB.
+// Setting it also makes the window static: gRPC's bandwidth probe, which
+// answers each burst of data with a window update and a ping (two frames
+// written, and their ack read, for nearly every delta and load report on
+// each of a thousand streams), is off. What a stream may hold unread is
+// bounded by the window.
+func streamWindow(p summary.Params) int32 {
+	return int32(min(max(int(p.M/8)+1<<16, 1<<16), 16<<20))
 }
 
 func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string, up func()) error {
