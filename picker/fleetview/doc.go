@@ -50,13 +50,19 @@
 //     Match, Endpoints, GroupEndpoints and Refused under the read lock, everything else
 //     under the write lock — and a stream checks its context under that
 //     lock before touching the core, so Forget is exact. Snapshots are
-//     written by one loader goroutine: the loads waiting together for one
-//     index and row word (up to 64 endpoints) in one pass
-//     (summary.LoadBatch), a part at a time, the lock released between
-//     parts; an endpoint reads as absent in its tier until its last part,
-//     and its stream waits for the load before applying anything after
-//     it. Match is safe to call from any goroutine while streams apply
-//     updates.
+//     written by one loader goroutine, all the loads of one index
+//     together in one lap of its rows (summary.LoadBatch): a load joins
+//     the lap under way when it arrives and is written one lap later, a
+//     part at a time, each part prepared without the lock and written
+//     under it; an endpoint reads as absent in its tier until its last
+//     part, and its stream waits for the load before applying anything
+//     after it. Match is safe to call from any goroutine while streams
+//     apply updates.
+//   - A summary stream's flow-control window holds a whole snapshot (at
+//     most 16 MiB) and is static: a sidecar sends a snapshot without
+//     waiting on window updates, and the picker writes nothing back per
+//     update (no bandwidth-probe ping); what a stream may hold unread is
+//     bounded by the window.
 //   - Per request, only the request's identity group is read (Match,
 //     GroupEndpoints: bounded by the group, not the fleet); Endpoints and
 //     Refused walk the whole fleet and are for listings and scrapes.

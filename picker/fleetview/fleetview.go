@@ -164,8 +164,8 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_picker_snapshot_batch_loads",
-			Help:    "Snapshot loads written together in one pass over an index (up to 64: the endpoints of one row word).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64}}),
+			Help:    "Snapshot loads written together in one lap over an index: those that joined it between two moments it had none to write.",
+			Buckets: []float64{1, 4, 16, 64, 256, 1024}}),
 	}
 	if len(cfg.Models) > 0 {
 		v.models = map[string]bool{}
@@ -681,7 +681,7 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 			return err // ignored (not this sidecar's endpoint here), or malformed
 		}
 		v.applied.WithLabelValues("snapshot").Inc()
-		return v.loader.load(ctx, load) // written a step at a time, the lock released between steps; a change to the endpoint meanwhile abandons it (the stream restarts)
+		return v.loader.load(ctx, load) // written with the others of its index, a step at a time, the lock held for each step's writes; a change to the endpoint meanwhile abandons it (the stream restarts)
 	case *pb.SummaryUpdate_Delta:
 		d, err := summary.DecodeDelta(b.Delta.GetData(), b.Delta.GetSeq(), v.cfg.Params)
 		if err != nil {
@@ -715,11 +715,6 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 	v.state.Touch(addr, u.Endpoint, time.Now())
 	return nil
 }
-
-// snapshotStepLoadWords is how much one locked step writes: 16Ki snapshot
-// words over the loads batched (256 words, 16Ki rows, for 64 loads; 16
-// for a thousand), about half a millisecond (BenchmarkFleetLoad).
-const snapshotStepLoadWords = 1 << 14
 
 // Match returns, for every endpoint of the group that may hold a prefix of
 // chain in tier t, its matched length in blocks, the leaders verified
