@@ -94,6 +94,11 @@
 //     elsewhere. Anything else is dropped (the endpoint is taken without
 //     a source: never named as one) and logged at warn, once per stream.
 //   - Staleness per endpoint is the time since its last update of any kind.
+//   - Sync counts the endpoints held, those whose sidecar's first state is
+//     applied (a load report, which a sidecar sends after an endpoint's
+//     snapshots and the view applies after writing them) and those with a
+//     summary loaded, and the snapshots received and waiting: synced once
+//     every endpoint held has reported with nothing waiting.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.
 package fleetview

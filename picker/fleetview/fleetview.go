@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,6 +139,7 @@ type View struct {
 	health    healthMetrics
 	probe     *http.Client // the picker's own health probes of engines
 	loader    *loader      // writes the snapshot loads, batched
+	snapshots atomic.Int64 // snapshots received whose load began (Sync)
 	closeCtx  context.Context
 	close     context.CancelFunc
 }
@@ -681,6 +683,7 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 			return err // ignored (not this sidecar's endpoint here), or malformed
 		}
 		v.applied.WithLabelValues("snapshot").Inc()
+		v.snapshots.Add(1)
 		return v.loader.load(ctx, load) // written with the others of its index, a step at a time, the lock held for each step's writes; a change to the endpoint meanwhile abandons it (the stream restarts)
 	case *pb.SummaryUpdate_Delta:
 		d, err := summary.DecodeDelta(b.Delta.GetData(), b.Delta.GetSeq(), v.cfg.Params)
@@ -740,6 +743,45 @@ func (s staleness) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, time.Since(ep.LastUpdate).Seconds(), ep.URL)
 		}
 	}
+}
+
+// Sync is how far the view is from holding what every endpoint's sidecar
+// has to tell: a restarted picker has synced when every endpoint held has
+// reported, with no snapshot waiting.
+type Sync struct {
+	// Endpoints are the endpoints held (followed and taken). Reported are
+	// those whose sidecar's first state has been applied: a load report,
+	// which a sidecar sends after the endpoint's snapshots (one a tier it
+	// has) and which the view applies only once those are written.
+	// Loaded are those with a complete summary in the index, in some tier
+	// (an engine that has cached nothing yet may have none).
+	Endpoints, Reported, Loaded int
+	// Snapshots is how many the view has received since it started (each
+	// one's load begun); Waiting how many of those are not yet written
+	// into the index.
+	Snapshots, Waiting int64
+}
+
+// Synced reports whether every endpoint held (one at least) has reported,
+// with no snapshot waiting.
+func (s Sync) Synced() bool { return s.Endpoints > 0 && s.Reported == s.Endpoints && s.Waiting == 0 }
+
+// Sync reports the view's sync (GET /debug/sync shows it, cheaply enough
+// to poll while a picker syncs).
+func (v *View) Sync() Sync {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	eps := v.state.Endpoints()
+	s := Sync{Endpoints: len(eps), Snapshots: v.snapshots.Load(), Waiting: v.loader.waiting.Load()}
+	for i := range eps {
+		if eps[i].HasLoad() {
+			s.Reported++
+		}
+		if len(v.state.Positions(eps[i].URL)) > 0 {
+			s.Loaded++
+		}
+	}
+	return s
 }
 
 // Endpoints returns the endpoints known, sorted by URL.
