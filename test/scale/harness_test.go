@@ -182,6 +182,7 @@ type pickerProc struct {
 	out      *bytes.Buffer
 	mu       sync.Mutex // guards out and lastMiss
 	lastMiss string     // the last canary routed elsewhere, for a failure's message
+	noSync   bool       // the picker has no /debug/sync: its sync is read from /metrics
 	started  time.Time
 	exited   chan struct{}
 }
@@ -268,9 +269,50 @@ func (p *pickerProc) metric(name string, labels map[string]string) (float64, err
 	return metrictest.Sum(fams, name, labels), nil
 }
 
+// syncFromMetrics makes the waits read the picker's sync from /metrics
+// (kvroute_picker_summary_updates_total{kind="snapshot"},
+// kvroute_picker_snapshot_loads_waiting) rather than /debug/sync, as they
+// do for a picker without it: to see what polling /metrics (600 KB at
+// 1,000 endpoints, rendered and parsed a hundred times a second) costs a
+// sync.
+var syncFromMetrics = flag.Bool("scale.sync-from-metrics", false, "poll the picker's sync from /metrics, not /debug/sync")
+
+// syncState is the snapshots the picker has received (their loads begun)
+// and those not yet written into its index: from GET /debug/sync, small,
+// or from /metrics (-scale.sync-from-metrics, or a picker without
+// /debug/sync).
+func (p *pickerProc) syncState() (snapshots, waiting float64, err error) {
+	if !*syncFromMetrics && !p.noSync {
+		resp, err := metricsClient.Get(p.admin + "/debug/sync")
+		if err != nil {
+			return 0, 0, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			p.noSync = true
+		} else {
+			var raw struct {
+				Snapshots float64 `json:"snapshots"`
+				Waiting   float64 `json:"snapshots_waiting"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+				return 0, 0, err
+			}
+			return raw.Snapshots, raw.Waiting, nil
+		}
+	}
+	fams, err := metrictest.Fetch(p.admin + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	return metrictest.Sum(fams, "kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"}),
+		metrictest.Sum(fams, "kvroute_picker_snapshot_loads_waiting", nil), nil
+}
+
 // snapshotsApplied is the snapshots the picker has applied.
 func (p *pickerProc) snapshotsApplied() (float64, error) {
-	return p.metric("kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"})
+	n, _, err := p.syncState()
+	return n, err
 }
 
 // awaitSync polls until the picker has applied n snapshots (every
@@ -295,13 +337,12 @@ func (p *pickerProc) awaitSync(n int, within time.Duration) time.Duration {
 
 // awaitLoaded polls, once the picker has applied n snapshots
 // (awaitSync), until it has no snapshot waiting to be written into its
-// index (kvroute_picker_snapshot_loads_waiting 0), and returns the time
-// since the process started.
+// index (syncState), and returns the time since the process started.
 func (p *pickerProc) awaitLoaded(n int, within time.Duration) time.Duration {
 	p.b.Helper()
 	p.awaitSync(n, within)
 	testnet.Await(p.b, time.Until(p.started.Add(within)), 10*time.Millisecond, func() error {
-		if v, err := p.metric("kvroute_picker_snapshot_loads_waiting", nil); err != nil || v != 0 {
+		if _, v, err := p.syncState(); err != nil || v != 0 {
 			return fmt.Errorf("snapshots still waiting to be loaded: %v (%v)", v, err)
 		}
 		return nil
