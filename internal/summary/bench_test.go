@@ -188,10 +188,17 @@ func BenchmarkFleetLoad(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Every slot its own copy: a thousand snapshots in memory at once, as
+	// a picker's sync has them (64 shared ones would sit in the cache).
+	own := make([]Snapshot, 1024)
+	for e := range own {
+		own[e] = snaps[e%len(snaps)]
+		own[e].Words = slices.Clone(own[e].Words)
+	}
 	loads := func(from, n int) []*SnapshotLoad {
 		out := make([]*SnapshotLoad, n)
 		for e := range out {
-			if out[e], err = f.LoadSnapshot(from+e, 1, snaps[e%len(snaps)]); err != nil {
+			if out[e], err = f.LoadSnapshot(from+e, 1, own[from+e]); err != nil {
 				b.Fatal(err)
 			}
 		}
