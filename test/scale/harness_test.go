@@ -361,22 +361,41 @@ func (p *pickerProc) awaitLoaded(n int, within time.Duration) time.Duration {
 func (p *pickerProc) awaitCredited(f *simFleet, n int, within time.Duration) time.Duration {
 	p.b.Helper()
 	p.awaitSync(n, within)
-	var dbg debugapi.Document
-	resp, err := metricsClient.Get(p.admin + debugapi.Path)
-	if err == nil {
-		err = json.NewDecoder(resp.Body).Decode(&dbg)
-		resp.Body.Close()
+	// Every endpoint of the fleet, when the picker follows them all (a
+	// model of at most maxGroup): /debug/endpoints (half a megabyte at
+	// 1,000 endpoints) is then read after the wait, to check that it
+	// follows no other; else only those it lists.
+	followed := func() []string {
+		var dbg debugapi.Document
+		resp, err := metricsClient.Get(p.admin + debugapi.Path)
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&dbg)
+			resp.Body.Close()
+		}
+		if err != nil || len(dbg.Endpoints) != n {
+			p.b.Fatalf("/debug/endpoints: %d endpoints of %d (%v)", len(dbg.Endpoints), n, err)
+		}
+		var out []string
+		for _, e := range dbg.Endpoints {
+			out = append(out, e.Endpoint)
+		}
+		return out
 	}
-	if err != nil || len(dbg.Endpoints) != n {
-		p.b.Fatalf("/debug/endpoints: %d endpoints of %d (%v)", len(dbg.Endpoints), n, err)
+	var eps []string
+	if n < len(f.sims) {
+		eps = followed()
+	} else {
+		for _, s := range f.sims {
+			eps = append(eps, s.Endpoint())
+		}
 	}
 	want := map[string]map[string]int{} // by model, by endpoint: the tokens held
-	for _, e := range dbg.Endpoints {
-		i := f.bySim[e.Endpoint]
+	for _, e := range eps {
+		i := f.bySim[e]
 		if want[f.models[i]] == nil {
 			want[f.models[i]] = map[string]int{}
 		}
-		want[f.models[i]][e.Endpoint] = 16 * f.depth[i]
+		want[f.models[i]][e] = 16 * f.depth[i]
 	}
 	testnet.Await(p.b, time.Until(p.started.Add(within)), 10*time.Millisecond, func() error {
 		for model, eps := range want {
@@ -387,7 +406,11 @@ func (p *pickerProc) awaitCredited(f *simFleet, n int, within time.Duration) tim
 		}
 		return nil
 	})
-	return time.Since(p.started)
+	at := time.Since(p.started)
+	if n == len(f.sims) {
+		followed()
+	}
+	return at
 }
 
 // credited asks the decision API, explained, for model's staircase and
