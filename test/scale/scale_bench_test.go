@@ -86,6 +86,11 @@ func benchSync(b *testing.B, s shape) {
 		loadCPU, simCPU = append(loadCPU, p.cpu()), append(simCPU, procCPU(b, os.Getpid())-sims0)
 		credits = append(credits, p.awaitCredited(f, s.admitted(), syncWithin))
 		routables = append(routables, p.awaitRoutable(f, s.admitted(), syncWithin))
+		// No snapshot since the sync (none reloaded, none waiting): the
+		// canaries were answered from the summaries loaded by then.
+		if n, waiting, err := p.syncState(); err != nil || n != float64(s.admitted()) || waiting != 0 {
+			b.Fatalf("after the canaries: %v snapshots received (want %d: one an endpoint), %v waiting (%v)", n, s.admitted(), waiting, err)
+		}
 		b.StartTimer()
 	}
 	b.StopTimer()
