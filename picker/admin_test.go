@@ -51,6 +51,7 @@ func TestAdminSurface(t *testing.T) {
 		"/debug/pprof/":        "href='heap?debug=1'", // the index links each profile
 		"/debug/pprof/heap":    "\x1f\x8b",            // a gzipped profile
 		"/debug/pprof/cmdline": "picker.test",
+		"/debug/sync":          `"endpoints":1,`,
 		"/debug/no-such-thing": "",
 	}
 	for path, want := range adminPaths {
@@ -69,6 +70,20 @@ func TestAdminSurface(t *testing.T) {
 			t.Errorf("admin GET %s: %d, want 200 with %q: %.300s", path, code, want, body)
 		}
 	}
+	// The sync: the endpoint's first state applied (its engine has cached
+	// nothing: no summary to load).
+	testnet.Await(t, 10*time.Second, 20*time.Millisecond, func() error {
+		var s struct {
+			Endpoints, Reported, Loaded int
+			Waiting                     int `json:"snapshots_waiting"`
+			Synced                      bool
+		}
+		code, body := get(http.MethodGet, admin+"/debug/sync")
+		if err := json.Unmarshal([]byte(body), &s); err != nil || code != http.StatusOK || s.Endpoints != 1 || s.Reported != 1 || s.Waiting != 0 || !s.Synced {
+			return fmt.Errorf("admin /debug/sync: %d %s (%v)", code, body, err)
+		}
+		return nil
+	})
 	if code, body := get(http.MethodGet, admin+"/debug/no-such-thing"); code != http.StatusNotFound || strings.Contains(body, "admin port") {
 		t.Errorf("admin GET /debug/no-such-thing: %d %s", code, body)
 	}

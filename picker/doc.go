@@ -142,8 +142,8 @@
 //     passed-through routes and the decision API, nothing else; an admin
 //     path there answers 404 naming --admin-listen), AdminHandler the
 //     admin surface (/healthz, /readyz, /metrics, /debug/endpoints,
-//     /debug/admission, Go's profiles under /debug/pprof/), which Server
-//     serves on AdminListen, apart.
+//     /debug/admission, /debug/sync, Go's profiles under /debug/pprof/),
+//     which Server serves on AdminListen, apart.
 //   - Every request on the public API carries an x-request-id (the client's when it is 1..128
 //     visible ASCII characters, else a new one), forwarded and returned;
 //     is counted by route, model and status with its duration and time to

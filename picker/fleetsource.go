@@ -56,5 +56,12 @@ type fleetDiagnostics interface {
 	Untrusted(r fleetview.Refused) (since time.Time, detail string, ok bool)
 }
 
+// fleetSync is what /debug/sync shows, when the fleet knows it: how far
+// its summaries are loaded (a fleetview.View does; an in-process fleet
+// loads each snapshot as it is applied).
+type fleetSync interface {
+	Sync() fleetview.Sync
+}
+
 // health judges e at now, as the decision does (Config.Health).
 func (r *Router) health(e *fleet.Endpoint) fleet.Health { return e.HealthAt(r.now(), r.cfg.Health) }

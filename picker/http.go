@@ -61,8 +61,10 @@ func (r *Router) Handler(o HandlerOptions) http.Handler {
 }
 
 // AdminHandler serves the admin surface, for probes, monitoring and
-// operators: /healthz, /readyz, /debug/endpoints, /debug/admission, Go's
-// profiles under /debug/pprof/ and, when given, /metrics. It lists every
+// operators: /healthz, /readyz, /debug/endpoints, /debug/admission,
+// /debug/sync (a view's: how many endpoints have their sidecar's state
+// applied; cheap to poll while a restarted picker syncs), Go's profiles
+// under /debug/pprof/ and, when given, /metrics. It lists every
 // endpoint's address and load, so it belongs on a port only the
 // monitoring namespace and the kubelet reach (--admin-listen). It writes
 // no access log.
@@ -80,6 +82,9 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("GET "+debugapi.Path, func(w http.ResponseWriter, req *http.Request) { r.handleDebugEndpoints(w, req, self()) })
 	mux.HandleFunc("GET /debug/admission", r.handleDebugAdmission)
 	pprofRoutes(mux)
+	if fs, ok := r.fleet.(fleetSync); ok {
+		mux.HandleFunc("GET /debug/sync", func(w http.ResponseWriter, req *http.Request) { r.handleDebugSync(w, req, fs) })
+	}
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
@@ -154,6 +159,26 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// debugSync is GET /debug/sync: the endpoints held, those whose
+// sidecar's first state is applied (reported) and those with a summary
+// loaded, the snapshots received since start and those not yet written;
+// synced once every endpoint held (one at least) has reported with no
+// snapshot waiting (fleetview.Sync).
+type debugSync struct {
+	Endpoints        int   `json:"endpoints"`
+	Reported         int   `json:"reported"`
+	Loaded           int   `json:"loaded"`
+	Snapshots        int64 `json:"snapshots"`
+	SnapshotsWaiting int64 `json:"snapshots_waiting"`
+	Synced           bool  `json:"synced"`
+}
+
+func (r *Router) handleDebugSync(w http.ResponseWriter, _ *http.Request, f fleetSync) {
+	s := f.Sync()
+	writeJSON(w, http.StatusOK, debugSync{Endpoints: s.Endpoints, Reported: s.Reported, Loaded: s.Loaded, Snapshots: s.Snapshots,
+		SnapshotsWaiting: s.Waiting, Synced: s.Synced()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

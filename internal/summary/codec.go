@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 )
 
 // ErrCorrupt is wrapped by every decoding error.
@@ -368,18 +369,28 @@ func (r *bitReader) end() error {
 // AppendSnapshot appends s's encoding: its parameters, seq, and the bitmap
 // as raw words or as gap-encoded positions, whichever is smaller.
 func AppendSnapshot(dst []byte, s Snapshot) []byte {
+	set := 0
+	for _, w := range s.Words {
+		set += bits.OnesCount64(w)
+	}
+	// A sparse position costs ~2–3 bytes; a raw bit costs 1/8 byte.
+	sparse := set*3 < len(s.Words)*8
+	// Grown once: the header, then the raw words or (at most) a count and
+	// a 5-byte gap a position. A sidecar encodes one for each picker that
+	// syncs (a thousand streams of 128 KiB for a picker restarted at
+	// 1,000 endpoints, on the machine that serves them).
+	body := 8 * len(s.Words)
+	if sparse {
+		body = binary.MaxVarintLen64 + 5*set
+	}
+	dst = slices.Grow(dst, 1+2*binary.MaxVarintLen64+1+binary.MaxVarintLen64+len(s.Params.Probe)+binary.MaxVarintLen64+1+body)
 	dst = append(dst, snapshotV1)
 	dst = binary.AppendUvarint(dst, uint64(s.Params.M))
 	dst = append(dst, s.Params.K)
 	dst = binary.AppendUvarint(dst, uint64(len(s.Params.Probe)))
 	dst = append(dst, s.Params.Probe...)
 	dst = binary.AppendUvarint(dst, s.Seq)
-	set := 0
-	for _, w := range s.Words {
-		set += bits.OnesCount64(w)
-	}
-	// A sparse position costs ~2–3 bytes; a raw bit costs 1/8 byte.
-	if set*3 < len(s.Words)*8 {
+	if sparse {
 		pos := make([]uint32, 0, set)
 		for i, w := range s.Words {
 			for w != 0 {
@@ -391,8 +402,11 @@ func AppendSnapshot(dst []byte, s Snapshot) []byte {
 		return appendPositions(dst, pos)
 	}
 	dst = append(dst, fmtRaw)
-	for _, w := range s.Words {
-		dst = binary.LittleEndian.AppendUint64(dst, w)
+	n := len(dst)
+	dst = slices.Grow(dst, 8*len(s.Words)) // room already made above
+	dst = dst[:n+8*len(s.Words)]
+	for i, w := range s.Words {
+		binary.LittleEndian.PutUint64(dst[n+8*i:], w)
 	}
 	return dst
 }

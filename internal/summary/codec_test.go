@@ -218,3 +218,27 @@ func TestDeltaDecodeAllocation(t *testing.T) {
 		t.Fatalf("decoding %d hostile bytes allocated %d bytes (%v allocations)", len(b), grew, allocs)
 	}
 }
+
+// TestSnapshotEncodeAllocatesOnce: encoding a full snapshot into nil
+// allocates its buffer once, not grown as it fills (a sidecar encodes
+// one for every picker that syncs).
+func TestSnapshotEncodeAllocatesOnce(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates slices.Grow's temporary")
+	}
+	p := ForCapacity(65536)
+	rng := rand.New(rand.NewPCG(3, 4))
+	c := NewCounting(p)
+	for _, k := range randKeys(rng, 65536) {
+		c.Add(k)
+	}
+	c.TakeDelta()
+	s := c.Snapshot()
+	var ms1, ms2 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	b := AppendSnapshot(nil, s)
+	runtime.ReadMemStats(&ms2)
+	if grew := ms2.TotalAlloc - ms1.TotalAlloc; grew > uint64(len(b))+uint64(len(b))/8 {
+		t.Fatalf("encoding a snapshot of %d bytes allocated %d bytes", len(b), grew)
+	}
+}

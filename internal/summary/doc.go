@@ -19,8 +19,11 @@
 //   - Fleet is the picker's bit-sliced index of one group's summaries. A
 //     snapshot is loaded into it a part at a time (SnapshotLoad), the slot
 //     absent until the last part; a LoadBatch writes any number of loads
-//     of one index in one pass over its rows (64×64 bit transposes), with
-//     the same result as loading them one by one.
+//     of one index in one lap of its rows (64×64 bit transposes), with
+//     the same result as loading them one by one: a load joins the lap
+//     under way and is written one lap after it joins. Its steps are
+//     prepared (reading the snapshots only) and committed (writing the
+//     index) apart, so a caller locks the index for the commit alone.
 //   - The wire encodings (AppendDelta/DecodeDelta, AppendSnapshot/
 //     DecodeSnapshot) validate everything they read: a hostile buffer gives
 //     an error, never a panic or an allocation beyond the summary's size.

@@ -84,6 +84,9 @@ type SnapshotLoad struct {
 	snap  Snapshot
 	next  int  // the next word of snap.Words to write
 	clean bool // the slot's rows were all clear: only set bits need writing
+	// In a LoadBatch: batched, and the words left to write in its lap.
+	batched bool
+	left    int
 }
 
 // LoadSnapshot starts replacing slot's summary with snap (of epoch), for a

@@ -51,14 +51,19 @@
 //     the core keeps the rosters it builds) and Refused under the read
 //     lock, everything else under the write lock — and a stream checks
 //     its context under that lock before touching the core, so Forget is
-//     exact. Snapshots are
-//     written by one loader goroutine: the loads waiting together for one
-//     index and row word (up to 64 endpoints) in one pass
-//     (summary.LoadBatch), a part at a time, the lock released between
-//     parts; an endpoint reads as absent in its tier until its last part,
-//     and its stream waits for the load before applying anything after
-//     it. Match is safe to call from any goroutine while streams apply
-//     updates.
+//     exact. Snapshots are written by one loader goroutine, all the loads
+//     of one index together in one lap of its rows (summary.LoadBatch): a
+//     load joins the lap under way when it arrives and is written one lap
+//     later, a part at a time, each part prepared without the lock and
+//     written under it; an endpoint reads as absent in its tier until its
+//     last part, and its stream waits for the load before applying
+//     anything after it. Match is safe to call from any goroutine while
+//     streams apply updates.
+//   - A summary stream's flow-control window holds a whole snapshot (at
+//     most 16 MiB) and is static: a sidecar sends a snapshot without
+//     waiting on window updates, and the picker writes nothing back per
+//     update (no bandwidth-probe ping); what a stream may hold unread is
+//     bounded by the window.
 //   - Per request, only the request's identity group is read (Match,
 //     Roster: bounded by the group, not the fleet; the roster is the
 //     core's, shared by every request until the group changes, never
@@ -106,6 +111,11 @@
 //     Config.PerEndpointMetrics adds the other states at 0 (five in all).
 //     Everything else the view exports is fleet-wide or by a label of a
 //     few values (reason, state, kind, result), whatever the fleet's size.
+//   - Sync counts the endpoints held, those whose sidecar's first state is
+//     applied (a load report, which a sidecar sends after an endpoint's
+//     snapshots and the view applies after writing them) and those with a
+//     summary loaded, and the snapshots received and waiting: synced once
+//     every endpoint held has reported with nothing waiting.
 //   - Config follows the one rule for defaults: DefaultConfig returns
 //     them, zero values are invalid (Validate), New fills nothing in.
 package fleetview

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -150,6 +151,7 @@ type View struct {
 	health    healthMetrics
 	probe     *http.Client // the picker's own health probes of engines
 	loader    *loader      // writes the snapshot loads, batched
+	snapshots atomic.Int64 // snapshots received whose load began (Sync)
 	closeCtx  context.Context
 	close     context.CancelFunc
 }
@@ -176,8 +178,8 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*View, error) 
 			Help:    "From the engine stamping a batch to its blocks being routable here (engine and picker clocks).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 5}}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_picker_snapshot_batch_loads",
-			Help:    "Snapshot loads written together in one pass over an index (up to 64: the endpoints of one row word).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64}}),
+			Help:    "Snapshot loads written together in one lap over an index: those that joined it between two moments it had none to write.",
+			Buckets: []float64{1, 4, 16, 64, 256, 1024}}),
 	}
 	if len(cfg.Models) > 0 {
 		v.models = map[string]bool{}
@@ -490,7 +492,9 @@ func (v *View) follow(ctx context.Context, ref *streamRef, addr string) {
 	// A raw snapshot is m/8 bytes: above gRPC's default 4 MiB receive
 	// limit once summaries are sized for more than ~2M blocks.
 	maxMsg := int(v.cfg.Params.M/8) + 1<<16
+	win := streamWindow(v.cfg.Params)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithInitialWindowSize(win), grpc.WithInitialConnWindowSize(win),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max(maxMsg, 4<<20))))
 	if err != nil {
 		v.log.Error("sidecar address", zap.String("sidecar", addr), zap.Error(err))
@@ -546,6 +550,18 @@ func (v *View) follow(ctx context.Context, ref *streamRef, addr string) {
 		case <-time.After(v.cfg.Retry):
 		}
 	}
+}
+
+// streamWindow is the flow-control window of a summary stream (and of its
+// connection): room for a whole snapshot (m/8 bytes, and some), so that a
+// sidecar sends one without waiting on window updates, at most 16 MiB.
+// Setting it also makes the window static: gRPC's bandwidth probe, which
+// answers each burst of data with a window update and a ping (two frames
+// written, and their ack read, for nearly every delta and load report on
+// each of a thousand streams), is off. What a stream may hold unread is
+// bounded by the window.
+func streamWindow(p summary.Params) int32 {
+	return int32(min(max(int(p.M/8)+1<<16, 1<<16), 16<<20))
 }
 
 func (v *View) stream(ctx context.Context, client pb.SidecarClient, addr string, up func()) error {
@@ -707,7 +723,8 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 			return err // ignored (not this sidecar's endpoint here), or malformed
 		}
 		v.applied.WithLabelValues("snapshot").Inc()
-		return v.loader.load(ctx, load) // written a step at a time, the lock released between steps; a change to the endpoint meanwhile abandons it (the stream restarts)
+		v.snapshots.Add(1)
+		return v.loader.load(ctx, load) // written with the others of its index, a step at a time, the lock held for each step's writes; a change to the endpoint meanwhile abandons it (the stream restarts)
 	case *pb.SummaryUpdate_Delta:
 		d, err := summary.DecodeDelta(b.Delta.GetData(), b.Delta.GetSeq(), v.cfg.Params)
 		if err != nil {
@@ -742,11 +759,6 @@ func (v *View) apply(ctx context.Context, addr string, u *pb.SummaryUpdate) erro
 	return nil
 }
 
-// snapshotStepLoadWords is how much one locked step writes: 16Ki snapshot
-// words over the loads batched (256 words, 16Ki rows, for 64 loads; 16
-// for a thousand), about half a millisecond (BenchmarkFleetLoad).
-const snapshotStepLoadWords = 1 << 14
-
 // Match returns, for every endpoint of the group that may hold a prefix of
 // chain in tier t, its matched length in blocks, the leaders verified
 // (fleet.State.Match).
@@ -771,6 +783,45 @@ func (s staleness) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, time.Since(ep.LastUpdate).Seconds(), ep.URL)
 		}
 	}
+}
+
+// Sync is how far the view is from holding what every endpoint's sidecar
+// has to tell: a restarted picker has synced when every endpoint held has
+// reported, with no snapshot waiting.
+type Sync struct {
+	// Endpoints are the endpoints held (followed and taken). Reported are
+	// those whose sidecar's first state has been applied: a load report,
+	// which a sidecar sends after the endpoint's snapshots (one a tier it
+	// has) and which the view applies only once those are written.
+	// Loaded are those with a complete summary in the index, in some tier
+	// (an engine that has cached nothing yet may have none).
+	Endpoints, Reported, Loaded int
+	// Snapshots is how many the view has received since it started (each
+	// one's load begun); Waiting how many of those are not yet written
+	// into the index.
+	Snapshots, Waiting int64
+}
+
+// Synced reports whether every endpoint held (one at least) has reported,
+// with no snapshot waiting.
+func (s Sync) Synced() bool { return s.Endpoints > 0 && s.Reported == s.Endpoints && s.Waiting == 0 }
+
+// Sync reports the view's sync (GET /debug/sync shows it, cheaply enough
+// to poll while a picker syncs).
+func (v *View) Sync() Sync {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	eps := v.state.Endpoints()
+	s := Sync{Endpoints: len(eps), Snapshots: v.snapshots.Load(), Waiting: v.loader.waiting.Load()}
+	for i := range eps {
+		if eps[i].HasLoad() {
+			s.Reported++
+		}
+		if len(v.state.Positions(eps[i].URL)) > 0 {
+			s.Loaded++
+		}
+	}
+	return s
 }
 
 // Endpoints returns the endpoints known, sorted by URL.

@@ -15,20 +15,23 @@ import (
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
-// TestLoaderBatches: loads that wait together for one index are written
-// as one batch, whatever their row words, one per slot (a later load of a
-// slot waits for the next batch and overtakes the earlier); a load whose
-// stream ended is dropped, its slot absent; an overtaken load is answered
-// ErrAbandoned; every other slot ends holding exactly its snapshot.
-func TestLoaderBatches(t *testing.T) {
-	p := summary.ForCapacity(256)
+// TestLoaderLaps: loads handed over while a load of the same index is
+// being written join its lap rather than wait for it to end — one lap
+// for them all, whatever their row words — one per slot (a later load of
+// a slot joins once the earlier, which it overtakes, has left); a load
+// whose stream ended is dropped, its slot absent; an overtaken load is
+// answered ErrAbandoned; every other slot ends holding exactly its
+// snapshot.
+func TestLoaderLaps(t *testing.T) {
+	p := summary.ForCapacity(65536) // 16Ki words: a lap of 16 steps for one row word
 	f, err := summary.NewFleet(p, 128)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex // the view's lock
+	var sizesMu sync.Mutex
 	var sizes []int
-	ld := newLoader(&mu, func(n int) { sizes = append(sizes, n) }) // called by the loader alone
+	ld := newLoader(&mu, func(n int) { sizesMu.Lock(); sizes = append(sizes, n); sizesMu.Unlock() })
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -84,7 +87,7 @@ func TestLoaderBatches(t *testing.T) {
 
 	mu.Lock()
 	hand(context.Background(), 0, 1)
-	pendingIs(1, 0) // taken: the loader waits for the lock with a batch of one
+	pendingIs(1, 0) // taken: the loader waits for the lock to write its first step
 	cut, cutStop := context.WithCancel(context.Background())
 	n := 0
 	for slot := 1; slot < 64; slot++ {
@@ -97,7 +100,7 @@ func TestLoaderBatches(t *testing.T) {
 		pendingIs(1+n, n)
 	}
 	first7 := keys[7]
-	hand(context.Background(), 7, 2) // overtakes the load of slot 7 pending; waits for the batch after
+	hand(context.Background(), 7, 2) // overtakes the load of slot 7 pending; joins once that one has left
 	hand(context.Background(), 64, 1)
 	hand(context.Background(), 65, 1)
 	pendingIs(1+n+3, n+3)
@@ -118,10 +121,14 @@ func TestLoaderBatches(t *testing.T) {
 	if w := ld.waiting.Load(); w != 0 {
 		t.Errorf("%d loads waiting once all are answered", w)
 	}
-	slices.Sort(sizes)
-	if !slices.Equal(sizes, []int{1, 1, 65}) {
-		t.Errorf("batch sizes %v, want 1 (the first), 65 (slots 1..65), 1 (slot 7's second)", sizes)
-	}
+	testnet.Await(t, 10*time.Second, time.Millisecond, func() error { // observed once the last load is answered
+		sizesMu.Lock()
+		defer sizesMu.Unlock()
+		if !slices.Equal(sizes, []int{66}) {
+			return fmt.Errorf("laps of %v loads, want one of 66 (slots 0..65 but 5, and slot 7's second)", sizes)
+		}
+		return nil
+	})
 	if e := got[5]; len(e) != 1 || !errors.Is(e[0], context.Canceled) {
 		t.Errorf("slot 5 (its stream ended): %v", e)
 	}

@@ -4,8 +4,10 @@
 // followed by the real kvroute binary run as one or more separate picker
 // processes through --sidecars, gossip off. The figures are the picker's
 // resident memory (VmRSS, VmHWM from /proc), its time from start to every
-// endpoint's snapshot applied (its own kvroute_picker_summary_updates_total
-// counter, polled), its CPU time (/proc/<pid>/stat) idle and under a paced
+// endpoint's snapshot applied and written (its GET /debug/sync, polled;
+// /metrics for a picker without it), to every endpoint credited its
+// prefix by a decision and to every endpoint routed its canary, its CPU
+// time (/proc/<pid>/stat) idle and under a paced
 // decision load, and the sidecars' outbound bytes for one and four pickers.
 //
 // Contract: everything binds 127.0.0.1 on ports chosen at run time; every

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -48,6 +49,12 @@ type simFleet struct {
 	models []string   // each sidecar's model
 	canary [][]uint32 // each sidecar's canary: a 64-token prompt only it holds, whole
 	bySim  map[string]int
+	// The staircase: per model, one prompt of as many blocks as the
+	// model has sidecars, the i-th of which holds its first i+1 blocks
+	// (stair[models[i]], depth[i]): one decision of it, explained, shows
+	// what the picker credits every endpoint of the model.
+	stair map[string][]uint32
+	depth []int
 }
 
 // canaryTokens is a canary prompt's length: 4 blocks of 16.
@@ -57,9 +64,10 @@ const canaryTokens, canaryBlocks = 64, 4
 // spread evenly over models (named m00, m01, …; one model: "sim").
 func startSims(b testing.TB, n, models int, c churn) *simFleet {
 	b.Helper()
-	f := &simFleet{bySim: map[string]int{}}
+	f := &simFleet{bySim: map[string]int{}, stair: map[string][]uint32{}}
 	params := summary.ForCapacity(capacity)
 	per := (n + models - 1) / models
+	var stairKeys []blockkey.Key
 	for i := range n {
 		cfg := simsidecar.Config{Index: i, Params: params, Rate: c.rate, Interval: c.interval, Still: c.interval == 0}
 		if models > 1 {
@@ -75,7 +83,19 @@ func startSims(b testing.TB, n, models int, c churn) *simFleet {
 			canary[j] = uint32(rng.IntN(150000))
 		}
 		s.Hold((&blockkey.Request{Tokens: canary, CacheSalt: "canary"}).AppendKeys(nil, cfg.Model, 16)...)
+		if i%per == 0 { // the model's first sidecar: its staircase
+			srng := rand.New(rand.NewPCG(uint64(i), 11))
+			stair := make([]uint32, 16*min(per, n-i))
+			for j := range stair {
+				stair[j] = uint32(srng.IntN(150000))
+			}
+			f.stair[cfg.Model] = stair
+			stairKeys = (&blockkey.Request{Tokens: stair, CacheSalt: "stair"}).AppendKeys(nil, cfg.Model, 16)
+		}
+		d := i%per + 1
+		s.Hold(stairKeys[:d]...)
 		f.sims, f.addrs, f.models, f.canary = append(f.sims, s), append(f.addrs, s.Addr()), append(f.models, cfg.Model), append(f.canary, canary)
+		f.depth = append(f.depth, d)
 		f.bySim[s.Endpoint()] = i
 	}
 	return f
@@ -153,16 +173,18 @@ func TestMain(m *testing.M) {
 
 // pickerProc is one `kvroute picker` process following the fleet.
 type pickerProc struct {
-	b       testing.TB
-	bin     string
-	args    []string
-	base    string // http://127.0.0.1:port
-	admin   string // the admin surface, http://127.0.0.1:port
-	cmd     *exec.Cmd
-	out     *bytes.Buffer
-	mu      sync.Mutex // guards out
-	started time.Time
-	exited  chan struct{}
+	b        testing.TB
+	bin      string
+	args     []string
+	base     string // http://127.0.0.1:port
+	admin    string // the admin surface, http://127.0.0.1:port
+	cmd      *exec.Cmd
+	out      *bytes.Buffer
+	mu       sync.Mutex // guards out and lastMiss
+	lastMiss string     // the last canary routed elsewhere, for a failure's message
+	noSync   bool       // the picker has no /debug/sync: its sync is read from /metrics
+	started  time.Time
+	exited   chan struct{}
 }
 
 // startPicker runs a picker following addrs (gossip off, no gRPC
@@ -247,9 +269,50 @@ func (p *pickerProc) metric(name string, labels map[string]string) (float64, err
 	return metrictest.Sum(fams, name, labels), nil
 }
 
+// syncFromMetrics makes the waits read the picker's sync from /metrics
+// (kvroute_picker_summary_updates_total{kind="snapshot"},
+// kvroute_picker_snapshot_loads_waiting) rather than /debug/sync, as they
+// do for a picker without it: to see what polling /metrics (600 KB at
+// 1,000 endpoints, rendered and parsed a hundred times a second) costs a
+// sync.
+var syncFromMetrics = flag.Bool("scale.sync-from-metrics", false, "poll the picker's sync from /metrics, not /debug/sync")
+
+// syncState is the snapshots the picker has received (their loads begun)
+// and those not yet written into its index: from GET /debug/sync, small,
+// or from /metrics (-scale.sync-from-metrics, or a picker without
+// /debug/sync).
+func (p *pickerProc) syncState() (snapshots, waiting float64, err error) {
+	if !*syncFromMetrics && !p.noSync {
+		resp, err := metricsClient.Get(p.admin + "/debug/sync")
+		if err != nil {
+			return 0, 0, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			p.noSync = true
+		} else {
+			var raw struct {
+				Snapshots float64 `json:"snapshots"`
+				Waiting   float64 `json:"snapshots_waiting"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+				return 0, 0, err
+			}
+			return raw.Snapshots, raw.Waiting, nil
+		}
+	}
+	fams, err := metrictest.Fetch(p.admin + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	return metrictest.Sum(fams, "kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"}),
+		metrictest.Sum(fams, "kvroute_picker_snapshot_loads_waiting", nil), nil
+}
+
 // snapshotsApplied is the snapshots the picker has applied.
 func (p *pickerProc) snapshotsApplied() (float64, error) {
-	return p.metric("kvroute_picker_summary_updates_total", map[string]string{"kind": "snapshot"})
+	n, _, err := p.syncState()
+	return n, err
 }
 
 // awaitSync polls until the picker has applied n snapshots (every
@@ -274,18 +337,114 @@ func (p *pickerProc) awaitSync(n int, within time.Duration) time.Duration {
 
 // awaitLoaded polls, once the picker has applied n snapshots
 // (awaitSync), until it has no snapshot waiting to be written into its
-// index (kvroute_picker_snapshot_loads_waiting 0), and returns the time
-// since the process started.
+// index (syncState), and returns the time since the process started.
 func (p *pickerProc) awaitLoaded(n int, within time.Duration) time.Duration {
 	p.b.Helper()
 	p.awaitSync(n, within)
 	testnet.Await(p.b, time.Until(p.started.Add(within)), 10*time.Millisecond, func() error {
-		if v, err := p.metric("kvroute_picker_snapshot_loads_waiting", nil); err != nil || v != 0 {
+		if _, v, err := p.syncState(); err != nil || v != 0 {
 			return fmt.Errorf("snapshots still waiting to be loaded: %v (%v)", v, err)
 		}
 		return nil
 	})
 	return time.Since(p.started)
+}
+
+// awaitCredited polls, once the picker has applied as many snapshots as
+// it follows endpoints (awaitSync), until one explained decision of each
+// model's staircase credits every endpoint it follows (/debug/endpoints)
+// with at least the blocks of it the endpoint holds (a decision credits
+// only an endpoint routable with its cache known, from its summary as
+// loaded into the index; each endpoint holds a different depth, so none
+// is credited for another's). It returns the time since the process
+// started. One decision a model: cheap beside a canary per endpoint.
+func (p *pickerProc) awaitCredited(f *simFleet, n int, within time.Duration) time.Duration {
+	p.b.Helper()
+	p.awaitSync(n, within)
+	// Every endpoint of the fleet, when the picker follows them all (a
+	// model of at most maxGroup): /debug/endpoints (half a megabyte at
+	// 1,000 endpoints) is then read after the wait, to check that it
+	// follows no other; else only those it lists.
+	followed := func() []string {
+		var dbg debugapi.Document
+		resp, err := metricsClient.Get(p.admin + debugapi.Path)
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&dbg)
+			resp.Body.Close()
+		}
+		if err != nil || len(dbg.Endpoints) != n {
+			p.b.Fatalf("/debug/endpoints: %d endpoints of %d (%v)", len(dbg.Endpoints), n, err)
+		}
+		var out []string
+		for _, e := range dbg.Endpoints {
+			out = append(out, e.Endpoint)
+		}
+		return out
+	}
+	var eps []string
+	if n < len(f.sims) {
+		eps = followed()
+	} else {
+		for _, s := range f.sims {
+			eps = append(eps, s.Endpoint())
+		}
+	}
+	want := map[string]map[string]int{} // by model, by endpoint: the tokens held
+	for _, e := range eps {
+		i := f.bySim[e]
+		if want[f.models[i]] == nil {
+			want[f.models[i]] = map[string]int{}
+		}
+		want[f.models[i]][e] = 16 * f.depth[i]
+	}
+	testnet.Await(p.b, time.Until(p.started.Add(within)), 10*time.Millisecond, func() error {
+		for model, eps := range want {
+			if err := p.credited(model, f.stair[model], eps); err != nil {
+				return err
+			}
+			delete(want, model) // a model once credited stays so: its summaries are loaded
+		}
+		return nil
+	})
+	at := time.Since(p.started)
+	if n == len(f.sims) {
+		followed()
+	}
+	return at
+}
+
+// credited asks the decision API, explained, for model's staircase and
+// reports whether every endpoint of want is credited at least its tokens.
+func (p *pickerProc) credited(model string, stair []uint32, want map[string]int) error {
+	body, _ := json.Marshal(map[string]any{"model": model, "token_ids": stair, "cache_salt": "stair"})
+	resp, err := metricsClient.Post(p.base+"/routing/v1/pick?explain=true", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Candidates []struct {
+			Endpoint      string `json:"endpoint"`
+			MatchedTokens int    `json:"matched_tokens"`
+		} `json:"candidates"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("model %s: status %d (%v)", model, resp.StatusCode, err)
+	}
+	short := 0
+	got := map[string]int{}
+	for _, c := range out.Candidates {
+		got[c.Endpoint] = c.MatchedTokens
+	}
+	for e, n := range want {
+		if got[e] < n {
+			short++
+		}
+	}
+	if short > 0 {
+		return fmt.Errorf("model %s: %d endpoints of %d not credited their prefix", model, short, len(want))
+	}
+	return nil
 }
 
 // awaitRoutable polls, once the picker has applied as many snapshots as
@@ -313,7 +472,8 @@ func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) tim
 	// a time until one is routed, then (at once) sweeps of all that are
 	// left, so the check's own decisions hardly compete with the loads.
 	sweep := false
-	testnet.Await(p.b, time.Until(p.started.Add(within)), 10*time.Millisecond, func() error {
+	deadline := p.started.Add(within)
+	testnet.Await(p.b, time.Until(deadline), 10*time.Millisecond, func() error {
 		if !sweep {
 			for i := range left {
 				if p.canaryRouted(f, i) {
@@ -327,11 +487,54 @@ func (p *pickerProc) awaitRoutable(f *simFleet, n int, within time.Duration) tim
 			p.sweep(f, left)
 		}
 		if len(left) > 0 {
-			return fmt.Errorf("%d endpoints of %d not routable", len(left), n)
+			err := fmt.Errorf("%d endpoints of %d not routable", len(left), n)
+			if time.Until(deadline) < time.Second { // the last polls: say why, for the failure
+				err = fmt.Errorf("%w: %s", err, p.whyNotRoutable(f, left))
+			}
+			return err
 		}
 		return nil
 	})
 	return time.Since(p.started)
+}
+
+// whyNotRoutable describes up to 5 endpoints of left: their state in
+// /debug/endpoints and the answer to their canary.
+func (p *pickerProc) whyNotRoutable(f *simFleet, left map[int]bool) string {
+	var dbg debugapi.Document
+	resp, err := metricsClient.Get(p.admin + debugapi.Path)
+	if err == nil {
+		err = json.NewDecoder(resp.Body).Decode(&dbg)
+		resp.Body.Close()
+	}
+	if err != nil {
+		return fmt.Sprintf("/debug/endpoints: %v", err)
+	}
+	var out []string
+	for i := range left {
+		if len(out) == 5 {
+			break
+		}
+		url := f.sims[i].Endpoint()
+		state := "absent from /debug/endpoints"
+		for _, e := range dbg.Endpoints {
+			if e.Endpoint == url {
+				state = fmt.Sprintf("state %s (%s), stream %s (%s), %.1f s since an update", e.State, e.StateReason, e.StreamState, e.StreamReason, e.StaleSecs)
+			}
+		}
+		_, answer := p.canary(f, i)
+		out = append(out, fmt.Sprintf("%s: %s; canary: %s", url, state, answer))
+	}
+	p.mu.Lock()
+	out = append(out, "the last canary missed: "+p.lastMiss)
+	p.mu.Unlock()
+	for _, s := range dbg.SidecarsFailing {
+		if len(out) == 10 {
+			break
+		}
+		out = append(out, fmt.Sprintf("sidecar %s failing: %s: %s", s.Sidecar, s.Reason, s.Error))
+	}
+	return strings.Join(out, "; ")
 }
 
 // sweep asks for the canary of every endpoint left, four at a time, and
@@ -363,18 +566,38 @@ func (p *pickerProc) sweep(f *simFleet, left map[int]bool) {
 // canaryRouted asks the decision API for sidecar i's canary and reports
 // whether it went to i's endpoint with its whole prefix matched.
 func (p *pickerProc) canaryRouted(f *simFleet, i int) bool {
+	ok, _ := p.canary(f, i)
+	return ok
+}
+
+// canary is canaryRouted, and the answer.
+func (p *pickerProc) canary(f *simFleet, i int) (bool, string) {
 	body, _ := json.Marshal(map[string]any{"model": f.models[i], "token_ids": f.canary[i], "cache_salt": "canary"})
 	resp, err := metricsClient.Post(p.base+"/routing/v1/pick", "application/json", bytes.NewReader(body))
 	if err != nil {
-		return false
+		p.mu.Lock()
+		p.lastMiss = err.Error() + " at " + time.Since(p.started).Round(time.Millisecond).String()
+		p.mu.Unlock()
+		return false, err.Error()
 	}
 	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
 	var out struct {
 		Endpoint      string `json:"endpoint"`
 		MatchedBlocks int    `json:"matched_blocks"`
+		Reason        string `json:"reason"`
 	}
-	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&out) == nil &&
-		out.Endpoint == f.sims[i].Endpoint() && out.MatchedBlocks == canaryBlocks
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil {
+		return false, fmt.Sprintf("status %d: %.200s", resp.StatusCode, raw)
+	}
+	ok := out.Endpoint == f.sims[i].Endpoint() && out.MatchedBlocks == canaryBlocks
+	answer := fmt.Sprintf("%s, %d blocks matched (%s)", out.Endpoint, out.MatchedBlocks, out.Reason)
+	if !ok {
+		p.mu.Lock()
+		p.lastMiss = answer + " at " + time.Since(p.started).Round(time.Millisecond).String()
+		p.mu.Unlock()
+	}
+	return ok, answer
 }
 
 // memory is VmRSS and VmHWM from /proc/<pid>/status, in MiB.

@@ -43,11 +43,15 @@ const syncWithin = 2 * time.Minute
 // endpoint, a delta every 100 ms) through --sidecars: its time from start
 // to every endpoint's snapshot applied, cold and after kill -9 and a
 // restart (one op: one restart to full sync; the median reported), and
-// its memory once synced. Three times: every snapshot received
+// its memory once synced. Four times: every snapshot received
 // (sync), every snapshot written into the index (loaded: no load waiting),
-// and every endpoint routed its canary (routable). Shapes: 64, 256, 1,000 endpoints in one model;
-// 1,000 endpoints in 10 and 50 models. Targets at 1,000 × 64k in one
-// model: RSS ≤ 512 MiB, restart to full sync ≤ 3 s.
+// every endpoint credited its own prefix by one explained decision of
+// each model's staircase (credited: routable, its cache known, as the
+// decision reads it), and every endpoint routed its own canary, a
+// decision each (routable: this adds the check's own cost, a thousand
+// decisions). Shapes: 64, 256, 1,000 endpoints in one model; 1,000
+// endpoints in 10 and 50 models. Targets at 1,000 × 64k in one model:
+// RSS ≤ 512 MiB, restart to full sync ≤ 3 s.
 func BenchmarkPickerSync(b *testing.B) {
 	for _, s := range []shape{{64, 1}, {256, 1}, {1000, 1}, {1000, 10}, {1000, 50}} {
 		b.Run(s.String(), func(b *testing.B) { benchSync(b, s) })
@@ -58,6 +62,7 @@ func benchSync(b *testing.B, s shape) {
 	f := startSims(b, s.endpoints, s.models, lightChurn)
 	p := startPicker(b, f.addrs)
 	cold := p.awaitSync(s.admitted(), syncWithin)
+	coldCredited := p.awaitCredited(f, s.admitted(), syncWithin)
 	coldRoutable := p.awaitRoutable(f, s.admitted(), syncWithin)
 	t0 := time.Now()
 	p.awaitRoutable(f, s.admitted(), time.Since(p.started)+syncWithin) // every endpoint routable already: the check's own time
@@ -70,19 +75,31 @@ func benchSync(b *testing.B, s shape) {
 	heapSys := metrictest.Sum(fams, "go_memstats_heap_sys_bytes", nil)
 	batchSum := metrictest.HistogramOf(fams, "kvroute_picker_snapshot_batch_loads", nil).Sum
 	batches := metrictest.Sum(fams, "kvroute_picker_snapshot_batch_loads", nil) // a histogram: its count
-	var syncs, loads, routables []time.Duration
+	var syncs, loads, credits, routables, loadCPU, simCPU []time.Duration
 	b.ResetTimer()
 	for range b.N {
+		sims0 := procCPU(b, os.Getpid())
 		p.restart()
 		syncs = append(syncs, p.awaitSync(s.admitted(), syncWithin))
 		b.StopTimer() // the loads' and the canaries' checks are not the sync
 		loads = append(loads, p.awaitLoaded(s.admitted(), syncWithin))
+		loadCPU, simCPU = append(loadCPU, p.cpu()), append(simCPU, procCPU(b, os.Getpid())-sims0)
+		credits = append(credits, p.awaitCredited(f, s.admitted(), syncWithin))
 		routables = append(routables, p.awaitRoutable(f, s.admitted(), syncWithin))
+		// No snapshot since the sync (none reloaded, none waiting): the
+		// canaries were answered from the summaries loaded by then.
+		if n, waiting, err := p.syncState(); err != nil || n != float64(s.admitted()) || waiting != 0 {
+			b.Fatalf("after the canaries: %v snapshots received (want %d: one an endpoint), %v waiting (%v)", n, s.admitted(), waiting, err)
+		}
 		b.StartTimer()
 	}
 	b.StopTimer()
 	b.ReportMetric(ms(median(loads)), "restart-loaded-p50-ms")
+	b.ReportMetric(ms(median(loadCPU)), "restart-loaded-picker-cpu-ms")
+	b.ReportMetric(ms(median(simCPU)), "restart-loaded-bench-cpu-ms")
 	b.ReportMetric(ms(check), "routable-check-ms")
+	b.ReportMetric(ms(coldCredited), "cold-credited-ms")
+	b.ReportMetric(ms(median(credits)), "restart-credited-p50-ms")
 	b.ReportMetric(ms(coldRoutable), "cold-routable-ms")
 	b.ReportMetric(ms(median(routables)), "restart-routable-p50-ms")
 	b.ReportMetric(float64(s.admitted()), "endpoints-followed")

@@ -197,8 +197,8 @@ func (s *Sidecar) Info(context.Context, *pb.InfoRequest) (*pb.InfoResponse, erro
 		KeyFormat: blockkey.FormatV1, SummaryParams: s.cfg.Params.String(), Epoch: 1}}}, nil
 }
 
-// WatchSummaries sends a snapshot, then every delta, and an idle load
-// report every 200 ms.
+// WatchSummaries sends a snapshot and an idle load report (a sidecar's
+// first state), then every delta, and an idle load report every 200 ms.
 func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.SummaryUpdate]) error {
 	s.watches.Add(1)
 	ch := make(chan *pb.SummaryUpdate, 1024)
@@ -216,7 +216,16 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 		return err
 	}
 	// An idle engine's load report, as a sidecar scrapes it from a vLLM
-	// that exports its request histograms but has served nothing.
+	// that exports its request histograms but has served nothing: one
+	// at once after the snapshot, as a sidecar's first state ends, then
+	// every 200 ms.
+	report := func(now time.Time) error {
+		return s.send(stream, &pb.SummaryUpdate{Endpoint: s.endpoint, Epoch: 1,
+			Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{ScrapedUnixNanos: now.UnixNano(), Engine: &pb.EngineStats{Have: true}}}})
+	}
+	if err := report(time.Now()); err != nil {
+		return err
+	}
 	load := time.NewTicker(200 * time.Millisecond)
 	defer load.Stop()
 	for {
@@ -224,8 +233,7 @@ func (s *Sidecar) WatchSummaries(_ *pb.WatchRequest, stream grpc.ServerStreaming
 		case <-stream.Context().Done():
 			return nil
 		case now := <-load.C:
-			if err := s.send(stream, &pb.SummaryUpdate{Endpoint: s.endpoint, Epoch: 1,
-				Body: &pb.SummaryUpdate_Load{Load: &pb.LoadReport{ScrapedUnixNanos: now.UnixNano(), Engine: &pb.EngineStats{Have: true}}}}); err != nil {
+			if err := report(now); err != nil {
 				return err
 			}
 		case u, ok := <-ch:

@@ -1,0 +1,5 @@
+//go:build !race
+
+package summary
+
+const raceEnabled = false
