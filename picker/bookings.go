@@ -47,14 +47,28 @@ func (k *bookings) book(p *Pick, uncached float64, carried bool, now time.Time) 
 // held is, per endpoint of eps, how many leading blocks of chain this
 // picker's carried picks there hold before their first token (absent:
 // none).
-func (k *bookings) held(eps []*fleet.Endpoint, chain []uint64) map[string]int {
+func (k *bookings) held(ro *fleet.Roster, chain []uint64) map[string]int {
 	out := map[string]int{}
+	if ro == nil {
+		return out
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, e := range eps {
-		if n := k.b.HeldPrefix(e.URL, chain); n > 0 {
-			out[e.URL] = n
+	ask := func(url string) {
+		if n := k.b.HeldPrefix(url, chain); n > 0 {
+			out[url] = n
 		}
+	}
+	if k.b.HoldingAtMost() < len(ro.Endpoints) { // sparse: the few endpoints holding anything
+		k.b.Holding(func(url string) {
+			if _, ok := ro.Index(url); ok {
+				ask(url)
+			}
+		})
+		return out
+	}
+	for _, e := range ro.Endpoints {
+		ask(e.URL)
 	}
 	return out
 }
@@ -63,13 +77,32 @@ func (k *bookings) held(eps []*fleet.Endpoint, chain []uint64) map[string]int {
 // other pickers whose bookings it follows (theirs expired first) at now,
 // judged by when its last load report arrived here (not by the sidecar's
 // clock: clocks of different machines disagree). Sparse: absent is none.
-func (k *bookings) pending(eps []*fleet.Endpoint, now time.Time) map[string]inflight.Pending {
+//
+// Only the endpoints with bookings are asked when they are fewer than the
+// roster's (inflight.Bookings.Busy): every other endpoint's is zero, and
+// a decision at 1,000 endpoints spent 80 µs asking each.
+func (k *bookings) pending(ro *fleet.Roster, now time.Time) map[string]inflight.Pending {
 	out := map[string]inflight.Pending{}
 	k.mu.Lock()
 	phantoms := k.b.Expire(now)
-	for _, e := range eps {
-		if pend := k.b.Pending(e.URL, e.LoadAt, now); pend != (inflight.Pending{}) {
-			out[e.URL] = pend
+	if ro != nil {
+		ask := func(e *fleet.Endpoint) {
+			if pend := k.b.Pending(e.URL, e.LoadAt, now); pend != (inflight.Pending{}) {
+				out[e.URL] = pend
+			}
+		}
+		if k.b.BusyAtMost() < len(ro.Endpoints) {
+			var busy []string // asked after the walk: Pending prunes what it reads
+			k.b.Busy(func(url string) { busy = append(busy, url) })
+			for _, url := range busy {
+				if i, ok := ro.Index(url); ok {
+					ask(ro.Endpoints[i])
+				}
+			}
+		} else {
+			for _, e := range ro.Endpoints {
+				ask(e)
+			}
 		}
 	}
 	k.mu.Unlock()

@@ -93,13 +93,12 @@ func (r *Router) snapshot(p *Prepared, now time.Time) decide.Snapshot {
 			s.Matched[t] = r.fleet.Match(p.group, t, p.chain)
 		}
 	}
-	eps := p.endpoints()
-	s.InFlight = r.bookings.pending(eps, now)
+	s.InFlight = r.bookings.pending(p.ro, now)
 	if len(p.chain) > 0 && r.precise(p) {
 		// A prefix this picker's requests are prefilling there now will
 		// be cached by the time this one runs behind them: siblings of a
 		// new prefix find it before any KV event says so.
-		for url, n := range r.bookings.held(eps, p.heldKeys()) {
+		for url, n := range r.bookings.held(p.ro, p.heldKeys()) {
 			if s.Matched[tier.GPU] == nil {
 				s.Matched[tier.GPU] = map[string]int{}
 			}

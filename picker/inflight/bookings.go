@@ -238,6 +238,57 @@ func (b *Bookings) Pending(endpoint string, reported, now time.Time) Pending {
 	return p
 }
 
+// Busy calls fn once for each endpoint whose Pending may be other than
+// zero (the others' is zero whatever the times), in no particular order,
+// and returns how many it called: a caller asking about many endpoints
+// asks Pending of these alone. fn must not change b.
+func (b *Bookings) Busy(fn func(endpoint string)) int {
+	n := 0
+	for e := range b.ledger.sends {
+		fn(e)
+		n++
+	}
+	for e := range b.awaitN {
+		if _, seen := b.ledger.sends[e]; !seen {
+			fn(e)
+			n++
+		}
+	}
+	for e := range b.await {
+		_, seen := b.ledger.sends[e]
+		if _, counted := b.awaitN[e]; !seen && !counted {
+			fn(e)
+			n++
+		}
+	}
+	for e := range b.pulls {
+		_, seen := b.ledger.sends[e]
+		_, counted := b.awaitN[e]
+		if _, tokens := b.await[e]; !seen && !counted && !tokens {
+			fn(e)
+			n++
+		}
+	}
+	return n
+}
+
+// BusyAtMost bounds how many endpoints Busy calls: cheap, for choosing
+// between asking Busy's endpoints and asking every endpoint of a group.
+func (b *Bookings) BusyAtMost() int {
+	return len(b.ledger.sends) + len(b.awaitN) + len(b.await) + len(b.pulls)
+}
+
+// Holding calls fn once for each endpoint whose HeldPrefix may be other
+// than zero, in no particular order. fn must not change b.
+func (b *Bookings) Holding(fn func(endpoint string)) {
+	for e := range b.held {
+		fn(e)
+	}
+}
+
+// HoldingAtMost is how many endpoints Holding calls.
+func (b *Bookings) HoldingAtMost() int { return len(b.held) }
+
 // Prefill is the prefill work of the carried picks to endpoint before
 // their first byte.
 func (b *Bookings) Prefill(endpoint string) float64 { return b.prefill[endpoint] }
