@@ -88,7 +88,7 @@ func (r *Router) leastLoaded(group string, tried map[string]bool) *Pick {
 	}
 	now := r.now()
 	dreq := decide.Request{Request: score.Request{LoadOnly: true, Counter: r.counter.Add(1) - 1}, Exclude: tried}
-	d := decide.Decide(&r.dcfg, dreq, r.snapshot(&Prepared{ro: ro}, now), now)
+	d := r.decideIn(dreq, r.snapshot(&Prepared{ro: ro}, now), now)
 	if !d.OK() {
 		return nil
 	}

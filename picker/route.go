@@ -130,7 +130,7 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 	case r.bookings.peer != nil && p.dreq.Policy == "":
 		d, ticket = r.peerDecide(p, snap, now)
 	default:
-		d = decide.Decide(&r.dcfg, p.dreq, snap, now)
+		d = r.decideIn(p.dreq, snap, now)
 	}
 	if !d.OK() {
 		return nil, d, noEndpoints(p.req.Model)
@@ -188,7 +188,7 @@ func (r *Router) rankFallbacks(p *Prepared, d decide.Decision, snap decide.Snaps
 	}
 	for next := d; len(out) < opt.Fallbacks; {
 		dreq.Exclude[next.Endpoint] = true
-		if next = decide.Decide(&r.dcfg, dreq, snap, now); !next.OK() {
+		if next = r.decideIn(dreq, snap, now); !next.OK() {
 			break
 		}
 		out = append(out, fallback{endpoint: next.Endpoint, matched: next.MatchedTokens, expectCached: next.Plan.GPU + next.Plan.CPU, uncached: next.Uncached,

@@ -224,16 +224,19 @@ type Router struct {
 	salter atomic.Pointer[tenant.Salter] // with Config.TenantHeader: the key's Salter (SetSalter)
 	engKey atomic.Pointer[string]        // the engines' API key ("" none; SetEngineAPIKey)
 	dcfg   decide.Config
-	log    *zap.Logger
-	fleet  Fleet
-	roster rosters // fleet, when it publishes rosters (nil: copies per request)
-	render *render.Client
-	coal   *render.Coalescer // identical renders in flight, shared
-	parser intake.Parser
-	models *modelDirectory
-	proxy  *http.Client // requests to engines
-	bufs   sync.Pool    // *[]byte copy buffers for answers
-	m      *metrics
+	// scratch holds *decide.Scratch: the per-endpoint memory decisions
+	// reuse, one per decision under way (decideIn).
+	scratch sync.Pool
+	log     *zap.Logger
+	fleet   Fleet
+	roster  rosters // fleet, when it publishes rosters (nil: copies per request)
+	render  *render.Client
+	coal    *render.Coalescer // identical renders in flight, shared
+	parser  intake.Parser
+	models  *modelDirectory
+	proxy   *http.Client // requests to engines
+	bufs    sync.Pool    // *[]byte copy buffers for answers
+	m       *metrics
 
 	accessLog *zap.Logger // the access log (Config.AccessLog)
 	access    sampler
@@ -468,3 +471,16 @@ func noEndpoints(model string) *intake.Error {
 
 // endpointID is a short stable name for an endpoint URL.
 func endpointID(url string) string { return fmt.Sprintf("%016x", xxh3.HashString(url)) }
+
+// decideIn is decide.Decide with a scratch from r's pool: the same
+// decision, without allocating the group's working set each time.
+func (r *Router) decideIn(req decide.Request, snap decide.Snapshot, now time.Time) decide.Decision {
+	sc, _ := r.scratch.Get().(*decide.Scratch)
+	if sc == nil {
+		sc = new(decide.Scratch)
+	}
+	snap.Scratch = sc
+	d := decide.Decide(&r.dcfg, req, snap, now)
+	r.scratch.Put(sc)
+	return d
+}

@@ -98,6 +98,21 @@ type Snapshot struct {
 	// pull a prefix from one another's CPU tiers (absent: not). Nil with a
 	// Roster: the roster's briefs say (fleet.Brief.P2P).
 	Sources map[string]bool
+	// Scratch, when not nil, is the memory the decision's per-endpoint
+	// work reuses (the caller's: one decision at a time); nil, fresh
+	// memory. Either way the decision is the same, and nothing it returns
+	// points into Scratch.
+	Scratch *Scratch
+}
+
+// Scratch is memory a decision's per-endpoint work reuses (Snapshot.Scratch):
+// a shell deciding often keeps a few, one per decision under way, so that
+// a decision at 1,000 endpoints does not allocate its working set (some
+// 170 KB) each time. The zero value is ready.
+type Scratch struct {
+	cands  []score.Candidate
+	states []fleet.HealthState
+	score  score.Scratch
 }
 
 // Group is s's endpoints: the roster's, or pointers to Endpoints when
@@ -206,7 +221,11 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 	for i := range cands { // the URLs' hashes, made with the roster, for the weights
 		cands[i].IDHash = p.ro.Briefs[i].Hash
 	}
-	sd := score.Decide(&sc, req.Request, cands)
+	var ss *score.Scratch
+	if snap.Scratch != nil {
+		ss = &snap.Scratch.score
+	}
+	sd := score.DecideWith(&sc, req.Request, cands, ss)
 	d := Decision{Policy: sc.Policy, Reason: sd.Reason, Override: sd.Override, Explain: sd.Explain}
 	if sd.Index < 0 {
 		return d
@@ -243,6 +262,7 @@ func Decide(cfg *Config, req Request, snap Snapshot, now time.Time) Decision {
 // chosen (routable, not excluded), and the request's predicted TTFT
 // there.
 func Candidates(cfg *Config, req Request, snap Snapshot, now time.Time) []score.Candidate {
+	snap.Scratch = nil // the candidates are the caller's to keep
 	return cfg.pass(req, &snap, now).candidates()
 }
 
@@ -262,6 +282,20 @@ type pass struct {
 	// entries once (nil: looked up in the map).
 	matched [tier.Count][]int
 	pending []inflight.Pending
+}
+
+// scratch is a slice of n elements: field's of s, grown if it must be
+// (its old contents left for the caller to overwrite), or new when s is
+// nil.
+func scratch[V any](s *Scratch, field func(*Scratch) *[]V, n int) []V {
+	if s == nil {
+		return make([]V, n)
+	}
+	f := field(s)
+	if cap(*f) < n {
+		*f = make([]V, n)
+	}
+	return (*f)[:n]
 }
 
 // spreadFrom is the group size from which a snapshot's sparse maps (not
@@ -303,7 +337,7 @@ func (cfg *Config) pass(req Request, snap *Snapshot, now time.Time) *pass {
 	if snap.Model != nil {
 		p.coef = *snap.Model
 	}
-	p.states = make([]fleet.HealthState, len(p.ro.Briefs))
+	p.states = scratch(snap.Scratch, func(s *Scratch) *[]fleet.HealthState { return &s.states }, len(p.ro.Briefs))
 	for i := range p.ro.Briefs {
 		p.states[i] = p.ro.Briefs[i].StateAt(now, cfg.Health)
 	}
@@ -325,7 +359,7 @@ func (cfg *Config) pass(req Request, snap *Snapshot, now time.Time) *pass {
 
 // candidates is Candidates: one per endpoint of the roster, in its order.
 func (p *pass) candidates() []score.Candidate {
-	out := make([]score.Candidate, len(p.ro.Briefs))
+	out := scratch(p.snap.Scratch, func(s *Scratch) *[]score.Candidate { return &s.cands }, len(p.ro.Briefs))
 	var o option // each one's, not kept
 	for i := range out {
 		p.candidate(i, &out[i], &o)

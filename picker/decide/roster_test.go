@@ -21,10 +21,13 @@ import (
 // every candidate holds what the snapshot's maps say of its URL, and the
 // decision is the same from values (Endpoints), from the roster in URL
 // order or in another order, with the factors by index (Factors) or by
-// URL (Learned), and with P2P told by Sources or by the roster's briefs.
+// URL (Learned), with P2P told by Sources or by the roster's briefs, and
+// in a Scratch every round reuses (groups of both sizes in turn: the
+// memory left by another group's decision).
 func TestLargeGroupReadsAsSmall(t *testing.T) {
 	cfg := DefaultConfig()
 	rng := rand.New(rand.NewPCG(8, 8))
+	reused := new(Scratch)
 	for round := range 200 {
 		size := []int{40, 100}[round%2]
 		var eps []fleet.Endpoint
@@ -84,6 +87,11 @@ func TestLargeGroupReadsAsSmall(t *testing.T) {
 		a, b, c := Decide(&cfg, req, byValue, now), Decide(&cfg, req, sorted, now), Decide(&cfg, req, other, now)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("round %d: by value %s, over the roster %s", round, fields(a), fields(b))
+		}
+		inScratch := sorted
+		inScratch.Scratch = reused
+		if s := Decide(&cfg, req, inScratch, now); !reflect.DeepEqual(s, b) {
+			t.Fatalf("round %d: in a reused scratch %s, in fresh memory %s", round, fields(s), fields(b))
 		}
 		// In another order, only what indexes the candidates differs.
 		a.Explain, c.Explain = nil, nil

@@ -246,8 +246,22 @@ type cand struct {
 	underCap  bool
 }
 
+// Scratch is memory a decision's per-candidate work reuses: a caller
+// deciding often keeps a few (one per decision under way) so that a
+// decision at 1,000 endpoints does not allocate its working set each
+// time. The zero value is ready; nothing a Decision holds points into it.
+type Scratch struct {
+	cands []cand
+}
+
 // Decide chooses among cs for r.
 func Decide(cfg *Config, r Request, cs []Candidate) Decision {
+	return DecideWith(cfg, r, cs, nil)
+}
+
+// DecideWith is Decide working in s (nil: fresh memory): the same
+// decision. s must not be used by another decision at the same time.
+func DecideWith(cfg *Config, r Request, cs []Candidate, s *Scratch) Decision {
 	d := Decision{Index: -1}
 	if !r.Terse {
 		d.Explain = make([]Explain, len(cs))
@@ -262,7 +276,15 @@ func Decide(cfg *Config, r Request, cs []Candidate) Decision {
 		// have by design.
 		key = mix(r.Counter)
 	}
-	healthy := make([]cand, 0, len(cs))
+	var healthy []cand
+	if s != nil && cap(s.cands) >= len(cs) {
+		healthy = s.cands[:0]
+	} else {
+		healthy = make([]cand, 0, len(cs))
+		if s != nil {
+			s.cands = healthy
+		}
+	}
 	total := 0.0
 	for i := range cs {
 		c := &cs[i]
