@@ -23,7 +23,10 @@
 //     again for its plan and features rather than every candidate's kept;
 //     the learned factors come index for index (Snapshot.Factors), not by
 //     URL. A snapshot built by hand (Snapshot.Endpoints) is decided the
-//     same, over a roster made of it.
+//     same, over a roster made of it. The per-endpoint working set lives
+//     in Snapshot.Scratch when the caller gives one (the shell pools
+//     them): the same decision as in fresh memory, and nothing returned
+//     points into it.
 //   - Scoring is picker/score's: matched blocks become tokens at the
 //     group's block size; the load is the engine's last report plus this
 //     picker's picks the report does not cover yet (picker/inflight).

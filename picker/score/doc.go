@@ -7,6 +7,8 @@
 //   - Pure: no I/O, clocks, randomness or logging. The same Request,
 //     candidates and Config give the same Decision, in any process — two
 //     picker replicas that see the same state agree without talking.
+//     DecideWith decides the same in a caller's Scratch, reused between
+//     decisions (one at a time); nothing a Decision holds points into it.
 //   - Precise: each candidate carries the request's predicted time to
 //     first token there (Candidate.Predicted: picker/predict's model,
 //     priced by picker/decide), in which its cached prefix, its queue and
