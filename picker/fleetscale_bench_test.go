@@ -145,9 +145,7 @@ func benchPicks(b *testing.B, r *picker.Router, bodies [][]byte) {
 		r.Done(p)
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	reportLatencies(b, lat)
 }
 
 // holdPrefixes makes two random sidecars of sims hold each prompt's
@@ -183,4 +181,12 @@ func awaitDeltas(b *testing.B, reg *prometheus.Registry, sims []*simsidecar.Side
 func counterValue(b *testing.B, reg *prometheus.Registry, name, kind string) float64 {
 	b.Helper()
 	return metrictest.Gathered(b, reg, name, map[string]string{"kind": kind})
+}
+
+// reportLatencies reports lat's median and 99th percentile (sorting it)
+// as the benchmark's p50-µs and p99-µs.
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }

@@ -337,15 +337,26 @@ func (v *View) watch(addr string, static bool) {
 func (v *View) Forget(addr string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if ref, ok := v.streams[addr]; ok {
-		ref.cancel()
-		delete(v.streams, addr)
-		delete(v.unfollowed, addr)
-		delete(v.trust.byAddr, addr)
+	if v.dropStream(addr) {
 		v.log.Warn("sidecar left: its endpoints go by load only while their engines answer",
 			zap.String("sidecar", addr), zap.Duration("grace", v.cfg.Health.SidecarGrace))
 	}
 	v.state.LoseSidecar(addr, time.Now())
+}
+
+// dropStream ends the stream to addr and forgets what the view knows of
+// the sidecar's connection, reporting whether there was one. Called with
+// v.mu held.
+func (v *View) dropStream(addr string) bool {
+	ref, ok := v.streams[addr]
+	if !ok {
+		return false
+	}
+	ref.cancel()
+	delete(v.streams, addr)
+	delete(v.unfollowed, addr)
+	delete(v.trust.byAddr, addr)
+	return true
 }
 
 // Refused is an endpoint a sidecar offered that the view did not take.

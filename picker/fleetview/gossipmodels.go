@@ -46,11 +46,7 @@ func (v *View) streamingGossiped(addr string) bool {
 func (v *View) unfollowModels(addr string, models []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if ref, ok := v.streams[addr]; ok {
-		ref.cancel()
-		delete(v.streams, addr)
-		delete(v.unfollowed, addr)
-		delete(v.trust.byAddr, addr)
+	if v.dropStream(addr) {
 		v.log.Info("sidecar no longer followed: it advertises no model among --models",
 			zap.String("sidecar", addr), zap.Strings("models", models))
 	}
