@@ -71,7 +71,11 @@ type shareHub struct {
 // shareSub is one picker following this one.
 type shareSub struct {
 	ch  chan *pb.BookingBatch
-	cut chan struct{} // closed when it falls behind
+	cut chan struct{} // closed when it falls behind, or when the hub closes
+	// stopping says cut was closed because the hub closed (set under
+	// h.mu before cut is closed): the follower is told the picker is
+	// stopping, not that it fell behind.
+	stopping bool
 }
 
 // followed is one picker this one follows.
@@ -227,6 +231,9 @@ func (h *shareHub) WatchBookings(req *pb.WatchBookingsRequest, stream grpc.Serve
 		case <-stream.Context().Done():
 			return nil
 		case <-s.cut:
+			if s.stopping {
+				return status.Error(codes.Unavailable, "the picker is stopping")
+			}
 			return status.Error(codes.ResourceExhausted, "the follower fell behind the bookings stream; dial again")
 		case b := <-s.ch:
 			if err := stream.Send(b); err != nil {
@@ -462,6 +469,7 @@ func (h *shareHub) close() {
 	}
 	for s := range h.subs {
 		delete(h.subs, s)
+		s.stopping = true
 		close(s.cut)
 	}
 	h.mu.Unlock()

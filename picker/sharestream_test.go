@@ -160,6 +160,13 @@ func sharedStatic(t *testing.T) {
 	if n, _ := series(t, rb, "kvroute_picker_pickers_following", nil); n != 0 {
 		t.Errorf("b follows %v pickers after a stopped, want 0", n)
 	}
+	// a stopping is not b falling behind: its stream ends as unavailable.
+	if n, _ := series(t, rb, "kvroute_picker_picker_streams_total", map[string]string{"cause": "behind"}); n != 0 {
+		t.Errorf("b counted %v streams cut for falling behind when a stopped", n)
+	}
+	if _, peers := pickersOf(t, b); strings.Contains(peers[ga].Error, "fell behind") {
+		t.Errorf("b says of a, stopped: %q", peers[ga].Error)
+	}
 }
 
 // sharedMutualTLS: pickers serving their bookings with
