@@ -66,7 +66,9 @@
 //     endpoint — the sidecar's verdicts (engine down; stream silent,
 //     replay-only, partial; a drain it announced), staleness, a lost
 //     sidecar and the picker's probe of its engine, and the passive outlier
-//     ejections (Failed, ProbeDue, Probed, with a doubling backoff). Only
+//     ejections (Failed, ProbeDue, Probed, with a doubling backoff; a
+//     snapshot of a new engine epoch, a restarted engine, starts the
+//     backoff over and makes an ejected endpoint's probe due at once). Only
 //     cached and load-only endpoints are routable. The judgement is a
 //     verdict that does not depend on the time and the time's part
 //     (staleness, from when the endpoint was last heard from): StateAt,

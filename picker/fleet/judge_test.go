@@ -1,9 +1,12 @@
 package fleet
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/tier"
 )
 
 func TestSidecarLostAndGrace(t *testing.T) {
@@ -160,6 +163,61 @@ func TestEjection(t *testing.T) {
 	}
 	if s.Failed("http://nobody", t0, "x", c) {
 		t.Fatal("ejected an unknown endpoint")
+	}
+}
+
+// TestEjectionForgottenOnNewEpoch: an engine restarted (its sidecar's
+// snapshot of a new epoch) is probed at once and backs off from EjectBase
+// again, where its predecessor's failures had doubled the backoff twice;
+// a snapshot of the same epoch (a resync) changes nothing.
+func TestEjectionForgottenOnNewEpoch(t *testing.T) {
+	s := newState(t, 4)
+	c := DefaultHealthConfig()
+	t0 := time.Unix(5000, 0)
+	mustRegister(t, s, "s", ident("http://a", "m"))
+	start := func(epoch uint64, now time.Time) {
+		t.Helper()
+		if l, err := s.StartSnapshot("s", "http://a", tier.GPU, epoch, summaryOf().Snapshot(), now); err != nil || l == nil {
+			t.Fatalf("StartSnapshot: %v, %v", l, err)
+		} else if done, err := l.Step(1 << 20); !done || err != nil {
+			t.Fatalf("Step: %v, %v", done, err)
+		}
+	}
+	start(7, t0)
+	s.Failed("http://a", t0, "refused", c)
+	now := t0
+	for i := 0; i < 2; i++ { // two failed probes: 4 × EjectBase now
+		now = endpoint(t, s, "http://a").EjectedUntil
+		s.Probed("http://a", false, now, "refused", c)
+	}
+	until := endpoint(t, s, "http://a").EjectedUntil
+	if got := until.Sub(now); got != 4*c.EjectBase {
+		t.Fatalf("backoff after two failed probes %v, want %v", got, 4*c.EjectBase)
+	}
+
+	resync := now.Add(time.Second)
+	start(7, resync) // the same engine: nothing changes
+	if e := endpoint(t, s, "http://a"); !e.EjectedUntil.Equal(until) || len(s.ProbeDue(resync)) != 0 {
+		t.Fatalf("a snapshot of the same epoch ended the ejection: until %v, due %v", e.EjectedUntil, s.ProbeDue(resync))
+	}
+
+	restarted := resync.Add(time.Second)
+	start(8, restarted)
+	if due := s.ProbeDue(restarted); !slices.Equal(due, []string{"http://a"}) {
+		t.Fatalf("the restarted engine is not due for its probe at once: %v", due)
+	}
+	if e := endpoint(t, s, "http://a"); e.HealthAt(restarted, c).State != Down {
+		t.Fatalf("readmitted without a probe: %+v", e.HealthAt(restarted, c))
+	}
+	s.Probed("http://a", true, restarted, "", c)
+	if e := endpoint(t, s, "http://a"); e.HealthAt(restarted, c).State == Down {
+		h := e.HealthAt(restarted, c)
+		t.Fatalf("not readmitted by its probe: %+v", h)
+	}
+	again := restarted.Add(time.Second) // failing soon after: the history is the new engine's
+	s.Failed("http://a", again, "refused", c)
+	if got := endpoint(t, s, "http://a").EjectedUntil.Sub(again); got != c.EjectBase {
+		t.Fatalf("the restarted engine's first ejection backs off %v, want %v", got, c.EjectBase)
 	}
 }
 

@@ -75,6 +75,10 @@ type entry struct {
 	// EjectMax; readmitted is when it last came back.
 	ejections  int
 	readmitted time.Time
+	// epoch is the engine epoch of the endpoint's last snapshot (hasEpoch:
+	// one came): a new one is a restarted or cleared engine (newEpoch).
+	epoch    uint64
+	hasEpoch bool
 	// lags are the recent event-to-routable lags, a ring.
 	lags [lagRing]time.Duration
 	nlag int
@@ -381,6 +385,24 @@ func FaultOf(err error) Fault {
 	return 0
 }
 
+// newEpoch notes the engine epoch of a snapshot for e at now. A sidecar
+// bumps an endpoint's epoch when its engine restarts (or clears its
+// cache): the failures behind e's ejections were the old process's, so
+// its ejection history starts over (the next ejection backs off
+// EjectBase), and an ejection still running ends now — the new process
+// is probed at once (ProbeDue) rather than after a backoff doubled for
+// its predecessor.
+func (s *State) newEpoch(e *entry, epoch uint64, now time.Time) {
+	if e.hasEpoch && epoch != e.epoch {
+		e.ejections, e.readmitted = 0, time.Time{}
+		if e.Ejected && now.Before(e.EjectedUntil) {
+			e.EjectedUntil = now
+			s.changed(e)
+		}
+	}
+	e.epoch, e.hasEpoch = epoch, true
+}
+
 // StartSnapshot starts replacing an endpoint's summary in tier t with snap
 // (of epoch, at snap.Seq), arrived at now, and returns the load for the
 // caller to step (summary.SnapshotLoad.Step) while it holds its lock,
@@ -396,6 +418,7 @@ func (s *State) StartSnapshot(sidecar, url string, t tier.Tier, epoch uint64, sn
 	if e == nil {
 		return nil, nil
 	}
+	s.newEpoch(e, epoch, now)
 	f, err := s.fleet(e, t)
 	if err != nil {
 		return nil, s.fault(e, t, Malformed, err)
