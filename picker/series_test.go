@@ -49,9 +49,6 @@ const maxSeriesPerEndpoint = 3
 // per-endpoint series is back (twelve). The sums over the endpoints are
 // the same in both modes.
 func TestMetricSeriesPerEndpoint(t *testing.T) {
-	if testing.Short() {
-		t.Skip("50 simulated sidecars and engines")
-	}
 	byDefault := map[string]int{
 		"kvroute_picker_selected_total":             1,
 		"kvroute_picker_endpoint_state":             1,

@@ -223,9 +223,6 @@ func TestDeltaDecodeAllocation(t *testing.T) {
 // allocates its buffer once, not grown as it fills (a sidecar encodes
 // one for every picker that syncs).
 func TestSnapshotEncodeAllocatesOnce(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector's instrumentation allocates slices.Grow's temporary")
-	}
 	p := ForCapacity(65536)
 	rng := rand.New(rand.NewPCG(3, 4))
 	c := NewCounting(p)
@@ -238,7 +235,14 @@ func TestSnapshotEncodeAllocatesOnce(t *testing.T) {
 	runtime.ReadMemStats(&ms1)
 	b := AppendSnapshot(nil, s)
 	runtime.ReadMemStats(&ms2)
-	if grew := ms2.TotalAlloc - ms1.TotalAlloc; grew > uint64(len(b))+uint64(len(b))/8 {
+	// One buffer; under the race detector, whose instrumentation of
+	// slices.Grow allocates a temporary of the same size, two. Grown as it
+	// filled, the encoder allocated five times the snapshot.
+	bound := uint64(len(b)) + uint64(len(b))/8
+	if raceEnabled {
+		bound *= 2
+	}
+	if grew := ms2.TotalAlloc - ms1.TotalAlloc; grew > bound {
 		t.Fatalf("encoding a snapshot of %d bytes allocated %d bytes", len(b), grew)
 	}
 }
