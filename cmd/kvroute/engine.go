@@ -170,6 +170,7 @@ and POST /sim/restart.`,
 	f.IntVar(&numGPUBlocks, "num-gpu-blocks", cfg.NumGPUBlocks, "alias of --num-gpu-blocks-override")
 	f.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "context length, prompt plus output (default: the --profile's; sim-default's shown)")
 	f.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "sequences per scheduler step")
+	f.StringVar(&cfg.SchedulingPolicy, "scheduling-policy", cfg.SchedulingPolicy, "fcfs (first come, first served) or priority (the body's priority field orders the waiting queue, lower first, ties by arrival, and the lowest-priority running request is preempted first when KV blocks run out; a non-zero priority under fcfs is refused with 400, as vLLM does)")
 	f.IntVar(&cfg.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.MaxNumBatchedTokens, "tokens per scheduler step, chunked prefill beyond it (default: the --profile's; sim-default's shown)")
 	f.StringVar(&cfg.HashAlgo, "prefix-caching-hash-algo", cfg.HashAlgo, "block hash algorithm; only sha256_cbor is simulated")
 	f.StringVar(&hashSeed, "hash-seed", "", "NONE_HASH seed string (default: $PYTHONHASHSEED, else \"vllm-none-hash\")")

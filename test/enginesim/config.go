@@ -13,6 +13,7 @@ import (
 	"github.com/kvroute/kvroute/test/enginesim/chat"
 	"github.com/kvroute/kvroute/test/enginesim/p2p"
 	"github.com/kvroute/kvroute/test/enginesim/profile"
+	"github.com/kvroute/kvroute/test/enginesim/sched"
 )
 
 // KVEventsConfig is vLLM's --kv-events-config, field for field.
@@ -193,7 +194,12 @@ type Config struct {
 	MaxModelLen         int      // --max-model-len
 	MaxNumSeqs          int      // --max-num-seqs
 	MaxNumBatchedTokens int      // --max-num-batched-tokens
-	HashAlgo            string   // --prefix-caching-hash-algo
+	// SchedulingPolicy is --scheduling-policy: fcfs (vLLM's default; ""
+	// is the same) or
+	// priority (the body's priority orders the waiting queue and chooses
+	// whom to preempt; package sched).
+	SchedulingPolicy string
+	HashAlgo         string // --prefix-caching-hash-algo
 	// HashSeed is the NONE_HASH seed: PYTHONHASHSEED when set, else
 	// --hash-seed, else vLLM's default "vllm-none-hash".
 	HashSeed                  string
@@ -253,6 +259,7 @@ func DefaultConfig() Config {
 		NumGPUBlocks:        lat.NumGPUBlocks,
 		MaxModelLen:         lat.MaxModelLen,
 		MaxNumSeqs:          256,
+		SchedulingPolicy:    sched.PolicyFCFS,
 		MaxNumBatchedTokens: lat.MaxNumBatchedTokens,
 		HashAlgo:            blockkey.HashAlgoSHA256CBOR,
 		HashSeed:            blockkey.DefaultSeed,
@@ -287,6 +294,8 @@ func (c *Config) Validate() error {
 	check(c.MaxModelLen > 0, "--max-model-len %d must be positive", c.MaxModelLen)
 	check(c.MaxNumSeqs > 0, "--max-num-seqs %d must be positive", c.MaxNumSeqs)
 	check(c.MaxNumBatchedTokens > 0, "--max-num-batched-tokens %d must be positive", c.MaxNumBatchedTokens)
+	check(c.SchedulingPolicy == "" || c.SchedulingPolicy == sched.PolicyFCFS || c.SchedulingPolicy == sched.PolicyPriority,
+		"--scheduling-policy %q: want fcfs or priority", c.SchedulingPolicy)
 	check(c.HashAlgo == blockkey.HashAlgoSHA256CBOR,
 		"--prefix-caching-hash-algo %q is not supported by the simulated engine (only sha256_cbor: the pickle-based sha256 and the xxhash variants are not implemented)", c.HashAlgo)
 	check(c.DataParallelSize >= 1, "--data-parallel-size %d must be at least 1", c.DataParallelSize)
@@ -314,6 +323,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkPriority refuses a non-zero priority unless the engine schedules
+// by priority, with vLLM's message (its input processor's ValueError, a
+// 400).
+func (c *Config) checkPriority(p int) error {
+	if p != 0 && c.SchedulingPolicy != sched.PolicyPriority {
+		return badRequest("Got priority %d but Priority scheduling is not enabled.", p)
+	}
+	return nil
 }
 
 // pooling reports whether the engine runs as a pooling model.

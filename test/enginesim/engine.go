@@ -92,6 +92,7 @@ func schedConfig(cfg *Config) sched.Config {
 		MaxNumSeqs:          cfg.MaxNumSeqs,
 		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
 		Latency:             cfg.Sim.Profile(),
+		Policy:              cfg.SchedulingPolicy,
 	}
 	offloadCache(&c.Cache, cfg)
 	return c

@@ -859,3 +859,44 @@ func TestSaltOnTheWire(t *testing.T) {
 		t.Fatalf("after reset: %+v", msgs)
 	}
 }
+
+// TestSchedulingPolicyPriorityField: the body's priority is vLLM's: 0 by
+// default; a non-zero one under fcfs (the default) is refused with vLLM's
+// 400, on every generate endpoint, streamed or not; under
+// --scheduling-policy priority it is accepted. (The order it sets is the
+// scheduler's, TestPriorityOrder in package sched.)
+func TestSchedulingPolicyPriorityField(t *testing.T) {
+	bodies := map[string]string{
+		"/v1/chat/completions": `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2%s}`,
+		"/v1/completions":      `{"prompt":"hi","max_tokens":2%s}`,
+		"/v1/responses":        `{"input":"hi","max_output_tokens":2%s}`,
+	}
+	for _, policy := range []string{"fcfs", "priority"} {
+		cfg := testConfig()
+		cfg.SchedulingPolicy = policy
+		e := start(t, cfg).Engines()[0]
+		for path, body := range bodies {
+			for _, extra := range []string{"", `,"priority":0`, `,"priority":-2`, `,"priority":3,"stream":true`} {
+				b := fmt.Sprintf(body, extra)
+				var eb errorBody
+				refused := policy == "fcfs" && extra != "" && extra != `,"priority":0`
+				var out any
+				if refused {
+					out = &eb
+				}
+				code := postRaw(t, e.URL()+path, []byte(b), out)
+				switch {
+				case refused && (code != 400 || !strings.Contains(eb.Error.Message, "but Priority scheduling is not enabled.") || eb.Error.Type != "BadRequestError"):
+					t.Errorf("%s %s %s: %d %+v, want vLLM's 400", policy, path, b, code, eb.Error)
+				case !refused && code != 200:
+					t.Errorf("%s %s %s: %d %+v, want 200", policy, path, b, code, eb.Error)
+				}
+			}
+		}
+	}
+	cfg := testConfig()
+	cfg.SchedulingPolicy = "lottery"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--scheduling-policy") {
+		t.Fatalf("policy lottery: %v", err)
+	}
+}

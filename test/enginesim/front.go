@@ -36,6 +36,7 @@ type Generation struct {
 	MaxTokens int // the output budget, after max_model_len
 	IgnoreEOS bool
 	Stream    bool
+	Priority  int // the body's priority (0 unless the engine schedules by priority)
 }
 
 // Prepare parses and checks a generate body for path (/v1/chat/completions,
@@ -65,8 +66,11 @@ func (f *Front) Prepare(path string, body []byte) (Generation, error) {
 	if len(g.prompts) != 1 {
 		return Generation{}, badRequest("the lab runs one prompt per request, not %d", len(g.prompts))
 	}
+	if err := f.e.cfg.checkPriority(g.priority); err != nil {
+		return Generation{}, err
+	}
 	return Generation{Model: g.id.model, LoRA: g.id.lora, LoraID: g.id.loraID, Salt: g.salt, Prompt: g.prompts[0],
-		MaxTokens: g.budgets[0], IgnoreEOS: g.ignoreEOS, Stream: g.stream}, nil
+		MaxTokens: g.budgets[0], IgnoreEOS: g.ignoreEOS, Stream: g.stream, Priority: g.priority}, nil
 }
 
 // Sched is the scheduler core's configuration for this engine.

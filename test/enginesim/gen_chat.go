@@ -23,6 +23,7 @@ type chatRequest struct {
 	IgnoreEOS            bool            `json:"ignore_eos"`
 	RequestID            string          `json:"request_id"`
 	KVTransferParams     json.RawMessage `json:"kv_transfer_params"`
+	Priority             int             `json:"priority"`
 }
 
 // renderChat turns a chat body into tokens, with vLLM's checks.
@@ -83,7 +84,7 @@ func (c *chatGen) prepare(w http.ResponseWriter, r *http.Request) (generation, e
 	id, toks, budget, err := c.e.prepareChat(w, r, &c.req)
 	c.id, c.prompt = id, len(toks)
 	return generation{id: id, salt: saltOf(c.req.CacheSalt), prompts: [][]uint32{toks}, budgets: []int{budget},
-		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams}, err
+		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams, priority: c.req.Priority}, err
 }
 
 func (c *chatGen) begin() {

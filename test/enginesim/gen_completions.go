@@ -17,6 +17,7 @@ type completionRequest struct {
 	IgnoreEOS     bool            `json:"ignore_eos"`
 	Echo          bool            `json:"echo"`
 	// KVTransferParams is kv_transfer_params (dict[str, Any] | None).
+	Priority         int             `json:"priority"`
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 }
 
@@ -59,7 +60,7 @@ func (c *completionsGen) prepare(w http.ResponseWriter, r *http.Request) (genera
 		c.prompt += len(p)
 	}
 	return generation{id: id, salt: saltOf(c.req.CacheSalt), prompts: prompts, budgets: budgets,
-		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams}, err
+		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams, priority: c.req.Priority}, err
 }
 
 func (c *completionsGen) begin() {

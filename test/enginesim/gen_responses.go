@@ -19,6 +19,7 @@ type responsesRequest struct {
 	CacheSalt          *string         `json:"cache_salt"`
 	IgnoreEOS          bool            `json:"ignore_eos"`
 	// KVTransferParams is kv_transfer_params, which current vLLM takes on
+	Priority int `json:"priority"`
 	// Responses too.
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 }
@@ -78,7 +79,7 @@ func (c *responsesGen) prepare(w http.ResponseWriter, r *http.Request) (generati
 	id, toks, budget, err := c.e.prepareResponses(w, r, &c.req)
 	c.id, c.prompt = id, len(toks)
 	return generation{id: id, salt: saltOf(c.req.CacheSalt), prompts: [][]uint32{toks}, budgets: []int{budget},
-		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams}, err
+		ignoreEOS: c.req.IgnoreEOS, stream: c.req.Stream, kvParams: c.req.KVTransferParams, priority: c.req.Priority}, err
 }
 
 func (c *responsesGen) begin() {

@@ -19,6 +19,9 @@ type generation struct {
 	stream    bool
 	// kvParams is the body's kv_transfer_params, as sent.
 	kvParams json.RawMessage
+	// priority is the body's priority (default 0; lower runs first under
+	// --scheduling-policy priority).
+	priority int
 }
 
 // endpoint is what differs between the generate endpoints (chat
@@ -51,7 +54,7 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		e.failErr(w, r, err)
 		return
 	}
-	rn, err := e.start(r.Context(), g.id, g.salt, g.prompts, g.budgets, g.ignoreEOS, e.kvSourceOf(g.kvParams))
+	rn, err := e.start(r.Context(), g, e.kvSourceOf(g.kvParams))
 	if err != nil {
 		e.failErr(w, r, err)
 		return
@@ -92,16 +95,19 @@ type run struct {
 	prompt []int
 }
 
-// start hands the prompts to the engine, each with its output budget and
+// start hands g's prompts to the engine, each with its output budget and
 // the KV source to pull its prefix from (none: the zero kvSource).
-func (e *Engine) start(ctx context.Context, id identity, salt string, prompts [][]uint32, maxTokens []int, ignoreEOS bool, src kvSource) (*run, error) {
+func (e *Engine) start(ctx context.Context, g generation, src kvSource) (*run, error) {
+	if err := e.cfg.checkPriority(g.priority); err != nil {
+		return nil, err
+	}
 	rn := &run{e: e, box: newMailbox(), done: e.done}
-	for i, p := range prompts {
+	for i, p := range g.prompts {
 		if len(p) == 0 {
 			return nil, badRequest("The prompt is empty.")
 		}
-		spec := sched.Request{ID: sched.ID(e.nextID.Add(1)), Prompt: p, LoRA: id.lora, LoraID: id.loraID, Salt: salt,
-			MaxTokens: maxTokens[i], IgnoreEOS: ignoreEOS}
+		spec := sched.Request{ID: sched.ID(e.nextID.Add(1)), Prompt: p, LoRA: g.id.lora, LoraID: g.id.loraID, Salt: g.salt,
+			MaxTokens: g.budgets[i], IgnoreEOS: g.ignoreEOS, Priority: g.priority}
 		setSource(&spec, src)
 		rn.reqs = append(rn.reqs, &request{
 			spec:   spec,

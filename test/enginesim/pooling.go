@@ -139,7 +139,7 @@ func (e *Engine) pool(ctx context.Context, id identity, salt string, prompts [][
 	for i := range steps {
 		steps[i] = 1
 	}
-	rn, err := e.start(ctx, id, salt, prompts, steps, true, kvSource{})
+	rn, err := e.start(ctx, generation{id: id, salt: salt, prompts: prompts, budgets: steps, ignoreEOS: true}, kvSource{})
 	if err != nil {
 		return nil, err
 	}

@@ -5,13 +5,20 @@
 // duration times its time scale); a lab can drive it in virtual time.
 //
 // Contract, with vLLM v1's shape:
-//   - Add queues a request (first come, first served) at the simulated time
-//     given; Cancel marks one for abort.
+//   - Add queues a request at the simulated time given; Cancel marks one
+//     for abort. Config.Policy is vLLM's --scheduling-policy: fcfs (the
+//     default) keeps the waiting queue in arrival order; priority keeps it
+//     ordered by Request.Priority (lower first), then arrival, then the
+//     order of Add (vLLM's request id), and a preempted request goes back
+//     to its place in that order instead of the queue's head.
 //   - Step(now) schedules one step starting at now: running requests first
 //     (a decode takes one token, a chunked prefill goes on), within
 //     max_num_batched_tokens; when blocks run out, running requests are
-//     preempted from the back (newest first) and go back to the head of the
-//     waiting queue, to recompute when readmitted; then, in a step that
+//     preempted, under fcfs from the back (newest first), under priority
+//     the lowest-priority first (the greatest priority value, then the
+//     latest arrival; one scheduled earlier in the same step gives its
+//     tokens back and samples nothing), and go back to the waiting queue,
+//     to recompute when readmitted; then, in a step that
 //     preempted nothing, waiting requests are admitted in order while
 //     max_num_seqs and the token budget allow, each taking its cached
 //     prefix (whole blocks, at most len−1 tokens) and prefilling the rest,

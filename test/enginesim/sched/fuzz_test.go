@@ -12,7 +12,7 @@ import (
 // some naming a peer (whose tier holds those prefixes) and some of those
 // pulls failing, on an engine with or without a CPU tier (chunks of one
 // or two blocks), and checks: the engine drains (no request stuck
-// waiting for KV); every request's cached tokens are its split's sum and
+// waiting for KV), under either scheduling policy; every request's cached tokens are its split's sum and
 // within its len−1 cap; the steps' figures add up to the requests'; every
 // lookup ends in a pull or a failure; every event is valid.
 func FuzzKVWaits(f *testing.F) {
@@ -25,6 +25,9 @@ func FuzzKVWaits(f *testing.F) {
 		cfg := config()
 		cfg.Cache.CPUBlocks = []int{0, 24, 48}[ops[0]%3]
 		cfg.Cache.OffloadBlocks = 1 + int(ops[0]/3)%2
+		if ops[0]&128 != 0 {
+			cfg.Policy = sched.PolicyPriority
+		}
 		peer := newShell(t, tiered(48), noPeer(t))
 		var warm []arrival
 		for i := 0; i < 4; i++ {
@@ -46,6 +49,7 @@ func FuzzKVWaits(f *testing.F) {
 			if op&16 != 0 {
 				r.Source = "peer"
 			}
+			r.Priority = int(op%3) - 1
 			prompts[r.ID] = len(r.Prompt)
 			arrivals = append(arrivals, arrival{time.Duration(i) * time.Duration(op%8) * 10 * time.Millisecond, r})
 		}

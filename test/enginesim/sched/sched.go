@@ -3,6 +3,8 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/blockkey"
@@ -32,7 +34,19 @@ type Config struct {
 	// here; the sizes are the fields above (a shell takes its defaults
 	// from the profile).
 	Latency profile.Profile
+	// Policy is --scheduling-policy: PolicyFCFS (vLLM's default; "" is
+	// the same) or PolicyPriority, which orders the waiting queue by
+	// Request.Priority (lower first, then arrival) and preempts the
+	// lowest-priority running request (highest value, latest arrival)
+	// when blocks run out.
+	Policy string
 }
+
+// Scheduling policies, as vLLM's --scheduling-policy names them.
+const (
+	PolicyFCFS     = "fcfs"
+	PolicyPriority = "priority"
+)
 
 // DefaultConfig returns the simulated engine's defaults: the sim-default
 // profile (one H100 serving an 8B–20B model with vLLM's own defaults, as
@@ -62,6 +76,11 @@ func (c Config) Validate() error {
 	if err := c.Latency.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sched: latency: %w", err))
 	}
+	switch c.Policy {
+	case "", PolicyFCFS, PolicyPriority:
+	default:
+		errs = append(errs, fmt.Errorf("sched: scheduling policy %q: want %q or %q", c.Policy, PolicyFCFS, PolicyPriority))
+	}
 	return errors.Join(errs...)
 }
 
@@ -85,6 +104,11 @@ type Request struct {
 	// it to an engine. "" is none, and then the engine never pulls on its
 	// own (kv-transfer.md §2.2).
 	Source string
+	// Priority is the body's priority (vLLM's, default 0): under
+	// PolicyPriority a lower value runs first, ties by arrival. Ignored
+	// under PolicyFCFS (vLLM's front end refuses a non-zero priority
+	// there before the scheduler sees it).
+	Priority int
 }
 
 // Finish reasons, as vLLM's finish_reason.
@@ -186,6 +210,8 @@ type request struct {
 	gen       generator
 	cancelled bool
 	arrival   time.Duration
+	priority  int           // Request.Priority
+	order     uint64        // Add's order: the tie after (priority, arrival)
 	scheduled time.Duration // the start of the step that first admitted it
 	ttft      time.Duration // with outputs > 0: first token − arrival
 	outputs   int
@@ -207,6 +233,10 @@ type Scheduler struct {
 	// waitingKV counts the waiting requests in a KV wait (kv.state ≠
 	// kvNone): the passes over them are skipped when there are none.
 	waitingKV int
+	// byPriority is Policy == PolicyPriority: the waiting queue is kept
+	// sorted by (priority, arrival, order).
+	byPriority bool
+	added      uint64 // requests added so far: the next one's order
 }
 
 // New returns an idle scheduler with an empty cache.
@@ -218,7 +248,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Scheduler{cfg: cfg, cache: cache, byID: map[ID]*request{}}, nil
+	return &Scheduler{cfg: cfg, cache: cache, byID: map[ID]*request{}, byPriority: cfg.Policy == PolicyPriority}, nil
 }
 
 // Errors of Add.
@@ -242,15 +272,67 @@ func (s *Scheduler) Add(r Request, now time.Duration) error {
 		gen:       newGenerator(r.Prompt, r.Salt),
 		target:    r.MaxTokens,
 		arrival:   now,
+		priority:  r.Priority,
+		order:     s.added,
 		kv:        kvWait{source: r.Source},
 	}
+	s.added++
 	if !r.IgnoreEOS {
 		q.stopAt = q.gen.naturalLength()
 		q.target = min(q.target, q.stopAt)
 	}
 	s.byID[r.ID] = q
-	s.waiting = append(s.waiting, q)
+	s.enqueue(q, false)
 	return nil
+}
+
+// before orders the waiting queue under PolicyPriority, as vLLM's
+// Request.__lt__: lower priority value first, then earlier arrival, then
+// (standing in for vLLM's request id) the order of Add.
+func before(a, b *request) bool {
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	if a.arrival != b.arrival {
+		return a.arrival < b.arrival
+	}
+	return a.order < b.order
+}
+
+// enqueue puts r in the waiting queue: under PolicyFCFS at the back, or
+// at the front when it was preempted (vLLM's prepend_request); under
+// PolicyPriority at its place in the order, preempted or not (vLLM's
+// priority queue has no front).
+func (s *Scheduler) enqueue(r *request, preempted bool) {
+	if !s.byPriority {
+		if preempted {
+			s.waiting = append([]*request{r}, s.waiting...)
+		} else {
+			s.waiting = append(s.waiting, r)
+		}
+		return
+	}
+	i := sort.Search(len(s.waiting), func(i int) bool { return before(r, s.waiting[i]) })
+	s.waiting = slices.Insert(s.waiting, i, r)
+}
+
+// victim is the running request preempted when blocks run out: under
+// PolicyFCFS the newest (the back of the running queue); under
+// PolicyPriority the lowest-priority one, the greatest (priority,
+// arrival), the first such in running order (vLLM's max over running).
+func (s *Scheduler) victim() int {
+	v := len(s.running) - 1
+	if !s.byPriority {
+		return v
+	}
+	v = 0
+	for i, r := range s.running[1:] {
+		w := s.running[v]
+		if r.priority > w.priority || r.priority == w.priority && r.arrival > w.arrival {
+			v = i + 1
+		}
+	}
+	return v
 }
 
 // Cancel marks request id for abort; it leaves at the next step that
@@ -388,8 +470,21 @@ func (s *Scheduler) scheduleRunning(out *Step, budget int) ([]work, int, bool) {
 				budget -= n
 				break
 			}
-			victim := s.running[len(s.running)-1]
-			s.running = s.running[:len(s.running)-1]
+			v := s.victim()
+			victim := s.running[v]
+			s.running = slices.Delete(s.running, v, v+1)
+			if v < i {
+				// Scheduled earlier in this step (only PolicyPriority
+				// reaches back): its tokens go back to the budget.
+				for j, w := range batch {
+					if w.r == victim {
+						budget += w.n
+						batch = slices.Delete(batch, j, j+1)
+						break
+					}
+				}
+				i--
+			}
 			s.preempt(victim)
 			out.Preemptions++
 			preempted = true
@@ -521,5 +616,5 @@ func (s *Scheduler) preempt(r *request) {
 	s.cache.Free(r.seq)
 	r.prefilled = false
 	r.kv.probed, r.kv.paid = false, 0
-	s.waiting = append([]*request{r}, s.waiting...)
+	s.enqueue(r, true)
 }
