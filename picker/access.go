@@ -249,6 +249,9 @@ func setDecisionHeaders(h http.Header, mode string, p *Pick) {
 	if p.PredictedTTFTMs > 0 {
 		h.Set("X-Kvroute-Predicted-Ttft-Ms", predictedMs(p))
 	}
+	if p.Priority != nil { // the engine priority it ran with (--engine-priority)
+		h.Set("X-Kvroute-Engine-Priority", strconv.Itoa(*p.Priority))
+	}
 }
 
 // predictedMs is p's predicted TTFT in milliseconds, to a tenth.

@@ -70,6 +70,9 @@ func (r *Router) handleProxy(kind intake.Kind, path string) http.HandlerFunc {
 		r.relay(w, req, kind, path, body, func(tried map[string]bool) (*Pick, error) {
 			opt.Exclude, opt.Admit = tried, len(tried) == 0 // admitted once
 			p, err := r.Route(req.Context(), kind, body, opt)
+			if err == nil && p.Priority != nil {
+				opt.Priority = p.Priority // a retry keeps it
+			}
 			if err == nil {
 				// The overhead is the picker's own work: not the wait for room.
 				waited += p.waited
@@ -124,6 +127,22 @@ func (r *Router) relay(w http.ResponseWriter, req *http.Request, kind intake.Kin
 			Message: "No engine chosen for this request could answer it; try again."}
 	}
 	writeError(w, lastErr)
+}
+
+// send sends body to p's endpoint with in's method and headers (less the
+// hop-by-hop ones and those the router decides).
+func (r *Router) send(in *http.Request, p *Pick, path string, body []byte) (*http.Response, error) {
+	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range in.Header {
+		out.Header[k] = vs
+	}
+	dropHop(out.Header)
+	out.Header.Del("X-Kvroute-Cache")
+	out.Header.Del(KVSourceHeader) // a client never names a source (llm-d's sidecar would act on it)
+	return r.proxy.Do(out)
 }
 
 // dropHop removes hop-by-hop headers, those the Connection header names
@@ -183,17 +202,27 @@ func (c *cutAnswer) Unwrap() error { return c.err }
 // false when nothing was written and another endpoint may be tried; a
 // *cutAnswer error says the answer written is not whole.
 func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind intake.Kind, path string, body []byte) (done bool, err error) {
-	out, err := http.NewRequestWithContext(in.Context(), in.Method, p.Endpoint+path, bytes.NewReader(r.sourcedBody(p, body)))
-	if err != nil {
-		return false, err
+	body = r.sourcedBody(p, body)
+	if p.Priority != nil {
+		body = r.prioritizedBody(p, body)
 	}
-	for k, vs := range in.Header {
-		out.Header[k] = vs
+	resp, err := r.send(in, p, path, body)
+	if err == nil && resp.StatusCode == http.StatusBadRequest && p.Priority != nil && r.prio != nil {
+		// An engine without --scheduling-policy priority refuses any
+		// priority but 0: resent without one, counted and logged.
+		refused, read := priorityRefusal(resp)
+		if refused {
+			resp.Body.Close()
+			r.prio.refusedBy(p.Endpoint)
+			p.Priority = nil
+			resp, err = r.send(in, p, path, withoutPriority(body))
+		} else {
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(read), resp.Body), resp.Body}
+		}
 	}
-	dropHop(out.Header)
-	out.Header.Del("X-Kvroute-Cache")
-	out.Header.Del(KVSourceHeader) // a client never names a source (llm-d's sidecar would act on it)
-	resp, err := r.proxy.Do(out)
 	if err != nil {
 		if in.Context().Err() != nil {
 			return true, err // the client left

@@ -139,6 +139,7 @@ func (r *Router) decide(p *Prepared, snap decide.Snapshot, opt PickOptions, now 
 		Endpoint: d.Endpoint, EndpointID: endpointID(d.Endpoint), MatchedTokens: d.MatchedTokens, MatchedBlocks: d.MatchedBlocks},
 		blockSize: p.dreq.BlockSize, anotherHeldMore: d.AnotherHeldMore, loadOnly: d.LoadOnly, kind: p.req.Kind, uncached: d.Uncached,
 		waited: p.waited, peer: ticket, group: p.group}
+	r.priorityOf(pick, p, opt, now)
 	if pick.source, pick.sourceDropped = sourceOf(&d, snap.Group()); pick.sourceDropped != "" {
 		r.log.Debug("the decision's KV source is not named", zap.String("endpoint", d.Endpoint), zap.String("source", d.Source),
 			zap.String("reason", pick.sourceDropped))

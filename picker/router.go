@@ -22,6 +22,7 @@ import (
 	"github.com/kvroute/kvroute/picker/predict"
 	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/picker/standing"
 	"github.com/kvroute/kvroute/picker/tenant"
 )
 
@@ -115,6 +116,18 @@ type Config struct {
 	// RequireTenant refuses a request without TenantHeader (401). It
 	// needs TenantHeader.
 	RequireTenant bool
+	// EnginePriority (--engine-priority) sets vLLM's priority on each
+	// forwarded request (and on the decision API's answer): from the
+	// request's band (PriorityHeader) first, then its fairness key's
+	// standing against its fair share of the model group's recent prompt
+	// tokens (package standing), so a key within its share outranks one
+	// beyond it. The engines must run --scheduling-policy priority; one
+	// that refuses the priority gets the request again without it
+	// (counted, logged once). Default false: the client's body goes as
+	// sent.
+	EnginePriority bool
+	// Standing is how the fair share is reckoned (package standing).
+	Standing standing.Config
 	// Clock is the router's time: its decisions, bookings and health
 	// judgements run at Clock(). Default time.Now; the lab passes its
 	// virtual clock. Request timing for metrics and logs stays wall time.
@@ -138,7 +151,7 @@ func DefaultConfig() Config {
 	return Config{Score: score.DefaultConfig(), Predict: predict.DefaultConfig(), Pulls: true, AnchorTokens: 1024, TokenizeTimeout: 2 * time.Second,
 		Unresolved: UnresolvedReject, MaxBodyBytes: 16 << 20, Health: fleet.DefaultHealthConfig(), PrefillTokensPerSecond: 5000, PeerBookingLifetime: 30 * time.Second,
 		PolicySeed: 1, ResponseHeaders: HeadersAll, AccessLog: 1, Admission: admit.DefaultConfig(), FairnessHeader: "x-kvroute-tenant",
-		Clock: time.Now}
+		Standing: standing.DefaultConfig(), Clock: time.Now}
 }
 
 // Validate checks c.
@@ -190,6 +203,11 @@ func (c *Config) Validate() error {
 	}
 	if c.TenantHeader != "" && !validHeaderName(c.TenantHeader) {
 		errs = append(errs, fmt.Errorf("--tenant-header %q: want a header name (letters, digits, '-')", c.TenantHeader))
+	}
+	if c.EnginePriority {
+		if err := c.Standing.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.RequireTenant && c.TenantHeader == "" {
 		errs = append(errs, errors.New("--require-tenant needs --tenant-header: the header the tenant is named by"))
@@ -243,7 +261,8 @@ type Router struct {
 
 	counter atomic.Uint64 // round-robin position
 
-	admit *admission // the queue for saturated groups
+	admit *admission      // the queue for saturated groups
+	prio  *enginePriority // Config.EnginePriority (nil: off)
 
 	bookings bookings // picks in flight and a peer policy's state, under the router's one lock
 	pm       *peerMetrics
@@ -288,6 +307,7 @@ func NewRouter(cfg Config, fl Fleet, log *zap.Logger, reg prometheus.Registerer)
 	r.bookings.expired = func(n int) { r.pm.expired.Add(float64(n)) }
 	r.coal = render.NewCoalescer(cfg.TokenizeTimeout, r.m.coalesced.Inc)
 	r.admit = newAdmission(cfg.Admission, log.Named("admission"), reg, r.admitLoads)
+	r.prio = newEnginePriority(cfg, log, reg)
 	return r, nil
 }
 
@@ -401,6 +421,9 @@ type PickOptions struct {
 	// (admission's MaxPrefillTokens). A decision API pick is not: nothing
 	// would end it.
 	Carried bool
+	// Priority, when set, is the engine priority the request's first pick
+	// had (Config.EnginePriority): its retries keep it, uncharged.
+	Priority *int
 }
 
 // admissionCost is a request's cost in the fair queue: its prompt

@@ -183,6 +183,7 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&cfg.SaltKeyFile, "salt-key-file", "", "file holding the key tenant salts are derived with (at least 16 bytes, e.g. openssl rand -base64 32), re-read when it changes; needed with --tenant-header")
 	f.BoolVar(&r.RequireTenant, "require-tenant", false, "refuse requests without the --tenant-header header (401)")
 	f.StringVar(&r.FairnessHeader, "fairness-header", r.FairnessHeader, "admission: header whose value is a request's fairness key (else its cache_salt, else one shared key); x-kvroute-priority sets its band")
+	f.BoolVar(&r.EnginePriority, "engine-priority", r.EnginePriority, "set vLLM's request priority on each forwarded request (and in the decision API's answer): the x-kvroute-priority band first, then the fairness key's standing against its fair share of recent prompt tokens, so a tenant within its share runs before one beyond it inside the engine; the engines must run --scheduling-policy priority (one that refuses gets the request again without a priority, counted in kvroute_picker_engine_priority_refused_total)")
 	f.Int64Var(&r.MaxBodyBytes, "max-body-bytes", r.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	f.DurationVar(&r.Health.StaleSummary, "stale-summary", r.Health.StaleSummary, "an endpoint whose sidecar sent nothing for this long is routed by load only (no cache credit)")
 	f.DurationVar(&r.Health.DownAfter, "down-after", r.Health.DownAfter, "an endpoint whose sidecar sent nothing for this long gets no requests")

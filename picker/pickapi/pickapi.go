@@ -28,6 +28,10 @@ type Answer struct {
 	KVSourceTokens int    `json:"kv_source_tokens"`
 	Policy         string `json:"policy"`
 	Reason         string `json:"reason"`
+	// Priority is the engine priority the picker set (vLLM's request
+	// priority, lower first), with --engine-priority; absent without.
+	// A gateway forwarding the request sets it in the body.
+	Priority *int `json:"priority,omitempty"`
 	// Candidates explain the decision (?explain=true).
 	Candidates []Candidate `json:"candidates,omitempty"`
 	// Keys are the request's block keys, canonical (?explain=true): what a

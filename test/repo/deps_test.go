@@ -39,6 +39,7 @@ var cores = []string{
 	"picker/tenant",
 	"picker/trust",
 	"picker/score",
+	"picker/standing",
 	"sidecar/index",
 	"sidecar/sequence",
 	"sidecar/streamhealth",

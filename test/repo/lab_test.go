@@ -19,7 +19,7 @@ import (
 // router, fleet state, decision, scoring, peers' policies, bookings and
 // admission.
 var labMustRun = []string{
-	"picker", "picker/decide", "picker/predict", "picker/score", "picker/peers", "picker/inflight", "picker/admit", "picker/fleet",
+	"picker", "picker/decide", "picker/predict", "picker/score", "picker/peers", "picker/inflight", "picker/admit", "picker/standing", "picker/fleet",
 	"picker/localfleet", "sidecar/index", "internal/summary", "internal/blockkey", "test/enginesim/sched",
 	"test/enginesim/kvcache", "test/enginesim/chat",
 }
