@@ -26,15 +26,15 @@ import (
 
 // benchFlags are the settings of one bench run.
 type benchFlags struct {
-	scenario, trace, policies, out, logLevel string
-	engines, gpuBlocks, cpuBlocks, limit     int
-	pickers                                  int
-	timeScale, traceRate, epsilon            float64
-	seed                                     uint64
-	sequential, peers, admission             bool
-	duration, faultGap, faultWarmup          time.Duration
-	faults, profile                          string
-	prefillTokens                            float64
+	scenario, trace, policies, out, logLevel     string
+	engines, gpuBlocks, cpuBlocks, limit         int
+	pickers                                      int
+	timeScale, traceRate, epsilon                float64
+	seed                                         uint64
+	sequential, peers, admission, enginePriority bool
+	duration, faultGap, faultWarmup              time.Duration
+	faults, profile                              string
+	prefillTokens                                float64
 }
 
 // scenario builds the named scenario from the flags.
@@ -254,8 +254,12 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 			admission := b.admissionOn(cmd.Flags().Changed("admission"))
 			fmt.Fprintf(w, "bench %s: policies %s, time scale %g, seed %d, admission control %s\n", sc.Name(), b.policies, b.timeScale, b.seed,
 				map[bool]string{true: "on", false: "off"}[admission])
+			if b.enginePriority {
+				fmt.Fprintln(w, "engines schedule by priority; kvroute's pickers set it (--engine-priority)")
+			}
 			o := bench.Options{Scenario: sc, Policies: ps, Engines: b.engines, GPUBlocks: b.gpuBlocks, CPUBlocks: b.cpuBlocks,
-				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission, Profile: b.profile, Pickers: b.pickers}
+				TimeScale: b.timeScale, Seed: b.seed, Log: log, Duration: b.duration, Admission: admission, Profile: b.profile, Pickers: b.pickers,
+				EnginePriority: b.enginePriority}
 			if cmd.Flags().Changed("load-epsilon") {
 				if b.epsilon < 0 || b.epsilon > 100 {
 					return usageError(fmt.Errorf("--load-epsilon %v: want 0..100", b.epsilon))
@@ -284,6 +288,7 @@ as fast as real time with the same figures, as long as this machine keeps up.`,
 	f.BoolVar(&b.peers, "peers", false, "shorthand for --policies "+peersShorthand)
 	f.BoolVar(&b.admission, "admission", false, "run the picker's admission control (saturated groups queue, then shed 429s, reported per policy); "+
 		"off by default so that policies are compared on routing alone, except for --scenario overload and tenants, admission's own tests")
+	f.BoolVar(&b.enginePriority, "engine-priority", false, "run the engines with --scheduling-policy priority and kvroute's pickers with --engine-priority (a peer policy's picker sets no priority, as its own system does not: its requests run first come, first served)")
 	f.IntVar(&b.engines, "engines", 0, "engines in the fleet (default: the scenario's)")
 	f.IntVar(&b.gpuBlocks, "gpu-blocks", 0, "KV blocks of 16 tokens per engine (default: the scenario's)")
 	f.IntVar(&b.pickers, "pickers", 1, "pickers sharing each fleet, each with its own state and listeners, told each other's bookings addresses (as --peer-pickers); the client sends each request to one drawn at random (from --seed), as a Service spreads them")
@@ -310,7 +315,7 @@ const faultsTimeScale = 0.5
 // runFaults runs --scenario faults.
 func (b *benchFlags) runFaults(cmd *cobra.Command) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon", "saturation-prefill-tokens", "admission", "pickers"} {
+	for _, name := range []string{"sequential", "trace", "limit", "trace-rate", "peers", "load-epsilon", "saturation-prefill-tokens", "admission", "pickers", "engine-priority"} {
 		if fl.Changed(name) {
 			return usageError(fmt.Errorf("--%s is not for --scenario faults", name))
 		}

@@ -21,7 +21,7 @@ type labFlags struct {
 	engines, gpuBlocks, cpuBlocks, workers, capacity, limit        int
 	slo                                                            time.Duration
 	delays                                                         lab.Delays
-	isolated                                                       bool
+	isolated, enginePriority                                                     bool
 	bookingLoss                                                    float64
 }
 
@@ -91,6 +91,7 @@ Writes DIR/results.json, DIR/summary.txt and DIR/report.html.`,
 	f.DurationVar(&l.delays.Hop, "hop", l.delays.Hop, "one way between a picker and an engine (and between two pickers)")
 	f.DurationVar(&l.delays.BookingFlush, "bookings-flush", l.delays.BookingFlush, "how long a picker's booking changes wait before their batch goes to the other pickers")
 	f.BoolVar(&l.isolated, "isolated-pickers", false, "the pickers do not exchange their bookings (an ablation)")
+	f.BoolVar(&l.enginePriority, "engine-priority", false, "the engines schedule by priority (vLLM's --scheduling-policy priority) and kvroute's pickers set it (--engine-priority; a request's fairness key is its tenant); a peer policy sets none, as its own system does not")
 	f.Float64Var(&l.bookingLoss, "booking-loss", 0, "the chance that a batch of bookings from one picker to another is lost (0..1)")
 	return cmd
 }
@@ -121,7 +122,7 @@ func (l *labFlags) sweep() (lab.Sweep, []int, error) {
 	}
 	cfg := lab.DefaultConfig()
 	cfg.Engines, cfg.GPUBlocks, cfg.Pickers, cfg.Delays, cfg.Profile, cfg.Capacity = l.engines, l.gpuBlocks, counts[0], l.delays, l.profile, l.capacity
-	cfg.CPUBlocks, cfg.Isolated, cfg.BookingLoss = l.cpuBlocks, l.isolated, l.bookingLoss
+	cfg.CPUBlocks, cfg.Isolated, cfg.BookingLoss, cfg.EnginePriority = l.cpuBlocks, l.isolated, l.bookingLoss, l.enginePriority
 	if err := (lab.Sweep{Scenario: sc, Policies: pols, Seeds: seeds, Rates: rates, Fleet: cfg}).Validate(); err != nil {
 		return lab.Sweep{}, nil, err
 	}

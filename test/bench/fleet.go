@@ -52,6 +52,12 @@ type FleetConfig struct {
 	SaturationPrefillTokens *float64
 	// PolicySeed seeds a peer policy's random tie-breaks (the run's seed).
 	PolicySeed uint64
+	// EnginePriority runs the engines with --scheduling-policy priority
+	// and, for kvroute's own policies, the pickers with --engine-priority.
+	// A peer policy's picker sets no priority (its own system does not),
+	// so its requests all run at vLLM's default 0: first come, first
+	// served, as without.
+	EnginePriority bool
 	// Profile names the engines' latency profile (package
 	// test/enginesim/profile; "" is sim-default): their step, prefill
 	// and decode costs, chunk budget and context length cap. Their KV
@@ -212,6 +218,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	pcfg.Listen, pcfg.GRPCListen, pcfg.Capacity = cmp.Or(cfg.PickerListen, "127.0.0.1:0"), "", max(cfg.GPUBlocks, cfg.CPUBlocks)
 	pcfg.Router.Score.Policy = cfg.Policy
 	pcfg.Router.PolicySeed = cfg.PolicySeed
+	pcfg.Router.EnginePriority = cfg.EnginePriority && !cfg.Policy.IsPeer()
 	if cfg.LoadEpsilon != nil {
 		pcfg.Router.Score.Epsilon = *cfg.LoadEpsilon
 	}
@@ -229,6 +236,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		ecfg.MaxModelLen = cmp.Or(cfg.MaxModelLen, min(lat.MaxModelLen, (cfg.GPUBlocks-1)*cfg.BlockSize))
 		ecfg.Sim.Latency, ecfg.MaxNumBatchedTokens = lat, lat.MaxNumBatchedTokens
 		ecfg.Sim.TimeScale = cfg.TimeScale
+		if cfg.EnginePriority {
+			ecfg.SchedulingPolicy = "priority"
+		}
 		ecfg.EnableScaleOutEndpoints, ecfg.EnablePromptTokensDetails = true, true
 		replay := "tcp://127.0.0.1:*"
 		ecfg.KVEvents.EnableKVCacheEvents, ecfg.KVEvents.Endpoint, ecfg.KVEvents.ReplayEndpoint = true, "tcp://127.0.0.1:*", &replay

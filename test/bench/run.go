@@ -68,6 +68,9 @@ type Options struct {
 	// SaturationPrefillTokens, when set, is the picker's admission limit
 	// on prefill tokens in flight per endpoint (with Admission).
 	SaturationPrefillTokens *float64
+	// EnginePriority: engines run --scheduling-policy priority and
+	// kvroute's pickers --engine-priority (FleetConfig.EnginePriority).
+	EnginePriority bool
 	// SampleEvery is the period of the per-engine timeline; default 250 ms
 	// of wall time, doubled as needed to keep ≤ 400 samples.
 	SampleEvery time.Duration
@@ -310,6 +313,9 @@ type Results struct {
 	// Admission: the picker's admission control ran (Options.Admission);
 	// each policy's 429s are then in its "shed_429".
 	Admission bool `json:"admission"`
+	// EnginePriority: the engines ran --scheduling-policy priority and
+	// kvroute's pickers --engine-priority (Options.EnginePriority).
+	EnginePriority bool `json:"engine_priority,omitempty"`
 	// VsBestPeer sets every policy against the best of the peer policies
 	// that ran (llm-d, llm-d-precise, dynamo, sglang); absent when none
 	// did.
@@ -372,7 +378,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		scale = 1 // no simulated waiting: wall time is all there is
 	}
 	res := &Results{Scenario: o.Scenario.Name(), Seed: o.Seed, Policies: map[string]*PolicyResult{}, scale: scale, Lab: o.Lab,
-		Admission: o.Admission}
+		Admission: o.Admission, EnginePriority: o.EnginePriority}
 	o.Pickers = max(o.Pickers, 1)
 	res.Fleet.Engines, res.Fleet.GPUBlocksPerEngine, res.Fleet.BlockSize, res.Fleet.Pickers = o.Engines, o.GPUBlocks, 16, o.Pickers
 	res.WarmReturnChance = 1 / float64(o.Engines)
@@ -383,7 +389,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		f, err := StartFleet(ctx, FleetConfig{Engines: o.Engines, GPUBlocks: o.GPUBlocks, MaxModelLen: mml,
 			TimeScale: o.TimeScale, Policy: pickerPolicy(p), Log: o.Log, LoadEpsilon: o.LoadEpsilon, PolicySeed: o.Seed,
-			SaturationPrefillTokens: o.SaturationPrefillTokens, Profile: o.Profile, CPUBlocks: max(o.CPUBlocks, 0), Pickers: o.Pickers})
+			SaturationPrefillTokens: o.SaturationPrefillTokens, Profile: o.Profile, CPUBlocks: max(o.CPUBlocks, 0), Pickers: o.Pickers,
+			EnginePriority: o.EnginePriority})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}

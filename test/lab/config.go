@@ -127,6 +127,12 @@ type Config struct {
 	LLMDPeak float64
 	// NoPulls turns precise's source decision off (PreciseNoPull).
 	NoPulls bool
+	// EnginePriority runs the engines' schedulers with vLLM's priority
+	// policy and, for kvroute's own policies, the pickers with
+	// --engine-priority (the priority each pick sets is the request's
+	// there). A peer policy sets none: its requests run at 0, first come
+	// first served. Default false.
+	EnginePriority bool
 	// Tune adjusts each picker's configuration (flags such as the
 	// bounded-load factor) after the lab's own settings; nil leaves them.
 	Tune func(*picker.Config)

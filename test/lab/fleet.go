@@ -186,6 +186,9 @@ func (r *run) build(n, blocks, cpuBlocks, maxModelLen int, prof string) error {
 	r.front, r.maxModelLen = front, ecfg.MaxModelLen
 	scfg := front.Sched()
 	scfg.Cache.EmitEvents = true
+	if r.cfg.EnginePriority {
+		scfg.Policy = sched.PolicyPriority
+	}
 	if cpuBlocks > 0 {
 		// vLLM's OffloadingConnector with the CPU spec and its P2P tier,
 		// at its defaults: an offload block of one GPU block, prompt
@@ -296,6 +299,7 @@ func (r *run) newPicker(params summary.Params, k int) (*pickerNode, error) {
 	if r.cfg.NoPulls {
 		pcfg.Pulls = false
 	}
+	pcfg.EnginePriority = r.cfg.EnginePriority && !r.cfg.Policy.IsPeer()
 	if r.cfg.Tune != nil {
 		r.cfg.Tune(&pcfg)
 	}

@@ -288,7 +288,9 @@ func (r *run) send(s *session, req workload.Request) {
 func (r *run) decide(f *flight) {
 	rt := f.picker.router
 	now := r.sim.clock()
-	opt := picker.PickOptions{Carried: true}
+	// The tenant is the request's fairness key, as x-kvroute-tenant makes
+	// it (the lab runs no admission: only --engine-priority reads it).
+	opt := picker.PickOptions{Carried: true, Fairness: picker.Fairness{Tenant: f.req.Tenant}}
 	r.mu.Lock()
 	r.deciding, r.rendered = f.req.Body, nil
 	r.mu.Unlock()
@@ -339,8 +341,12 @@ func (r *run) arrive(e *engine, f *flight) {
 			f.out.Source = src.url
 		}
 	}
+	priority := 0 // the proxy sets the pick's priority in the body it forwards
+	if f.pick != nil && f.pick.Priority != nil {
+		priority = *f.pick.Priority
+	}
 	if err := e.core.Add(sched.Request{ID: id, Prompt: g.Prompt, LoRA: g.LoRA, LoraID: g.LoraID, Salt: g.Salt,
-		MaxTokens: g.MaxTokens, IgnoreEOS: g.IgnoreEOS, Source: source}, r.sim.now); err != nil {
+		MaxTokens: g.MaxTokens, IgnoreEOS: g.IgnoreEOS, Source: source, Priority: priority}, r.sim.now); err != nil {
 		r.back(f, func() { r.done(f, http.StatusBadRequest) })
 		return
 	}
