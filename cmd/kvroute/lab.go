@@ -21,7 +21,7 @@ type labFlags struct {
 	engines, gpuBlocks, cpuBlocks, workers, capacity, limit        int
 	slo                                                            time.Duration
 	delays                                                         lab.Delays
-	isolated, enginePriority                                                     bool
+	isolated, enginePriority                                       bool
 	bookingLoss                                                    float64
 }
 
