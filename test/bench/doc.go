@@ -116,4 +116,10 @@
 // PrevEndpoint is the request's Prev or, when that is empty on a later
 // turn, the endpoint of the conversation's latest answered turn at send
 // time. A --duration repeat plans a seed drawn from its own stream.
+//
+// The client keeps connections idle for less than the picker does
+// (IdleConnTimeout), and resends once, on a new connection, a request
+// whose kept-alive connection broke before any byte of an answer — the
+// picker closing it idle as the client reused it — counting it
+// (PolicyResult.ReuseRetries) rather than failing the run.
 package bench

@@ -100,6 +100,9 @@ type PolicyResult struct {
 	Tiers    *EngineTiers `json:"tiers,omitempty"`
 	Requests int          `json:"requests"`
 	Errors   int          `json:"errors"`
+	// ReuseRetries are the requests sent again on a new connection after
+	// their kept-alive one broke before any answer (Outcome.ReuseRetries).
+	ReuseRetries int `json:"reused_connection_retries,omitempty"`
 	// ErrorSamples are up to five distinct errors, for the failure message.
 	ErrorSamples        []string  `json:"error_samples,omitempty"`
 	HitRate             float64   `json:"hit_rate"`
@@ -598,6 +601,7 @@ func summarize(outs []Outcome, engines []string, elapsed time.Duration, scale fl
 	convs := map[int]bool{}
 	for _, o := range outs {
 		r.Requests++
+		r.ReuseRetries += o.ReuseRetries
 		if o.Err != nil {
 			r.Errors++
 			if msg := o.Err.Error(); len(r.ErrorSamples) < 5 && !slices.Contains(r.ErrorSamples, msg) {

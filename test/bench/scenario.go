@@ -10,9 +10,12 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,6 +56,11 @@ type Outcome struct {
 	// Tokens, when set, returns the prompt's token ids (token-id prompts
 	// the scenario can regenerate); the pooled bound then needs no Body.
 	Tokens func() []uint32
+	// ReuseRetries is 1 when the request was sent again, on a new
+	// connection, because the kept-alive one it went out on broke before
+	// any byte of an answer (the picker closing it idle just as it was
+	// reused): counted, not hidden (PolicyResult.ReuseRetries).
+	ReuseRetries int
 }
 
 // Scenario drives a fleet.
@@ -92,16 +100,20 @@ type Client struct {
 }
 
 // Client limits: requests in flight at once (more wait for a slot before
-// their clock starts), and the longest a request may take (wall time).
+// their clock starts), the longest a request may take (wall time), and
+// the longest a connection is kept idle — below the picker's idle timeout
+// (2 minutes), so that the client, not the picker, closes idle
+// connections in the common case.
 const (
-	MaxInFlight    = 512
-	RequestTimeout = 15 * time.Minute
+	MaxInFlight     = 512
+	RequestTimeout  = 15 * time.Minute
+	IdleConnTimeout = time.Minute
 )
 
 // NewClient returns a client of the picker at base.
 func NewClient(base string) *Client {
 	return &Client{base: base, TimeScale: 1, routed: map[string]int{}, slots: make(chan struct{}, MaxInFlight),
-		hc: &http.Client{Timeout: RequestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: MaxInFlight}}}
+		hc: &http.Client{Timeout: RequestTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: MaxInFlight, IdleConnTimeout: IdleConnTimeout}}}
 }
 
 // NewSpreadClient returns a client of the pickers at bases that sends
@@ -337,7 +349,12 @@ func (c *Client) stream(ctx context.Context, o *Outcome, event func(data string)
 // send posts o's request to the picker (o.Picker): with a pool, to the
 // next ready picker, and again to the next one when the connection is
 // refused — as a Service's client retries only a refused connection —
-// up to twice around the pool.
+// up to twice around the pool. A request whose kept-alive connection
+// broke before any byte of an answer came is sent once more, on a new
+// connection (o.ReuseRetries): the server closed the idle connection as
+// the client reused it, a race of keep-alive, not a failure of the
+// picker's; net/http resends only idempotent requests, and these are
+// POSTs.
 func (c *Client) send(ctx context.Context, o *Outcome) (*http.Response, error) {
 	tries := 1
 	if c.pool != nil {
@@ -359,13 +376,45 @@ func (c *Client) send(ctx context.Context, o *Outcome) (*http.Response, error) {
 		if o.Tenant != "" {
 			req.Header.Set("X-Kvroute-Tenant", o.Tenant)
 		}
-		resp, err := c.hc.Do(req)
+		var conn connTrace
+		resp, err := c.hc.Do(conn.attach(req))
 		if err != nil && try < tries && errors.Is(err, syscall.ECONNREFUSED) {
 			c.pool.refused.Add(1)
 			continue
 		}
+		if err != nil && o.ReuseRetries == 0 && conn.brokenReuse(ctx, err) {
+			o.ReuseRetries++
+			continue
+		}
 		return resp, err
 	}
+}
+
+// connTrace records whether a request went out on a reused connection and
+// whether any byte of an answer came back.
+type connTrace struct {
+	reused, answered atomic.Bool
+}
+
+// attach returns req tracing into t.
+func (t *connTrace) attach(req *http.Request) *http.Request {
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn:              func(info httptrace.GotConnInfo) { t.reused.Store(info.Reused) },
+		GotFirstResponseByte: func() { t.answered.Store(true) },
+	}))
+}
+
+// brokenReuse reports whether err is a kept-alive connection broken
+// under a request before any answer: the connection was reused, nothing
+// came back, and the error is the connection's end (EOF, reset, broken
+// pipe, closed — "use of closed network connection" — or net/http's
+// "server closed idle connection"), not the request's context.
+func (t *connTrace) brokenReuse(ctx context.Context, err error) bool {
+	if !t.reused.Load() || t.answered.Load() || ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // usage records the prompt accounting an engine reported, when it did.

@@ -19,7 +19,10 @@
 //     (--runner pooling, older vLLM's --task embed) serves
 //     /v1/embeddings, /pooling, /classify, /score, /v1/score, /rerank,
 //     /v1/rerank and /v2/rerank instead (every one of them: a real model
-//     serves the subset its architecture supports). Pooling prompts
+//     serves the subset its architecture supports). A route of the other
+//     runner answers current vLLM's 404 {"detail":"Not Found"} (not older
+//     vLLM's 400 "The model does not support Embeddings API"); the log
+//     warns once which --runner would serve it. Pooling prompts
 //     (input as text, token ids or lists of either; or messages) are
 //     scheduled and prefilled through the paged cache like any prompt,
 //     and end with their prefill (running meanwhile). The

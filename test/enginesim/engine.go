@@ -47,6 +47,9 @@ type Engine struct {
 	started  atomic.Int64 // simulated process start, unix nanoseconds
 	restarts atomic.Int64
 	nextID   atomic.Uint64 // request ids, for the core and the answers
+	// runnerHinted: the log has said once which --runner serves a route
+	// this engine's runner does not register.
+	runnerHinted atomic.Bool
 
 	cancelMu sync.Mutex
 	cancels  []sched.ID // cancelled by handlers, for the next step

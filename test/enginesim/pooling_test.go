@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kvroute/kvroute/test/enginesim"
 )
@@ -321,5 +324,46 @@ func TestPoolingErrors(t *testing.T) {
 	var chat embeddings
 	if code := post(t, e.URL()+"/v1/embeddings", map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}}, &chat); code != 200 || len(chat.Data) != 1 {
 		t.Fatalf("chat input: %d %+v", code, chat)
+	}
+}
+
+// TestOtherRunnerAnswer: an embeddings request to a generative engine
+// gets current vLLM's answer, byte for byte — FastAPI's 404, the route
+// not being registered (build_app registers the pooling routers only for
+// a model with pooling tasks) — and a chat request to a pooling engine
+// likewise; the operator's hint, which runner serves the route, is in the
+// log, once per engine.
+func TestOtherRunnerAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body, hint string
+		cfg                    enginesim.Config
+	}{
+		{"embeddings to a generative engine", "/v1/embeddings", `{"model":"Qwen/Qwen3-0.6B","input":"x"}`, "--runner pooling", testConfig()},
+		{"chat to a pooling engine", "/v1/chat/completions", `{"model":"embedder","messages":[{"role":"user","content":"x"}]}`, "--runner generate", poolingConfig()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(zap.InfoLevel)
+			p, err := enginesim.Start(tc.cfg, zap.New(core))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			url := p.Engines()[0].URL() + tc.path
+			for range 2 {
+				resp, err := http.Post(url, "application/json", strings.NewReader(tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound || string(b) != "{\"detail\":\"Not Found\"}\n" || resp.Header.Get("Content-Type") != "application/json" {
+					t.Fatalf("%d %q %q, want vLLM's 404 {\"detail\":\"Not Found\"}", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+				}
+			}
+			hints := logs.FilterMessageSnippet(tc.hint).All()
+			if len(hints) != 1 || hints[0].Level != zap.WarnLevel || hints[0].ContextMap()["path"] != tc.path {
+				t.Fatalf("want one warning naming %s for %s, got %+v", tc.hint, tc.path, logs.All())
+			}
+		})
 	}
 }

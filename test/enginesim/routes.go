@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
 )
 
 // maxBody caps request bodies.
@@ -32,7 +33,7 @@ func (e *Engine) handler() http.Handler {
 	routes := map[string]bool{} // the patterns served: for 405's Allow
 	serve := func(served bool, pattern string, h http.HandlerFunc) {
 		if !served {
-			h = e.notFound
+			h = e.otherRunner
 		}
 		routes[pattern] = served
 		mux.HandleFunc(pattern, h)
@@ -94,6 +95,25 @@ func (e *Engine) unrouted(w http.ResponseWriter, r *http.Request, mux *http.Serv
 // notFound answers as vLLM answers a route it does not serve: FastAPI's
 // 404 {"detail":"Not Found"} (vLLM's own error handler is registered for
 // FastAPI's HTTPException, not for the router's Starlette one).
+// otherRunner answers a route of the other runner (pooling routes on a
+// generative engine, generative ones on a pooling engine) as vLLM does, a
+// 404 that says nothing more (current vLLM's build_app registers the
+// pooling routers only for a model with pooling tasks; the 400 "The model
+// does not support Embeddings API" was older vLLM's, whose routes were all
+// registered). The hint is for the operator: the log says once which
+// runner serves the route.
+func (e *Engine) otherRunner(w http.ResponseWriter, r *http.Request) {
+	if e.runnerHinted.CompareAndSwap(false, true) {
+		runner, serves := RunnerPooling, "pooling (embeddings, pooling, classify, score, rerank)"
+		if e.cfg.pooling() {
+			runner, serves = RunnerGenerate, "generative (chat, completions, Responses)"
+		}
+		e.log.Warn("a route of the other runner was requested; it answers 404, as vLLM does: start the engine with --runner "+runner+" to serve "+serves+" routes",
+			zap.String("path", r.URL.Path), zap.String("runner", e.cfg.Runner))
+	}
+	e.notFound(w, r)
+}
+
 func (e *Engine) notFound(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	if r.Pattern == "/" {

@@ -121,13 +121,13 @@ func TestAgenticShape(t *testing.T) {
 		want agenticStats
 	}{
 		{AgenticPressure{}, 32768, agenticStats{Sessions: 64, Branches: 16, Requests: 713, MeanTurns: 11.14, MinTurns: 3, MaxTurns: 20,
-			FirstPrompt: 3539, LaterPrompt: 12292, Tenants: 4, SystemPrompts: 4}},
-		// The same sessions and turns; a turn's text and call are one
-		// assistant message in chat, two in Responses.
+			FirstPrompt: 3539, LaterPrompt: 12241, Tenants: 4, SystemPrompts: 4}},
+		// The same sessions and turns, and the same prompts: a turn's
+		// text and call are one assistant message in both forms.
 		{AgenticChat(), 32768, agenticStats{Sessions: 64, Branches: 16, Requests: 713, MeanTurns: 11.14, MinTurns: 3, MaxTurns: 20,
 			FirstPrompt: 3539, LaterPrompt: 12241, Tenants: 4, SystemPrompts: 4}},
 		{Demo(), 767 * 16, agenticStats{Sessions: 16, Branches: 4, Requests: 86, MeanTurns: 5.38, MinTurns: 3, MaxTurns: 7,
-			FirstPrompt: 2325, LaterPrompt: 3925, Tenants: 2, SystemPrompts: 4}},
+			FirstPrompt: 2325, LaterPrompt: 3903, Tenants: 2, SystemPrompts: 4}},
 	} {
 		t.Run(tc.a.Name(), func(t *testing.T) {
 			p, xs := agenticDriven(t, tc.a, Options{Seed: 1, Rate: 1, MaxModelLen: tc.ctx})

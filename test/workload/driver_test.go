@@ -3,7 +3,6 @@ package workload
 import (
 	"encoding/json"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -234,7 +233,14 @@ func fakeRead(req Request) (msgs []chat.Message, tools []chat.Tool, ok bool) {
 			case (x.Type == "message" || x.Type == "") && x.Role != "" && x.Role != "tool":
 				msgs = append(msgs, chat.Message{Role: x.Role, Content: x.Content})
 			case x.Type == "function_call":
-				msgs = append(msgs, chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: x.CallID, Name: x.Name, Arguments: x.Arguments}}})
+				// Into the assistant message just before, as vLLM (and
+				// the engine) merge contiguous assistant-side items.
+				tc := chat.ToolCall{ID: x.CallID, Name: x.Name, Arguments: x.Arguments}
+				if k := len(msgs) - 1; k >= 0 && msgs[k].Role == "assistant" {
+					msgs[k].ToolCalls = append(msgs[k].ToolCalls, tc)
+					break
+				}
+				msgs = append(msgs, chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{tc}})
 			case x.Type == "function_call_output":
 				msgs = append(msgs, chat.Message{Role: "tool", ToolCallID: x.CallID, Content: x.Output})
 			default:
@@ -259,26 +265,14 @@ func fakeRead(req Request) (msgs []chat.Message, tools []chat.Tool, ok bool) {
 }
 
 // fakeMessages is a Responses or chat body's conversation as chat
-// messages (fakeRead's, or the parsers'), with a Responses turn's assistant text and its function call
-// (two messages there) merged into one as the chat form sends it, and its
-// tools.
+// messages (fakeRead's, or the parsers'), and its tools. A Responses turn's
+// assistant text and function call are one message, as in the chat form:
+// the engine merges them as vLLM does.
 func fakeMessages(t testing.TB, req Request) ([]chat.Message, []chat.Tool) {
 	t.Helper()
 	msgs, tools, ok := fakeRead(req)
 	if !ok {
 		msgs, tools = fakeParse(t, req)
 	}
-	if req.Path == "/v1/chat/completions" {
-		return msgs, tools
-	}
-	var merged []chat.Message
-	for _, m := range msgs {
-		if k := len(merged) - 1; k >= 0 && m.Role == "assistant" && m.Content == "" && len(m.ToolCalls) > 0 &&
-			merged[k].Role == "assistant" && len(merged[k].ToolCalls) == 0 {
-			merged[k].ToolCalls = slices.Clone(m.ToolCalls)
-			continue
-		}
-		merged = append(merged, m)
-	}
-	return merged, tools
+	return msgs, tools
 }

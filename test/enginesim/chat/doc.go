@@ -48,6 +48,9 @@
 //     assistant message);
 //   - with AddGenerationPrompt: ImStart, "assistant", "\n".
 //
+// An assistant message's Reasoning is not rendered (as in Qwen2.5's
+// template; Qwen3's renders it after the last user turn only).
+//
 // AddGenerationPrompt and ContinueFinalMessage together are an error. For a
 // non-empty conversation C and any continuation C' = C + [assistant reply] +
 // [more messages], Render(C) with or without the generation prompt is a token
@@ -65,14 +68,24 @@
 //   - input items of type "message" (or without a type but with a role), role
 //     user, system, developer or assistant, content a string or parts:
 //     "input_text", "output_text" (field "text") and "refusal" (field
-//     "refusal") are concatenated; "input_image", "input_file" and
+//     "refusal") are concatenated — for an assistant message only the first
+//     part's "text" is kept, as vLLM does; "input_image", "input_file" and
 //     "input_audio" give an *UnsupportedError;
 //   - "function_call" items (call_id, name, arguments) become tool calls of an
-//     assistant message: consecutive function calls, and an assistant message
-//     item directly before them, merge into one assistant message;
+//     assistant message;
 //   - "function_call_output" items (call_id, output: a string or text parts)
 //     become tool messages;
-//   - "reasoning" items are dropped; other item types are errors;
+//   - "reasoning" items (id and summary required; content, encrypted_content,
+//     status optional) become an assistant message's Reasoning: the first
+//     content part's text, else the first summary part's, else "";
+//     encrypted_content is ignored;
+//   - contiguous assistant-side items share one assistant message, as in
+//     vLLM's non-Harmony path since PR #42189: an item merges into the
+//     assistant message just before it when that message lacks what the item
+//     brings (a reasoning item its reasoning, an assistant message its
+//     content); function calls always append; otherwise a new assistant
+//     message starts;
+//   - other item types are errors;
 //   - function tools [{"type":"function","name","description","parameters"}]
 //     become tools; other tool types give an *UnsupportedError.
 //

@@ -20,6 +20,11 @@ type Message struct {
 	ToolCalls  []ToolCall // assistant only
 	ToolCallID string     // tool only
 	Name       string     // optional
+	// Reasoning is an assistant message's reasoning, as vLLM passes it to
+	// the template (from a Responses reasoning item). The template does not
+	// render it: like Qwen2.5's, and unlike Qwen3's (which renders it only
+	// after the last user turn), so it shapes turns, not tokens.
+	Reasoning string
 }
 
 // Tool is a function tool offered to the model.

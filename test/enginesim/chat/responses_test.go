@@ -37,20 +37,26 @@ func TestParseResponsesInput(t *testing.T) {
 			want:  []Message{{Role: "system", Content: "S"}, {Role: "user", Content: "U"}, {Role: "assistant", Content: "A"}},
 		},
 		{
+			// vLLM keeps the first part's text of an assistant message.
 			name:  "assistant output message",
 			input: `[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Sure. ","annotations":[]},{"type":"refusal","refusal":"But no."}]}]`,
-			want:  []Message{{Role: "assistant", Content: "Sure. But no."}},
+			want:  []Message{{Role: "assistant", Content: "Sure. "}},
 		},
 		{
-			// vLLM's construct_chat_messages_with_tool_call: each call is its
-			// own assistant message, after a text or a parallel call too.
-			name: "function calls are their own messages",
+			name:  "assistant refusal first",
+			input: `[{"role":"assistant","content":[{"type":"refusal","refusal":"No."},{"type":"output_text","text":"x"}]}]`,
+			want:  []Message{{Role: "assistant", Content: ""}},
+		},
+		{
+			// vLLM since PR #42189: contiguous assistant-side items share
+			// one assistant message.
+			name: "assistant-side items merge",
 			input: `[
 				{"role":"user","content":"Weather in Paris and Rome?"},
 				{"type":"reasoning","id":"rs_1","summary":[]},
 				{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Checking."}]},
 				{"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},
-				{"type":"reasoning","id":"rs_2","summary":[]},
+				{"type":"reasoning","id":"rs_2","summary":[{"type":"summary_text","text":"again"}]},
 				{"type":"function_call","call_id":"c2","name":"get_weather","arguments":"{\"city\":\"Rome\"}"},
 				{"type":"function_call_output","call_id":"c1","output":"sunny"},
 				{"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"rain"},{"type":"output_text","text":"y"}]},
@@ -58,12 +64,35 @@ func TestParseResponsesInput(t *testing.T) {
 			]`,
 			want: []Message{
 				{Role: "user", Content: "Weather in Paris and Rome?"},
-				{Role: "assistant", Content: "Checking."},
-				{Role: "assistant", ToolCalls: []ToolCall{{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
-				{Role: "assistant", ToolCalls: []ToolCall{{ID: "c2", Name: "get_weather", Arguments: `{"city":"Rome"}`}}},
+				{Role: "assistant", Content: "Checking.", ToolCalls: []ToolCall{
+					{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris"}`},
+				}},
+				{Role: "assistant", Reasoning: "again", ToolCalls: []ToolCall{
+					{ID: "c2", Name: "get_weather", Arguments: `{"city":"Rome"}`},
+				}},
 				{Role: "tool", ToolCallID: "c1", Content: "sunny"},
 				{Role: "tool", ToolCallID: "c2", Content: "rainy"},
 				{Role: "assistant", ToolCalls: []ToolCall{{ID: "c3", Name: "noop"}}},
+			},
+		},
+		{
+			name: "reasoning text: content first, then summary, encrypted ignored",
+			input: `[
+				{"role":"user","content":"Q"},
+				{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"sum1"},{"type":"summary_text","text":"sum2"}],"content":[{"type":"reasoning_text","text":"think1"},{"type":"reasoning_text","text":"think2"}],"encrypted_content":"opaque","status":"completed"},
+				{"role":"user","content":"Q2"},
+				{"type":"reasoning","id":"rs_2","summary":[{"type":"summary_text","text":"sum"}],"content":[]},
+				{"type":"reasoning","id":"rs_3","summary":[],"encrypted_content":"opaque"},
+				{"role":"assistant","content":"A"},
+				{"role":"assistant","content":"B"}
+			]`,
+			want: []Message{
+				{Role: "user", Content: "Q"},
+				{Role: "assistant", Reasoning: "think1"},
+				{Role: "user", Content: "Q2"},
+				{Role: "assistant", Reasoning: "sum"},
+				{Role: "assistant", Content: "A"},
+				{Role: "assistant", Content: "B"},
 			},
 		},
 		{
@@ -138,6 +167,11 @@ func TestParseResponsesInputErrors(t *testing.T) {
 		{name: "output without output", input: `[{"type":"function_call_output","call_id":"c"}]`, want: "input[0].output: field required"},
 		{name: "refusal in output", input: `[{"type":"function_call_output","call_id":"c","output":[{"type":"refusal","refusal":"no"}]}]`, want: `input[0].output[0].type: unknown content part type "refusal"`},
 		{name: "image in output", input: `[{"type":"function_call_output","call_id":"c","output":[{"type":"input_image"}]}]`, unsupported: true, want: `input[0].output[0]`},
+		{name: "reasoning without id", input: `[{"type":"reasoning","summary":[]}]`, want: "input[0].id: field required"},
+		{name: "reasoning without summary", input: `[{"type":"reasoning","id":"rs"}]`, want: "input[0].summary: field required"},
+		{name: "reasoning summary part type", input: `[{"type":"reasoning","id":"rs","summary":[{"type":"reasoning_text","text":"x"}]}]`, want: `input[0].summary[0].type: must be "summary_text"`},
+		{name: "reasoning content without text", input: `[{"type":"reasoning","id":"rs","summary":[],"content":[{"type":"reasoning_text"}]}]`, want: "input[0].content[0].text: field required"},
+		{name: "reasoning encrypted not string", input: `[{"type":"reasoning","id":"rs","summary":[],"encrypted_content":1}]`, want: "input[0].encrypted_content: must be a string"},
 		{name: "web_search tool", input: `"hi"`, tools: `[{"type":"web_search"}]`, unsupported: true, want: `tools[0]: tool type "web_search" is not supported`},
 		{name: "mcp tool", input: `"hi"`, tools: `[{"type":"function","name":"f"},{"type":"mcp","server_label":"x"}]`, unsupported: true, want: `tools[1]: tool type "mcp"`},
 		{name: "tool without name", input: `"hi"`, tools: `[{"type":"function"}]`, want: "tools[0].name: field required"},
