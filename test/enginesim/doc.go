@@ -48,7 +48,10 @@
 //     ring of recent batches answering in either reply layout.
 //   - A scheduler with vLLM's shape (running first, then waiting FCFS,
 //     chunked prefill under max_num_batched_tokens, preemption from the
-//     back) and a latency model: prefill time grows with uncached tokens,
+//     back; with --scheduling-policy priority the body's priority orders
+//     the waiting queue, lower first, and the lowest-priority running
+//     request is preempted first, while a non-zero priority under fcfs is
+//     vLLM's 400) and a latency model: prefill time grows with uncached tokens,
 //     each step costs a base plus a per-sequence decode cost. The
 //     scheduler is a pure core (package sched); each rank's Engine is its
 //     shell: one goroutine takes requests, cancellations (a client that
