@@ -181,10 +181,21 @@ func TestPassthroughEmbeddings(t *testing.T) {
 	if n, _ := series(t, f.reg, "kvroute_picker_requests_total", map[string]string{"route": "/v1/embeddings", "model": embedModel, "code": "200"}); n != 2 {
 		t.Fatalf("embeddings requests counted %v times by route and model, want 2 (the SDK's and the base64 one)", n)
 	}
-	// The chat model does not pool: its engine's 404, byte for byte.
-	code, via, got := do(t, http.MethodPost, f.api.URL+"/v1/embeddings", `{"model":"`+chatModel+`","input":"x"}`)
-	if code != 404 || string(got) != "{\"detail\":\"Not Found\"}\n" || via == "" || slices.Contains(pooling, via) {
-		t.Fatalf("embeddings of the chat model: %d via %s: %q", code, via, got)
+	// The chat model does not pool: its engine's 404, byte for byte, and
+	// a hint header naming the pooling runner.
+	req, _ := http.NewRequest(http.MethodPost, f.api.URL+"/v1/embeddings", strings.NewReader(`{"model":"`+chatModel+`","input":"x"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	via := resp.Header.Get("X-Kvroute-Endpoint")
+	if resp.StatusCode != 404 || string(got) != "{\"detail\":\"Not Found\"}\n" || via == "" || slices.Contains(pooling, via) {
+		t.Fatalf("embeddings of the chat model: %d via %s: %q", resp.StatusCode, via, got)
+	}
+	if hint := resp.Header.Get(picker.HintHeader); !strings.Contains(hint, "--runner pooling") {
+		t.Fatalf("embeddings of the chat model: hint %q, want one naming --runner pooling", hint)
 	}
 	// The picker's refusals.
 	_, err = c.Embeddings.New(withTimeout(t), openai.EmbeddingNewParams{Model: "no-such-model",

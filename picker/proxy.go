@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,6 +130,11 @@ func (r *Router) relay(w http.ResponseWriter, req *http.Request, kind intake.Kin
 	writeError(w, lastErr)
 }
 
+// HintHeader, on an engine's answer the picker relays unchanged, says
+// what the answer likely means for the operator (an embeddings request to
+// a generative model's engines).
+const HintHeader = "X-Kvroute-Hint"
+
 // send sends body to p's endpoint with in's method and headers (less the
 // hop-by-hop ones and those the router decides).
 func (r *Router) send(in *http.Request, p *Pick, path string, body []byte) (*http.Response, error) {
@@ -245,6 +251,11 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 		h.Set("Content-Length", length)
 	}
 	setDecisionHeaders(h, r.cfg.ResponseHeaders, p)
+	if resp.StatusCode == http.StatusNotFound && slices.Contains(poolingPaths(), path) {
+		// vLLM registers its pooling routes only on a pooling model: a
+		// generative one answers FastAPI's bare 404, kept as it is.
+		h.Set(HintHeader, "the engine serving this model does not serve "+path+": vLLM serves the pooling endpoints (embeddings, pooling, classify, score, rerank) only for a pooling model, an engine started with --runner pooling")
+	}
 	w.WriteHeader(resp.StatusCode)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	sn := &sniffer{sse: sse, kind: kind, limit: 4 << 20}
