@@ -31,6 +31,7 @@ const (
 	admitExpired   = "expired"   // --queue-timeout passed: 429
 	admitAbandoned = "abandoned" // its client left while it waited
 	admitStopped   = "stopped"   // the picker shut down while it waited: 503
+	admitAhead     = "ahead"     // saturated, but its key is well within its share: the engine runs it first (--engine-priority)
 )
 
 // PriorityHeader carries a request's priority band: a small integer,
@@ -157,7 +158,7 @@ func newAdmission(cfg admit.Config, log *zap.Logger, reg prometheus.Registerer, 
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}, []string{"fairness_key"})
 	a.results = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "picker", Name: "admission_total",
 		Help: "Requests by how they passed admission, by fairness key and result: admitted (no wait), queued (waited, then released), " +
-			"shed (the queue was full of higher priorities: 429), displaced (the queue was full and it made room for a newcomer: 429), expired (--queue-timeout: 429), abandoned (the client left), stopped (shutdown: 503)."},
+			"shed (the queue was full of higher priorities: 429), displaced (the queue was full and it made room for a newcomer: 429), expired (--queue-timeout: 429), abandoned (the client left), stopped (shutdown: 503), ahead (past a saturated group's queue, its key well within its share: --engine-priority)."},
 		[]string{"fairness_key", "result"})
 	a.satGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "model_saturated",
 		Help: "1 while every routable endpoint of the model's group is saturated (requests queue in the picker), by model."}, []string{"model"})
@@ -201,7 +202,13 @@ func (a *admission) poke() {
 // without another read of the fleet). cost is its prompt tokens. On admission
 // the caller decides and records its pick, then calls leave, which lets
 // the next waiter go. The error is a refusal (429 or 503) or ctx's.
-func (a *admission) enter(ctx context.Context, group, model string, eps []*fleet.Endpoint, f Fairness, salt string, cost float64) (leave func(), waited time.Duration, err error) {
+//
+// ahead (--engine-priority, the key well within its share: standing.Ahead)
+// lets the request past a saturated group's queue, since the engine runs
+// it before the others' backlog; while some endpoint of the group has
+// fewer than twice MaxWaiting requests queued (without a waiting limit,
+// always), so the engines' queues stay bounded.
+func (a *admission) enter(ctx context.Context, group, model string, eps []*fleet.Endpoint, f Fairness, salt string, cost float64, ahead bool) (leave func(), waited time.Duration, err error) {
 	if a == nil {
 		return func() {}, 0, nil
 	}
@@ -217,6 +224,11 @@ func (a *admission) enter(ctx context.Context, group, model string, eps []*fleet
 	if g.q.Len() == 0 && g.releasing == 0 && !a.judge(group, g, eps, now) {
 		a.mu.Unlock()
 		a.results.WithLabelValues(label, admitDirect).Inc()
+		return func() {}, 0, nil
+	}
+	if ahead && a.roomAhead(group, eps, now) {
+		a.mu.Unlock()
+		a.results.WithLabelValues(label, admitAhead).Inc()
 		return func() {}, 0, nil
 	}
 	a.nextID++
@@ -262,6 +274,21 @@ func (a *admission) enter(ctx context.Context, group, model string, eps []*fleet
 		}
 		return nil, time.Since(now), ctx.Err()
 	}
+}
+
+// roomAhead reports whether a request going ahead of group's queue has
+// an endpoint to go to: one with fewer than twice MaxWaiting queued (a.mu
+// held).
+func (a *admission) roomAhead(group string, eps []*fleet.Endpoint, now time.Time) bool {
+	if a.cfg.MaxWaiting <= 0 {
+		return true
+	}
+	for _, l := range a.load(group, eps, now) {
+		if l.Queued < 2*a.cfg.MaxWaiting {
+			return true
+		}
+	}
+	return false
 }
 
 // leaver ends waiter id's release: the next may go.

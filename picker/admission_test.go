@@ -73,7 +73,7 @@ func testAdmission(t *testing.T, cfg admit.Config) (*admission, *fakeLoads, *pro
 func enterAsync(a *admission, ctx context.Context, f Fairness, salt string, cost float64) chan admitResult {
 	ch := make(chan admitResult, 1)
 	go func() {
-		leave, _, err := a.enter(ctx, "g", "m", nil, f, salt, cost)
+		leave, _, err := a.enter(ctx, "g", "m", nil, f, salt, cost, false)
 		ch <- admitResult{leave, err}
 	}()
 	return ch
@@ -90,7 +90,7 @@ func code(err error) string {
 func TestAdmissionDirect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, _, reg, _ := testAdmission(t, admit.DefaultConfig())
-		leave, waited, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 10)
+		leave, waited, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 10, false)
 		if err != nil || waited != 0 {
 			t.Fatalf("enter on an idle group: waited %v, %v", waited, err)
 		}
@@ -218,7 +218,7 @@ func TestAdmissionRefusals(t *testing.T) {
 		second := enterAsync(a, t.Context(), Fairness{Priority: 1}, "", 10)
 		synctest.Wait()
 		// Full of a higher band: a newcomer is shed, with Retry-After.
-		_, _, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 10)
+		_, _, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 10, false)
 		var ie *intake.Error
 		if !errors.As(err, &ie) || ie.Status != http.StatusTooManyRequests || ie.Type != "rate_limit_exceeded" || ie.Code != "queue_full" || ie.RetryAfter < time.Second {
 			t.Fatalf("full queue: %#v, want 429 rate_limit_exceeded queue_full with a Retry-After", err)
@@ -317,7 +317,7 @@ func TestAdmissionAbandonedAndStopped(t *testing.T) {
 		if !errors.As(r.err, &ie) || ie.Status != http.StatusServiceUnavailable || ie.Code != "shutting_down" {
 			t.Fatalf("a waiter at shutdown got %v, want 503 shutting_down", r.err)
 		}
-		if leave, _, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 1); err != nil || leave == nil {
+		if leave, _, err := a.enter(t.Context(), "g", "m", nil, Fairness{}, "", 1, false); err != nil || leave == nil {
 			t.Fatalf("after close: %v, want admitted at once", err)
 		}
 	})
@@ -420,4 +420,72 @@ func TestRetryAfterHeader(t *testing.T) {
 	if w.Header().Get("Retry-After") != "" || w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("no endpoint: %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
+}
+
+// TestAdmissionAhead: with --engine-priority, a request whose key is well
+// within its share (ahead) passes a saturated group's queue at once,
+// counted as ahead, while another waits; not once every endpoint has
+// twice MaxWaiting queued (the engines' queues stay bounded).
+func TestAdmissionAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := admit.DefaultConfig()
+		var mu sync.Mutex
+		load := admit.Load{PrefillTokens: 1e6, Queued: 1} // saturated by prefill in flight
+		reg := prometheus.NewRegistry()
+		a := newAdmission(cfg, zap.NewNop(), reg, func(string, []*fleet.Endpoint, time.Time) []admit.Load {
+			mu.Lock()
+			defer mu.Unlock()
+			return []admit.Load{load}
+		})
+		t.Cleanup(a.close)
+		heavy := enterAsync(a, t.Context(), Fairness{Tenant: "heavy"}, "", 10)
+		synctest.Wait()
+		select {
+		case r := <-heavy:
+			t.Fatalf("a saturated group admitted a request not ahead: %v", r.err)
+		default:
+		}
+		leave, waited, err := a.enter(t.Context(), "g", "m", nil, Fairness{Tenant: "light"}, "", 10, true)
+		if err != nil || waited != 0 {
+			t.Fatalf("ahead: %v after %v, want admitted at once", err, waited)
+		}
+		leave()
+		if n := testutil.ToFloat64(a.results.WithLabelValues("tenant:light", admitAhead)); n != 1 {
+			t.Fatalf("ahead counted %v times", n)
+		}
+		// Every endpoint at twice the waiting limit: ahead waits too.
+		mu.Lock()
+		load.Queued = 2 * cfg.MaxWaiting
+		mu.Unlock()
+		light := enterAsync2(a, t.Context(), Fairness{Tenant: "light"}, true)
+		synctest.Wait()
+		select {
+		case r := <-light:
+			t.Fatalf("ahead past a full engine queue: %v", r.err)
+		default:
+		}
+		mu.Lock()
+		load = admit.Load{}
+		mu.Unlock()
+		a.poke()
+		advance(2 * admitTick)
+		for _, ch := range []chan admitResult{heavy, light} {
+			if r := <-ch; r.err != nil {
+				t.Fatal(r.err)
+			} else {
+				r.leave()
+			}
+			advance(2 * admitTick)
+		}
+	})
+}
+
+// enterAsync2 is enterAsync with ahead.
+func enterAsync2(a *admission, ctx context.Context, f Fairness, ahead bool) chan admitResult {
+	ch := make(chan admitResult, 1)
+	go func() {
+		leave, _, err := a.enter(ctx, "g", "m", nil, f, "", 10, ahead)
+		ch <- admitResult{leave, err}
+	}()
+	return ch
 }

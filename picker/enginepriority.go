@@ -54,17 +54,22 @@ func newEnginePriority(cfg Config, log *zap.Logger, reg prometheus.Registerer) *
 	return ep
 }
 
-// assign returns the engine priority of a request of band, fairness key
-// key and cost (prompt tokens) in group, charging the key's ledger.
-func (ep *enginePriority) assign(group, key string, band int, cost float64, now time.Time) int {
+// charge judges key's standing in group at now and charges it cost
+// (prompt tokens).
+func (ep *enginePriority) charge(group, key string, cost float64, now time.Time) standing.Standing {
 	ep.mu.Lock()
+	defer ep.mu.Unlock()
 	l := ep.groups[group]
 	if l == nil {
 		l, _ = standing.New(ep.cfg) // the config was validated with the router's
 		ep.groups[group] = l
 	}
-	s := l.Charge(key, cost, now)
-	ep.mu.Unlock()
+	return l.Charge(key, cost, now)
+}
+
+// priority is the engine priority of a request of band whose key stands
+// as s, counted.
+func (ep *enginePriority) priority(band int, s standing.Standing) int {
 	label := "within"
 	if s.Beyond {
 		label = "beyond"
@@ -115,13 +120,18 @@ func (r *Router) priorityOf(pick *Pick, p *Prepared, opt PickOptions, now time.T
 	if r.prio == nil {
 		return
 	}
-	key, _ := fairnessKey(opt.Fairness, p.req.CacheSalt)
 	if opt.Priority != nil {
 		v := *opt.Priority
 		pick.Priority = &v
 		return
 	}
-	v := r.prio.assign(p.group, key, opt.Fairness.Priority, admissionCost(p), now)
+	st := p.standing // charged by Admit
+	if st == nil {
+		key, _ := fairnessKey(opt.Fairness, p.req.CacheSalt)
+		s := r.prio.charge(p.group, key, admissionCost(p), now)
+		st = &s
+	}
+	v := r.prio.priority(opt.Fairness.Priority, *st)
 	pick.Priority = &v
 }
 

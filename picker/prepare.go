@@ -16,6 +16,7 @@ import (
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/render"
 	"github.com/kvroute/kvroute/picker/score"
+	"github.com/kvroute/kvroute/picker/standing"
 )
 
 // Prepared is a request after a route's first step (Router.Prepare):
@@ -34,6 +35,9 @@ type Prepared struct {
 	tokens     []uint32       // its exact tokens (nil: none had), for a peer policy
 	prefixHash string         // "" when not anchorable
 	dreq       decide.Request
+	// standing is its fairness key's standing, charged by Admit
+	// (--engine-priority; nil: not yet).
+	standing *standing.Standing
 }
 
 // notes are what the preparation saw that the metrics count; Pick

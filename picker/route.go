@@ -57,7 +57,15 @@ func (r *Router) Prepare(ctx context.Context, kind intake.Kind, body []byte) (*P
 // queue's timeout and ctx), or is refused. On success the caller calls
 // leave once its pick is booked, so the next waiter decides knowing it.
 func (r *Router) Admit(ctx context.Context, p *Prepared, opt PickOptions) (leave func(), err error) {
-	leave, p.waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.endpoints(), opt.Fairness, p.req.CacheSalt, admissionCost(p))
+	ahead := false
+	if r.prio != nil && opt.Priority == nil {
+		// The key's standing is charged here, once: the decision's
+		// priority reads it (priorityOf).
+		key, _ := fairnessKey(opt.Fairness, p.req.CacheSalt)
+		st := r.prio.charge(p.group, key, admissionCost(p), r.now())
+		p.standing, ahead = &st, st.Ahead
+	}
+	leave, p.waited, err = r.admit.enter(ctx, p.group, p.req.Model, p.endpoints(), opt.Fairness, p.req.CacheSalt, admissionCost(p), ahead)
 	switch {
 	case err == nil:
 		if p.waited > 0 {

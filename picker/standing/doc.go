@@ -16,6 +16,9 @@
 //     weights). A key is beyond its share when its use exceeds the share
 //     by more than Config.Slack (a fraction of it): a key alone is never
 //     beyond, and two keys sending alike are both within.
+//   - A key is ahead (well within its share) when other keys are active
+//     and its use is below Config.Ahead (a fraction, default ½) of the
+//     share: never alone, never when all send alike.
 //   - Charge judges a request's key as it was before the request (a key's
 //     first request is within its share) and then adds the request's
 //     cost.

@@ -21,12 +21,16 @@ type Config struct {
 	Slack float64
 	// MaxKeys bounds the keys kept.
 	MaxKeys int
+	// Ahead is the fraction of the fair share below which a key's
+	// request goes ahead (Standing.Ahead): with others active, a key using
+	// less than Ahead × its share is well within it. 0: none goes ahead.
+	Ahead float64
 }
 
 // DefaultConfig returns the defaults: a 10 s half-life, a 30 s window,
-// 25% slack and 4,096 keys.
+// 25% slack, 4,096 keys, and a key under half its share goes ahead.
 func DefaultConfig() Config {
-	return Config{HalfLife: 10 * time.Second, Window: 30 * time.Second, Slack: 0.25, MaxKeys: 4096}
+	return Config{HalfLife: 10 * time.Second, Window: 30 * time.Second, Slack: 0.25, MaxKeys: 4096, Ahead: 0.5}
 }
 
 // Validate checks c.
@@ -37,6 +41,9 @@ func (c Config) Validate() error {
 	}
 	if c.Slack < 0 || math.IsNaN(c.Slack) || math.IsInf(c.Slack, 0) {
 		errs = append(errs, fmt.Errorf("standing: slack %v must be a finite fraction ≥ 0", c.Slack))
+	}
+	if !(c.Ahead >= 0 && c.Ahead <= 1) {
+		errs = append(errs, fmt.Errorf("standing: ahead %v must be a fraction of the share, 0..1", c.Ahead))
 	}
 	if c.MaxKeys < 1 {
 		errs = append(errs, fmt.Errorf("standing: max keys %d must be at least 1", c.MaxKeys))
@@ -86,6 +93,11 @@ type Standing struct {
 	// Beyond is whether the key's use exceeded its share by more than the
 	// slack.
 	Beyond bool
+	// Ahead is whether the key is well within its share: other keys are
+	// active and its use is below Config.Ahead × the share. The picker
+	// lets such a request past a saturated group's queue (the engine runs
+	// it before the others).
+	Ahead bool
 }
 
 // Charge judges key's standing at now, then charges it cost (at least 0)
@@ -115,6 +127,7 @@ func (l *Ledger) Charge(key string, cost float64, now time.Time) Standing {
 	s := Standing{Use: a.use, Keys: len(l.keys)}
 	s.Share = l.total / float64(len(l.keys))
 	s.Beyond = a.use > s.Share*(1+l.cfg.Slack)
+	s.Ahead = s.Keys >= 2 && a.use < s.Share*l.cfg.Ahead
 	a.use += cost
 	a.seen = now
 	l.total += cost

@@ -2,6 +2,7 @@ package standing
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -29,18 +30,19 @@ func TestStandingOnLoads(t *testing.T) {
 		name    string
 		senders []sender
 		beyond  map[string]string // key → "none", "all" or "some"
+		ahead   []string          // the keys all of whose requests go ahead (the others: none)
 	}{
-		{"one key alone is never beyond", []sender{{"a", 100 * time.Millisecond, 2000, 0}}, map[string]string{"a": "none"}},
+		{"one key alone is never beyond", []sender{{"a", 100 * time.Millisecond, 2000, 0}}, map[string]string{"a": "none"}, nil},
 		{"two alike are both within", []sender{{"a", 250 * time.Millisecond, 2000, 0}, {"b", 250 * time.Millisecond, 2000, 0}},
-			map[string]string{"a": "none", "b": "none"}},
+			map[string]string{"a": "none", "b": "none"}, nil},
 		{"ten to one: the heavy beyond, the light within", []sender{{"heavy", 100 * time.Millisecond, 2000, 0}, {"light", time.Second, 2000, 0}},
-			map[string]string{"heavy": "all", "light": "none"}},
+			map[string]string{"heavy": "all", "light": "none"}, []string{"light"}},
 		{"ten to one, the light arriving late", []sender{{"heavy", 100 * time.Millisecond, 2000, 0}, {"light", time.Second, 2000, 15 * time.Second}},
-			map[string]string{"heavy": "all", "light": "none"}},
+			map[string]string{"heavy": "all", "light": "none"}, []string{"light"}},
 		{"same rate, ten times the tokens", []sender{{"big", 500 * time.Millisecond, 20000, 0}, {"small", 500 * time.Millisecond, 2000, 0}},
-			map[string]string{"big": "all", "small": "none"}},
+			map[string]string{"big": "all", "small": "none"}, []string{"small"}},
 		{"three keys, one at twice the others", []sender{{"a", 200 * time.Millisecond, 2000, 0}, {"b", 400 * time.Millisecond, 2000, 0}, {"c", 400 * time.Millisecond, 2000, 0}},
-			map[string]string{"a": "all", "b": "none", "c": "none"}},
+			map[string]string{"a": "all", "b": "none", "c": "none"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := ledger(t, DefaultConfig())
@@ -49,7 +51,7 @@ func TestStandingOnLoads(t *testing.T) {
 			for i, s := range c.senders {
 				next[i] = s.from
 			}
-			beyond, total := map[string]int{}, map[string]int{}
+			beyond, ahead, total := map[string]int{}, map[string]int{}, map[string]int{}
 			for n := 0; n < 100_000; n++ {
 				i := 0
 				for j := range next {
@@ -68,6 +70,9 @@ func TestStandingOnLoads(t *testing.T) {
 					if st.Beyond {
 						beyond[s.key]++
 					}
+					if st.Ahead {
+						ahead[s.key]++
+					}
 				}
 				next[i] += s.period
 			}
@@ -81,6 +86,9 @@ func TestStandingOnLoads(t *testing.T) {
 				}
 				if total[key] == 0 || got != want {
 					t.Errorf("%s: %d of %d beyond (%s), want %s", key, beyond[key], total[key], got, want)
+				}
+				if want := slices.Contains(c.ahead, key); (want && ahead[key] != total[key]) || (!want && ahead[key] != 0) {
+					t.Errorf("%s: %d of %d ahead, want all: %v", key, ahead[key], total[key], want)
 				}
 			}
 		})
