@@ -133,7 +133,10 @@
 //     The endpoint picker passes admission the same way (its request
 //     headers give the fairness key and priority; a refusal is an
 //     immediate response with Retry-After); the decision API answers at
-//     once. Router.AdmitAll turns the saturation check off (comparison
+//     once: a decision, or, with Config.AdmitDecisions, while the group is
+//     saturated or has waiters, 429 model_saturated with Retry-After
+//     (gRPC: RESOURCE_EXHAUSTED with RetryInfo and a retry-after trailer),
+//     counted as decision_shed. Router.AdmitAll turns the saturation check off (comparison
 //     runs that measure routing alone).
 //   - Every refusal is an OpenAI error body ({"error": {message, type,
 //     param, code}}): unrouted paths 404, wrong methods 405 with Allow,

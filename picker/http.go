@@ -265,13 +265,29 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		writeError(w, err)
 		return
 	}
-	p, err := r.Route(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain, SLO: slo})
+	opt := PickOptions{CacheOff: cacheOff(req.Header), Explain: explain, SLO: slo}
+	if r.cfg.AdmitDecisions {
+		opt.AdmitNow, opt.Fairness = true, decisionFairness(req.Header, r.cfg.FairnessHeader)
+	}
+	p, err := r.Route(req.Context(), intake.Any, body, opt)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	r.peerDone(p) // a peer policy's booking: the request is not seen again
 	writeJSON(w, http.StatusOK, p)
+}
+
+// decisionFairness is a decision request's place in admission
+// (Config.AdmitDecisions), for the metrics' fairness key: its fairness
+// headers, or none when they are malformed (the decision API never
+// refused a request for them; its cache_salt then keys it).
+func decisionFairness(h http.Header, header string) Fairness {
+	f, err := fairnessOf(h, header)
+	if err != nil {
+		return Fairness{}
+	}
+	return f
 }
 
 func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request, ready func() error) {

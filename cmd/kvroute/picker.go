@@ -182,6 +182,7 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&r.TenantHeader, "tenant-header", r.TenantHeader, "header the authenticating gateway in front sets to the request's tenant: each request's cache_salt is then derived from it (keyed by --salt-key-file), replacing any the client sent; none: the client's cache_salt stands")
 	f.StringVar(&cfg.SaltKeyFile, "salt-key-file", "", "file holding the key tenant salts are derived with (at least 16 bytes, e.g. openssl rand -base64 32), re-read when it changes; needed with --tenant-header")
 	f.BoolVar(&r.RequireTenant, "require-tenant", false, "refuse requests without the --tenant-header header (401)")
+	f.BoolVar(&r.AdmitDecisions, "admit-decisions", false, "admission: the decision API answers 429 with Retry-After (gRPC: RESOURCE_EXHAUSTED with RetryInfo) instead of a decision while the model is saturated or requests for it wait; off: it always decides")
 	f.StringVar(&r.FairnessHeader, "fairness-header", r.FairnessHeader, "admission: header whose value is a request's fairness key (else its cache_salt, else one shared key); x-kvroute-priority sets its band")
 	f.Int64Var(&r.MaxBodyBytes, "max-body-bytes", r.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	f.DurationVar(&r.Health.StaleSummary, "stale-summary", r.Health.StaleSummary, "an endpoint whose sidecar sent nothing for this long is routed by load only (no cache credit)")
