@@ -48,8 +48,10 @@
 //     the body (chat, completions, responses and the decision API, HTTP
 //     or gRPC metadata), so keys, prefix_hash and the body forwarded to the
 //     engine agree; Config.RequireTenant refuses one without it (401
-//     tenant_required). The endpoint picker cannot rewrite bodies, so the
-//     server refuses the two together.
+//     tenant_required). The endpoint picker does the same from the tenant
+//     header in the ext_proc request headers, rewriting the body the
+//     gateway sends on (eppExchange.bodyMembers: one rewrite of every
+//     member it sets, the content-length set to match).
 //   - Secrets held from files (the salt key, the decision token, the
 //     engines' API key; secrets.go) and TLS files (tls.go: the client
 //     certificate and CA bundle the sidecars are dialled with, the

@@ -34,6 +34,7 @@ import (
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/tenant"
 )
 
 // The endpoint picker protocol's names (GIE, docs/proposals/004).
@@ -139,8 +140,9 @@ type eppExchange struct {
 	subset []string // the gateway's subset hint, when it gave one
 	// cacheOff: the request sent X-KVRoute-Cache: off (no prefix hash).
 	cacheOff bool
-	// fair are the request's admission headers (the fairness header and
-	// PriorityHeader), as received.
+	// fair are the request's admission and tenant headers (the fairness
+	// header, PriorityHeader, SLOHeader and Config.TenantHeader), as
+	// received.
 	fair   http.Header
 	hinted bool
 	result string // the request's result, counted once at the end
@@ -271,7 +273,8 @@ func (x *eppExchange) take(req *extprocv3.ProcessingRequest) (extproc.Event, err
 			switch k := h.GetKey(); {
 			case strings.EqualFold(k, "x-kvroute-cache"):
 				x.cacheOff = strings.EqualFold(strings.TrimSpace(string(h.GetRawValue())+h.GetValue()), "off")
-			case strings.EqualFold(k, x.s.r.cfg.FairnessHeader), strings.EqualFold(k, PriorityHeader), strings.EqualFold(k, SLOHeader):
+			case strings.EqualFold(k, x.s.r.cfg.FairnessHeader), strings.EqualFold(k, PriorityHeader), strings.EqualFold(k, SLOHeader),
+				x.s.r.cfg.TenantHeader != "" && strings.EqualFold(k, x.s.r.cfg.TenantHeader):
 				if x.fair == nil {
 					x.fair = http.Header{}
 				}
@@ -352,6 +355,18 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 		}
 	}
 	body := x.flow.Body()
+	members, err := x.bodyMembers(body != nil)
+	if err != nil {
+		return refuse(eppRefused, err)
+	}
+	if len(members) > 0 && body != nil {
+		if body, err = r.setMembers(body, members...); err != nil {
+			return refuse(eppRefused, err)
+		}
+		if err := x.flow.Rewrite(body); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	var p *Pick
 	if body == nil {
 		// No body to route by: the least loaded routable endpoint.
@@ -403,6 +418,21 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 	x.inFlight = r.m.inFlight.WithLabelValues(p.Endpoint)
 	x.inFlight.Inc()
 	return replies, nil
+}
+
+// bodyMembers are the top-level members the endpoint picker sets on the
+// request body it sends on (hasBody), each replacing any the client sent,
+// all in one rewrite (the content-length set to match): the tenant's
+// cache_salt (Config.TenantHeader, as the proxy sets it). Another member
+// is one more append here. The error is the tenant header's refusal
+// (401 without it under Config.RequireTenant, 400 a bad one), checked
+// for a request without a body too.
+func (x *eppExchange) bodyMembers(hasBody bool) ([]tenant.Member, error) {
+	members, err := x.s.r.tenantMembers(x.fair, hasBody)
+	if err != nil {
+		return nil, err
+	}
+	return members, nil
 }
 
 // responseHeaders reads the answer's status and type, and which endpoint
@@ -546,6 +576,13 @@ func eppResponse(rep extproc.Reply, decision []*corev3.HeaderValueOption, remove
 		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}
 		out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{eppNamespace: structpb.NewStructValue(
 			&structpb.Struct{Fields: map[string]*structpb.Value{eppDestination: structpb.NewStringValue(rep.Route)}})}}
+	}
+	if rep.Replace {
+		if len(rep.Chunk) > 0 {
+			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: rep.Chunk}}
+		} else {
+			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+		}
 	}
 	if rep.Streamed {
 		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{

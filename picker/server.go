@@ -232,11 +232,6 @@ func (c *ServerConfig) Validate() error {
 	if c.Router.EngineAPIKey != "" && c.EngineAPIKeyFile != "" {
 		errs = append(errs, errors.New("an engine API key and --engine-api-key-file: give one"))
 	}
-	if c.Router.TenantHeader != "" && c.ExtProcListen != "" {
-		// The salt must reach the engine in the body, and the endpoint
-		// picker does not rewrite the bodies it passes through yet.
-		errs = append(errs, errors.New("--tenant-header with --ext-proc-listen: the endpoint picker cannot set server-side salts yet (it would route by one salt while the engine caches by the client's); run the tenant header on a picker serving the OpenAI API or the decision API"))
-	}
 	if c.ExtProcTLSCert != "" && c.ExtProcListen == "" {
 		errs = append(errs, errors.New("--ext-proc-tls-cert without --ext-proc-listen: the endpoint picker is off"))
 	}
