@@ -154,6 +154,10 @@
 //     is counted by route, model and status with its duration and time to
 //     first byte; and gets one access-log line at info (the share
 //     Config.AccessLog, evenly spread) that never carries prompt text.
+//     So does every endpoint picker request (Router.record: route
+//     ext_proc, via ext_proc, its code the answer's status the gateway
+//     sent back or the refusal's, else unreported; its x-request-id set
+//     on the request sent on).
 //     Config.ResponseHeaders chooses the x-kvroute-* headers on proxied
 //     answers.
 //   - The rest of vLLM's OpenAI server passes through (passthrough.go):
