@@ -39,6 +39,9 @@ type HandlerOptions struct {
 	// Pickers, when set, fills in what /debug/endpoints shows of the
 	// bookings shared with the other pickers.
 	Pickers func(*debugapi.Picker)
+	// ExtProc, when set, is the endpoint picker /debug/endpoints shows
+	// (kvroute verify probes its gRPC health).
+	ExtProc *debugapi.ExtProc
 }
 
 // Handler serves the public API: the OpenAI endpoints (proxied or passed
@@ -73,7 +76,7 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
 	self := func() debugapi.Picker {
-		p := debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
+		p := debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure(), ExtProc: o.ExtProc}
 		if o.Pickers != nil {
 			o.Pickers(&p)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/gossip/secretfile"
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
@@ -391,6 +392,9 @@ func (s *Server) listen(cfg *ServerConfig, tf *tlsFiles) error {
 func (s *Server) serve(cfg *ServerConfig, tf *tlsFiles) {
 	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready, GossipInsecure: s.members.Insecure, Pickers: s.share.debug,
 		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})}
+	if s.eppLn != nil {
+		opts.ExtProc = &debugapi.ExtProc{Address: s.eppLn.Addr().String(), TLS: cfg.ExtProcTLSCert != "", ClientCert: cfg.ExtProcClientCA != ""}
+	}
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.
 	s.http = &http.Server{Handler: s.router.Handler(opts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
