@@ -182,30 +182,46 @@ func routeOf(req *http.Request) string {
 
 // finish records an ended request: its metrics and its access-log line.
 func (r *Router) finish(req *http.Request, w *recorder, rec *reqRecord, start time.Time, aborted bool) {
-	route, model := routeOf(req), rec.model
-	if model == "" {
-		model = "none"
-	}
+	route := routeOf(req)
 	status := w.status
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http answers 200
 	}
-	dur := time.Since(start)
-	r.m.requests.WithLabelValues(route, model, strconv.Itoa(status)).Inc()
-	r.m.duration.WithLabelValues(route, model).Observe(dur.Seconds())
+	var ttfb time.Duration
 	if !w.first.IsZero() {
-		r.m.ttfb.WithLabelValues(route, model).Observe(w.first.Sub(start).Seconds())
+		ttfb = w.first.Sub(start)
+	}
+	dur := time.Since(start)
+	r.record(route, strconv.Itoa(status), rec, dur, ttfb, func() []zap.Field {
+		return []zap.Field{zap.String("request_id", rec.id), zap.String("method", req.Method), zap.String("route", route),
+			zap.Int("status", status), zap.Duration("duration", dur), zap.Int64("bytes", w.bytes)}
+	}, aborted)
+}
+
+// record counts an ended request — by route, model and code, with its
+// duration and time to first byte (ttfb, 0 when none came) — and writes
+// its access-log line (sampled): head's fields, then what rec holds. The
+// proxy (finish) and the endpoint picker (eppExchange.record) both end
+// here.
+func (r *Router) record(route, code string, rec *reqRecord, dur, ttfb time.Duration, head func() []zap.Field, aborted bool) {
+	model := rec.model
+	if model == "" {
+		model = "none"
+	}
+	r.m.requests.WithLabelValues(route, model, code).Inc()
+	r.m.duration.WithLabelValues(route, model).Observe(dur.Seconds())
+	if ttfb > 0 {
+		r.m.ttfb.WithLabelValues(route, model).Observe(ttfb.Seconds())
 	}
 	if r.accessLog == nil || !r.access.take() {
 		return
 	}
-	fields := []zap.Field{zap.String("request_id", rec.id), zap.String("method", req.Method), zap.String("route", route),
-		zap.Int("status", status), zap.Duration("duration", dur), zap.Int64("bytes", w.bytes)}
+	fields := head()
 	if rec.model != "" {
 		fields = append(fields, zap.String("model", rec.model))
 	}
-	if !w.first.IsZero() {
-		fields = append(fields, zap.Duration("ttfb", w.first.Sub(start)))
+	if ttfb > 0 {
+		fields = append(fields, zap.Duration("ttfb", ttfb))
 	}
 	if rec.endpoint != "" {
 		fields = append(fields, zap.String("endpoint", rec.endpoint), zap.Int("attempts", rec.attempts),

@@ -32,6 +32,9 @@ const (
 	admitAbandoned = "abandoned" // its client left while it waited
 	admitStopped   = "stopped"   // the picker shut down while it waited: 503
 	admitAhead     = "ahead"     // saturated, but its key is well within its share: the engine runs it first (--engine-priority)
+	// admitDecisionShed: a decision API request (Config.AdmitDecisions)
+	// while its group was saturated or had requests waiting: 429 at once.
+	admitDecisionShed = "decision_shed"
 )
 
 // PriorityHeader carries a request's priority band: a small integer,
@@ -158,7 +161,8 @@ func newAdmission(cfg admit.Config, log *zap.Logger, reg prometheus.Registerer, 
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}, []string{"fairness_key"})
 	a.results = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "picker", Name: "admission_total",
 		Help: "Requests by how they passed admission, by fairness key and result: admitted (no wait), queued (waited, then released), " +
-			"shed (the queue was full of higher priorities: 429), displaced (the queue was full and it made room for a newcomer: 429), expired (--queue-timeout: 429), abandoned (the client left), stopped (shutdown: 503), ahead (past a saturated group's queue, its key well within its share: --engine-priority)."},
+			"shed (the queue was full of higher priorities: 429), displaced (the queue was full and it made room for a newcomer: 429), expired (--queue-timeout: 429), abandoned (the client left), stopped (shutdown: 503), " +
+			"ahead (past a saturated group's queue, its key well within its share: --engine-priority), decision_shed (a decision API request while the model was saturated, with --admit-decisions: 429; decisions given are not counted here)."},
 		[]string{"fairness_key", "result"})
 	a.satGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "kvroute", Subsystem: "picker", Name: "model_saturated",
 		Help: "1 while every routable endpoint of the model's group is saturated (requests queue in the picker), by model."}, []string{"model"})
@@ -289,6 +293,39 @@ func (a *admission) roomAhead(group string, eps []*fleet.Endpoint, now time.Time
 		}
 	}
 	return false
+}
+
+// check is admission for a request that does not wait (the decision API,
+// Config.AdmitDecisions): admitted (nil) when group has room now and
+// nobody waits; else refused at once, 429 with Retry-After, counted under
+// its fairness key as decision_shed. A saturation change it sees is logged
+// as enter's are. Retry-After is the queue's estimate while requests wait,
+// else 1 s: the next load report may give room.
+func (a *admission) check(group, model string, eps []*fleet.Endpoint, f Fairness, salt string) error {
+	if a == nil {
+		return nil
+	}
+	key, label := fairnessKey(f, salt)
+	now := time.Now()
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	g := a.group(group, model)
+	// Judged first, so a change is logged whether or not anyone waits.
+	if sat := a.judge(group, g, eps, now); !sat && g.q.Len() == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	label = a.labelOf(key, label)
+	retry := time.Second
+	if n := g.q.Len(); n > 0 {
+		retry = admit.RetryAfter(n, g.rateAt(now))
+	}
+	a.mu.Unlock()
+	a.results.WithLabelValues(label, admitDecisionShed).Inc()
+	return decisionShed(model, retry)
 }
 
 // leaver ends waiter id's release: the next may go.
@@ -493,6 +530,12 @@ func queueFull(model string, waiting int, retry time.Duration) *intake.Error {
 	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_full", RetryAfter: retry,
 		Message: fmt.Sprintf("Every endpoint serving the model %q is saturated and the picker's queue for it is full (%d waiting, of higher priority); retry after %d s.",
 			model, waiting, int(retry.Seconds()))}
+}
+
+func decisionShed(model string, retry time.Duration) *intake.Error {
+	return &intake.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "model_saturated", RetryAfter: retry,
+		Message: fmt.Sprintf("Every endpoint serving the model %q is saturated (or requests for it are waiting in the picker's queue): no decision now; retry after %d s.",
+			model, int(retry.Seconds()))}
 }
 
 func queueTimeout(model string, timeout, retry time.Duration) *intake.Error {

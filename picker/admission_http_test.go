@@ -7,13 +7,22 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/zeebo/xxh3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvroute/kvroute/picker"
+	fleetpkg "github.com/kvroute/kvroute/picker/fleet"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/enginesim"
 	"github.com/kvroute/kvroute/test/testnet"
 )
@@ -163,4 +172,83 @@ func TestDecisionsDoNotSaturate(t *testing.T) {
 	if v, _ := series(t, f.reg, "kvroute_picker_admission_total", map[string]string{"result": "admitted"}); v != 1 {
 		t.Fatalf("admitted at once: %v, want 1 (not queued)", v)
 	}
+}
+
+// TestAdmitDecisions: with Config.AdmitDecisions (--admit-decisions), a
+// decision request for a saturated model gets 429 rate_limit_exceeded
+// model_saturated with Retry-After over HTTP, and RESOURCE_EXHAUSTED with
+// a RetryInfo detail and retry-after metadata over gRPC, counted in
+// admission_total as decision_shed under its fairness key; once the model
+// has room, a decision again. Without it, the saturated model's decision
+// is given as always.
+func TestAdmitDecisions(t *testing.T) {
+	body := `{"model":"Qwen/Qwen3-0.6B","cache_salt":"s","messages":[{"role":"user","content":"where would this go?"}]}`
+	saturate := func(f *fleet, waiting float64) {
+		t.Helper()
+		e := f.local.Endpoints()[0]
+		f.local.SetLoad(e.URL, fleetpkg.Load{Waiting: waiting}, time.Now())
+	}
+	t.Run("on", func(t *testing.T) {
+		cfg := picker.DefaultConfig()
+		cfg.AdmitDecisions = true
+		f, _ := startGated(t, cfg)
+		client := f.grpcClient(t, "")
+		saturate(f, 10) // past --saturation-waiting 5
+		code, _, raw := f.pick(t, body, http.Header{"X-Kvroute-Tenant": {"acme"}}, "")
+		if code != http.StatusTooManyRequests || !strings.Contains(string(raw), `"code":"model_saturated"`) || !strings.Contains(string(raw), `"rate_limit_exceeded"`) {
+			t.Fatalf("a decision for a saturated model: %d %s, want 429 model_saturated", code, raw)
+		}
+		req, _ := http.NewRequest(http.MethodPost, f.api.URL+"/routing/v1/pick", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("%s, Retry-After %q: want 429 with Retry-After 1 (nothing queued: the next load report may give room)", resp.Status, resp.Header.Get("Retry-After"))
+		}
+		var trailer metadata.MD
+		_, err = client.Pick(withTimeout(t), &pb.PickRequest{Body: []byte(body)}, grpc.Trailer(&trailer))
+		st := status.Convert(err)
+		var info *errdetails.RetryInfo
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				info = ri
+			}
+		}
+		if st.Code() != codes.ResourceExhausted || info == nil || info.GetRetryDelay().AsDuration() != time.Second ||
+			!slices.Equal(trailer.Get("retry-after"), []string{"1"}) || !strings.Contains(st.Message(), "model_saturated") {
+			t.Fatalf("gRPC: %v (details %v, trailer %v), want RESOURCE_EXHAUSTED with RetryInfo 1s and retry-after 1", err, st.Details(), trailer)
+		}
+		for key, want := range map[string]float64{"tenant:acme": 1, "salt:" + fmt.Sprintf("%016x", xxh3.HashString("s"))[:8]: 2} {
+			if v, _ := series(t, f.reg, "kvroute_picker_admission_total", map[string]string{"fairness_key": key, "result": "decision_shed"}); v != want {
+				t.Errorf("admission_total{fairness_key=%q,result=decision_shed} = %v, want %v", key, v, want)
+			}
+		}
+		if v := gauge(t, f.reg, "kvroute_picker_model_saturated", "model", "Qwen/Qwen3-0.6B"); v != 1 {
+			t.Errorf("model_saturated %v, want 1", v)
+		}
+		saturate(f, 0)
+		if code, a, raw := f.pick(t, body, nil, ""); code != http.StatusOK || a.Endpoint == "" {
+			t.Fatalf("a decision once the model has room: %d %s", code, raw)
+		}
+		if _, err := client.Pick(withTimeout(t), &pb.PickRequest{Body: []byte(body)}); err != nil {
+			t.Fatalf("gRPC, once the model has room: %v", err)
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		f, _ := startGated(t, picker.DefaultConfig())
+		client := f.grpcClient(t, "")
+		saturate(f, 10)
+		if code, a, raw := f.pick(t, body, nil, ""); code != http.StatusOK || a.Endpoint == "" {
+			t.Fatalf("without --admit-decisions a saturated model's decision: %d %s, want 200", code, raw)
+		}
+		if _, err := client.Pick(withTimeout(t), &pb.PickRequest{Body: []byte(body)}); err != nil {
+			t.Fatalf("gRPC, without --admit-decisions: %v", err)
+		}
+		if v, _ := series(t, f.reg, "kvroute_picker_admission_total", map[string]string{"result": "decision_shed"}); v != 0 {
+			t.Fatalf("decision_shed %v without the flag", v)
+		}
+	})
 }

@@ -48,8 +48,10 @@
 //     the body (chat, completions, responses and the decision API, HTTP
 //     or gRPC metadata), so keys, prefix_hash and the body forwarded to the
 //     engine agree; Config.RequireTenant refuses one without it (401
-//     tenant_required). The endpoint picker cannot rewrite bodies, so the
-//     server refuses the two together.
+//     tenant_required). The endpoint picker does the same from the tenant
+//     header in the ext_proc request headers, rewriting the body the
+//     gateway sends on (eppExchange.bodyMembers: one rewrite of every
+//     member it sets, the content-length set to match).
 //   - Secrets held from files (the salt key, the decision token, the
 //     engines' API key; secrets.go) and TLS files (tls.go: the client
 //     certificate and CA bundle the sidecars are dialled with, the
@@ -133,7 +135,10 @@
 //     The endpoint picker passes admission the same way (its request
 //     headers give the fairness key and priority; a refusal is an
 //     immediate response with Retry-After); the decision API answers at
-//     once. Router.AdmitAll turns the saturation check off (comparison
+//     once: a decision, or, with Config.AdmitDecisions, while the group is
+//     saturated or has waiters, 429 model_saturated with Retry-After
+//     (gRPC: RESOURCE_EXHAUSTED with RetryInfo and a retry-after trailer),
+//     counted as decision_shed. Router.AdmitAll turns the saturation check off (comparison
 //     runs that measure routing alone).
 //   - Every refusal is an OpenAI error body ({"error": {message, type,
 //     param, code}}): unrouted paths 404, wrong methods 405 with Allow,
@@ -149,6 +154,10 @@
 //     is counted by route, model and status with its duration and time to
 //     first byte; and gets one access-log line at info (the share
 //     Config.AccessLog, evenly spread) that never carries prompt text.
+//     So does every endpoint picker request (Router.record: route
+//     ext_proc, via ext_proc, its code the answer's status the gateway
+//     sent back or the refusal's, else unreported; its x-request-id set
+//     on the request sent on).
 //     Config.ResponseHeaders chooses the x-kvroute-* headers on proxied
 //     answers.
 //   - The rest of vLLM's OpenAI server passes through (passthrough.go):

@@ -34,6 +34,7 @@ import (
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
 	"github.com/kvroute/kvroute/picker/intake"
+	"github.com/kvroute/kvroute/picker/tenant"
 )
 
 // The endpoint picker protocol's names (GIE, docs/proposals/004).
@@ -45,6 +46,9 @@ const (
 	eppServed          = "x-gateway-destination-endpoint-served"
 	// maxSubset bounds the entries of a subset hint.
 	maxSubset = 1 << 16
+	// eppRoute is the route label and access-log route of the endpoint
+	// picker's requests (kvroute_picker_requests_total).
+	eppRoute = "ext_proc"
 )
 
 // Results of an endpoint picker request (kvroute_picker_extproc_requests_total).
@@ -139,8 +143,9 @@ type eppExchange struct {
 	subset []string // the gateway's subset hint, when it gave one
 	// cacheOff: the request sent X-KVRoute-Cache: off (no prefix hash).
 	cacheOff bool
-	// fair are the request's admission headers (the fairness header and
-	// PriorityHeader), as received.
+	// fair are the request's admission and tenant headers (the fairness
+	// header, PriorityHeader, SLOHeader and Config.TenantHeader), as
+	// received.
 	fair   http.Header
 	hinted bool
 	result string // the request's result, counted once at the end
@@ -152,11 +157,22 @@ type eppExchange struct {
 	whole    chan struct{} // closed when the request is whole
 	timedOut atomic.Bool   // it was not whole in time (Process)
 
-	status int // the answer's, from its headers
+	status int // the answer's, from its headers, or the refusal's
 	sn     *sniffer
 	out    *outputWatch // the answer's first output token, for FirstToken
 	first  bool         // a chunk of the answer was seen
 	ended  bool         // the answer was seen whole
+
+	// For the request's metrics and access-log line, as the proxy's
+	// (Router.record): its record, when its stream opened, whether its
+	// headers came, its :method, when the answer's first body byte came
+	// and the answer's body bytes.
+	rec     *reqRecord
+	start   time.Time
+	seen    bool
+	method  string
+	firstAt time.Time
+	bytes   int64
 }
 
 // Process serves one HTTP request's exchange. The exchange runs in its own
@@ -164,7 +180,8 @@ type eppExchange struct {
 // for the request to come whole (Config.BodyTimeout): past it the stream
 // ends with DEADLINE_EXCEEDED, which also ends the exchange's reads.
 func (s *eppService) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	x := &eppExchange{s: s, flow: extproc.NewFlow(s.r.cfg.MaxBodyBytes, s.cfg.Assumed()), whole: make(chan struct{})}
+	x := &eppExchange{s: s, flow: extproc.NewFlow(s.r.cfg.MaxBodyBytes, s.cfg.Assumed()), whole: make(chan struct{}),
+		rec: &reqRecord{cached: -1}, start: time.Now()}
 	done := make(chan error, 1)
 	go func() {
 		var err error
@@ -225,6 +242,7 @@ func (x *eppExchange) serve(stream extprocv3.ExternalProcessor_ProcessServer) er
 			x.result = eppRefused
 			st, body := errorBody(&intake.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 				Message: fmt.Sprintf("The request body is larger than this picker accepts (%d bytes, --max-body-bytes).", s.r.cfg.MaxBodyBytes)})
+			x.status = st
 			replies, err = x.flow.Refuse(st, body)
 		case step.Decide:
 			replies, err = x.decide(ctx)
@@ -267,17 +285,25 @@ func (x *eppExchange) take(req *extprocv3.ProcessingRequest) (extproc.Event, err
 		if err := x.readSubset(req); err != nil {
 			return extproc.Event{}, err
 		}
+		x.seen = true
+		var id string
 		for _, h := range v.RequestHeaders.GetHeaders().GetHeaders() {
 			switch k := h.GetKey(); {
+			case k == ":method":
+				x.method = string(h.GetRawValue()) + h.GetValue()
+			case strings.EqualFold(k, "x-request-id"):
+				id = string(h.GetRawValue()) + h.GetValue()
 			case strings.EqualFold(k, "x-kvroute-cache"):
 				x.cacheOff = strings.EqualFold(strings.TrimSpace(string(h.GetRawValue())+h.GetValue()), "off")
-			case strings.EqualFold(k, x.s.r.cfg.FairnessHeader), strings.EqualFold(k, PriorityHeader), strings.EqualFold(k, SLOHeader):
+			case strings.EqualFold(k, x.s.r.cfg.FairnessHeader), strings.EqualFold(k, PriorityHeader), strings.EqualFold(k, SLOHeader),
+				x.s.r.cfg.TenantHeader != "" && strings.EqualFold(k, x.s.r.cfg.TenantHeader):
 				if x.fair == nil {
 					x.fair = http.Header{}
 				}
 				x.fair.Add(k, string(h.GetRawValue())+h.GetValue())
 			}
 		}
+		x.rec.id = requestID(id)
 		return extproc.Event{Kind: extproc.RequestHeaders, EndOfStream: v.RequestHeaders.GetEndOfStream()}, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return extproc.Event{Kind: extproc.RequestBody, EndOfStream: v.RequestBody.GetEndOfStream(), Data: v.RequestBody.GetBody()}, nil
@@ -336,6 +362,7 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 	refuse := func(result string, err error) ([]extproc.Reply, error) {
 		x.result = result
 		st, body := errorBody(err)
+		x.status = st
 		out, ferr := x.flow.Refuse(st, body)
 		if len(out) == 1 {
 			out[0].RetryAfter = retryAfterOf(err)
@@ -352,6 +379,18 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 		}
 	}
 	body := x.flow.Body()
+	members, err := x.bodyMembers(body != nil)
+	if err != nil {
+		return refuse(eppRefused, err)
+	}
+	if len(members) > 0 && body != nil {
+		if body, err = r.setMembers(body, members...); err != nil {
+			return refuse(eppRefused, err)
+		}
+		if err := x.flow.Rewrite(body); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	var p *Pick
 	if body == nil {
 		// No body to route by: the least loaded routable endpoint.
@@ -368,7 +407,8 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 			r.m.refused.WithLabelValues("bad_request").Inc()
 			return refuse(eppRefused, err)
 		}
-		p, err = r.Route(ctx, intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff,
+		// The record takes the model the preparation resolves.
+		p, err = r.Route(context.WithValue(ctx, recordKey{}, x.rec), intake.Any, body, PickOptions{Only: only, Fallbacks: cfg.Fallbacks, ShedWaiting: cfg.ShedWaiting, CacheOff: x.cacheOff,
 			Admit: true, Fairness: fair, Carried: true, SLO: slo})
 		var ie *intake.Error
 		switch {
@@ -400,9 +440,25 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	x.pick, x.result = p, eppPicked
+	x.rec.endpoint, x.rec.attempts, x.rec.prompt, x.rec.matched, x.rec.kvSource = p.Endpoint, 1, p.PromptTokens, p.MatchedTokens, p.KVSource
 	x.inFlight = r.m.inFlight.WithLabelValues(p.Endpoint)
 	x.inFlight.Inc()
 	return replies, nil
+}
+
+// bodyMembers are the top-level members the endpoint picker sets on the
+// request body it sends on (hasBody), each replacing any the client sent,
+// all in one rewrite (the content-length set to match): the tenant's
+// cache_salt (Config.TenantHeader, as the proxy sets it). Another member
+// is one more append here. The error is the tenant header's refusal
+// (401 without it under Config.RequireTenant, 400 a bad one), checked
+// for a request without a body too.
+func (x *eppExchange) bodyMembers(hasBody bool) ([]tenant.Member, error) {
+	members, err := x.s.r.tenantMembers(x.fair, hasBody)
+	if err != nil {
+		return nil, err
+	}
+	return members, nil
 }
 
 // responseHeaders reads the answer's status and type, and which endpoint
@@ -449,6 +505,7 @@ func (x *eppExchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extpr
 		failed := x.pick.Endpoint
 		x.inFlight.Dec()
 		r.servedBy(x.pick, k-1)
+		x.rec.endpoint, x.rec.attempts, x.rec.matched = x.pick.Endpoint, k+1, x.pick.MatchedTokens
 		x.inFlight = r.m.inFlight.WithLabelValues(x.pick.Endpoint)
 		x.inFlight.Inc()
 		// The gateway goes down the list only when an endpoint failed.
@@ -461,6 +518,10 @@ func (x *eppExchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extpr
 
 // responseBody watches a chunk of the answer for its usage.
 func (x *eppExchange) responseBody(chunk []byte) {
+	if len(chunk) > 0 && x.firstAt.IsZero() {
+		x.firstAt = time.Now()
+	}
+	x.bytes += int64(len(chunk))
 	if x.sn == nil || x.pick == nil {
 		return
 	}
@@ -475,21 +536,59 @@ func (x *eppExchange) responseBody(chunk []byte) {
 }
 
 // finish ends the exchange: the result counted, the answer's usage
-// accounted (a whole 200), the pick's in-flight record ended.
+// accounted (a whole 200), the pick's in-flight record ended, and the
+// request recorded as the proxy records one (record).
 func (x *eppExchange) finish() {
 	r := x.s.r
 	if x.result != "" && !x.timedOut.Load() { // a timeout was counted by Process
 		r.m.eppRequests.WithLabelValues(x.result).Inc()
 	}
-	p := x.pick
-	if p == nil {
+	if p := x.pick; p != nil {
+		if x.ended && x.status == http.StatusOK && x.sn != nil && x.sn.complete() && !p.relay {
+			u := x.sn.result()
+			if u.Seen {
+				x.rec.cached = u.Cached
+			}
+			r.account(p, u)
+		}
+		x.inFlight.Dec()
+		r.Done(p)
+		x.rec.predictedMs, x.rec.observedTTFT = p.PredictedTTFTMs, p.ObservedTTFT
+	}
+	x.record()
+}
+
+// record counts the request in kvroute_picker_requests_total (route
+// ext_proc; code the answer's status, or the refusal's, "unreported" when
+// the gateway did not send the answer's headers back) with its duration
+// (the stream's) and time to first byte (the answer's first body byte),
+// and writes its access-log line, as the proxy does (Router.record), with
+// via ext_proc and the result. A stream on which no request came is none.
+func (x *eppExchange) record() {
+	if !x.seen {
 		return
 	}
-	if x.ended && x.status == http.StatusOK && x.sn != nil && x.sn.complete() && !p.relay {
-		r.account(p, x.sn.result())
+	result := x.result
+	if x.timedOut.Load() {
+		result = eppError
 	}
-	x.inFlight.Dec()
-	r.Done(p)
+	code, status := "unreported", x.status
+	if status > 0 {
+		code = strconv.Itoa(status)
+	}
+	var ttfb time.Duration
+	if !x.firstAt.IsZero() {
+		ttfb = x.firstAt.Sub(x.start)
+	}
+	dur := time.Since(x.start)
+	x.s.r.record(eppRoute, code, x.rec, dur, ttfb, func() []zap.Field {
+		f := []zap.Field{zap.String("request_id", x.rec.id), zap.String("method", x.method), zap.String("route", eppRoute),
+			zap.String("via", "ext_proc"), zap.String("result", result)}
+		if status > 0 {
+			f = append(f, zap.Int("status", status))
+		}
+		return append(f, zap.Duration("duration", dur), zap.Int64("bytes", x.bytes))
+	}, false)
 }
 
 // decisionHeaders are the decision's headers the routing answer adds to
@@ -503,7 +602,10 @@ func (x *eppExchange) decisionHeaders() (set []*corev3.HeaderValueOption, remove
 	if x.pick == nil {
 		return nil, nil
 	}
-	out := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-kvroute-matched-tokens", RawValue: []byte(strconv.Itoa(x.pick.MatchedTokens))}}}
+	out := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-kvroute-matched-tokens", RawValue: []byte(strconv.Itoa(x.pick.MatchedTokens))}},
+		// The request's id, as the access log names it (the client's when
+		// it is one the picker carries), on the request sent on.
+		{Header: &corev3.HeaderValue{Key: "x-request-id", RawValue: []byte(x.rec.id)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}
 	if x.pick.KVSource != "" {
 		// Set, not appended: it replaces any the client sent.
 		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: KVSourceHeader, RawValue: []byte(x.pick.KVSource)},
@@ -546,6 +648,13 @@ func eppResponse(rep extproc.Reply, decision []*corev3.HeaderValueOption, remove
 		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}
 		out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{eppNamespace: structpb.NewStructValue(
 			&structpb.Struct{Fields: map[string]*structpb.Value{eppDestination: structpb.NewStringValue(rep.Route)}})}}
+	}
+	if rep.Replace {
+		if len(rep.Chunk) > 0 {
+			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: rep.Chunk}}
+		} else {
+			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+		}
 	}
 	if rep.Streamed {
 		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{

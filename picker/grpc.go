@@ -8,10 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kvroute/kvroute/picker/intake"
 	"github.com/kvroute/kvroute/picker/render"
@@ -69,9 +71,20 @@ func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickRes
 	if slo < 0 || slo > float64(maxSLO/time.Millisecond) || math.IsNaN(slo) {
 		return nil, status.Errorf(codes.InvalidArgument, "slo_ttft_ms %v: want 0 (none) or a number of milliseconds up to %d", slo, maxSLO/time.Millisecond)
 	}
-	p, err := g.r.Route(ctx, intake.Any, body, PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain(),
-		SLO: time.Duration(slo * float64(time.Millisecond))})
+	opt := PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain(), SLO: time.Duration(slo * float64(time.Millisecond))}
+	if g.r.cfg.AdmitDecisions { // the fairness key as gRPC metadata of the header's name
+		md, _ := metadata.FromIncomingContext(ctx)
+		hdr := http.Header{}
+		for _, v := range md.Get(strings.ToLower(g.r.cfg.FairnessHeader)) {
+			hdr.Add(g.r.cfg.FairnessHeader, v)
+		}
+		opt.AdmitNow, opt.Fairness = true, decisionFairness(hdr, g.r.cfg.FairnessHeader)
+	}
+	p, err := g.r.Route(ctx, intake.Any, body, opt)
 	if err != nil {
+		if s := retryAfterOf(err); s != "" {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", s))
+		}
 		return nil, grpcError(err)
 	}
 	return pickResponse(p), nil
@@ -96,6 +109,16 @@ func grpcError(err error) error {
 	var ie *intake.Error
 	var re *render.RefusedError
 	switch {
+	case errors.As(err, &ie) && ie.Status == http.StatusTooManyRequests:
+		// Overload: RESOURCE_EXHAUSTED, when to retry as a RetryInfo
+		// detail (the retry-after metadata says it too).
+		st := status.New(codes.ResourceExhausted, string(ie.Body()))
+		if ie.RetryAfter > 0 {
+			if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ie.RetryAfter)}); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
 	case errors.As(err, &ie):
 		return status.Error(httpCode(ie.Status), string(ie.Body()))
 	case errors.As(err, &re):

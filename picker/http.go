@@ -39,6 +39,9 @@ type HandlerOptions struct {
 	// Pickers, when set, fills in what /debug/endpoints shows of the
 	// bookings shared with the other pickers.
 	Pickers func(*debugapi.Picker)
+	// ExtProc, when set, is the endpoint picker /debug/endpoints shows
+	// (kvroute verify probes its gRPC health).
+	ExtProc *debugapi.ExtProc
 }
 
 // Handler serves the public API: the OpenAI endpoints (proxied or passed
@@ -73,7 +76,7 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
 	self := func() debugapi.Picker {
-		p := debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure()}
+		p := debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure(), ExtProc: o.ExtProc}
 		if o.Pickers != nil {
 			o.Pickers(&p)
 		}
@@ -265,13 +268,29 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		writeError(w, err)
 		return
 	}
-	p, err := r.Route(req.Context(), intake.Any, body, PickOptions{CacheOff: cacheOff(req.Header), Explain: explain, SLO: slo})
+	opt := PickOptions{CacheOff: cacheOff(req.Header), Explain: explain, SLO: slo}
+	if r.cfg.AdmitDecisions {
+		opt.AdmitNow, opt.Fairness = true, decisionFairness(req.Header, r.cfg.FairnessHeader)
+	}
+	p, err := r.Route(req.Context(), intake.Any, body, opt)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	r.peerDone(p) // a peer policy's booking: the request is not seen again
 	writeJSON(w, http.StatusOK, p)
+}
+
+// decisionFairness is a decision request's place in admission
+// (Config.AdmitDecisions), for the metrics' fairness key: its fairness
+// headers, or none when they are malformed (the decision API never
+// refused a request for them; its cache_salt then keys it).
+func decisionFairness(h http.Header, header string) Fairness {
+	f, err := fairnessOf(h, header)
+	if err != nil {
+		return Fairness{}
+	}
+	return f
 }
 
 func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request, ready func() error) {

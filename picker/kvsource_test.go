@@ -334,7 +334,7 @@ func TestPickResponseCarriesTheSource(t *testing.T) {
 // a source, and removes the client's when it did not.
 func TestEPPSourceHeader(t *testing.T) {
 	for _, src := range []string{"10.0.0.2:5710", ""} {
-		x := &eppExchange{pick: &Pick{Answer: pickapi.Answer{Endpoint: "http://10.0.0.1:8000", KVSource: src}}}
+		x := &eppExchange{rec: &reqRecord{id: "r", cached: -1}, pick: &Pick{Answer: pickapi.Answer{Endpoint: "http://10.0.0.1:8000", KVSource: src}}}
 		set, remove := x.decisionHeaders()
 		m := eppResponse(extproc.Reply{Kind: extproc.RequestHeaders, Route: "10.0.0.1:8000"}, set, remove)
 		mut := m.GetRequestHeaders().GetResponse().GetHeaderMutation()

@@ -80,7 +80,8 @@ func newMetrics(reg prometheus.Registerer, r *Router) *metrics {
 		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "proxy_overhead_seconds",
 			Help:    "From a proxied request's arrival to its dispatch to the chosen engine (body read, tokens, decision), per attempt.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}}),
-		requests: prometheus.NewCounterVec(opts("requests_total", "Requests answered, by route (the API path), model (none before one is resolved) and status code."),
+		requests: prometheus.NewCounterVec(opts("requests_total", "Requests answered, by route (the API path; ext_proc for the endpoint picker's), model (none before one is resolved) and status code "+
+			"(unreported: an endpoint picker request whose answer's status the gateway did not send back)."),
 			[]string{"route", "model", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kvroute", Subsystem: "picker", Name: "request_duration_seconds",
 			Help: "From a request's arrival to the end of its answer, by route and model.", Buckets: latencyBuckets()}, []string{"route", "model"}),

@@ -17,16 +17,20 @@ import (
 // Route places a request of kind (intake.Any: told by its fields). It
 // blocks: it renders the request's tokens (bounded by the render timeout
 // and ctx) and, with opt.Admit, waits in the admission queue while the
-// request's model group is saturated. Then it decides and books, which
+// request's model group is saturated (with opt.AdmitNow it is refused
+// then instead). Then it decides and books, which
 // never block. It is the five steps below in order, with the metrics
 // recorded once from what they return.
 func (r *Router) Route(ctx context.Context, kind intake.Kind, body []byte, opt PickOptions) (*Pick, error) {
 	p, err := r.Prepare(ctx, kind, body)
-	if err == nil && opt.Admit {
+	switch {
+	case err == nil && opt.Admit:
 		var leave func()
 		if leave, err = r.Admit(ctx, p, opt); err == nil {
 			defer leave() // once the pick is booked, the next waiter may go
 		}
+	case err == nil && opt.AdmitNow:
+		err = r.admit.check(p.group, p.req.Model, p.endpoints(), opt.Fairness, p.req.CacheSalt)
 	}
 	var pick *Pick
 	var d decide.Decision

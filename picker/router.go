@@ -128,6 +128,14 @@ type Config struct {
 	EnginePriority bool
 	// Standing is how the fair share is reckoned (package standing).
 	Standing standing.Config
+	// AdmitDecisions (--admit-decisions) puts the decision API under
+	// admission: while a model group is saturated (or proxied requests
+	// for it wait in the queue) a decision request for it is refused at
+	// once, 429 rate_limit_exceeded model_saturated with Retry-After (gRPC:
+	// RESOURCE_EXHAUSTED with a RetryInfo detail and retry-after
+	// metadata), instead of a decision. It never waits. Default false: the
+	// decision API always decides.
+	AdmitDecisions bool
 	// Clock is the router's time: its decisions, bookings and health
 	// judgements run at Clock(). Default time.Now; the lab passes its
 	// virtual clock. Request timing for metrics and logs stays wall time.
@@ -409,7 +417,12 @@ type PickOptions struct {
 	// Admit: the request passes admission (a request the picker carries
 	// to the engine, on its first attempt): while its model group is
 	// saturated it waits in the queue under Fairness, or is refused.
-	Admit    bool
+	Admit bool
+	// AdmitNow: the request passes admission without waiting (the
+	// decision API with Config.AdmitDecisions): refused at once (429,
+	// Retry-After) while its model group is saturated or has requests
+	// waiting. Ignored with Admit.
+	AdmitNow bool
 	Fairness Fairness
 	// SLO is the request's TTFT target (x-kvroute-slo-ttft-ms; 0: none):
 	// precise chooses, among the endpoints predicted within it, the one

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvroute/kvroute/gossip"
 	"github.com/kvroute/kvroute/gossip/secretfile"
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/summary"
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/fleet"
@@ -232,11 +233,6 @@ func (c *ServerConfig) Validate() error {
 	if c.Router.EngineAPIKey != "" && c.EngineAPIKeyFile != "" {
 		errs = append(errs, errors.New("an engine API key and --engine-api-key-file: give one"))
 	}
-	if c.Router.TenantHeader != "" && c.ExtProcListen != "" {
-		// The salt must reach the engine in the body, and the endpoint
-		// picker does not rewrite the bodies it passes through yet.
-		errs = append(errs, errors.New("--tenant-header with --ext-proc-listen: the endpoint picker cannot set server-side salts yet (it would route by one salt while the engine caches by the client's); run the tenant header on a picker serving the OpenAI API or the decision API"))
-	}
 	if c.ExtProcTLSCert != "" && c.ExtProcListen == "" {
 		errs = append(errs, errors.New("--ext-proc-tls-cert without --ext-proc-listen: the endpoint picker is off"))
 	}
@@ -396,6 +392,9 @@ func (s *Server) listen(cfg *ServerConfig, tf *tlsFiles) error {
 func (s *Server) serve(cfg *ServerConfig, tf *tlsFiles) {
 	opts := HandlerOptions{Token: s.decisionToken, Ready: s.ready, GossipInsecure: s.members.Insecure, Pickers: s.share.debug,
 		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})}
+	if s.eppLn != nil {
+		opts.ExtProc = &debugapi.ExtProc{Address: s.eppLn.Addr().String(), TLS: cfg.ExtProcTLSCert != "", ClientCert: cfg.ExtProcClientCA != ""}
+	}
 	// A client gets a minute to send its request, and an idle connection
 	// two; answers (streams) are not bounded: the client's leaving ends them.
 	s.http = &http.Server{Handler: s.router.Handler(opts), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}

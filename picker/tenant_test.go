@@ -163,7 +163,7 @@ func TestTenantConfig(t *testing.T) {
 		t.Fatalf("header without key: %v", err)
 	}
 	sc.SaltKeyFile, sc.ExtProcListen = "k", "127.0.0.1:0"
-	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), "--ext-proc-listen") {
+	if err := sc.Validate(); err != nil { // the endpoint picker sets the salt in the body too
 		t.Fatalf("tenant header on the endpoint picker: %v", err)
 	}
 	sc.ExtProcListen = ""

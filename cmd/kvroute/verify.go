@@ -44,6 +44,10 @@ actually cache:
     with the sidecar's reason (a sidecar in connect mode whose engine
     connects too needs --kv-events-mode bind), and so does "unknown" once
     the engine has served verify's requests;
+  - endpoint picker: when the picker serves one (--ext-proc-listen), its
+    grpc.health.v1 must answer SERVING for the ext_proc service at the
+    address the picker reports (on --picker's host when it listens on every
+    interface; --ext-proc to give another);
   - lag: per model, a completion under a fresh cache_salt sent straight to
     every engine the picker routes the model to, then the picker's
     decision API polled until it predicts the prompt's blocks on each: the
@@ -110,6 +114,7 @@ bad flags).`,
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on each request")
 	f.DurationVar(&cfg.MaxLag, "max-lag", cfg.MaxLag, "longest event-to-routable lag the lag probe passes with")
+	f.StringVar(&cfg.ExtProc, "ext-proc", "", "host:port the picker's endpoint picker (--ext-proc-listen) is reached at, for its gRPC health check (default: the address the picker reports, on --picker's host)")
 	f.StringVar(&tokenFile, "decision-token-file", "", "file holding the picker's decision API token, if it needs one")
 	return cmd
 }

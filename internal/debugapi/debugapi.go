@@ -113,6 +113,21 @@ type Picker struct {
 	// SharesBookings: it streams its bookings to the other pickers and
 	// follows theirs (--peer-listen, and gossip or --peer-pickers).
 	SharesBookings bool `json:"shares_bookings"`
+	// ExtProc is its endpoint picker (--ext-proc-listen); absent when it
+	// serves none.
+	ExtProc *ExtProc `json:"ext_proc,omitempty"`
+}
+
+// ExtProc is the picker's endpoint picker (Envoy ext_proc, with gRPC
+// health), as it listens.
+type ExtProc struct {
+	// Address is the address it listens on, as bound (host:port; an
+	// unspecified host is every interface of the picker's).
+	Address string `json:"address"`
+	// TLS: it serves TLS (--ext-proc-tls-cert). ClientCert: it requires
+	// a client certificate (--ext-proc-client-ca).
+	TLS        bool `json:"tls"`
+	ClientCert bool `json:"client_cert"`
 }
 
 // PeerPicker is another picker as this one follows its bookings.

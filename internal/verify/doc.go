@@ -59,4 +59,9 @@
 //     it within Limits.MaxLag of the engine's answer; a prompt never
 //     predicted fails, with the picker's state of the endpoint when it
 //     has one. The check's Figure is the measured lag.
+//   - A picker serving an endpoint picker (its /debug/endpoints names its
+//     --ext-proc-listen) passes "endpoint picker health" when its
+//     grpc.health.v1 answers SERVING for ExtProcService; NOT_SERVING or no
+//     answer fails, naming the address. One requiring a client
+//     certificate is not probed (verify has none), which the check says.
 package verify

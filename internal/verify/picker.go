@@ -27,6 +27,30 @@ type PickerFacts struct {
 	// bookings it shares with the other pickers.
 	SharesBookings bool
 	Pickers        []debugapi.PeerPicker
+	// ExtProc is verify's probe of the picker's endpoint picker (zero
+	// when it serves none).
+	ExtProc ExtProcFacts
+}
+
+// ExtProcService is the service name the endpoint picker's gRPC health
+// reports on: SERVING while the picker can route.
+const ExtProcService = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+// ExtProcFacts is verify's probe of the endpoint picker's gRPC health
+// (grpc.health.v1, service ExtProcService).
+type ExtProcFacts struct {
+	// Listen is the address the picker's /debug/endpoints says it
+	// listens on ("": it serves no endpoint picker, nothing to probe).
+	Listen string
+	// Address is the address verify dialled (Listen, an unspecified host
+	// replaced by the picker's, or --ext-proc).
+	Address string
+	// Status is the health answer (SERVING, NOT_SERVING, …; "" none).
+	Status string
+	// Err is why the probe got no answer.
+	Err string
+	// NotProbed, when set, is why verify did not probe it.
+	NotProbed string
 }
 
 // JudgePicker checks the picker itself: its gossip is encrypted (or on
@@ -46,7 +70,31 @@ func JudgePicker(f PickerFacts) []Check {
 		admin.OK, admin.Detail = false, fmt.Sprintf("the public port answers %d for /debug/endpoints", f.PublicAdminStatus)
 		admin.Cause = "every pod's address and load is served to clients: run a picker that serves its admin surface on --admin-listen only"
 	}
-	return []Check{gossip, admin, judgePickersAgree(f)}
+	checks := []Check{gossip, admin, judgePickersAgree(f)}
+	if f.ExtProc.Listen != "" {
+		checks = append(checks, judgeExtProc(f.ExtProc))
+	}
+	return checks
+}
+
+// judgeExtProc checks the endpoint picker's gRPC health: it passes when
+// it answers SERVING (it can route); fails naming the address and the
+// status, or why it did not answer.
+func judgeExtProc(f ExtProcFacts) Check {
+	c := Check{Name: "endpoint picker health", Endpoint: f.Address, OK: true}
+	switch {
+	case f.NotProbed != "":
+		c.Detail = fmt.Sprintf("the endpoint picker on %s was not probed: %s", f.Listen, f.NotProbed)
+	case f.Err != "":
+		c.OK, c.Detail = false, fmt.Sprintf("the endpoint picker's gRPC health at %s did not answer: %s", f.Address, f.Err)
+		c.Cause = "its port (--ext-proc-listen) is not reachable from here: check the address, the Service and the NetworkPolicy (or give verify the address with --ext-proc)"
+	case f.Status != "SERVING":
+		c.OK, c.Detail = false, fmt.Sprintf("the endpoint picker's gRPC health at %s answers %s for %s", f.Address, f.Status, ExtProcService)
+		c.Cause = "it cannot route (no routable endpoint, or a gossip name conflict: see the picker's /readyz): the gateway's requests get no destination"
+	default:
+		c.Detail = fmt.Sprintf("the endpoint picker's gRPC health at %s answers SERVING", f.Address)
+	}
+	return c
 }
 
 // judgePickersAgree checks that the picker follows every other picker it

@@ -155,6 +155,12 @@ func TestJudgePicker(t *testing.T) {
 		{"pickers cannot reach each other", PickerFacts{PublicAdminStatus: 404, SharesBookings: true, Pickers: []debugapi.PeerPicker{
 			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(0.5)},
 			{Address: "10.0.0.2:9000", State: debugapi.PeerConnecting, Error: "connection refused"}}}, "pickers agree", "NetworkPolicy"},
+		{"endpoint picker serving", PickerFacts{PublicAdminStatus: 404, ExtProc: ExtProcFacts{Listen: "[::]:9002", Address: "p:9002", Status: "SERVING"}}, "", ""},
+		{"endpoint picker not probed", PickerFacts{PublicAdminStatus: 404, ExtProc: ExtProcFacts{Listen: "[::]:9002", NotProbed: "mutual TLS"}}, "", ""},
+		{"endpoint picker not serving", PickerFacts{PublicAdminStatus: 404, ExtProc: ExtProcFacts{Listen: "[::]:9002", Address: "p:9002", Status: "NOT_SERVING"}},
+			"endpoint picker health", "/readyz"},
+		{"endpoint picker unreachable", PickerFacts{PublicAdminStatus: 404, ExtProc: ExtProcFacts{Listen: "[::]:9002", Address: "p:9002", Err: "connection refused"}},
+			"endpoint picker health", "--ext-proc"},
 		{"a picker silent", PickerFacts{PublicAdminStatus: 404, SharesBookings: true, Pickers: []debugapi.PeerPicker{
 			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(9.0)}}}, "pickers agree", "--peer-listen"},
 	} {

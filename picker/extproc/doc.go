@@ -33,6 +33,13 @@
 //     mode overrides) and the body is then handled as buffered.
 //   - A request without a body (headers with end_of_stream, or request
 //     body mode NONE) is decided on the headers alone.
+//   - A body the shell rewrote (Rewrite, before Route: the tenant's
+//     cache_salt) goes on as rewritten in every mode, its content-length
+//     set: streamed back in FULL_DUPLEX_STREAMED; a body mutation in
+//     place of the buffered body (and content-length on that answer) in
+//     BUFFERED and BUFFERED_PARTIAL; in STREAMED, content-length on the
+//     held headers' answer, the whole body in place of the first held
+//     message and the others cleared. Unrewritten, bodies go on unchanged.
 //   - The response: the headers are answered unchanged; body chunks are
 //     sent back as they come in FULL_DUPLEX_STREAMED (the gateway passes
 //     on only what comes back), answered unchanged otherwise; the answer

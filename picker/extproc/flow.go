@@ -60,9 +60,12 @@ type Reply struct {
 	// sent back whole in FULL_DUPLEX_STREAMED mode.
 	ContentLength int
 	// Streamed: a StreamedBodyResponse carrying Chunk, ending the body
-	// when EndOfStream (FULL_DUPLEX_STREAMED). Otherwise a body reply
-	// leaves the chunk as it is.
+	// when EndOfStream (FULL_DUPLEX_STREAMED). Replace: a body mutation
+	// putting Chunk in place of the message's body (clearing it when
+	// Chunk is empty: BUFFERED, STREAMED; the body was rewritten).
+	// Otherwise a body reply leaves the chunk as it is.
 	Streamed    bool
+	Replace     bool
 	Chunk       []byte
 	EndOfStream bool
 	// ModeOverride, when set, asks the gateway to send the request body
@@ -110,11 +113,12 @@ type Flow struct {
 	proto Protocol
 	st    state
 
-	body     []byte
-	bodyless bool // decided without a body
-	answered bool // the request headers were answered before the body came
-	held     int  // request body messages received while the headers are held: each owed an answer
-	trailers bool // the request's trailers arrived before the decision: owed an answer
+	body      []byte
+	bodyless  bool // decided without a body
+	rewritten bool // the shell replaced the body (Rewrite): it goes on as the shell set it
+	answered  bool // the request headers were answered before the body came
+	held      int  // request body messages received while the headers are held: each owed an answer
+	trailers  bool // the request's trailers arrived before the decision: owed an answer
 }
 
 // NewFlow starts a flow whose request body is bounded by maxBody bytes,
@@ -278,6 +282,17 @@ func (f *Flow) requestTrailers() (Step, error) {
 	return Step{}, f.outOfOrder(RequestTrailers)
 }
 
+// Rewrite replaces the request body the gateway sent on with body (the
+// tenant's cache_salt set in it), before Route: the body goes upstream
+// as rewritten in every mode, its content-length set to match.
+func (f *Flow) Rewrite(body []byte) error {
+	if f.st != deciding || f.bodyless {
+		return fmt.Errorf("a body rewrite %s", map[bool]string{true: "of a request without a body", false: "outside the decision"}[f.bodyless])
+	}
+	f.body, f.rewritten = body, true
+	return nil
+}
+
 // Route sends the request on to route (the destination list) and returns
 // the answers owed: the header mutation where it takes effect, then the
 // body as the mode wants it.
@@ -291,7 +306,11 @@ func (f *Flow) Route(route string) ([]Reply, error) {
 	case f.bodyless:
 		out = append(out, Reply{Kind: RequestHeaders, Route: route, ClearRouteCache: true})
 	case f.answered:
-		out = append(out, Reply{Kind: RequestBody, Route: route, ClearRouteCache: true})
+		r := Reply{Kind: RequestBody, Route: route, ClearRouteCache: true}
+		if f.rewritten { // the headers are held until this answer: its content-length takes effect
+			r.Replace, r.Chunk, r.ContentLength = true, f.body, len(f.body)
+		}
+		out = append(out, r)
 	case f.proto.RequestBody == FullDuplex:
 		out = append(out, Reply{Kind: RequestHeaders, Route: route, ClearRouteCache: true, ContentLength: len(f.body)})
 		// The body goes upstream only as sent back.
@@ -300,9 +319,22 @@ func (f *Flow) Route(route string) ([]Reply, error) {
 			out = append(out, Reply{Kind: RequestBody, Streamed: true, Chunk: f.body[i:end], EndOfStream: end == len(f.body) && !f.trailers})
 		}
 	default: // STREAMED, the body sent without waiting: one answer per message, in order
-		out = append(out, Reply{Kind: RequestHeaders, Route: route, ClearRouteCache: true})
-		for range f.held {
-			out = append(out, Reply{Kind: RequestBody})
+		h := Reply{Kind: RequestHeaders, Route: route, ClearRouteCache: true}
+		if f.rewritten {
+			h.ContentLength = len(f.body)
+		}
+		out = append(out, h)
+		for i := range f.held {
+			r := Reply{Kind: RequestBody}
+			if f.rewritten {
+				// The whole rewritten body in place of the first message,
+				// the others cleared.
+				r.Replace = true
+				if i == 0 {
+					r.Chunk = f.body
+				}
+			}
+			out = append(out, r)
 		}
 	}
 	if f.trailers {

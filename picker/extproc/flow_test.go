@@ -9,11 +9,12 @@ import (
 
 // op is one input to a flow: a gateway message, or the shell's decision.
 type op struct {
-	ev     *Event
-	route  string // Route(route)
-	refuse int    // Refuse(refuse, "no")
-	want   string // the replies and step flags, as show writes them
-	err    string // an error containing this
+	ev      *Event
+	rewrite string // Rewrite(rewrite), then Route(route)
+	route   string // Route(route)
+	refuse  int    // Refuse(refuse, "no")
+	want    string // the replies and step flags, as show writes them
+	err     string // an error containing this
 }
 
 func msg(k Kind, eos bool, data string) *Event {
@@ -33,6 +34,9 @@ func show(s Step, replies []Reply) string {
 		}
 		if r.ContentLength > 0 {
 			p += fmt.Sprintf(" cl=%d", r.ContentLength)
+		}
+		if r.Replace {
+			p += fmt.Sprintf(" replace=%q", r.Chunk)
 		}
 		if r.Streamed {
 			p += fmt.Sprintf(" chunk=%q", r.Chunk)
@@ -70,6 +74,11 @@ func run(t *testing.T, f *Flow, ops []op) {
 		case o.ev != nil:
 			s, err = f.Step(*o.ev)
 		case o.route != "":
+			if o.rewrite != "" {
+				if err = f.Rewrite([]byte(o.rewrite)); err != nil {
+					break
+				}
+			}
 			replies, err = f.Route(o.route)
 		default:
 			replies, err = f.Refuse(o.refuse, []byte("no"))
@@ -209,6 +218,47 @@ func TestFlow(t *testing.T) {
 
 // TestFlowChunksALargeBody: a body past ChunkBytes goes back in chunks of
 // at most ChunkBytes, in order, whole, the last ending the stream.
+// TestFlowRewrite: a body the shell rewrote goes on as rewritten in
+// every mode, its content-length set: streamed back (FULL_DUPLEX), in
+// place of the buffered body, or in place of the first held STREAMED
+// message with the others cleared; never for a request without a body.
+func TestFlowRewrite(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		proto Protocol
+		ops   []op
+	}{
+		{name: "full duplex", proto: Protocol{RequestBody: FullDuplex}, ops: []op{
+			{ev: msg(RequestHeaders, false, ""), want: ""},
+			{ev: msg(RequestBody, false, `{"a":`), want: ""},
+			{ev: msg(RequestBody, true, `1}`), want: "DECIDE"},
+			{rewrite: `{"a":1,"s":"x"}`, route: "a:1", want: `request_headers route=a:1 clear cl=15; request_body chunk="{\"a\":1,\"s\":\"x\"}" eos`},
+		}},
+		{name: "buffered", proto: Protocol{RequestBody: Buffered}, ops: []op{
+			{ev: msg(RequestHeaders, false, ""), want: "request_headers clear"},
+			{ev: msg(RequestBody, true, `{}`), want: "DECIDE"},
+			{rewrite: `{"s":"x"}`, route: "a:1", want: `request_body route=a:1 clear cl=9 replace="{\"s\":\"x\"}"`},
+		}},
+		{name: "streamed, waiting: buffered", proto: Protocol{RequestBody: Streamed}, ops: []op{
+			{ev: msg(RequestHeaders, false, ""), want: "request_headers override=BUFFERED"},
+			{ev: msg(RequestBody, true, `{}`), want: "DECIDE"},
+			{rewrite: `{"s":"x"}`, route: "a:1", want: `request_body route=a:1 clear cl=9 replace="{\"s\":\"x\"}"`},
+		}},
+		{name: "streamed without waiting", proto: Protocol{RequestBody: Streamed, BodyWithoutWaiting: true}, ops: []op{
+			{ev: msg(RequestHeaders, false, ""), want: ""},
+			{ev: msg(RequestBody, false, `{"a":`), want: ""},
+			{ev: msg(RequestBody, true, `1}`), want: "DECIDE"},
+			{rewrite: `{"a":1,"s":"x"}`, route: "a:1", want: `request_headers route=a:1 clear cl=15; request_body replace="{\"a\":1,\"s\":\"x\"}"; request_body replace=""`},
+		}},
+		{name: "no body", proto: Protocol{RequestBody: FullDuplex}, ops: []op{
+			{ev: msg(RequestHeaders, true, ""), want: "DECIDE"},
+			{rewrite: `{}`, route: "a:1", err: "without a body"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { run(t, NewFlow(1<<20, tc.proto), tc.ops) })
+	}
+}
+
 func TestFlowChunksALargeBody(t *testing.T) {
 	f := NewFlow(1<<20, Protocol{RequestBody: FullDuplex, ResponseBody: FullDuplex})
 	body := bytes.Repeat([]byte("x"), 2*ChunkBytes+5)

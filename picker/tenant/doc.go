@@ -13,6 +13,8 @@
 //     derived one (adding it when absent), keeping every other member:
 //     the body forwarded to the engine carries the salt the keys were
 //     computed with, so the engine's cache is isolated the same way.
+//     SetMembers is the same for any top-level members (SetSalt is it
+//     with cache_salt alone): a caller setting several edits once.
 //   - Tenant names are validated (CheckTenant): bounded, printable, no
 //     surrounding space.
 //   - The package is pure: no I/O, no clock, no logging. Reading and

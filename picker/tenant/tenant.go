@@ -66,6 +66,33 @@ func CheckTenant(name string) error {
 // to salt (replacing the client's, every copy of it, or added), every
 // other member kept.
 func SetSalt(body []byte, salt string) ([]byte, error) {
+	return SetMembers(body, String("cache_salt", salt))
+}
+
+// Member is a top-level member of a JSON object body to set: Key and its
+// Value (String, Int).
+type Member struct {
+	Key   string
+	Value *fastjson.Value
+}
+
+// String is the member key with the string value s.
+func String(key, s string) Member {
+	var a fastjson.Arena
+	return Member{Key: key, Value: a.NewString(s)}
+}
+
+// Int is the member key with the integer value n.
+func Int(key string, n int) Member {
+	var a fastjson.Arena
+	return Member{Key: key, Value: a.NewNumberInt(n)}
+}
+
+// SetMembers returns body, a JSON object, with each of members set at its
+// top level, in order (replacing the client's, every copy of it, or
+// added), every other member kept: one parse and one encoding, however
+// many members.
+func SetMembers(body []byte, members ...Member) ([]byte, error) {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(body)
 	if err != nil {
@@ -75,10 +102,16 @@ func SetSalt(body []byte, salt string) ([]byte, error) {
 	if err != nil {
 		return nil, errors.New("the body is not a JSON object")
 	}
-	for o.Get("cache_salt") != nil { // every copy, however its key is escaped: an engine may read the last
-		o.Del("cache_salt")
+	grow := 16
+	for _, m := range members {
+		for o.Get(m.Key) != nil { // every copy, however its key is escaped: an engine may read the last
+			o.Del(m.Key)
+		}
+		o.Set(m.Key, m.Value)
+		grow += len(m.Key) + 8
+		if s, err := m.Value.StringBytes(); err == nil {
+			grow += len(s)
+		}
 	}
-	var a fastjson.Arena
-	o.Set("cache_salt", a.NewString(salt))
-	return v.MarshalTo(make([]byte, 0, len(body)+len(salt)+16)), nil
+	return v.MarshalTo(make([]byte, 0, len(body)+grow)), nil
 }

@@ -121,3 +121,23 @@ func FuzzSetSalt(f *testing.F) {
 		}
 	})
 }
+
+// TestSetMembers: several members set in one rewrite, each replacing
+// every copy the client sent, strings and integers, the rest kept.
+func TestSetMembers(t *testing.T) {
+	out, err := SetMembers([]byte(`{"priority":"high","model":"m","cache_salt":"a","priority":9}`), String("cache_salt", "kvt1-s"), Int("priority", -3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	if got["cache_salt"] != "kvt1-s" || got["priority"] != float64(-3) || got["model"] != "m" || len(got) != 3 ||
+		strings.Count(string(out), "priority") != 1 || strings.Count(string(out), "salt") != 1 {
+		t.Fatalf("%s", out)
+	}
+	if out, err := SetMembers([]byte(`{"a":1}`)); err != nil || string(out) != `{"a":1}` {
+		t.Fatalf("no members: %s %v", out, err)
+	}
+}

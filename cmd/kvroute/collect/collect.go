@@ -35,6 +35,10 @@ type Config struct {
 	// MaxLag is the event-to-routable lag a lag probe passes with; a lag
 	// probe gives up polling at max(5 s, 5 × MaxLag). Default 1 s.
 	MaxLag time.Duration
+	// ExtProc, when set, is the host:port the picker's endpoint picker
+	// (its --ext-proc-listen) is reached at; default: the address its
+	// /debug/endpoints names, an unspecified host replaced by Picker's.
+	ExtProc string
 }
 
 // DefaultConfig is the configuration without a picker.
@@ -60,6 +64,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLag <= 0 {
 		return fmt.Errorf("--max-lag %v: want > 0", c.MaxLag)
+	}
+	if c.ExtProc != "" {
+		if _, _, err := net.SplitHostPort(c.ExtProc); err != nil {
+			return fmt.Errorf("--ext-proc %q: want host:port", c.ExtProc)
+		}
 	}
 	return nil
 }
@@ -104,6 +113,8 @@ type Collector struct {
 	maxLag time.Duration  // a lag probe gives up at lagGiveUp(maxLag)
 	hc     *http.Client   // bounded by the timeout
 	rc     *render.Client // engines' own tokens, as the picker gets them
+	// extProcAddr is Config.ExtProc.
+	extProcAddr string
 }
 
 // New returns a collector for cfg; Close releases its connections.
@@ -112,7 +123,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	return &Collector{picker: strings.TrimRight(cfg.Picker, "/"), admin: strings.TrimRight(AdminURL(cfg), "/"), model: cfg.Model, token: cfg.Token, settle: cfg.Timeout, maxLag: cfg.MaxLag,
-		hc: &http.Client{Timeout: cfg.Timeout}, rc: render.New(cfg.Timeout, 16<<20)}, nil
+		hc: &http.Client{Timeout: cfg.Timeout}, rc: render.New(cfg.Timeout, 16<<20), extProcAddr: cfg.ExtProc}, nil
 }
 
 // Close releases idle connections.
@@ -125,10 +136,12 @@ func (c *Collector) Close() {
 // all.
 func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 	f := verify.Facts{Picker: c.picker}
-	if err := c.readPicker(ctx, &f); err != nil {
+	ep, err := c.readPicker(ctx, &f)
+	if err != nil {
 		return verify.Facts{}, err
 	}
 	c.self(ctx, &f.Self)
+	c.extProc(ctx, ep, &f.Self.ExtProc)
 	if len(f.Fleet) == 0 && c.model != "" {
 		return verify.Facts{}, fmt.Errorf("the picker at %s knows no endpoint serving %s", c.picker, c.model)
 	}
@@ -187,11 +200,11 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 
 // readPicker records in f what the picker's /debug/endpoints (on its
 // admin port) says: its endpoints and refusals (of the model asked for,
-// when one is) and of itself.
-func (c *Collector) readPicker(ctx context.Context, f *verify.Facts) error {
+// when one is) and of itself; and returns its endpoint picker (nil: none).
+func (c *Collector) readPicker(ctx context.Context, f *verify.Facts) (*debugapi.ExtProc, error) {
 	var doc debugapi.Document
 	if err := c.getJSON(ctx, c.admin+debugapi.Path, &doc); err != nil {
-		return fmt.Errorf("the picker's endpoints, on its admin port: %w (the picker's --admin-listen; give it with --picker-admin)", err)
+		return nil, fmt.Errorf("the picker's endpoints, on its admin port: %w (the picker's --admin-listen; give it with --picker-admin)", err)
 	}
 	f.Self.GossipInsecure = doc.Picker.GossipInsecure
 	f.Self.SharesBookings, f.Self.Pickers = doc.Picker.SharesBookings, doc.Picker.Pickers
@@ -205,7 +218,7 @@ func (c *Collector) readPicker(ctx context.Context, f *verify.Facts) error {
 			f.Refused = append(f.Refused, rf)
 		}
 	}
-	return nil
+	return doc.Picker.ExtProc, nil
 }
 
 // sidecar asks the endpoint's sidecar, at its debug URL, which endpoints

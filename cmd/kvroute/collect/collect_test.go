@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/openai"
@@ -137,8 +141,19 @@ func TestFactsCannotRun(t *testing.T) {
 // picker's public and admin URLs once the picker knows both endpoints.
 func healthyFleet(t *testing.T, token string) (string, string) {
 	t.Helper()
+	u, admin, _ := healthyFleetWith(t, token, nil)
+	return u, admin
+}
+
+// healthyFleetWith is healthyFleet with the picker's configuration
+// adjusted, returning the picker too.
+func healthyFleetWith(t *testing.T, token string, adjust func(*picker.ServerConfig)) (string, string, *picker.Server) {
+	t.Helper()
 	cfg := picker.DefaultServerConfig()
 	cfg.Listen, cfg.AdminListen, cfg.GRPCListen, cfg.Capacity, cfg.DecisionToken = "127.0.0.1:0", "127.0.0.1:0", "", 4096, token
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	for i := 0; i < 2; i++ {
 		cfg.Sidecars = append(cfg.Sidecars, testpod.Start(t, testpod.Options{GPUBlocks: 1024}).Sidecar.GRPCAddr())
 	}
@@ -165,7 +180,7 @@ func healthyFleet(t *testing.T, token string) (string, string) {
 			t.Fatal("the picker never found the endpoints, or never heard from their sidecars")
 		}
 	}
-	return "http://" + pk.Addr(), "http://" + pk.AdminAddr()
+	return "http://" + pk.Addr(), "http://" + pk.AdminAddr(), pk
 }
 
 // gather collects the facts of the fleet behind the picker at pickerURL
@@ -244,10 +259,17 @@ func TestFactsOfAFleet(t *testing.T) {
 // stream live, and everything passes. It needs the sidecar's stream state
 // (issue 15's sidecar work): a sidecar without it fails here.
 func TestFactsOfAFleetStreamLive(t *testing.T) {
-	u, admin := healthyFleet(t, "")
+	u, admin, pk := healthyFleetWith(t, "", func(c *picker.ServerConfig) { c.ExtProcListen = "127.0.0.1:0" })
 	f, err := gather(t, u, admin, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Its endpoint picker answers SERVING, at the address it reports.
+	if e := f.Self.ExtProc; e.Listen != pk.ExtProcAddr() || e.Address != pk.ExtProcAddr() || e.Status != "SERVING" || e.Err != "" {
+		t.Errorf("endpoint picker facts %+v (it listens on %s)", e, pk.ExtProcAddr())
+	}
+	if c := checkNamed(verify.Judge(f, verify.DefaultLimits()).Checks, "endpoint picker health"); c == nil || !c.OK {
+		t.Errorf("endpoint picker health: %+v", c)
 	}
 	for _, e := range f.Endpoints {
 		if s := e.Stream; !s.Reported || s.State != verify.StreamLive || s.EngineDown {
@@ -256,5 +278,97 @@ func TestFactsOfAFleetStreamLive(t *testing.T) {
 	}
 	if r := verify.Judge(f, verify.DefaultLimits()); !r.OK {
 		t.Fatalf("failed: %+v", verify.Failed(r.Checks))
+	}
+}
+
+// checkNamed is the first check of that name (nil: none).
+func checkNamed(checks []verify.Check, name string) *verify.Check {
+	for i := range checks {
+		if checks[i].Name == name {
+			return &checks[i]
+		}
+	}
+	return nil
+}
+
+// TestExtProcHealth: verify probes the endpoint picker's grpc.health.v1
+// for the ext_proc service: NOT_SERVING fails naming the address and the
+// status, an address nothing answers on fails naming it and why, and one
+// requiring client certificates is said not probed. (A picker's SERVING
+// endpoint picker: TestFactsOfAFleetStreamLive.)
+func TestExtProcHealth(t *testing.T) {
+	hs := health.NewServer()
+	hs.SetServingStatus(verify.ExtProcService, healthpb.HealthCheckResponse_NOT_SERVING)
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := closed.Addr().String()
+	_ = closed.Close()
+
+	cfg := DefaultConfig()
+	cfg.Picker, cfg.Timeout = "http://127.0.0.1:1", 5*time.Second
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		ep   debugapi.ExtProc
+		want string // in the failing check's detail; "" passes
+	}{
+		{"not serving", debugapi.ExtProc{Address: ln.Addr().String()}, "health at " + ln.Addr().String() + " answers NOT_SERVING"},
+		{"unreachable", debugapi.ExtProc{Address: gone}, "health at " + gone + " did not answer"},
+		{"mutual TLS", debugapi.ExtProc{Address: gone, TLS: true, ClientCert: true}, ""},
+	} {
+		var f verify.Facts
+		c.extProc(ctx, &tc.ep, &f.Self.ExtProc)
+		got := checkNamed(verify.JudgePicker(f.Self), "endpoint picker health")
+		switch {
+		case got == nil:
+			t.Errorf("%s: no endpoint picker check (facts %+v)", tc.name, f.Self.ExtProc)
+		case tc.want == "" && (!got.OK || !strings.Contains(got.Detail, "not probed")):
+			t.Errorf("%s: %+v, want a pass saying it was not probed", tc.name, got)
+		case tc.want != "" && (got.OK || !strings.Contains(got.Detail, tc.want) || got.Endpoint != tc.ep.Address):
+			t.Errorf("%s: %+v, want a failure with %q", tc.name, got, tc.want)
+		}
+	}
+	hs.SetServingStatus(verify.ExtProcService, healthpb.HealthCheckResponse_SERVING)
+	var f verify.Facts
+	c.extProc(ctx, &debugapi.ExtProc{Address: ln.Addr().String()}, &f.Self.ExtProc)
+	if got := checkNamed(verify.JudgePicker(f.Self), "endpoint picker health"); got == nil || !got.OK {
+		t.Errorf("serving: %+v", got)
+	}
+	// None served, none named: no check.
+	var none verify.Facts
+	c.extProc(ctx, nil, &none.Self.ExtProc)
+	if got := checkNamed(verify.JudgePicker(none.Self), "endpoint picker health"); got != nil {
+		t.Errorf("no endpoint picker: %+v", got)
+	}
+}
+
+// TestExtProcTarget: the endpoint picker is dialled where it listens, on
+// the picker's host when it listens on every interface, or at --ext-proc.
+func TestExtProcTarget(t *testing.T) {
+	for _, tc := range []struct{ listen, picker, override, want string }{
+		{"127.0.0.1:9002", "http://127.0.0.1:8080", "", "127.0.0.1:9002"},
+		{"[::]:9002", "http://kvroute-picker:8080", "", "kvroute-picker:9002"},
+		{"0.0.0.0:9002", "http://10.0.0.9:8080", "", "10.0.0.9:9002"},
+		{":9002", "http://[fd00::1]:8080", "", "[fd00::1]:9002"},
+		{"[::]:9002", "http://kvroute-picker:8080", "epp.example:443", "epp.example:443"},
+	} {
+		if got := extProcTarget(tc.listen, tc.picker, tc.override); got != tc.want {
+			t.Errorf("extProcTarget(%q, %q, %q) = %q, want %q", tc.listen, tc.picker, tc.override, got, tc.want)
+		}
 	}
 }

@@ -85,7 +85,8 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	peers := []debugapi.PeerPicker{{Address: "10.0.0.7:9000", Awaiting: 2, Error: "", Expired: 1, Instance: "9f86d081884c7d65", LagSeconds: &peerLag,
 		LastBatchSeconds: &lastBatch, Live: 5, Received: 40, State: debugapi.PeerFollowing}}
 	srv := httptest.NewServer(r.AdminHandler(picker.HandlerOptions{GossipInsecure: func() bool { return true },
-		Pickers: func(p *debugapi.Picker) { p.SharesBookings, p.Instance, p.Pickers = true, "0a1b2c3d4e5f6071", peers }}))
+		Pickers: func(p *debugapi.Picker) { p.SharesBookings, p.Instance, p.Pickers = true, "0a1b2c3d4e5f6071", peers },
+		ExtProc: &debugapi.ExtProc{Address: "[::]:9002", TLS: true, ClientCert: true}}))
 	t.Cleanup(srv.Close)
 
 	// The bytes: all of them the document's, in its order.
@@ -118,8 +119,12 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	var f verify.Facts
-	if err := c.readPicker(context.Background(), &f); err != nil {
+	ep, err := c.readPicker(context.Background(), &f)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if ep == nil || *ep != (debugapi.ExtProc{Address: "[::]:9002", TLS: true, ClientCert: true}) {
+		t.Errorf("the endpoint picker read %+v", ep)
 	}
 	if len(f.Fleet) != 2 || len(f.Refused) != 2 {
 		t.Fatalf("read %+v", f)
@@ -195,7 +200,7 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	}
 	t.Cleanup(cn.Close)
 	var only verify.Facts
-	if err := cn.readPicker(context.Background(), &only); err != nil {
+	if _, err := cn.readPicker(context.Background(), &only); err != nil {
 		t.Fatal(err)
 	}
 	if len(only.Fleet) != 0 || len(only.Refused) != 1 || only.Refused[0].Endpoint != other.Info.Endpoint || !only.Self.GossipInsecure {

@@ -32,6 +32,12 @@
 //     one still "unknown" after verify's requests is read again every
 //     100 ms for at most 5 s. A sidecar that reports no stream_state is
 //     recorded as such.
+//   - The picker's endpoint picker, when its /debug/endpoints names one
+//     (or Config.ExtProc does), is asked grpc.health.v1 Check for the
+//     ext_proc service at that address (an unspecified host: the picker's
+//     host), bounded by Timeout; over TLS without checking the
+//     certificate when it serves TLS (a health probe sends nothing), not
+//     at all when it requires client certificates (recorded why).
 //   - Facts fails only when verify cannot run at all: the picker does not
 //     answer, knows no endpoint (of the model asked for), or its decision
 //     API fails on a first request — one wanting a token says so, with

@@ -32,7 +32,10 @@ type PickerClient interface {
 	// decision token configured, the call must carry the metadata
 	// "authorization: Bearer <token>". Refusals carry a gRPC status
 	// (INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE) whose
-	// message is the OpenAI-style error body.
+	// message is the OpenAI-style error body. With --admit-decisions, a
+	// saturated model's call gets RESOURCE_EXHAUSTED, when to retry in a
+	// google.rpc.RetryInfo detail and in the trailer "retry-after" (whole
+	// seconds, as HTTP's Retry-After).
 	Pick(ctx context.Context, in *PickRequest, opts ...grpc.CallOption) (*PickResponse, error)
 }
 
@@ -64,7 +67,10 @@ type PickerServer interface {
 	// decision token configured, the call must carry the metadata
 	// "authorization: Bearer <token>". Refusals carry a gRPC status
 	// (INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE) whose
-	// message is the OpenAI-style error body.
+	// message is the OpenAI-style error body. With --admit-decisions, a
+	// saturated model's call gets RESOURCE_EXHAUSTED, when to retry in a
+	// google.rpc.RetryInfo detail and in the trailer "retry-after" (whole
+	// seconds, as HTTP's Retry-After).
 	Pick(context.Context, *PickRequest) (*PickResponse, error)
 	mustEmbedUnimplementedPickerServer()
 }
