@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/kvroute/kvroute/picker"
+	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/enginesim"
 	"github.com/kvroute/kvroute/test/metrictest"
 )
@@ -98,5 +101,30 @@ func TestEnginePriorityRefused(t *testing.T) {
 	off := startFleet(t, 1, picker.DefaultConfig(), "")
 	if code, got := off.proxied(t, "acme", "1", 20); code != http.StatusOK || got != "" {
 		t.Fatalf("without --engine-priority: %d %q", code, got)
+	}
+}
+
+// TestEnginePriorityDecisions: the decision API's answer carries the
+// engine priority (HTTP priority, gRPC priority and has_priority), keyed
+// by the request's tenant and band as the proxy's are; without
+// --engine-priority none.
+func TestEnginePriorityDecisions(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.EnginePriority = true
+	f := startFleetWith(t, 1, cfg, "", func(c *enginesim.Config) { c.SchedulingPolicy = "priority" })
+	body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","prompt":%q}`, strings.Repeat("decide this ", 40))
+	hdr := http.Header{"X-Kvroute-Tenant": {"acme"}, picker.PriorityHeader: {"3"}}
+	code, a, raw := f.pick(t, body, hdr, "")
+	if code != http.StatusOK || a.Priority == nil || *a.Priority != -6 {
+		t.Fatalf("HTTP: %d %s, want priority -6 (band 3)", code, raw)
+	}
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-kvroute-tenant", "acme", "x-kvroute-priority", "-1")
+	got, err := f.grpcClient(t, "").Pick(ctx, &pb.PickRequest{Body: []byte(body)})
+	if err != nil || !got.GetHasPriority() || got.GetPriority() != 2 {
+		t.Fatalf("gRPC: %v %v, want priority 2 (band -1)", got, err)
+	}
+	off := startFleet(t, 1, picker.DefaultConfig(), "")
+	if code, a, raw := off.pick(t, body, hdr, ""); code != http.StatusOK || a.Priority != nil || strings.Contains(string(raw), `"priority"`) {
+		t.Fatalf("without --engine-priority: %d %s", code, raw)
 	}
 }

@@ -430,6 +430,21 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 			return refuse(eppError, err)
 		}
 	}
+	if p.Priority != nil && body != nil {
+		// --engine-priority: the decision's priority in the body sent on,
+		// replacing any the client sent. An engine that refuses it
+		// (fcfs) answers the gateway's client 400: the endpoint picker
+		// cannot resend, so every engine must run
+		// --scheduling-policy priority.
+		b, err := tenant.SetMembers(body, tenant.Int(priorityKey, *p.Priority))
+		if err == nil {
+			err = x.flow.Rewrite(b)
+		}
+		if err != nil {
+			r.Done(p)
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	x.route = append(x.route[:0], gatewayAddr(p.Endpoint))
 	for _, f := range p.fallbacks {
 		x.route = append(x.route, gatewayAddr(f.endpoint))

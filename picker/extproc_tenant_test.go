@@ -10,8 +10,10 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/picker/extproc"
 	"github.com/kvroute/kvroute/picker/tenant"
+	"github.com/kvroute/kvroute/test/enginesim"
 )
 
 // applied is a request body message as the gateway sends it on after the
@@ -196,5 +198,60 @@ func TestEPPTenantRequired(t *testing.T) {
 		if st, code := immediate(t, refused); st != tc.status || code != tc.code {
 			t.Fatalf("tenant %q: %d %s, want %d %s", tc.tenant, st, code, tc.status, tc.code)
 		}
+	}
+}
+
+// TestEPPEnginePriority: with --engine-priority the endpoint picker sets
+// the decision's priority in the body the gateway sends on, in every body
+// mode, replacing the client's, with the content-length to match; without
+// it the body goes as sent.
+func TestEPPEnginePriority(t *testing.T) {
+	cfg := picker.DefaultConfig()
+	cfg.EnginePriority = true
+	f := startFleetWith(t, 1, cfg, "", func(c *enginesim.Config) { c.SchedulingPolicy = "priority" })
+	conn := serveEPP(t, f.router, extproc.DefaultConfig())
+	prompt := strings.Repeat("Tell me about priorities. ", 30)
+	body := strings.Replace(chatBody("s1", prompt), `{`, `{"priority":7,`, 1)
+	for _, tc := range []struct {
+		name    string
+		mode    filterv3.ProcessingMode_BodySendMode
+		waiting bool
+	}{
+		{"FULL_DUPLEX_STREAMED", filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, false},
+		{"BUFFERED", filterv3.ProcessingMode_BUFFERED, false},
+		{"BUFFERED_PARTIAL", filterv3.ProcessingMode_BUFFERED_PARTIAL, false},
+		{"STREAMED", filterv3.ProcessingMode_STREAMED, false},
+		{"STREAMED_waiting", filterv3.ProcessingMode_STREAMED, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := openGateway(t, conn, tc.mode)
+			g.extra = append(g.extra, header("x-kvroute-tenant", "acme"), header("x-kvroute-priority", "2"))
+			_, sent, cl, refused := g.upstream([]byte(body), tc.waiting)
+			if refused != nil {
+				t.Fatalf("refused: %v", refused)
+			}
+			g.end()
+			var got map[string]any
+			if err := json.Unmarshal(sent, &got); err != nil {
+				t.Fatalf("the body sent on is not JSON: %v: %s", err, sent)
+			}
+			// Band 2, a tenant alone (within its share): −4.
+			if got["priority"] != float64(-4) || strings.Count(string(sent), `"priority"`) != 1 || got["cache_salt"] != "s1" || got["messages"] == nil {
+				t.Fatalf("the body sent on: %s", sent)
+			}
+			if cl != strconv.Itoa(len(sent)) {
+				t.Fatalf("content-length %q for a %d-byte body sent on", cl, len(sent))
+			}
+		})
+	}
+	off := startFleet(t, 1, picker.DefaultConfig(), "")
+	g := openGateway(t, serveEPP(t, off.router, extproc.DefaultConfig()), filterv3.ProcessingMode_BUFFERED)
+	_, sent, _, refused := g.upstream([]byte(body), false)
+	if refused != nil {
+		t.Fatal(refused)
+	}
+	g.end()
+	if string(sent) != body {
+		t.Fatalf("without --engine-priority the body changed: %s", sent)
 	}
 }

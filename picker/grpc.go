@@ -72,13 +72,15 @@ func (g *grpcPicker) Pick(ctx context.Context, req *pb.PickRequest) (*pb.PickRes
 		return nil, status.Errorf(codes.InvalidArgument, "slo_ttft_ms %v: want 0 (none) or a number of milliseconds up to %d", slo, maxSLO/time.Millisecond)
 	}
 	opt := PickOptions{CacheOff: req.GetCacheOff(), Explain: req.GetExplain(), SLO: time.Duration(slo * float64(time.Millisecond))}
-	if g.r.cfg.AdmitDecisions { // the fairness key as gRPC metadata of the header's name
+	if g.r.cfg.AdmitDecisions || g.r.prio != nil { // the fairness headers as gRPC metadata of their names
 		md, _ := metadata.FromIncomingContext(ctx)
 		hdr := http.Header{}
-		for _, v := range md.Get(strings.ToLower(g.r.cfg.FairnessHeader)) {
-			hdr.Add(g.r.cfg.FairnessHeader, v)
+		for _, name := range []string{g.r.cfg.FairnessHeader, PriorityHeader} {
+			for _, v := range md.Get(strings.ToLower(name)) {
+				hdr.Add(name, v)
+			}
 		}
-		opt.AdmitNow, opt.Fairness = true, decisionFairness(hdr, g.r.cfg.FairnessHeader)
+		opt.AdmitNow, opt.Fairness = g.r.cfg.AdmitDecisions, decisionFairness(hdr, g.r.cfg.FairnessHeader)
 	}
 	p, err := g.r.Route(ctx, intake.Any, body, opt)
 	if err != nil {
@@ -96,6 +98,9 @@ func pickResponse(p *Pick) *pb.PickResponse {
 	out := &pb.PickResponse{Endpoint: p.Endpoint, EndpointId: p.EndpointID, Model: p.Model, PromptTokens: int32(p.PromptTokens),
 		MatchedTokens: int32(p.MatchedTokens), MatchedBlocks: int32(p.MatchedBlocks), PrefixHash: p.PrefixHash, Policy: p.Policy, Reason: p.Reason,
 		PredictedTtftMs: p.PredictedTTFTMs, KvSource: p.KVSource, KvSourceTokens: int32(min(p.KVSourceTokens, math.MaxInt32))}
+	if p.Priority != nil {
+		out.Priority, out.HasPriority = int32(*p.Priority), true
+	}
 	for _, c := range p.Candidates {
 		out.Candidates = append(out.Candidates, &pb.PickCandidate{Endpoint: c.Endpoint, MatchedTokens: int32(c.MatchedTokens),
 			CpuMatchedTokens: int32(c.CPUTokens), StorageMatchedTokens: int32(c.StorageTokens), InFlight: c.InFlight,

@@ -269,8 +269,8 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 		return
 	}
 	opt := PickOptions{CacheOff: cacheOff(req.Header), Explain: explain, SLO: slo}
-	if r.cfg.AdmitDecisions {
-		opt.AdmitNow, opt.Fairness = true, decisionFairness(req.Header, r.cfg.FairnessHeader)
+	if r.cfg.AdmitDecisions || r.prio != nil { // admission's fairness key; the engine priority's key and band
+		opt.AdmitNow, opt.Fairness = r.cfg.AdmitDecisions, decisionFairness(req.Header, r.cfg.FairnessHeader)
 	}
 	p, err := r.Route(req.Context(), intake.Any, body, opt)
 	if err != nil {
@@ -282,7 +282,8 @@ func (r *Router) handlePick(w http.ResponseWriter, req *http.Request, token stri
 }
 
 // decisionFairness is a decision request's place in admission
-// (Config.AdmitDecisions), for the metrics' fairness key: its fairness
+// (Config.AdmitDecisions), for the metrics' fairness key, and its key and
+// band for the engine priority (Config.EnginePriority): its fairness
 // headers, or none when they are malformed (the decision API never
 // refused a request for them; its cache_salt then keys it).
 func decisionFairness(h http.Header, header string) Fairness {

@@ -118,8 +118,14 @@ type PickResponse struct {
 	// is expected to bring (0 with none).
 	KvSource       string `protobuf:"bytes,12,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
 	KvSourceTokens int32  `protobuf:"varint,13,opt,name=kv_source_tokens,json=kvSourceTokens,proto3" json:"kv_source_tokens,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// priority is the engine priority the picker decided (vLLM's request
+	// priority, lower first) with --engine-priority; has_priority says
+	// whether one was (without, priority is 0 and means nothing). A gateway
+	// forwarding the request sets it in the body.
+	Priority      int32 `protobuf:"varint,14,opt,name=priority,proto3" json:"priority,omitempty"`
+	HasPriority   bool  `protobuf:"varint,15,opt,name=has_priority,json=hasPriority,proto3" json:"has_priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PickResponse) Reset() {
@@ -243,6 +249,20 @@ func (x *PickResponse) GetKvSourceTokens() int32 {
 	return 0
 }
 
+func (x *PickResponse) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *PickResponse) GetHasPriority() bool {
+	if x != nil {
+		return x.HasPriority
+	}
+	return false
+}
+
 type PickCandidate struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint             string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -361,7 +381,7 @@ const file_kvroute_v1_picker_proto_rawDesc = "" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tcache_off\x18\x02 \x01(\bR\bcacheOff\x12\x18\n" +
 	"\aexplain\x18\x03 \x01(\bR\aexplain\x12\x1e\n" +
-	"\vslo_ttft_ms\x18\x04 \x01(\x01R\tsloTtftMs\"\xd3\x03\n" +
+	"\vslo_ttft_ms\x18\x04 \x01(\x01R\tsloTtftMs\"\x92\x04\n" +
 	"\fPickResponse\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -380,7 +400,9 @@ const file_kvroute_v1_picker_proto_rawDesc = "" +
 	"candidates\x12*\n" +
 	"\x11predicted_ttft_ms\x18\v \x01(\x01R\x0fpredictedTtftMs\x12\x1b\n" +
 	"\tkv_source\x18\f \x01(\tR\bkvSource\x12(\n" +
-	"\x10kv_source_tokens\x18\r \x01(\x05R\x0ekvSourceTokens\"\xeb\x02\n" +
+	"\x10kv_source_tokens\x18\r \x01(\x05R\x0ekvSourceTokens\x12\x1a\n" +
+	"\bpriority\x18\x0e \x01(\x05R\bpriority\x12!\n" +
+	"\fhas_priority\x18\x0f \x01(\bR\vhasPriority\"\xeb\x02\n" +
 	"\rPickCandidate\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12%\n" +
 	"\x0ematched_tokens\x18\x02 \x01(\x05R\rmatchedTokens\x12,\n" +
