@@ -985,27 +985,7 @@ func isDashDatasource(r *common.DataSourceRef) bool {
 // (kvroute_picker_X: "X" in package picker), is a string in the code that
 // registers it. A histogram's _bucket, _sum and _count are its name's.
 func TestDashboardMetricsExist(t *testing.T) {
-	literals := map[string]map[string]bool{} // subsystem → string literals of its code
-	lit := regexp.MustCompile(`"([a-z][a-z0-9_]*)"`)
-	for sub, dir := range map[string]string{"picker": "../picker", "sidecar": "../sidecar", "gossip": "../gossip"} {
-		literals[sub] = map[string]bool{}
-		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			src, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			for _, m := range lit.FindAllSubmatch(src, -1) {
-				literals[sub][string(m[1])] = true
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	literals := codeLiterals(t)
 	qs, err := DashboardQueries(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
@@ -1029,6 +1009,34 @@ func TestDashboardMetricsExist(t *testing.T) {
 			t.Errorf("the dashboard selects %s: no such metric in picker, sidecar or gossip", name)
 		}
 	}
+}
+
+// codeLiterals returns, by subsystem (picker, sidecar, gossip), the string
+// literals of the code that registers its metrics (tests left out).
+func codeLiterals(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	literals := map[string]map[string]bool{} // subsystem → string literals of its code
+	lit := regexp.MustCompile(`"([a-z][a-z0-9_]*)"`)
+	for sub, dir := range map[string]string{"picker": "../picker", "sidecar": "../sidecar", "gossip": "../gossip"} {
+		literals[sub] = map[string]bool{}
+		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range lit.FindAllSubmatch(src, -1) {
+				literals[sub][string(m[1])] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return literals
 }
 
 func dashMetricDefined(literals map[string]map[string]bool, name string) bool {
