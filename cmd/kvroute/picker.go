@@ -69,10 +69,10 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 			}
 			b, err := os.ReadFile(path)
 			if err != nil {
-				return fmt.Errorf("%s: %w", flag, err)
+				return startError(fmt.Errorf("%s: %w", flag, err))
 			}
 			if strings.TrimSpace(string(b)) == "" {
-				return fmt.Errorf("%s %s is empty", flag, path)
+				return startError(fmt.Errorf("%s %s is empty", flag, path))
 			}
 		}
 		return cfg.Validate()
@@ -117,7 +117,7 @@ and ?explain=true on the decision API.`,
 			}
 			if err := gate.apply(cfg.Router.Score.Policy, s.Router()); err != nil {
 				s.Close()
-				return err
+				return usageError(err) // values check refuses first
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "picker on http://%s, admin on http://%s", s.Addr(), s.AdminAddr())
 			if a := s.GRPCAddr(); a != "" {

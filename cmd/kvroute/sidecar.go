@@ -61,7 +61,7 @@ func applyGossipFlags(g *gossip.Config, bind, advertise string, fl *pflag.FlagSe
 func applyConfigFile(fl *pflag.FlagSet, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+		return startError(fmt.Errorf("--config: %w", err))
 	}
 	var values map[string]any
 	if err := json.Unmarshal(data, &values); err != nil {
@@ -241,7 +241,7 @@ func serveUntilSignal(ctx context.Context, m *gossip.Members, log *zap.Logger) {
 }
 
 // prepare is a long-running command's start: settings checked (a usage
-// error otherwise), a logger, and a context ended by SIGINT or SIGTERM;
+// error otherwise, but for a file that cannot be read), a logger, and a context ended by SIGINT or SIGTERM;
 // done releases them.
 func prepare(finish func() error, logLevel string) (*zap.Logger, context.Context, func(), error) {
 	if err := finish(); err != nil {

@@ -60,8 +60,8 @@ its public port (--picker).
 
 Probes send small requests (a few hundred tokens, one output token) to the
 engines, directly and through the picker. Exit status: 0 when every check
-passed, 1 when one failed, 2 when verify could not run (picker unreachable,
-bad flags).`,
+passed; 1 when one failed, or verify could not run (picker unreachable, a
+file it cannot read); 2 on bad usage (flags).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := cfg.Validate(); err != nil {
@@ -70,7 +70,7 @@ bad flags).`,
 			if tokenFile != "" {
 				b, err := os.ReadFile(tokenFile)
 				if err != nil {
-					return usageError(fmt.Errorf("--decision-token-file: %w", err))
+					return startError(fmt.Errorf("--decision-token-file: %w", err))
 				}
 				cfg.Token = strings.TrimSpace(string(b))
 			}
@@ -86,7 +86,7 @@ bad flags).`,
 				err = fmt.Errorf("ran out of time (10 × --timeout %v): raise --timeout", cfg.Timeout)
 			}
 			if err != nil {
-				return &exitCodeError{code: exitUsage, err: err} // verify itself could not run
+				return startError(err) // verify itself could not run
 			}
 			lim := verify.DefaultLimits()
 			lim.MaxLag = cfg.MaxLag
