@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -32,6 +33,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
+
+	"github.com/kvroute/kvroute/deploy/monitoring"
 )
 
 // The Grafana dashboard's generator and its tests. The generator builds the
@@ -1037,6 +1040,48 @@ func codeLiterals(t *testing.T) map[string]map[string]bool {
 		}
 	}
 	return literals
+}
+
+// TestDashboardSeriesBuiltIn: the series kvroute verify requires of each
+// component (deploy/monitoring's Series, from the dashboard built into the
+// binary) are exactly the kvroute series Prometheus's PromQL parser finds
+// in the dashboard's queries, each under its component.
+func TestDashboardSeriesBuiltIn(t *testing.T) {
+	got, err := monitoring.Series()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := DashboardQueries(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	ps := parser.NewParser(parser.Options{})
+	for _, q := range qs {
+		e, err := ps.ParseExpr(q.Expr)
+		if err != nil {
+			t.Fatalf("%s: %v", q.Panel, err)
+		}
+		for _, m := range MetricNames(e) {
+			for _, c := range []string{monitoring.Picker, monitoring.Sidecar, monitoring.Gossip} {
+				if strings.HasPrefix(m, "kvroute_"+c+"_") && !slices.Contains(want[c], m) {
+					want[c] = append(want[c], m)
+				}
+			}
+		}
+	}
+	for c := range want {
+		slices.Sort(want[c])
+	}
+	if len(want[monitoring.Picker]) < 10 || len(want[monitoring.Sidecar]) < 5 {
+		t.Fatalf("the dashboard reads few series: %v", want)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("built in: %v\nthe dashboard's queries: %v", got, want)
+	}
+	if _, err := monitoring.DashboardSeries([]byte(`{"panels":[{"targets":[{"expr":"up"}]}]}`)); err == nil {
+		t.Error("a dashboard reading no kvroute series accepted")
+	}
 }
 
 func dashMetricDefined(literals map[string]map[string]bool, name string) bool {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/cmd/kvroute/collect"
+	"github.com/kvroute/kvroute/deploy/monitoring"
 	"github.com/kvroute/kvroute/internal/verify"
 )
 
@@ -52,7 +53,11 @@ actually cache:
     every engine the picker routes the model to, then the picker's
     decision API polled until it predicts the prompt's blocks on each: the
     time from the engine's answer to that prediction, printed, must not
-    exceed --max-lag.
+    exceed --max-lag;
+  - metrics served: the picker's admin port and each sidecar's must serve
+    /metrics with every series the Grafana dashboard reads of that
+    component (the dashboard built into this binary); a series missing is
+    named.
 
 The picker's endpoints and admission state are read on its admin port
 (--picker-admin; default: --picker's host at port 8081); the probes go to
@@ -90,6 +95,11 @@ file it cannot read); 2 on bad usage (flags).`,
 			}
 			lim := verify.DefaultLimits()
 			lim.MaxLag = cfg.MaxLag
+			// The series each admin port must serve: the dashboard's, as
+			// built into this binary.
+			if lim.Series, err = monitoring.Series(); err != nil {
+				return startError(err)
+			}
 			rep := verify.Judge(facts, lim)
 			w := cmd.OutOrStdout()
 			if asJSON {
