@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -32,6 +33,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
+
+	"github.com/kvroute/kvroute/deploy/monitoring"
 )
 
 // The Grafana dashboard's generator and its tests. The generator builds the
@@ -985,27 +988,7 @@ func isDashDatasource(r *common.DataSourceRef) bool {
 // (kvroute_picker_X: "X" in package picker), is a string in the code that
 // registers it. A histogram's _bucket, _sum and _count are its name's.
 func TestDashboardMetricsExist(t *testing.T) {
-	literals := map[string]map[string]bool{} // subsystem → string literals of its code
-	lit := regexp.MustCompile(`"([a-z][a-z0-9_]*)"`)
-	for sub, dir := range map[string]string{"picker": "../picker", "sidecar": "../sidecar", "gossip": "../gossip"} {
-		literals[sub] = map[string]bool{}
-		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			src, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			for _, m := range lit.FindAllSubmatch(src, -1) {
-				literals[sub][string(m[1])] = true
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	literals := codeLiterals(t)
 	qs, err := DashboardQueries(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
@@ -1028,6 +1011,76 @@ func TestDashboardMetricsExist(t *testing.T) {
 		if !dashMetricDefined(literals, name) {
 			t.Errorf("the dashboard selects %s: no such metric in picker, sidecar or gossip", name)
 		}
+	}
+}
+
+// codeLiterals returns, by subsystem (picker, sidecar, gossip), the string
+// literals of the code that registers its metrics (tests left out).
+func codeLiterals(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	literals := map[string]map[string]bool{} // subsystem → string literals of its code
+	lit := regexp.MustCompile(`"([a-z][a-z0-9_]*)"`)
+	for sub, dir := range map[string]string{"picker": "../picker", "sidecar": "../sidecar", "gossip": "../gossip"} {
+		literals[sub] = map[string]bool{}
+		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range lit.FindAllSubmatch(src, -1) {
+				literals[sub][string(m[1])] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return literals
+}
+
+// TestDashboardSeriesBuiltIn: the series kvroute verify requires of each
+// component (deploy/monitoring's Series, from the dashboard built into the
+// binary) are exactly the kvroute series Prometheus's PromQL parser finds
+// in the dashboard's queries, each under its component.
+func TestDashboardSeriesBuiltIn(t *testing.T) {
+	got, err := monitoring.Series()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := DashboardQueries(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	ps := parser.NewParser(parser.Options{})
+	for _, q := range qs {
+		e, err := ps.ParseExpr(q.Expr)
+		if err != nil {
+			t.Fatalf("%s: %v", q.Panel, err)
+		}
+		for _, m := range MetricNames(e) {
+			for _, c := range []string{monitoring.Picker, monitoring.Sidecar, monitoring.Gossip} {
+				if strings.HasPrefix(m, "kvroute_"+c+"_") && !slices.Contains(want[c], m) {
+					want[c] = append(want[c], m)
+				}
+			}
+		}
+	}
+	for c := range want {
+		slices.Sort(want[c])
+	}
+	if len(want[monitoring.Picker]) < 10 || len(want[monitoring.Sidecar]) < 5 {
+		t.Fatalf("the dashboard reads few series: %v", want)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("built in: %v\nthe dashboard's queries: %v", got, want)
+	}
+	if _, err := monitoring.DashboardSeries([]byte(`{"panels":[{"targets":[{"expr":"up"}]}]}`)); err == nil {
+		t.Error("a dashboard reading no kvroute series accepted")
 	}
 }
 

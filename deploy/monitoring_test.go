@@ -20,9 +20,11 @@ import (
 const rulePath = "components/monitoring/prometheusrule.yaml"
 
 // TestAlertRules: the rule has the alerts; each parses with
-// Prometheus's PromQL parser, names only kvroute metrics, has a severity,
+// Prometheus's PromQL parser, names only kvroute metrics the code defines
+// (as TestDashboardMetricsExist judges the dashboard's), has a severity,
 // a summary and a runbook paragraph in deploy/monitoring/README.md.
 func TestAlertRules(t *testing.T) {
+	literals := codeLiterals(t)
 	alerts, err := Alerts(rulePath)
 	if err != nil {
 		t.Fatal(err)
@@ -44,8 +46,12 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("%s: the expression is a %s, want an instant vector", a.Name, expr.Type())
 		}
 		for _, m := range MetricNames(expr) {
-			if !strings.HasPrefix(m, "kvroute_") && !slices.Contains(ExternalMetrics, m) {
+			switch {
+			case slices.Contains(ExternalMetrics, m):
+			case !strings.HasPrefix(m, "kvroute_"):
 				t.Errorf("%s: names %s, not a kvroute metric", a.Name, m)
+			case !dashMetricDefined(literals, m):
+				t.Errorf("%s: names %s: no such metric in picker, sidecar or gossip", a.Name, m)
 			}
 		}
 		if !slices.Contains([]string{"critical", "warning", "info"}, a.Labels["severity"]) {
@@ -64,7 +70,8 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{"KvrouteEndpointLoadOnly", "KvrouteEventStreamSilent", "KvroutePredictionAgreementLow",
 		"KvroutePickerNoEndpoints", "KvrouteRenderErrors", "KvrouteSidecarReplayFailures", "KvrouteGossipFlapping",
-		"KvroutePickersAbsent", "KvroutePickerTargetDown", "KvrouteSidecarTargetDown", "KvrouteScrapeJobUnexpected"} {
+		"KvroutePickersAbsent", "KvroutePickerTargetDown", "KvrouteSidecarTargetDown", "KvrouteScrapeJobUnexpected",
+		"KvrouteEndpointsUntrusted", "KvrouteSidecarStreamsFailing"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s (have %v)", want, names)
 		}

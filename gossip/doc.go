@@ -44,7 +44,13 @@
 //     channel that never blocks memberlist; a consumer that falls behind
 //     loses events (counted) and resynchronises from Members().
 //   - Gossip is encrypted with a keyring read from a key file (one base64
-//     key a line, the first is primary); ReloadKeys applies an edited file,
-//     so keys rotate without downtime: add the new key everywhere, make it
-//     primary everywhere, then remove the old one.
+//     key a line, the first is primary), held with gossip/secretfile: the
+//     file is checked every KeyPoll and an edit applied (keys listed
+//     installed, the first made primary, keys no longer listed removed);
+//     ReloadKeys applies it at once (SIGHUP). So keys rotate without
+//     downtime or signal: add the new key everywhere, make it primary
+//     everywhere, then remove the old one. A file that cannot be used
+//     keeps the keys in use; reloads and failures are logged and counted
+//     as the process's other secrets are (secret="gossip_key" on
+//     Config.Secrets).
 package gossip

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/gossip/secretfile"
 )
 
 // Config configures membership. Start from DefaultConfig (or LocalConfig
@@ -53,6 +56,15 @@ type Config struct {
 	// bytes) a line, the first primary. Empty: no encryption, which is
 	// refused for a bind address off loopback unless Insecure.
 	KeyFile string
+	// KeyPoll is how often KeyFile is checked for a change, which is
+	// applied as ReloadKeys applies it (a Kubernetes Secret updated in
+	// place rotates the keys without a SIGHUP). Default secretfile.Poll
+	// (2 s); must be positive when KeyFile is set.
+	KeyPoll time.Duration
+	// Secrets, when set, counts the keyring's reloads
+	// (kvroute_<subsystem>_secret_reloads_total{secret="gossip_key"}): the
+	// process's own secret-file metrics. Nil: not counted.
+	Secrets *secretfile.Metrics
 	// Insecure allows gossip without a keyring on an address off
 	// loopback (--gossip-insecure): anyone who reaches the port is then a
 	// member and may advertise endpoints. Logged as a warning at start
@@ -79,12 +91,12 @@ func DefaultConfig() Config {
 		host = "kvroute"
 	}
 	return Config{NodeName: host + "-{role}-{port}", BindAddr: "127.0.0.1", BindPort: 7946, BindPorts: 16,
-		EventBuffer: 1024, Rejoin: 10 * time.Second}
+		EventBuffer: 1024, Rejoin: 10 * time.Second, KeyPoll: secretfile.Poll}
 }
 
 // LocalConfig returns loopback defaults with fast failure detection.
 func LocalConfig(name string) Config {
-	return Config{NodeName: name, BindAddr: "127.0.0.1", BindPort: 0, BindPorts: 1, Local: true, EventBuffer: 1024, Rejoin: time.Second}
+	return Config{NodeName: name, BindAddr: "127.0.0.1", BindPort: 0, BindPorts: 1, Local: true, EventBuffer: 1024, Rejoin: time.Second, KeyPoll: secretfile.Poll}
 }
 
 // Validate checks c.
@@ -111,6 +123,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Rejoin <= 0 {
 		errs = append(errs, fmt.Errorf("gossip: rejoin interval %v: want a positive interval", c.Rejoin))
+	}
+	if c.KeyFile != "" && c.KeyPoll <= 0 {
+		errs = append(errs, fmt.Errorf("gossip: key file check interval %v: want a positive interval", c.KeyPoll))
 	}
 	if c.EventBuffer < 1 {
 		errs = append(errs, fmt.Errorf("gossip: event buffer %d", c.EventBuffer))
@@ -165,6 +180,8 @@ type Members struct {
 	log      *zap.Logger
 	ml       *memberlist.Memberlist
 	keyring  *memberlist.Keyring
+	keys     *secretfile.File[[][]byte] // KeyFile, re-read when it changes
+	stopKeys context.CancelFunc         // ends the key file's watch
 	events   chan Event
 	name     string // cfg.NodeName resolved
 
@@ -222,12 +239,8 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 	mc.Conflict = (*conflicts)(m)
 	mc.Logger = stdlog.New(memberlistLogger(log), "", 0)
 	if cfg.KeyFile != "" {
-		keys, err := readKeys(cfg.KeyFile)
-		if err != nil {
+		if m.keys, err = secretfile.Open(keyFileSpec(cfg.KeyFile, m.installKeys), cfg.Secrets, log.Named("keys")); err != nil {
 			return nil, err
-		}
-		if m.keyring, err = memberlist.NewKeyring(keys, keys[0]); err != nil {
-			return nil, fmt.Errorf("--gossip-key-file: %w", err)
 		}
 		mc.Keyring = m.keyring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
@@ -313,6 +326,11 @@ func New(cfg Config, meta Meta, log *zap.Logger, reg prometheus.Registerer) (*Me
 		}
 	}
 	go m.rejoinLoop()
+	if m.keys != nil {
+		var ctx context.Context
+		ctx, m.stopKeys = context.WithCancel(context.Background())
+		go secretfile.Watch(ctx, cfg.KeyPoll, m.keys)
+	}
 	return m, nil
 }
 
@@ -403,7 +421,12 @@ func (m *Members) rejoinLoop() {
 // stopLoops stops the rejoin loop without waiting for a Join in progress
 // (memberlist's Join cannot be cancelled; it fails once memberlist is shut).
 func (m *Members) stopLoops() {
-	m.once.Do(func() { close(m.stop) })
+	m.once.Do(func() {
+		close(m.stop)
+		if m.stopKeys != nil {
+			m.stopKeys()
+		}
+	})
 }
 
 // Join contacts the given members (host:port or DNS names) and returns
@@ -492,44 +515,57 @@ func (m *Members) SetMeta(meta Meta) error {
 	return m.ml.UpdateNode(time.Second)
 }
 
-// ReloadKeys re-reads the key file: keys it lists are installed, its first
-// becomes primary, keys it no longer lists are removed.
+// ReloadKeys re-reads the key file now (SIGHUP): keys it lists are
+// installed, its first becomes primary, keys it no longer lists are
+// removed. The file is also checked every KeyPoll, and a change applied
+// the same way, so a rotation needs no signal.
 func (m *Members) ReloadKeys() error {
-	if m.keyring == nil {
+	if m.keys == nil {
 		return errors.New("gossip: encryption is off (no key file)")
 	}
-	keys, err := readKeys(m.cfg.KeyFile)
-	if err != nil {
-		return err
+	return m.keys.Reload()
+}
+
+// keyFileSpec reads the keyring file: one base64 key a line, blank lines
+// and # comments skipped, the first primary; never quoted in an error.
+func keyFileSpec(path string, install func([][]byte)) secretfile.Spec[[][]byte] {
+	return secretfile.Spec[[][]byte]{Name: "gossip_key", Flags: []string{"--gossip-key-file"}, Paths: []string{path},
+		Parse:    func(c [][]byte) ([][]byte, error) { return parseKeys(c[0]) },
+		Describe: func(keys [][]byte) []zap.Field { return []zap.Field{zap.Int("keys", len(keys))} },
+		Install:  install}
+}
+
+// installKeys applies a keyring read from the key file: the first makes
+// the keyring (at New); later ones add the keys listed, make the first
+// primary, and remove the keys no longer listed.
+func (m *Members) installKeys(keys [][]byte) {
+	if m.keyring == nil {
+		// parseKeys checked the sizes, the keyring's only refusal.
+		m.keyring, _ = memberlist.NewKeyring(keys, keys[0])
+		return
 	}
+	var errs []error
 	for _, k := range keys {
-		if err := m.keyring.AddKey(k); err != nil {
-			return err
-		}
+		errs = append(errs, m.keyring.AddKey(k))
 	}
-	if err := m.keyring.UseKey(keys[0]); err != nil {
-		return err
-	}
+	errs = append(errs, m.keyring.UseKey(keys[0]))
 	for _, old := range m.keyring.GetKeys() {
 		listed := false
 		for _, k := range keys {
 			listed = listed || bytes.Equal(k, old)
 		}
 		if !listed {
-			if err := m.keyring.RemoveKey(old); err != nil {
-				return err
-			}
+			errs = append(errs, m.keyring.RemoveKey(old))
 		}
 	}
-	return nil
+	if err := errors.Join(errs...); err != nil {
+		m.log.Error("applying the gossip keyring", zap.Error(err))
+	}
 }
 
-// readKeys reads one base64 key a line (blank lines and # comments skipped).
-func readKeys(path string) ([][]byte, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--gossip-key-file: %w", err)
-	}
+// parseKeys parses one base64 key a line (blank lines and # comments
+// skipped), each of 16, 24 or 32 bytes.
+func parseKeys(data []byte) ([][]byte, error) {
 	var keys [][]byte
 	for i, line := range strings.Split(string(data), "\n") {
 		line = strings.TrimSpace(line)
@@ -538,12 +574,12 @@ func readKeys(path string) ([][]byte, error) {
 		}
 		k, err := base64.StdEncoding.DecodeString(line)
 		if err != nil || (len(k) != 16 && len(k) != 24 && len(k) != 32) {
-			return nil, fmt.Errorf("--gossip-key-file %s line %d: want a base64 key of 16, 24 or 32 bytes", path, i+1)
+			return nil, fmt.Errorf("line %d: want a base64 key of 16, 24 or 32 bytes", i+1)
 		}
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("--gossip-key-file %s: no keys", path)
+		return nil, errors.New("no keys")
 	}
 	return keys, nil
 }

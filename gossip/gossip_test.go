@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/kvroute/kvroute/gossip/secretfile"
 	"github.com/kvroute/kvroute/test/testnet"
 )
 
@@ -218,6 +219,92 @@ func TestRealNetworkEncryptedWithRotation(t *testing.T) {
 	}
 }
 
+// TestKeyFileChangeAppliedWithoutSignal: a member adopts its key file's
+// new keys by itself (no ReloadKeys, no SIGHUP), counted and logged as
+// the other secrets' reloads are; a broken file keeps the keys in use
+// and is counted as an error.
+func TestKeyFileChangeAppliedWithoutSignal(t *testing.T) {
+	dir := t.TempDir()
+	keyA, keyB := []byte("aaaaaaaaaaaaaaaa"), []byte("bbbbbbbbbbbbbbbb")
+	path := filepath.Join(dir, "keys")
+	writeKeys(t, path, keyA)
+	reg := prometheus.NewRegistry()
+	cfg := LocalConfig("rotating")
+	cfg.KeyFile, cfg.KeyPoll, cfg.Secrets = path, 20*time.Millisecond, secretfile.NewMetrics(reg, "test")
+	m, err := New(cfg, sidecarMeta("rotating", 0), zap.NewNop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Kill() })
+	reloads := func(result string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "kvroute_test_secret_reloads_total" {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range mt.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["secret"] == "gossip_key" && labels["result"] == result {
+					return mt.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	keysNow := func() string {
+		var out []string
+		for _, k := range m.keyring.GetKeys() {
+			out = append(out, string(k[:1]))
+		}
+		return "primary " + string(m.keyring.GetPrimaryKey()[:1]) + ", keys " + strings.Join(out, "")
+	}
+	for i, step := range []struct {
+		keys [][]byte
+		want string
+	}{{[][]byte{keyA, keyB}, "primary a, keys ab"}, {[][]byte{keyB, keyA}, "primary b, keys ba"}, {[][]byte{keyB}, "primary b, keys b"}} {
+		writeKeys(t, path, step.keys...)
+		testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+			if got := keysNow(); got != step.want {
+				return fmt.Errorf("step %d: %s, want %s", i, got, step.want)
+			}
+			return nil
+		})
+	}
+	if got := reloads("ok"); got != 3 {
+		t.Errorf("gossip_key reloads ok: %v, want 3", got)
+	}
+	// A stranger holding only the new key joins.
+	scfg := LocalConfig("stranger")
+	scfg.KeyFile = filepath.Join(dir, "stranger.keys")
+	writeKeys(t, scfg.KeyFile, keyB)
+	s := start(t, scfg, Meta{Role: RolePicker})
+	if n, err := s.Join(m.LocalAddr()); err != nil || n != 1 {
+		t.Fatalf("a member with the new key did not join: %d, %v", n, err)
+	}
+	// A broken file: the keys stay, one error counted.
+	if err := os.WriteFile(path, []byte("not a key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testnet.Await(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if got := reloads("error"); got != 1 {
+			return fmt.Errorf("gossip_key reloads error: %v, want 1", got)
+		}
+		return nil
+	})
+	if got := keysNow(); got != "primary b, keys b" {
+		t.Errorf("a broken key file changed the keyring: %s", got)
+	}
+	if err := m.ReloadKeys(); err == nil || !strings.Contains(err.Error(), "--gossip-key-file") || strings.Contains(err.Error(), "not a key") {
+		t.Errorf("ReloadKeys of a broken file: %v (want the flag named, the content not quoted)", err)
+	}
+}
+
 func TestMetaAndConfig(t *testing.T) {
 	m := sidecarMeta("x", 1)
 	b, err := m.Encode()
@@ -249,7 +336,7 @@ func TestMetaAndConfig(t *testing.T) {
 	for _, content := range []string{"", "not base64!", base64.StdEncoding.EncodeToString([]byte("short"))} {
 		f := filepath.Join(dir, "k")
 		os.WriteFile(f, []byte(content), 0o600)
-		if _, err := readKeys(f); err == nil {
+		if _, err := secretfile.Open(keyFileSpec(f, nil), nil, nil); err == nil {
 			t.Errorf("key file %q accepted", content)
 		}
 	}

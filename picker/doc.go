@@ -58,7 +58,8 @@
 //     certificates and client CA bundles of the gRPC decision API and the
 //     endpoint picker) are re-read when the file changes
 //     (gossip/secretfile); a broken file keeps the material before,
-//     logged once and counted. New TLS connections take new material,
+//     logged once and counted (the gossip keyring's reloads too, under
+//     secret="gossip_key"). New TLS connections take new material,
 //     open ones keep theirs. No secret is logged, exported or put in an
 //     answer. A bad combination of TLS settings is a Validate error
 //     naming the flags; an unusable file fails Start, naming the flag.

@@ -312,7 +312,9 @@ func Start(ctx context.Context, cfg ServerConfig, log *zap.Logger, reg *promethe
 	s.cancel = cancel
 	go secretfile.Watch(runCtx, secretfile.Poll, append(tf.files, secrets...)...)
 	if cfg.Gossip != nil {
-		if s.members, err = gossip.New(*cfg.Gossip, gossip.Meta{Role: gossip.RolePicker}, log.Named("gossip"), reg); err != nil {
+		gcfg := *cfg.Gossip
+		gcfg.Secrets = files // the keyring's reloads, counted with the other secrets'
+		if s.members, err = gossip.New(gcfg, gossip.Meta{Role: gossip.RolePicker}, log.Named("gossip"), reg); err != nil {
 			return fail(err)
 		}
 		go s.view.FollowGossip(runCtx, s.members)

@@ -104,7 +104,8 @@
 //     re-read when they change (gossip/secretfile): new connections take
 //     the new material, open streams are never dropped for it; a file
 //     that does not parse keeps the material in use, logged once and
-//     counted (kvroute_sidecar_secret_reloads_total).
+//     counted (kvroute_sidecar_secret_reloads_total). The gossip keyring's
+//     reloads are counted there too (secret="gossip_key").
 //   - Config: start from DefaultConfig; Validate rejects zero and invalid
 //     values and fills nothing in.
 package sidecar

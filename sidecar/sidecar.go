@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvroute/kvroute/gossip"
+	"github.com/kvroute/kvroute/gossip/secretfile"
 	"github.com/kvroute/kvroute/internal/blockkey"
 	"github.com/kvroute/kvroute/internal/identity"
 	"github.com/kvroute/kvroute/internal/summary"
@@ -42,7 +43,8 @@ type Sidecar struct {
 	stopping  <-chan struct{} // closed when Close begins: summary streams end at once
 	grpc      *grpc.Server
 	grpcLn    net.Listener
-	tls       *grpcTLS // the gRPC server's TLS files (nil: plaintext)
+	tls       *grpcTLS            // the gRPC server's TLS files (nil: plaintext)
+	secrets   *secretfile.Metrics // reloads of the TLS files and the gossip keyring
 	members   *gossip.Members
 	partition *gossip.Partitionable  // the cuttable gossip transport, with fault injection on
 	drain     atomic.Pointer[string] // the drain announced (Drain); nil while none is
@@ -67,10 +69,10 @@ func Start(ctx context.Context, cfg Config, log *zap.Logger, reg *prometheus.Reg
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Sidecar{cfg: cfg, log: log, reg: reg, metrics: newMetrics(reg)}
+	s := &Sidecar{cfg: cfg, log: log, reg: reg, metrics: newMetrics(reg), secrets: secretfile.NewMetrics(reg, "sidecar")}
 	// TLS files first: a bad one fails the start at once, not after the
 	// engine has answered.
-	tlsFiles, err := openGRPCTLS(&cfg, reg, log.Named("secrets"))
+	tlsFiles, err := openGRPCTLS(&cfg, s.secrets, log.Named("secrets"))
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +303,9 @@ func (s *Sidecar) startGossip(ctx context.Context) error {
 	if err := s.faultTransport(); err != nil {
 		return err
 	}
-	m, err := gossip.New(*s.cfg.Gossip, gossip.Meta{Role: gossip.RoleSidecar}, s.log.Named("gossip"), s.reg)
+	gcfg := *s.cfg.Gossip
+	gcfg.Secrets = s.secrets // the keyring's reloads, counted with the TLS files'
+	m, err := gossip.New(gcfg, gossip.Meta{Role: gossip.RoleSidecar}, s.log.Named("gossip"), s.reg)
 	if err != nil {
 		if s.partition != nil {
 			_ = s.partition.Shutdown()

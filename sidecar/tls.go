@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
 
@@ -22,9 +21,8 @@ type grpcTLS struct {
 // GRPCTLSCert); an error names the flag. The reload and handshake metrics
 // (kvroute_sidecar_secret_reloads_total,
 // kvroute_sidecar_certificate_expiry_timestamp_seconds,
-// kvroute_sidecar_tls_handshake_failures_total) go to reg.
-func openGRPCTLS(cfg *Config, reg prometheus.Registerer, log *zap.Logger) (*grpcTLS, error) {
-	m := secretfile.NewMetrics(reg, "sidecar")
+// kvroute_sidecar_tls_handshake_failures_total) go to m.
+func openGRPCTLS(cfg *Config, m *secretfile.Metrics, log *zap.Logger) (*grpcTLS, error) {
 	if cfg.GRPCTLSCert == "" {
 		return nil, nil
 	}

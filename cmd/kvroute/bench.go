@@ -65,7 +65,7 @@ func (b *benchFlags) buildScenario() (bench.Scenario, error) {
 			return nil, fmt.Errorf("--scenario trace needs --trace FILE (a Mooncake-format JSONL file)")
 		}
 		if _, err := os.Stat(b.trace); err != nil {
-			return nil, fmt.Errorf("--trace: %w", err)
+			return nil, startError(fmt.Errorf("--trace: %w", err))
 		}
 		if b.traceRate <= 0 {
 			return nil, fmt.Errorf("--trace-rate %v: want > 0", b.traceRate)

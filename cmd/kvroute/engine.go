@@ -267,8 +267,3 @@ func runnerOfTask(task string) (string, error) {
 	}
 	return "", fmt.Errorf("--task %q: want auto, generate, embed, embedding, classify, score or reward", task)
 }
-
-// usageError marks a configuration error: exit code 2.
-func usageError(err error) error {
-	return &exitCodeError{code: exitUsage, err: fmt.Errorf("%s", strings.TrimSpace(err.Error()))}
-}

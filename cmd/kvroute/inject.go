@@ -79,21 +79,21 @@ the object.
 			if file != "-" {
 				f, err := os.Open(file)
 				if err != nil {
-					return &exitCodeError{code: exitError, err: err}
+					return startError(err)
 				}
 				defer f.Close()
 				r = f
 			}
 			in, err := io.ReadAll(io.LimitReader(r, maxManifest+1))
 			if err != nil {
-				return &exitCodeError{code: exitError, err: err}
+				return startError(err)
 			}
 			if len(in) > maxManifest {
-				return &exitCodeError{code: exitError, err: fmt.Errorf("%s: larger than %d MiB", file, maxManifest>>20)}
+				return startError(fmt.Errorf("%s: larger than %d MiB", file, maxManifest>>20))
 			}
 			out, report, err := inject.InjectReport(in, o)
 			if err != nil {
-				return &exitCodeError{code: exitError, err: fmt.Errorf("%s: %w", file, err)}
+				return startError(fmt.Errorf("%s: %w", file, err))
 			}
 			for _, ob := range report {
 				fmt.Fprintln(cmd.ErrOrStderr(), ob)

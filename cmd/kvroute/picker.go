@@ -69,10 +69,10 @@ func pickerCommand() (*cobra.Command, *picker.ServerConfig, func() error) {
 			}
 			b, err := os.ReadFile(path)
 			if err != nil {
-				return fmt.Errorf("%s: %w", flag, err)
+				return startError(fmt.Errorf("%s: %w", flag, err))
 			}
 			if strings.TrimSpace(string(b)) == "" {
-				return fmt.Errorf("%s %s is empty", flag, path)
+				return startError(fmt.Errorf("%s %s is empty", flag, path))
 			}
 		}
 		return cfg.Validate()
@@ -117,7 +117,7 @@ and ?explain=true on the decision API.`,
 			}
 			if err := gate.apply(cfg.Router.Score.Policy, s.Router()); err != nil {
 				s.Close()
-				return err
+				return usageError(err) // values check refuses first
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "picker on http://%s, admin on http://%s", s.Addr(), s.AdminAddr())
 			if a := s.GRPCAddr(); a != "" {
@@ -156,7 +156,7 @@ and ?explain=true on the decision API.`,
 	f.StringVar(&gossipBind, "gossip-bind", "127.0.0.1:7946", gossipBindHelp)
 	f.IntVar(&gcfg.BindPorts, "gossip-ports", gcfg.BindPorts, gossipPortsHelp)
 	f.StringVar(&gossipAdvertise, "gossip-advertise", "", "gossip address others dial (default: the bind address)")
-	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read on SIGHUP")
+	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read when it changes and on SIGHUP")
 	f.BoolVar(&gcfg.Insecure, "gossip-insecure", false, "allow gossip without --gossip-key-file on an address off loopback (anyone reaching the port can join and advertise endpoints); warned at start, kvroute_gossip_insecure 1")
 	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, nodeNameHelp)
 	f.StringVar(&policy, "policy", string(score.Precise), "routing policy: precise, prefix-hash, least-loaded or round-robin (the last three are baselines); llm-d, llm-d-precise, dynamo or sglang re-implement the peers' policies, and llm-d-precise+p2p, llm-d+p2p, llm-d-load, llm-d-load+p2p or dynamo+hint their arms with KV pulls, for comparison")

@@ -61,7 +61,7 @@ func applyGossipFlags(g *gossip.Config, bind, advertise string, fl *pflag.FlagSe
 func applyConfigFile(fl *pflag.FlagSet, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+		return startError(fmt.Errorf("--config: %w", err))
 	}
 	var values map[string]any
 	if err := json.Unmarshal(data, &values); err != nil {
@@ -143,7 +143,8 @@ names; flags given on the command line win. Summaries and load reports are
 served to pickers over gRPC (kvroute.v1.Sidecar/WatchSummaries: a snapshot,
 then numbered deltas); the sidecar gossips its gRPC address, identity group
 and summary positions (memberlist; encrypted with --gossip-key-file, whose
-keys are re-read on SIGHUP for rotation without downtime).`,
+keys are re-read when the file changes and on SIGHUP, for rotation without
+downtime).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, ctx, done, err := prepare(finish, logLevel)
@@ -203,7 +204,7 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 	f.StringVar(&gossipBind, "gossip-bind", "127.0.0.1:7946", gossipBindHelp)
 	f.IntVar(&gcfg.BindPorts, "gossip-ports", gcfg.BindPorts, gossipPortsHelp)
 	f.StringVar(&gossipAdvertise, "gossip-advertise", "", "gossip address others dial (default: the bind address)")
-	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read on SIGHUP")
+	f.StringVar(&gcfg.KeyFile, "gossip-key-file", "", "gossip keyring: one base64 key (16, 24 or 32 bytes) a line, the first primary; re-read when it changes and on SIGHUP")
 	f.BoolVar(&gcfg.Insecure, "gossip-insecure", false, "allow gossip without --gossip-key-file on an address off loopback (anyone reaching the port can join and advertise endpoints); warned at start, kvroute_gossip_insecure 1")
 	f.StringVar(&gcfg.NodeName, "node-name", gcfg.NodeName, nodeNameHelp)
 	f.StringVar(&configFile, "config", "", "JSON file of settings keyed by flag name; flags win")
@@ -216,7 +217,8 @@ keys are re-read on SIGHUP for rotation without downtime).`,
 }
 
 // serveUntilSignal waits for ctx (SIGINT, SIGTERM) and meanwhile re-reads
-// the gossip keyring on SIGHUP (rotation without downtime).
+// the gossip keyring at once on SIGHUP (gossip also re-reads it when the
+// file changes).
 func serveUntilSignal(ctx context.Context, m *gossip.Members, log *zap.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -239,7 +241,7 @@ func serveUntilSignal(ctx context.Context, m *gossip.Members, log *zap.Logger) {
 }
 
 // prepare is a long-running command's start: settings checked (a usage
-// error otherwise), a logger, and a context ended by SIGINT or SIGTERM;
+// error otherwise, but for a file that cannot be read), a logger, and a context ended by SIGINT or SIGTERM;
 // done releases them.
 func prepare(finish func() error, logLevel string) (*zap.Logger, context.Context, func(), error) {
 	if err := finish(); err != nil {

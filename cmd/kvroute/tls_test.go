@@ -71,8 +71,8 @@ func TestTLSFlags(t *testing.T) {
 }
 
 // TestTLSFilesFailFast: a picker or a sidecar given a TLS file it cannot
-// use exits at once, non-zero, naming the flag and the file — the
-// sidecar before it waits for its engine.
+// use exits at once, 1 (a start failure, not bad usage), naming the flag
+// and the file — the sidecar before it waits for its engine.
 func TestTLSFilesFailFast(t *testing.T) {
 	ca, other := testnet.NewCA(t, "ca"), testnet.NewCA(t, "other")
 	good := testnet.NewFiles(t)
@@ -104,8 +104,8 @@ func TestTLSFilesFailFast(t *testing.T) {
 		go func() { code, _, stderr := runArgs(tc.args...); done <- result{code, stderr} }()
 		select {
 		case r := <-done:
-			if r.code == exitOK || !strings.Contains(r.stderr, tc.want) {
-				t.Errorf("%v: exit %d, %q; want a failure and %q", tc.args, r.code, r.stderr, tc.want)
+			if r.code != exitError || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("%v: exit %d, %q; want 1 and %q", tc.args, r.code, r.stderr, tc.want)
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%v did not fail fast", tc.args)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvroute/kvroute/cmd/kvroute/collect"
+	"github.com/kvroute/kvroute/deploy/monitoring"
 	"github.com/kvroute/kvroute/internal/verify"
 )
 
@@ -52,7 +53,11 @@ actually cache:
     every engine the picker routes the model to, then the picker's
     decision API polled until it predicts the prompt's blocks on each: the
     time from the engine's answer to that prediction, printed, must not
-    exceed --max-lag.
+    exceed --max-lag;
+  - metrics served: the picker's admin port and each sidecar's must serve
+    /metrics with every series the Grafana dashboard reads of that
+    component (the dashboard built into this binary); a series missing is
+    named.
 
 The picker's endpoints and admission state are read on its admin port
 (--picker-admin; default: --picker's host at port 8081); the probes go to
@@ -60,8 +65,8 @@ its public port (--picker).
 
 Probes send small requests (a few hundred tokens, one output token) to the
 engines, directly and through the picker. Exit status: 0 when every check
-passed, 1 when one failed, 2 when verify could not run (picker unreachable,
-bad flags).`,
+passed; 1 when one failed, or verify could not run (picker unreachable, a
+file it cannot read); 2 on bad usage (flags).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := cfg.Validate(); err != nil {
@@ -70,7 +75,7 @@ bad flags).`,
 			if tokenFile != "" {
 				b, err := os.ReadFile(tokenFile)
 				if err != nil {
-					return usageError(fmt.Errorf("--decision-token-file: %w", err))
+					return startError(fmt.Errorf("--decision-token-file: %w", err))
 				}
 				cfg.Token = strings.TrimSpace(string(b))
 			}
@@ -86,10 +91,15 @@ bad flags).`,
 				err = fmt.Errorf("ran out of time (10 × --timeout %v): raise --timeout", cfg.Timeout)
 			}
 			if err != nil {
-				return &exitCodeError{code: exitUsage, err: err} // verify itself could not run
+				return startError(err) // verify itself could not run
 			}
 			lim := verify.DefaultLimits()
 			lim.MaxLag = cfg.MaxLag
+			// The series each admin port must serve: the dashboard's, as
+			// built into this binary.
+			if lim.Series, err = monitoring.Series(); err != nil {
+				return startError(err)
+			}
 			rep := verify.Judge(facts, lim)
 			w := cmd.OutOrStdout()
 			if asJSON {

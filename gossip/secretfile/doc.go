@@ -3,10 +3,11 @@
 // CA bundles — and re-reads it when the files change, without a restart
 // and without dropping connections. The picker uses it for its secrets,
 // its TLS servers and its TLS client to the sidecars; the sidecar, for its
-// gRPC server. It is a shell both components import, so it belongs to
-// neither: it lives under gossip/, the tree of the shells the fleet's
-// processes share (DESIGN.md §3 fixes the top level, and internal/ holds
-// pure cores only). It imports nothing of kvroute's.
+// gRPC server; gossip, for the keyring of both. It is a shell both
+// components import, so it belongs to neither: it lives under gossip/,
+// the tree of the shells the fleet's processes share (DESIGN.md §3 fixes
+// the top level, and internal/ holds pure cores only). It imports
+// nothing of kvroute's.
 //
 // Contract:
 //   - Open reads and parses a File's files once; an error names the flags
@@ -23,6 +24,9 @@
 //     with what it took (a certificate's subject, issuer, serial and
 //     expiry; a bundle's CA subjects) and counted as ok. Content is
 //     compared by digest, so a rewrite with the same bytes is no reload.
+//   - Reload is Check on demand (a SIGHUP): it returns what is wrong with
+//     the files, and reports a failure at once rather than on the second
+//     sight.
 //   - Watch checks files every interval (Poll, 2 s) until its context
 //     ends; it starts no goroutine of its own.
 //   - Metrics: kvroute_<subsystem>_secret_reloads_total{secret,result},

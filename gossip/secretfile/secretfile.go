@@ -126,7 +126,15 @@ func (f *File[T]) Name() string { return f.spec.Name }
 // on two checks in a row, so a pair of files written one after the other
 // is not reported between the two writes, and again only when the failure
 // changes. The first usable content after a failure is logged.
-func (f *File[T]) Check() {
+func (f *File[T]) Check() { _ = f.check(false) }
+
+// Reload is Check on demand (an operator's SIGHUP): the files are read
+// now, their content taken when it changed and parses, and what is wrong
+// with them is returned (nil: usable) and reported at once, not on the
+// second sight.
+func (f *File[T]) Reload() error { return f.check(true) }
+
+func (f *File[T]) check(now bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	contents, err := f.read()
@@ -137,7 +145,7 @@ func (f *File[T]) Check() {
 				f.log.Info("secret file usable again: it holds the material in use", zap.String("secret", f.spec.Name))
 			}
 			f.pending, f.failing = "", ""
-			return
+			return nil
 		}
 		var v T
 		if v, err = f.parse(contents); err == nil {
@@ -149,19 +157,20 @@ func (f *File[T]) Check() {
 				fields = append(fields, f.spec.Describe(v)...)
 			}
 			f.log.Info("secret reloaded", fields...)
-			return
+			return nil
 		}
 	}
 	msg := err.Error()
 	switch {
 	case msg == f.failing: // reported already
-	case msg != f.pending: // seen once: maybe a write in progress
+	case msg != f.pending && !now: // seen once: maybe a write in progress
 		f.pending = msg
 	default:
 		f.pending, f.failing = "", msg
 		f.m.reloads.WithLabelValues(f.spec.Name, "error").Inc()
 		f.log.Warn("a secret file cannot be read; keeping the secret loaded before", zap.String("secret", f.spec.Name), zap.Error(err))
 	}
+	return err
 }
 
 func (f *File[T]) install(v T) {

@@ -12,8 +12,9 @@
 //     freshness by endpoint, the picker's own, refused endpoints, the
 //     models' admission, then their KV sources, each endpoint's sidecar,
 //     its stream and its cached-token details, then each probe's checks
-//     and its per-endpoint token checks, then the lag probes. The Report's
-//     JSON is kvroute verify --json's, pinned by a golden file.
+//     and its per-endpoint token checks, then the lag probes, then the
+//     admin ports' /metrics. The Report's JSON is kvroute verify --json's,
+//     pinned by a golden file.
 //   - What the picker reports of its fleet is read as its
 //     /debug/endpoints document (internal/debugapi, the type the picker
 //     writes): Facts.Fleet and Facts.Refused are its entries, as they
@@ -64,4 +65,11 @@
 //     grpc.health.v1 answers SERVING for ExtProcService; NOT_SERVING or no
 //     answer fails, naming the address. One requiring a client
 //     certificate is not probed (verify has none), which the check says.
+//   - Metrics served: the picker's admin port and each sidecar's pass
+//     when their /metrics answers with every series Limits.Series lists
+//     for the component (the dashboard's, computed by deploy/monitoring
+//     from the dashboard built into the binary), and gossip's series too
+//     from a process that serves any of them (one that gossips); a port
+//     that does not serve /metrics, or lacks a series, fails naming the
+//     series missing.
 package verify

@@ -40,6 +40,9 @@ type Facts struct {
 	// Admission are the model groups the picker holds admission state
 	// for (saturated, or with requests waiting).
 	Admission []Admission
+	// Metrics are what the picker's admin port, then each sidecar's (in
+	// the order of Fleet, each once), served at /metrics.
+	Metrics []MetricsFacts
 	// Lags are, model by model, the lag probes of the endpoints the picker
 	// routes the model to (an endpoint in another identity group of the
 	// model gets no routing, so no lag to measure: its identity checks say
@@ -51,6 +54,10 @@ type Facts struct {
 type Limits struct {
 	MaxStale float64       // seconds without an update from the sidecar
 	MaxLag   time.Duration // event-to-routable lag a lag probe passes with
+	// Series are, by component (ComponentPicker, ComponentSidecar,
+	// ComponentGossip), the series its /metrics must serve: the
+	// dashboard's (deploy/monitoring). None: /metrics need only answer.
+	Series map[string][]string
 }
 
 // DefaultLimits are kvroute verify's defaults.
@@ -72,8 +79,8 @@ type Report struct {
 // refused endpoints, the models' admission and KV sources, each
 // endpoint's sidecar, its stream and
 // its cached-token details, then each probe's checks followed by its
-// per-endpoint token checks, then the lag probes. OK is whether every
-// check passed.
+// per-endpoint token checks, then the lag probes, then each admin port's
+// /metrics. OK is whether every check passed.
 func Judge(f Facts, lim Limits) Report {
 	r := Report{Picker: f.Picker, Fleet: reported(f.Fleet), Lags: f.Lags}
 	r.Groups, r.Checks = Consistency(f.Fleet, lim.MaxStale)
@@ -98,6 +105,7 @@ func Judge(f Facts, lim Limits) Report {
 	for _, l := range f.Lags {
 		r.Checks = append(r.Checks, JudgeLag(l, lim.MaxLag))
 	}
+	r.Checks = append(r.Checks, JudgeMetrics(f.Metrics, lim.Series)...)
 	r.OK = len(Failed(r.Checks)) == 0
 	return r
 }

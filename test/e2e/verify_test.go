@@ -114,7 +114,9 @@ func runVerify(t *testing.T, bin string, args ...string) verifyResult {
 	case err != nil:
 		t.Fatal(err)
 	}
-	if strings.Contains(strings.Join(args, " "), "--json") && r.code != 2 {
+	// verify that could not run (exit 1, as a failed check) or was
+	// misused (exit 2) prints no report.
+	if strings.Contains(strings.Join(args, " "), "--json") && stdout.Len() > 0 {
 		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 			t.Fatalf("verify --json: %v\n%s", err, r.raw)
 		}
@@ -125,7 +127,8 @@ func runVerify(t *testing.T, bin string, args ...string) verifyResult {
 // TestVerifyHealthyFleet: every check but the sidecar streams' passes
 // (TestVerifyHealthyFleetPasses has those), the lag probe measures every
 // endpoint within --max-lag and prints the figure, the human report has a
-// line per check, and verify that cannot run exits 2.
+// line per check, and verify that cannot run exits 1 without a report,
+// misused 2.
 func TestVerifyHealthyFleet(t *testing.T) {
 	bin := buildKvroute(t)
 	picker, pickerAdmin := startProcessFleet(t, bin, []member{{}, {}})
@@ -161,20 +164,20 @@ func TestVerifyHealthyFleet(t *testing.T) {
 		!strings.Contains(human.raw, " ms\n") {
 		t.Fatalf("exit %d\n%s", human.code, human.raw)
 	}
-	// verify itself cannot run: exit 2.
-	if r := runVerify(t, bin, "--picker", "http://127.0.0.1:1"); r.code != 2 {
+	// verify itself cannot run: exit 1, no report.
+	if r := runVerify(t, bin, "--picker", "http://127.0.0.1:1", "--json"); r.code != 1 || len(r.Checks) != 0 {
 		t.Fatalf("unreachable picker: exit %d\n%s", r.code, r.raw)
 	}
 	// The admin port mistaken for the public one: the picker's 404 and
 	// verify both say where to look.
-	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", picker); r.code != 2 || !strings.Contains(r.raw, "status 404") ||
+	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", picker); r.code != 1 || !strings.Contains(r.raw, "status 404") ||
 		!strings.Contains(r.raw, "--picker-admin") {
 		t.Fatalf("the public port as --picker-admin: exit %d\n%s", r.code, r.raw)
 	}
 	if r := runVerify(t, bin); r.code != 2 || !strings.Contains(r.raw, "--picker") {
 		t.Fatalf("no --picker: exit %d\n%s", r.code, r.raw)
 	}
-	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--model", "no/such-model"); r.code != 2 || !strings.Contains(r.raw, "no/such-model") {
+	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--model", "no/such-model"); r.code != 1 || !strings.Contains(r.raw, "no/such-model") {
 		t.Fatalf("unknown model: exit %d\n%s", r.code, r.raw)
 	}
 	if r := runVerify(t, bin, "--picker", picker, "--picker-admin", pickerAdmin, "--max-lag", "0s"); r.code != 2 || !strings.Contains(r.raw, "--max-lag") {

@@ -195,6 +195,9 @@ func (c *Collector) Facts(ctx context.Context) (verify.Facts, error) {
 	for i, s := range c.streams(ctx, f.Fleet, served) {
 		f.Endpoints[i].Stream = s
 	}
+	// The admin ports' /metrics, once verify's requests have made the
+	// series that appear with traffic.
+	f.Metrics = c.metrics(ctx, f.Fleet)
 	return f, nil
 }
 

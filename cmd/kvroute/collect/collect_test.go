@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvroute/kvroute/deploy/monitoring"
 	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/internal/openai"
 	"github.com/kvroute/kvroute/internal/verify"
@@ -276,8 +277,30 @@ func TestFactsOfAFleetStreamLive(t *testing.T) {
 			t.Errorf("stream facts %+v", s)
 		}
 	}
-	if r := verify.Judge(f, verify.DefaultLimits()); !r.OK {
+	// /metrics of the picker's admin port and of both sidecars'.
+	if len(f.Metrics) != 3 || f.Metrics[0].Component != verify.ComponentPicker || f.Metrics[0].URL != admin ||
+		f.Metrics[1].Component != verify.ComponentSidecar || f.Metrics[1].URL != f.Fleet[0].SidecarDebug ||
+		f.Metrics[2].Component != verify.ComponentSidecar || f.Metrics[2].URL != f.Fleet[1].SidecarDebug {
+		t.Fatalf("metrics facts %+v", f.Metrics)
+	}
+	lim := verify.DefaultLimits()
+	var err2 error
+	if lim.Series, err2 = monitoring.Series(); err2 != nil {
+		t.Fatal(err2)
+	}
+	r := verify.Judge(f, lim)
+	if !r.OK {
 		t.Fatalf("failed: %+v", verify.Failed(r.Checks))
+	}
+	served := 0
+	for _, c := range r.Checks {
+		if c.Name == "metrics served" {
+			served++
+			t.Logf("%s %s: %s", c.Name, c.Endpoint, c.Detail)
+		}
+	}
+	if served != 3 {
+		t.Errorf("%d metrics served checks, want 3 (the picker, two sidecars)", served)
 	}
 }
 

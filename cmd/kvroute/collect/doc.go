@@ -27,7 +27,7 @@
 //     poll). Its polls count as picks in flight on the picker, harmless
 //     under a salt no other request shares. Endpoints of the model in
 //     another identity group get no lag probe (nothing is routed there).
-//   - Last, each endpoint's sidecar stream state and engine verdict from
+//   - Then each endpoint's sidecar stream state and engine verdict from
 //     its sidecar's /debug/state entry (matched by endpoint and rank);
 //     one still "unknown" after verify's requests is read again every
 //     100 ms for at most 5 s. A sidecar that reports no stream_state is
@@ -38,6 +38,9 @@
 //     host), bounded by Timeout; over TLS without checking the
 //     certificate when it serves TLS (a health probe sends nothing), not
 //     at all when it requires client certificates (recorded why).
+//   - Last, /metrics on the picker's admin port and on each sidecar's
+//     (each once): the names of the series served (Prometheus's text
+//     format, at most 64 MiB), or why it was not served.
 //   - Facts fails only when verify cannot run at all: the picker does not
 //     answer, knows no endpoint (of the model asked for), or its decision
 //     API fails on a first request — one wanting a token says so, with
