@@ -73,6 +73,9 @@ type Figures struct {
 	// Tiers are where the completed requests' prompt KV came from, when
 	// the engines run a CPU tier or a source was named (absent else).
 	Tiers *Tiers `json:"tiers,omitempty"`
+	// Tenants is the table by load step and tenant, when the requests
+	// have tenants (absent else).
+	Tenants []TenantPhase `json:"tenants,omitempty"`
 }
 
 // Tiers split the completed requests' prompt tokens by where their KV

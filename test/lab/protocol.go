@@ -125,15 +125,18 @@ type Goodput struct {
 // comparisons. It holds no wall-clock time, so the same inputs give the
 // same bytes.
 type Results struct {
-	Scenario  string     `json:"scenario"`
-	Engines   int        `json:"engines"`
-	GPUBlocks int        `json:"gpu_blocks"`
-	Pickers   int        `json:"pickers"`
-	Profile   string     `json:"profile"`
-	Delays    delaysJSON `json:"delays_ms"`
-	Policies  []string   `json:"policies"`
-	Peers     []string   `json:"peers"`
-	Seeds     []uint64   `json:"seeds"`
+	Scenario  string `json:"scenario"`
+	Engines   int    `json:"engines"`
+	GPUBlocks int    `json:"gpu_blocks"`
+	Pickers   int    `json:"pickers"`
+	Profile   string `json:"profile"`
+	// EnginePriority: the engines ran vLLM's priority policy and
+	// kvroute's pickers --engine-priority (Config.EnginePriority).
+	EnginePriority bool       `json:"engine_priority,omitempty"`
+	Delays         delaysJSON `json:"delays_ms"`
+	Policies       []string   `json:"policies"`
+	Peers          []string   `json:"peers"`
+	Seeds          []uint64   `json:"seeds"`
 	// ClaimSeeds: every seed is ≥ 101, so the figures may back a claim.
 	ClaimSeeds bool        `json:"claim_seeds"`
 	Rates      []float64   `json:"rates"`
@@ -155,6 +158,10 @@ type Results struct {
 	// used, min_cached_token_delta.
 	P2PLadder *Ladder   `json:"p2p_ladder,omitempty"`
 	Goodput   []Goodput `json:"goodput,omitempty"`
+	// Tenants, when the scenario's requests have tenants: per policy and
+	// rate, each step and tenant's figures, the median over the seeds
+	// (each run's are its figures' tenants).
+	Tenants []TenantSummary `json:"tenants,omitempty"`
 	// ByPickers, when the sweep ran at several numbers of pickers
 	// (RunByPickers), compares each with one picker; the rest of Results
 	// is then the sweep at one picker.
@@ -285,7 +292,9 @@ func RunSweep(s Sweep) (*Results, error) {
 				if err != nil {
 					errs[i] = fmt.Errorf("%s, seed %d, rate %v: %w", j.policy, j.seed, j.rate, err)
 				} else {
-					runs[i] = RunResult{Policy: j.policy, Seed: j.seed, Rate: j.rate, Figures: figuresOf(outs, engineURLs(cfg, s.Scenario))}
+					f := figuresOf(outs, engineURLs(cfg, s.Scenario))
+					f.Tenants = tenantPhases(outs, phasesOf(s.Scenario))
+					runs[i] = RunResult{Policy: j.policy, Seed: j.seed, Rate: j.rate, Figures: f}
 				}
 				if s.Progress != nil {
 					mu.Lock()
@@ -378,7 +387,8 @@ func compare(s Sweep, runs []RunResult) *Results {
 	f := s.Scenario.Fleet()
 	res := &Results{Scenario: s.Scenario.Name(), Engines: cmpOr(s.Fleet.Engines, f.Engines), GPUBlocks: cmpOr(s.Fleet.GPUBlocks, f.GPUBlocks),
 		Pickers: s.Fleet.Pickers, Profile: profileName(cmpOrString(s.Fleet.Profile, s.Scenario.Fleet().Profile)), Delays: delaysOf(s.Fleet.Delays), Policies: slices.Clone(s.Policies), Seeds: slices.Clone(s.Seeds),
-		Rates: slices.Clone(s.Rates), SLOms: Num(float64(s.SLO) / float64(time.Millisecond)), Runs: runs, ClaimSeeds: true}
+		Rates: slices.Clone(s.Rates), SLOms: Num(float64(s.SLO) / float64(time.Millisecond)), Runs: runs, ClaimSeeds: true,
+		EnginePriority: s.Fleet.EnginePriority}
 	for _, seed := range s.Seeds {
 		if seed < ClaimSeeds {
 			res.ClaimSeeds = false
@@ -407,6 +417,11 @@ func compare(s Sweep, runs []RunResult) *Results {
 	for _, p := range s.Policies {
 		for k, rate := range s.Rates {
 			res.Summary = append(res.Summary, summaryOf(p, rate, by[p][k]))
+		}
+	}
+	for _, p := range s.Policies {
+		for k, rate := range s.Rates {
+			res.Tenants = append(res.Tenants, tenantSummaries(p, rate, by[p][k])...)
 		}
 	}
 	if len(res.Peers) > 0 {

@@ -22,9 +22,11 @@ import (
 
 // Outcome is one request as the client saw it, in simulated time.
 type Outcome struct {
-	Conversation int    `json:"conversation"`
-	Turn         int    `json:"turn"`
-	Step         int    `json:"step,omitempty"`
+	Conversation int `json:"conversation"`
+	Turn         int `json:"turn"`
+	Step         int `json:"step,omitempty"`
+	// Tenant is the request's tenant (its fairness key), when it has one.
+	Tenant       string `json:"tenant,omitempty"`
 	Path         string `json:"path"`
 	Picker       int    `json:"picker"`
 	Endpoint     string `json:"endpoint,omitempty"`
@@ -265,7 +267,7 @@ func (r *run) release(s *session, all bool) {
 // send sends a session's request through a picker chosen at random.
 func (r *run) send(s *session, req workload.Request) {
 	s.turn = req.Turn
-	o := &Outcome{Conversation: req.Conversation, Turn: req.Turn, Step: req.Step, Path: req.Path, Start: r.sim.now, PrevEndpoint: req.Prev}
+	o := &Outcome{Conversation: req.Conversation, Turn: req.Turn, Step: req.Step, Tenant: req.Tenant, Path: req.Path, Start: r.sim.now, PrevEndpoint: req.Prev}
 	if o.PrevEndpoint == "" && req.Turn > 1 {
 		o.PrevEndpoint = r.last[req.Conversation].endpoint
 	}

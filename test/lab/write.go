@@ -49,8 +49,12 @@ func Table(r *Results) string {
 	if r.ClaimSeeds {
 		claim = "claim seeds"
 	}
-	fmt.Fprintf(&b, "scenario %s: %d engines × %d blocks (profile %s), %d picker(s); seeds %s (%s); SLO p90 ≤ %s\n",
-		r.Scenario, r.Engines, r.GPUBlocks, r.Profile, r.Pickers, seedRange(r.Seeds), claim, msText(float64(r.SLOms)))
+	prio := ""
+	if r.EnginePriority {
+		prio = ", engine priority"
+	}
+	fmt.Fprintf(&b, "scenario %s: %d engines × %d blocks (profile %s), %d picker(s)%s; seeds %s (%s); SLO p90 ≤ %s\n",
+		r.Scenario, r.Engines, r.GPUBlocks, r.Profile, r.Pickers, prio, seedRange(r.Seeds), claim, msText(float64(r.SLOms)))
 	for _, rate := range r.Rates {
 		fmt.Fprintf(&b, "\nrate ×%g — mean over %d seeds [95%% interval]\n", rate, len(r.Seeds))
 		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
@@ -65,6 +69,7 @@ func Table(r *Results) string {
 		}
 		tw.Flush()
 		tierTable(&b, r, rate)
+		tenantTable(&b, r, rate)
 		if len(r.VsBestPeer) > 0 {
 			fmt.Fprintf(&b, "\nrate ×%g — ÷ the best peer on each seed: mean ratio [bootstrap 95%%]\n", rate)
 			tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)

@@ -15,7 +15,7 @@ type NamedOptions struct {
 
 // Names lists the scenarios both clocks run, by name.
 func Names() []string {
-	return []string{"agentic-pressure", "agentic-chat", "b2b-saas", "hot-prefix", "coding-agent", "trace", "uniform-pool", "doc-qa", "hot-set", "tiered-eviction", "demo"}
+	return []string{"agentic-pressure", "agentic-chat", "b2b-saas", "hot-prefix", "coding-agent", "trace", "uniform-pool", "doc-qa", "hot-set", "tiered-eviction", "tenants", "demo"}
 }
 
 // Named returns the scenario called name.
@@ -41,6 +41,8 @@ func Named(name string, o NamedOptions) (Scenario, error) {
 		return HotSet{}, nil
 	case "tiered-eviction":
 		return TieredEviction{}, nil
+	case "tenants":
+		return Tenants{}, nil
 	case "trace":
 		if o.Trace == "" {
 			return nil, fmt.Errorf("scenario trace needs a Mooncake JSONL file (--trace FILE)")
