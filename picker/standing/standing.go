@@ -27,10 +27,10 @@ type Config struct {
 	Ahead float64
 }
 
-// DefaultConfig returns the defaults: a 10 s half-life, a 30 s window,
+// DefaultConfig returns the defaults: a 2 s half-life, a 10 s window,
 // 25% slack, 4,096 keys, and a key under half its share goes ahead.
 func DefaultConfig() Config {
-	return Config{HalfLife: 10 * time.Second, Window: 30 * time.Second, Slack: 0.25, MaxKeys: 4096, Ahead: 0.5}
+	return Config{HalfLife: 2 * time.Second, Window: 10 * time.Second, Slack: 0.25, MaxKeys: 4096, Ahead: 0.5}
 }
 
 // Validate checks c.
