@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -98,8 +99,8 @@ func (ep *enginePriority) refusedBy(endpoint string) {
 	}
 }
 
-// Refusing lists the endpoints that refused a priority since the picker
-// started (for /debug/endpoints).
+// refusing lists the endpoints that refused a priority since the picker
+// started, sorted (for /debug/endpoints).
 func (ep *enginePriority) refusing() []string {
 	if ep == nil {
 		return nil
@@ -110,6 +111,7 @@ func (ep *enginePriority) refusing() []string {
 	for e := range ep.refuses {
 		out = append(out, e)
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -1,14 +1,17 @@
 package picker_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/kvroute/kvroute/internal/debugapi"
 	"github.com/kvroute/kvroute/picker"
 	pb "github.com/kvroute/kvroute/proto/kvroute/v1"
 	"github.com/kvroute/kvroute/test/enginesim"
@@ -97,6 +100,17 @@ func TestEnginePriorityRefused(t *testing.T) {
 	}
 	if n := metrictest.Gathered(t, f.reg, "kvroute_picker_engine_priority_refused_total", map[string]string{"engine": "all"}); n != 3 {
 		t.Fatalf("%v refusals counted, want 3", n)
+	}
+	// /debug/endpoints names the engine (kvroute verify fails on it).
+	resp, err := http.Get(f.admin.URL + "/debug/endpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc debugapi.Document
+	err = json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if err != nil || doc.Picker.EnginePriority == nil || !slices.Equal(doc.Picker.EnginePriority.RefusedBy, []string{f.engines[0].URL()}) {
+		t.Fatalf("/debug/endpoints: %v %+v, want engine_priority.refused_by [%s]", err, doc.Picker, f.engines[0].URL())
 	}
 	off := startFleet(t, 1, picker.DefaultConfig(), "")
 	if code, got := off.proxied(t, "acme", "1", 20); code != http.StatusOK || got != "" {

@@ -77,6 +77,9 @@ func (r *Router) AdminHandler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) { r.handleReady(w, req, o.Ready) })
 	self := func() debugapi.Picker {
 		p := debugapi.Picker{GossipInsecure: o.GossipInsecure != nil && o.GossipInsecure(), ExtProc: o.ExtProc}
+		if r.prio != nil {
+			p.EnginePriority = &debugapi.EnginePriority{RefusedBy: r.prio.refusing()}
+		}
 		if o.Pickers != nil {
 			o.Pickers(&p)
 		}

@@ -116,6 +116,16 @@ type Picker struct {
 	// ExtProc is its endpoint picker (--ext-proc-listen); absent when it
 	// serves none.
 	ExtProc *ExtProc `json:"ext_proc,omitempty"`
+	// EnginePriority is its --engine-priority state; absent when off.
+	EnginePriority *EnginePriority `json:"engine_priority,omitempty"`
+}
+
+// EnginePriority is the picker's --engine-priority: the engines that
+// refused a request's priority since it started (they run
+// --scheduling-policy fcfs; their requests are resent without one),
+// sorted.
+type EnginePriority struct {
+	RefusedBy []string `json:"refused_by"`
 }
 
 // ExtProc is the picker's endpoint picker (Envoy ext_proc, with gRPC

@@ -65,6 +65,10 @@
 //     grpc.health.v1 answers SERVING for ExtProcService; NOT_SERVING or no
 //     answer fails, naming the address. One requiring a client
 //     certificate is not probed (verify has none), which the check says.
+//   - A picker with --engine-priority (its /debug/endpoints has
+//     engine_priority) passes "engine priority" while no engine has
+//     refused the priority it sets; an engine that did (it runs
+//     --scheduling-policy fcfs) fails it, named.
 //   - Metrics served: the picker's admin port and each sidecar's pass
 //     when their /metrics answers with every series Limits.Series lists
 //     for the component (the dashboard's, computed by deploy/monitoring

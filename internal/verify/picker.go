@@ -30,6 +30,9 @@ type PickerFacts struct {
 	// ExtProc is verify's probe of the picker's endpoint picker (zero
 	// when it serves none).
 	ExtProc ExtProcFacts
+	// EnginePriority is what /debug/endpoints says of --engine-priority
+	// (nil: off).
+	EnginePriority *debugapi.EnginePriority
 }
 
 // ExtProcService is the service name the endpoint picker's gRPC health
@@ -74,7 +77,22 @@ func JudgePicker(f PickerFacts) []Check {
 	if f.ExtProc.Listen != "" {
 		checks = append(checks, judgeExtProc(f.ExtProc))
 	}
+	if f.EnginePriority != nil {
+		checks = append(checks, judgeEnginePriority(*f.EnginePriority))
+	}
 	return checks
+}
+
+// judgeEnginePriority checks that no engine refused the priority the
+// picker sets (--engine-priority): one that did runs
+// --scheduling-policy fcfs, and its requests run unprioritised.
+func judgeEnginePriority(e debugapi.EnginePriority) Check {
+	c := Check{Name: "engine priority", OK: true, Detail: "no engine refused the priority the picker sets (--engine-priority)"}
+	if len(e.RefusedBy) > 0 {
+		c.OK, c.Detail = false, "engines refused the request priority the picker sets: "+strings.Join(e.RefusedBy, ", ")
+		c.Cause = "they run --scheduling-policy fcfs (vLLM's default): their requests are resent without a priority, first come first served; start every engine with --scheduling-policy priority, or run the picker without --engine-priority"
+	}
+	return c
 }
 
 // judgeExtProc checks the endpoint picker's gRPC health: it passes when

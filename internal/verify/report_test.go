@@ -161,6 +161,9 @@ func TestJudgePicker(t *testing.T) {
 			"endpoint picker health", "/readyz"},
 		{"endpoint picker unreachable", PickerFacts{PublicAdminStatus: 404, ExtProc: ExtProcFacts{Listen: "[::]:9002", Address: "p:9002", Err: "connection refused"}},
 			"endpoint picker health", "--ext-proc"},
+		{"engine priority honoured", PickerFacts{PublicAdminStatus: 404, EnginePriority: &debugapi.EnginePriority{}}, "", ""},
+		{"engine priority refused", PickerFacts{PublicAdminStatus: 404, EnginePriority: &debugapi.EnginePriority{RefusedBy: []string{"http://10.0.0.5:8000"}}},
+			"engine priority", "--scheduling-policy priority"},
 		{"a picker silent", PickerFacts{PublicAdminStatus: 404, SharesBookings: true, Pickers: []debugapi.PeerPicker{
 			{Address: "10.0.0.1:9000", State: debugapi.PeerFollowing, LastBatchSeconds: ptr(9.0)}}}, "pickers agree", "--peer-listen"},
 	} {

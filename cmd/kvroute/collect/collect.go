@@ -211,6 +211,7 @@ func (c *Collector) readPicker(ctx context.Context, f *verify.Facts) (*debugapi.
 	}
 	f.Self.GossipInsecure = doc.Picker.GossipInsecure
 	f.Self.SharesBookings, f.Self.Pickers = doc.Picker.SharesBookings, doc.Picker.Pickers
+	f.Self.EnginePriority = doc.Picker.EnginePriority
 	for _, e := range doc.Endpoints {
 		if c.model == "" || e.Model == c.model {
 			f.Fleet = append(f.Fleet, e)
