@@ -34,7 +34,9 @@ func example() Document {
 		Picker: Picker{GossipInsecure: true, Instance: "0a1b2c3d4e5f6071", SharesBookings: true, Pickers: []PeerPicker{
 			{Address: "10.0.0.8:9001", Awaiting: 2, Expired: 1, Instance: "9f86d081884c7d65", LagSeconds: &peerLag, LastBatchSeconds: &lastBatch,
 				Live: 5, Received: 40, State: PeerFollowing},
-			{Address: "10.0.0.9:9001", Error: "connection refused", State: PeerConnecting}}},
+			{Address: "10.0.0.9:9001", Error: "connection refused", State: PeerConnecting}},
+			ExtProc:        &ExtProc{Address: "[::]:9002", TLS: true, ClientCert: true},
+			EnginePriority: &EnginePriority{RefusedBy: []string{"http://10.0.0.6:8000"}}},
 		Refused: []Refusal{{
 			Endpoint: "http://203.0.113.7:8000", Sidecar: "10.0.0.3:9090", Reason: "remote_endpoint", Model: "m", BlockSize: 16,
 			SummaryParams: "m=65536", TokenizerFingerprint: "tok", Since: "2026-01-02T03:04:05.5Z", Detail: "not on the sidecar's host",

@@ -76,7 +76,9 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	fl := &debugFleet{eps: []fleet.Endpoint{full, fresh}, refused: []fleetview.Refused{remote, other},
 		untrusted: map[string]time.Time{remote.Info.Endpoint: time.Date(2026, 1, 2, 3, 4, 5, 5e8, time.FixedZone("CET", 3600))},
 		failing:   []fleetview.SidecarFailure{{Sidecar: "10.0.0.5:9090", Reason: "tls", Error: "x509: unknown authority", Since: now.Add(-2 * time.Second)}}}
-	r, err := picker.NewRouter(picker.DefaultConfig(), fl, nil, nil)
+	pcfg := picker.DefaultConfig()
+	pcfg.EnginePriority = true
+	r, err := picker.NewRouter(pcfg, fl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,8 @@ func TestDebugEndpointsRoundTrip(t *testing.T) {
 	// TestPredictedTTFTIsLearnedAndShown covers them); a fixed fleet has
 	// taught the model nothing.
 	unset := slices.DeleteFunc(debugapi.Unset(strict), func(name string) bool {
-		return strings.HasPrefix(name, "ttft_models[].") || name == "endpoints[].ttft" || name == "picker.pickers[].error" // a stream up has none
+		return strings.HasPrefix(name, "ttft_models[].") || name == "endpoints[].ttft" || name == "picker.pickers[].error" || // a stream up has none
+			name == "picker.engine_priority.refused_by" // no engine of a fixed fleet refused (TestEnginePriorityRefused fills it)
 	})
 	if len(unset) > 0 {
 		t.Errorf("the fleet leaves fields unset, which this test would not compare: %v", unset)
