@@ -430,20 +430,9 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 			return refuse(eppError, err)
 		}
 	}
-	if p.Priority != nil && body != nil {
-		// --engine-priority: the decision's priority in the body sent on,
-		// replacing any the client sent. An engine that refuses it
-		// (fcfs) answers the gateway's client 400: the endpoint picker
-		// cannot resend, so every engine must run
-		// --scheduling-policy priority.
-		b, err := tenant.SetMembers(body, tenant.Int(priorityKey, *p.Priority))
-		if err == nil {
-			err = x.flow.Rewrite(b)
-		}
-		if err != nil {
-			r.Done(p)
-			return nil, status.Error(codes.Internal, err.Error())
-		}
+	if err := x.setPriority(p, body); err != nil {
+		r.Done(p)
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	x.route = append(x.route[:0], gatewayAddr(p.Endpoint))
 	for _, f := range p.fallbacks {
@@ -459,6 +448,22 @@ func (x *eppExchange) decide(ctx context.Context) ([]extproc.Reply, error) {
 	x.inFlight = r.m.inFlight.WithLabelValues(p.Endpoint)
 	x.inFlight.Inc()
 	return replies, nil
+}
+
+// setPriority puts the decision's priority (--engine-priority) in the
+// body sent on, replacing any the client sent; nothing without one. An
+// engine that refuses it (fcfs) answers the gateway's client 400: the
+// endpoint picker cannot resend, so every engine must run
+// --scheduling-policy priority.
+func (x *eppExchange) setPriority(p *Pick, body []byte) error {
+	if p.Priority == nil || body == nil {
+		return nil
+	}
+	b, err := tenant.SetMembers(body, tenant.Int(priorityKey, *p.Priority))
+	if err != nil {
+		return err
+	}
+	return x.flow.Rewrite(b)
 }
 
 // bodyMembers are the top-level members the endpoint picker sets on the

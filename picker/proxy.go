@@ -130,6 +130,33 @@ func (r *Router) relay(w http.ResponseWriter, req *http.Request, kind intake.Kin
 	writeError(w, lastErr)
 }
 
+// sendPrioritized sends body to p's endpoint with p's priority
+// (--engine-priority) set. An engine without --scheduling-policy priority
+// refuses any priority but 0 (vLLM's 400): the request is resent without
+// one, counted and logged, and p's priority cleared.
+func (r *Router) sendPrioritized(in *http.Request, p *Pick, path string, body []byte) (*http.Response, error) {
+	if p.Priority == nil || r.prio == nil {
+		return r.send(in, p, path, body)
+	}
+	body = r.prioritizedBody(p, body)
+	resp, err := r.send(in, p, path, body)
+	if err != nil || resp.StatusCode != http.StatusBadRequest {
+		return resp, err
+	}
+	refused, read := priorityRefusal(resp)
+	if !refused {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(read), resp.Body), resp.Body}
+		return resp, nil
+	}
+	resp.Body.Close()
+	r.prio.refusedBy(p.Endpoint)
+	p.Priority = nil
+	return r.send(in, p, path, withoutPriority(body))
+}
+
 // HintHeader, on an engine's answer the picker relays unchanged, says
 // what the answer likely means for the operator (an embeddings request to
 // a generative model's engines).
@@ -208,27 +235,7 @@ func (c *cutAnswer) Unwrap() error { return c.err }
 // false when nothing was written and another endpoint may be tried; a
 // *cutAnswer error says the answer written is not whole.
 func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind intake.Kind, path string, body []byte) (done bool, err error) {
-	body = r.sourcedBody(p, body)
-	if p.Priority != nil {
-		body = r.prioritizedBody(p, body)
-	}
-	resp, err := r.send(in, p, path, body)
-	if err == nil && resp.StatusCode == http.StatusBadRequest && p.Priority != nil && r.prio != nil {
-		// An engine without --scheduling-policy priority refuses any
-		// priority but 0: resent without one, counted and logged.
-		refused, read := priorityRefusal(resp)
-		if refused {
-			resp.Body.Close()
-			r.prio.refusedBy(p.Endpoint)
-			p.Priority = nil
-			resp, err = r.send(in, p, path, withoutPriority(body))
-		} else {
-			resp.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.MultiReader(bytes.NewReader(read), resp.Body), resp.Body}
-		}
-	}
+	resp, err := r.sendPrioritized(in, p, path, r.sourcedBody(p, body))
 	if err != nil {
 		if in.Context().Err() != nil {
 			return true, err // the client left

@@ -95,38 +95,7 @@ func (b *responsesBuilder) add(raw json.RawMessage, path string) error {
 
 	switch typ {
 	case "message":
-		role, err := o.reqStr("role", path)
-		if err != nil {
-			return err
-		}
-		switch role {
-		case "user", "system", "developer", "assistant":
-		default:
-			return fmt.Errorf("%s.role: unknown role %q (expected one of user, system, developer, assistant)", path, role)
-		}
-		craw, ok := o["content"]
-		if !ok {
-			return fmt.Errorf("%s.content: field required", path)
-		}
-		if role != "assistant" {
-			content, err := responsesText(craw, path+".content", true)
-			if err != nil {
-				return err
-			}
-			b.msgs = append(b.msgs, Message{Role: role, Content: content})
-			return nil
-		}
-		content, err := assistantText(craw, path+".content")
-		if err != nil {
-			return err
-		}
-		if last := b.lastAssistant(); last != nil && !b.hasContent {
-			last.Content, b.hasContent = content, true
-			return nil
-		}
-		b.msgs = append(b.msgs, Message{Role: "assistant", Content: content})
-		b.hasContent, b.hasReasoning = true, false
-		return nil
+		return b.addMessage(o, path)
 
 	case "function_call":
 		var tc ToolCall
@@ -179,6 +148,44 @@ func (b *responsesBuilder) add(raw json.RawMessage, path string) error {
 	default:
 		return fmt.Errorf("%s.type: unknown or unsupported input item type %q", path, typ)
 	}
+}
+
+// addMessage appends or merges a message item: an assistant message
+// fills the content of the assistant message before it when that one has
+// none.
+func (b *responsesBuilder) addMessage(o object, path string) error {
+	role, err := o.reqStr("role", path)
+	if err != nil {
+		return err
+	}
+	switch role {
+	case "user", "system", "developer", "assistant":
+	default:
+		return fmt.Errorf("%s.role: unknown role %q (expected one of user, system, developer, assistant)", path, role)
+	}
+	craw, ok := o["content"]
+	if !ok {
+		return fmt.Errorf("%s.content: field required", path)
+	}
+	if role != "assistant" {
+		content, err := responsesText(craw, path+".content", true)
+		if err != nil {
+			return err
+		}
+		b.msgs = append(b.msgs, Message{Role: role, Content: content})
+		return nil
+	}
+	content, err := assistantText(craw, path+".content")
+	if err != nil {
+		return err
+	}
+	if last := b.lastAssistant(); last != nil && !b.hasContent {
+		last.Content, b.hasContent = content, true
+		return nil
+	}
+	b.msgs = append(b.msgs, Message{Role: "assistant", Content: content})
+	b.hasContent, b.hasReasoning = true, false
+	return nil
 }
 
 // assistantText is the text vLLM takes from an assistant message item: a
