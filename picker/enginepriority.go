@@ -2,7 +2,6 @@ package picker
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -156,22 +155,9 @@ func withPriority(body []byte, v int) ([]byte, error) {
 	if bytes.Contains(body, []byte(priorityKey)) || bytes.Contains(body, []byte(`\u`)) {
 		body = withoutPriority(body)
 	}
-	end := len(bytes.TrimRight(body, " \t\r\n")) - 1
-	if end < 1 || body[end] != '}' {
-		return nil, errors.New("the body is not a JSON object")
-	}
-	prev := len(bytes.TrimRight(body[:end], " \t\r\n")) - 1 // a member's last byte, or the opening brace
-	if prev < 0 {
-		return nil, errors.New("the body is not a JSON object")
-	}
-	out := make([]byte, 0, len(body)+24)
-	out = append(out, body[:end]...)
-	if body[prev] != '{' {
-		out = append(out, ',')
-	}
-	out = append(out, `"priority":`...)
-	out = strconv.AppendInt(out, int64(v), 10)
-	return append(out, body[end:]...), nil
+	return spliceMember(body, 24, func(out []byte) []byte {
+		return strconv.AppendInt(append(out, `"priority":`...), int64(v), 10)
+	})
 }
 
 // withoutPriority returns body with no priority member (for an engine

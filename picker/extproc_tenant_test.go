@@ -105,6 +105,21 @@ func (g *gateway) upstream(body []byte, waiting bool) (route string, sent []byte
 	}
 }
 
+// eppBodyModes are the endpoint picker's body modes as a gateway uses
+// them: STREAMED also with the gateway waiting for the picker's answer
+// to each chunk.
+var eppBodyModes = []struct {
+	name    string
+	mode    filterv3.ProcessingMode_BodySendMode
+	waiting bool
+}{
+	{"FULL_DUPLEX_STREAMED", filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, false},
+	{"BUFFERED", filterv3.ProcessingMode_BUFFERED, false},
+	{"BUFFERED_PARTIAL", filterv3.ProcessingMode_BUFFERED_PARTIAL, false},
+	{"STREAMED", filterv3.ProcessingMode_STREAMED, false},
+	{"STREAMED_waiting", filterv3.ProcessingMode_STREAMED, true},
+}
+
 // TestEPPTenantSalts: with --tenant-header, the endpoint picker sets the
 // tenant's derived cache_salt in the body it sends on, replacing the
 // client's (another tenant's derived salt even), in every body mode —
@@ -124,17 +139,7 @@ func TestEPPTenantSalts(t *testing.T) {
 	if acme.PrefixHash == "" || acme.PrefixHash == client.PrefixHash {
 		t.Fatalf("prefix hashes: acme %q, the client's salt %q", acme.PrefixHash, client.PrefixHash)
 	}
-	for _, tc := range []struct {
-		name    string
-		mode    filterv3.ProcessingMode_BodySendMode
-		waiting bool
-	}{
-		{"FULL_DUPLEX_STREAMED", filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, false},
-		{"BUFFERED", filterv3.ProcessingMode_BUFFERED, false},
-		{"BUFFERED_PARTIAL", filterv3.ProcessingMode_BUFFERED_PARTIAL, false},
-		{"STREAMED", filterv3.ProcessingMode_STREAMED, false},
-		{"STREAMED_waiting", filterv3.ProcessingMode_STREAMED, true},
-	} {
+	for _, tc := range eppBodyModes {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, clientSalt := range []string{"client-chosen", s.Salt("globex")} {
 				g := openGateway(t, conn, tc.mode)
@@ -212,17 +217,7 @@ func TestEPPEnginePriority(t *testing.T) {
 	conn := serveEPP(t, f.router, extproc.DefaultConfig())
 	prompt := strings.Repeat("Tell me about priorities. ", 30)
 	body := strings.Replace(chatBody("s1", prompt), `{`, `{"priority":7,`, 1)
-	for _, tc := range []struct {
-		name    string
-		mode    filterv3.ProcessingMode_BodySendMode
-		waiting bool
-	}{
-		{"FULL_DUPLEX_STREAMED", filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, false},
-		{"BUFFERED", filterv3.ProcessingMode_BUFFERED, false},
-		{"BUFFERED_PARTIAL", filterv3.ProcessingMode_BUFFERED_PARTIAL, false},
-		{"STREAMED", filterv3.ProcessingMode_STREAMED, false},
-		{"STREAMED_waiting", filterv3.ProcessingMode_STREAMED, true},
-	} {
+	for _, tc := range eppBodyModes {
 		t.Run(tc.name, func(t *testing.T) {
 			g := openGateway(t, conn, tc.mode)
 			g.extra = append(g.extra, header("x-kvroute-tenant", "acme"), header("x-kvroute-priority", "2"))

@@ -115,6 +115,22 @@ func withKVSource(body []byte, addr, id string) ([]byte, error) {
 	if err != nil || n < 1 || n > 65535 {
 		return nil, errors.New("the KV source's port is not a port")
 	}
+	return spliceMember(body, 160, func(out []byte) []byte {
+		out = append(out, `"kv_transfer_params":{"remote_kv_source":{"kv_request_id":`...)
+		out = appendJSONString(out, id)
+		out = append(out, `,"remote_host":`...)
+		out = appendJSONString(out, host)
+		out = append(out, `,"remote_port":`...)
+		out = strconv.AppendInt(out, int64(n), 10)
+		return append(out, "}}"...)
+	})
+}
+
+// spliceMember returns body, a JSON object, with one member appended
+// before its closing brace (a comma before it unless the object is empty),
+// every other byte kept as sent: member appends the member's bytes ("key":
+// value) to out. grow is the member's expected size.
+func spliceMember(body []byte, grow int, member func(out []byte) []byte) ([]byte, error) {
 	end := len(bytes.TrimRight(body, " \t\r\n")) - 1
 	if end < 1 || body[end] != '}' {
 		return nil, errors.New("the body is not a JSON object")
@@ -123,19 +139,12 @@ func withKVSource(body []byte, addr, id string) ([]byte, error) {
 	if prev < 0 {
 		return nil, errors.New("the body is not a JSON object")
 	}
-	out := make([]byte, 0, len(body)+160)
+	out := make([]byte, 0, len(body)+grow)
 	out = append(out, body[:end]...)
 	if body[prev] != '{' {
 		out = append(out, ',')
 	}
-	out = append(out, `"kv_transfer_params":{"remote_kv_source":{"kv_request_id":`...)
-	out = appendJSONString(out, id)
-	out = append(out, `,"remote_host":`...)
-	out = appendJSONString(out, host)
-	out = append(out, `,"remote_port":`...)
-	out = strconv.AppendInt(out, int64(n), 10)
-	out = append(out, "}}"...)
-	return append(out, body[end:]...), nil
+	return append(member(out), body[end:]...), nil
 }
 
 // appendJSONString appends s as a JSON string.
