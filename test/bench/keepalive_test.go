@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -126,20 +127,18 @@ func TestKeepAliveRace(t *testing.T) {
 // TestBrokenReuse: only a reused connection that broke before any answer
 // byte is resent; one that answered, or a new one, is the request's error.
 func TestBrokenReuse(t *testing.T) {
-	var tr connTrace
-	tr.reused.Store(true)
 	ctx := context.Background()
-	for _, err := range []error{io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, errors.New("http: server closed idle connection")} {
-		if !tr.brokenReuse(ctx, fmt.Errorf("Post: %w", err)) {
-			t.Errorf("%v: not a broken reuse", err)
+	for _, err := range []error{io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, syscall.ECONNRESET, syscall.EPIPE, errors.New("http: server closed idle connection")} {
+		if !brokenConn(ctx, fmt.Errorf("Post: %w", err)) {
+			t.Errorf("%v: not a broken connection", err)
 		}
 	}
-	tr.answered.Store(true)
-	if tr.brokenReuse(ctx, io.EOF) {
-		t.Error("a connection that answered counts as a broken reuse")
+	if brokenConn(ctx, context.DeadlineExceeded) || brokenConn(ctx, errors.New("x509: unknown authority")) {
+		t.Error("a timeout or a TLS failure counts as a broken connection")
 	}
-	var fresh connTrace
-	if fresh.brokenReuse(ctx, io.EOF) {
-		t.Error("a new connection counts as a broken reuse")
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if brokenConn(gone, io.EOF) {
+		t.Error("a request whose context ended counts as a broken connection")
 	}
 }
