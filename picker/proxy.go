@@ -304,10 +304,13 @@ func (r *Router) forward(w http.ResponseWriter, in *http.Request, p *Pick, kind 
 		}
 		if rerr != nil {
 			switch {
+			case sse && sn.complete():
+				// The final event went out (written and flushed): the
+				// client has the whole answer, whether it then left (as
+				// an SDK does once it reads the end) or the engine's
+				// connection broke after it.
 			case in.Context().Err() != nil:
 				return gone(rerr)
-			case sse && sn.complete():
-				// The final event came: the client has the whole answer.
 			default:
 				return true, &cutAnswer{cause: causeUpstreamError, err: rerr}
 			}
