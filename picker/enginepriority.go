@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/picker/standing"
+	"github.com/kvroute/kvroute/picker/tenant"
 )
 
 // priorityKey is the body member vLLM reads a request's priority from.
@@ -28,6 +29,8 @@ type enginePriority struct {
 	log *zap.Logger
 
 	set     *prometheus.CounterVec // by standing: within, beyond
+	within  prometheus.Counter     // set's series, resolved once
+	beyond  prometheus.Counter
 	refused *prometheus.CounterVec // by endpoint (or "all")
 
 	mu      sync.Mutex
@@ -45,9 +48,7 @@ func newEnginePriority(cfg Config, log *zap.Logger, reg prometheus.Registerer) *
 		Help: "Requests given an engine priority (--engine-priority), by their fairness key's standing against its fair share: within or beyond."}, []string{"standing"})
 	ep.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvroute", Subsystem: "picker", Name: "engine_priority_refused_total",
 		Help: "Requests an engine refused for their priority (it runs --scheduling-policy fcfs), each resent without one, by engine (all, unless --per-endpoint-metrics)."}, []string{"engine"})
-	for _, s := range []string{"within", "beyond"} {
-		ep.set.WithLabelValues(s)
-	}
+	ep.within, ep.beyond = ep.set.WithLabelValues("within"), ep.set.WithLabelValues("beyond")
 	if reg != nil {
 		reg.MustRegister(ep.set, ep.refused)
 	}
@@ -70,11 +71,11 @@ func (ep *enginePriority) charge(group, key string, cost float64, now time.Time)
 // priority is the engine priority of a request of band whose key stands
 // as s, counted.
 func (ep *enginePriority) priority(band int, s standing.Standing) int {
-	label := "within"
 	if s.Beyond {
-		label = "beyond"
+		ep.beyond.Inc()
+	} else {
+		ep.within.Inc()
 	}
-	ep.set.WithLabelValues(label).Inc()
 	return standing.Priority(band, s)
 }
 
@@ -148,12 +149,13 @@ func (r *Router) prioritizedBody(p *Pick, body []byte) []byte {
 }
 
 // withPriority returns body, a JSON object, with its priority member set
-// to v: any priority the client sent is replaced (the picker decides it).
-// A body that cannot hold a priority member already (no "priority" and no
-// escape in it) gets it spliced in before its closing brace, unparsed.
+// to v: any priority the client sent is replaced (the picker decides it),
+// as tenant.SetMembers sets members. A body that cannot hold one already
+// (no "priority" and no escape in it), the common case, gets it spliced in
+// before its closing brace, unparsed.
 func withPriority(body []byte, v int) ([]byte, error) {
 	if bytes.Contains(body, []byte(priorityKey)) || bytes.Contains(body, []byte(`\u`)) {
-		body = withoutPriority(body)
+		return tenant.SetMembers(body, tenant.Int(priorityKey, v))
 	}
 	return spliceMember(body, 24, func(out []byte) []byte {
 		return strconv.AppendInt(append(out, `"priority":`...), int64(v), 10)

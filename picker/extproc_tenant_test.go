@@ -105,6 +105,23 @@ func (g *gateway) upstream(body []byte, waiting bool) (route string, sent []byte
 	}
 }
 
+// sentOn sends body through the gateway g (upstream), ends the exchange,
+// and returns the body sent on, decoded and as bytes, with its
+// content-length; a refusal or a body that is not JSON fails the test.
+func (g *gateway) sentOn(t *testing.T, body []byte, waiting bool) (map[string]any, []byte, string) {
+	t.Helper()
+	_, sent, cl, refused := g.upstream(body, waiting)
+	if refused != nil {
+		t.Fatalf("refused: %v", refused)
+	}
+	g.end()
+	var got map[string]any
+	if err := json.Unmarshal(sent, &got); err != nil {
+		t.Fatalf("the body sent on is not JSON: %v: %s", err, sent)
+	}
+	return got, sent, cl
+}
+
 // eppBodyModes are the endpoint picker's body modes as a gateway uses
 // them: STREAMED also with the gateway waiting for the picker's answer
 // to each chunk.
@@ -144,15 +161,7 @@ func TestEPPTenantSalts(t *testing.T) {
 			for _, clientSalt := range []string{"client-chosen", s.Salt("globex")} {
 				g := openGateway(t, conn, tc.mode)
 				g.extra = append(g.extra, header("x-tenant", "acme"))
-				_, sent, cl, refused := g.upstream([]byte(chatBody(clientSalt, prompt)), tc.waiting)
-				if refused != nil {
-					t.Fatalf("refused: %v", refused)
-				}
-				g.end()
-				var got map[string]any
-				if err := json.Unmarshal(sent, &got); err != nil {
-					t.Fatalf("the body sent on is not JSON: %v: %s", err, sent)
-				}
+				got, sent, cl := g.sentOn(t, []byte(chatBody(clientSalt, prompt)), tc.waiting)
 				if got["cache_salt"] != s.Salt("acme") || got["model"] != "Qwen/Qwen3-0.6B" || got["messages"] == nil {
 					t.Fatalf("client salt %q: the body sent on has cache_salt %v (want acme's derived salt), model %v", clientSalt, got["cache_salt"], got["model"])
 				}
@@ -221,15 +230,7 @@ func TestEPPEnginePriority(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := openGateway(t, conn, tc.mode)
 			g.extra = append(g.extra, header("x-kvroute-tenant", "acme"), header("x-kvroute-priority", "2"))
-			_, sent, cl, refused := g.upstream([]byte(body), tc.waiting)
-			if refused != nil {
-				t.Fatalf("refused: %v", refused)
-			}
-			g.end()
-			var got map[string]any
-			if err := json.Unmarshal(sent, &got); err != nil {
-				t.Fatalf("the body sent on is not JSON: %v: %s", err, sent)
-			}
+			got, sent, cl := g.sentOn(t, []byte(body), tc.waiting)
 			// Band 2, a tenant alone (within its share): −4.
 			if got["priority"] != float64(-4) || strings.Count(string(sent), `"priority"`) != 1 || got["cache_salt"] != "s1" || got["messages"] == nil {
 				t.Fatalf("the body sent on: %s", sent)
